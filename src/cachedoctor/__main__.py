@@ -1,0 +1,3 @@
+from cachedoctor.cli import main
+
+main()

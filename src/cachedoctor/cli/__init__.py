@@ -1,0 +1,81 @@
+"""The command-line layer: parse options, call one core function, hand its report to a renderer.
+
+Commands are loaded lazily (name -> module) so that ``cachedoctor --help`` and a scan of an
+empty directory never import jax.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from cachedoctor import __version__
+from cachedoctor.errors import CachedoctorError, ExitCode
+
+# command name -> (module under cachedoctor.cli, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "scan": ("scan", "scan", "Summarise a cache directory and report findings."),
+    "show": ("show", "show", "Show everything known about one cache entry."),
+    "demo": ("demo", "demo", "Reproduce the custom_partitioning cache bug and show the fix."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when they run."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, attr, _ = COMMANDS[cmd_name]
+        module = importlib.import_module(f"cachedoctor.cli.{module_name}")
+        command: click.Command = getattr(module, attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text comes from the table above, so --help imports no command module.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="cachedoctor")
+def cli() -> None:
+    """Inspect, explain and repair JAX's persistent compilation cache."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
+    try:
+        return cli.main(args=argv, standalone_mode=False)
+    except CachedoctorError as exc:
+        click.echo(f"cachedoctor: {exc.slug}: {exc}", err=True)
+        sys.exit(int(exc.code))
+    except click.exceptions.Abort:
+        click.echo("cachedoctor: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("cachedoctor: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # never a bare traceback for the user
+        if os.environ.get("CACHEDOCTOR_DEBUG"):
+            traceback.print_exc()
+        click.echo(
+            f"cachedoctor: internal-error: {type(exc).__name__}: {exc} "
+            "(set CACHEDOCTOR_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        sys.exit(int(ExitCode.USAGE))

@@ -1,0 +1,271 @@
+"""Defensive protobuf wire-format parsing, with no generated code and no protobuf dependency.
+
+The cache holds XLA protos whose schemas change between releases, so we walk the wire format
+directly: unknown fields are kept as raw values, and malformed input raises ``WireError`` naming
+the offset, never an IndexError or a runaway allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Union
+
+VARINT = 0
+I64 = 1
+LEN = 2
+SGROUP = 3
+EGROUP = 4
+I32 = 5
+
+MAX_VARINT_BYTES = 10
+
+Buffer = Union[bytes, bytearray, memoryview]
+FieldValue = Union[int, memoryview]
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(f"{message} at byte {offset}")
+        self.offset = offset
+
+
+def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    """Decode a varint at ``pos``; returns (value, new position)."""
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise WireError("varint runs past the end", start)
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if pos - start >= MAX_VARINT_BYTES:
+            raise WireError("varint longer than 10 bytes", start)
+
+
+def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, FieldValue]]:
+    """Yield ``(field_number, wire_type, value)`` for each field of one message.
+
+    ``value`` is an int for VARINT/I64/I32 and a memoryview for LEN fields. Groups (deprecated,
+    unused by XLA) are rejected.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    pos = start
+    end = len(view) if end is None else end
+    while pos < end:
+        tag_at = pos
+        tag, pos = read_varint(view, pos, end)
+        field_number, wire_type = tag >> 3, tag & 7
+        if field_number == 0:
+            raise WireError("field number 0", tag_at)
+        if wire_type == VARINT:
+            value, pos = read_varint(view, pos, end)
+            yield field_number, wire_type, value
+        elif wire_type == LEN:
+            length, pos = read_varint(view, pos, end)
+            if length > end - pos:
+                raise WireError(
+                    f"field {field_number} claims {length} bytes but {end - pos} remain", tag_at
+                )
+            yield field_number, wire_type, view[pos : pos + length]
+            pos += length
+        elif wire_type == I64:
+            if pos + 8 > end:
+                raise WireError("fixed64 runs past the end", tag_at)
+            yield field_number, wire_type, int.from_bytes(view[pos : pos + 8], "little")
+            pos += 8
+        elif wire_type == I32:
+            if pos + 4 > end:
+                raise WireError("fixed32 runs past the end", tag_at)
+            yield field_number, wire_type, int.from_bytes(view[pos : pos + 4], "little")
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}", tag_at)
+
+
+def validate(buf: Buffer) -> None:
+    """Raise WireError unless ``buf`` parses as one message (top level only)."""
+    for _ in iter_fields(buf):
+        pass
+
+
+def fields_by_number(buf: Buffer) -> dict[int, list[FieldValue]]:
+    """All fields of a message grouped by number (repeated fields keep their order)."""
+    out: dict[int, list[FieldValue]] = {}
+    for number, _wt, value in iter_fields(buf):
+        out.setdefault(number, []).append(value)
+    return out
+
+
+def first(fields: dict[int, list[FieldValue]], number: int) -> FieldValue | None:
+    values = fields.get(number)
+    return values[-1] if values else None  # proto3: the last occurrence wins
+
+
+def as_str(value: FieldValue | None) -> str | None:
+    if value is None or isinstance(value, int):
+        return None
+    return bytes(value).decode("utf-8", "replace")
+
+
+def as_int(value: FieldValue | None) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def as_sint(value: int) -> int:
+    """Interpret a varint as a two's-complement int64 (proto int64 fields)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def packed_varints(value: FieldValue) -> list[int]:
+    """Decode a packed repeated varint field (or a single unpacked varint)."""
+    if isinstance(value, int):
+        return [value]
+    out = []
+    pos, end = 0, len(value)
+    while pos < end:
+        v, pos = read_varint(value, pos, end)
+        out.append(v)
+    return out
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+class StreamEnd(Exception):
+    """The stream ended before a field was complete."""
+
+
+@dataclass
+class StreamField:
+    """A LEN field met while streaming: read it whole (bounded) or skip it without keeping it."""
+
+    number: int
+    length: int
+    offset: int  # offset of the field's payload in the stream
+    _stream: ByteStream
+
+    def read(self, cap: int) -> bytes:
+        if self.length > cap:
+            raise WireError(
+                f"field {self.number} is {self.length} bytes, over the {cap}-byte limit", self.offset
+            )
+        return self._stream.read_exact(self.length)
+
+    def skip(self) -> None:
+        self._stream.skip(self.length)
+
+    def sub(self) -> Iterator[tuple[int, int, int | StreamField]]:
+        """Walk this field's payload as a nested message, streaming."""
+        return iter_stream_fields(self._stream, self.length)
+
+
+class ByteStream:
+    """A counted reader over a file-like object, with exact reads and cheap skips."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self.position = 0
+        self._pending = b""
+
+    def read_exact(self, n: int) -> bytes:
+        parts = []
+        if self._pending:
+            take = self._pending[:n]
+            self._pending = self._pending[n:]
+            parts.append(take)
+            n -= len(take)
+        while n > 0:
+            chunk = self._raw.read(min(n, self.CHUNK))
+            if not chunk:
+                raise StreamEnd(f"stream ended {n} bytes short at byte {self.position}")
+            parts.append(chunk)
+            n -= len(chunk)
+        data = b"".join(parts)
+        self.position += len(data)
+        return data
+
+    def read_some(self, n: int) -> bytes:
+        """Up to ``n`` bytes; fewer only at end of stream."""
+        try:
+            return self.read_exact(n)
+        except StreamEnd:
+            return b""
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            step = min(n, self.CHUNK)
+            self.read_exact(step)
+            n -= step
+
+    def peek_byte(self) -> int | None:
+        if not self._pending:
+            self._pending = self._raw.read(1)
+            if not self._pending:
+                return None
+        return self._pending[0]
+
+    def read_varint(self) -> int:
+        result = 0
+        shift = 0
+        start = self.position
+        for _ in range(MAX_VARINT_BYTES):
+            byte = self.read_exact(1)[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+        raise WireError("varint longer than 10 bytes", start)
+
+    def at_end(self) -> bool:
+        return self.peek_byte() is None
+
+
+def iter_stream_fields(
+    stream: ByteStream, length: int | None = None
+) -> Iterator[tuple[int, int, int | StreamField]]:
+    """Like ``iter_fields`` over a stream; LEN fields come as ``StreamField`` to read or skip.
+
+    The caller must read, skip or walk each StreamField before asking for the next field; one
+    left untouched is skipped automatically.
+    """
+    end = None if length is None else stream.position + length
+    while True:
+        if end is not None:
+            if stream.position == end:
+                return
+            if stream.position > end:
+                raise WireError("nested field overran its parent", stream.position)
+        elif stream.at_end():
+            return
+        tag_at = stream.position
+        tag = stream.read_varint()
+        number, wire_type = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError("field number 0", tag_at)
+        if wire_type == VARINT:
+            yield number, wire_type, stream.read_varint()
+        elif wire_type == LEN:
+            n = stream.read_varint()
+            if end is not None and stream.position + n > end:
+                raise WireError(f"field {number} claims {n} bytes, past its parent's end", tag_at)
+            field = StreamField(number, n, stream.position, stream)
+            yield number, wire_type, field
+            consumed = stream.position - field.offset
+            if consumed < n:
+                stream.skip(n - consumed)
+        elif wire_type == I64:
+            yield number, wire_type, int.from_bytes(stream.read_exact(8), "little")
+        elif wire_type == I32:
+            yield number, wire_type, int.from_bytes(stream.read_exact(4), "little")
+        else:
+            raise WireError(f"unsupported wire type {wire_type}", tag_at)
