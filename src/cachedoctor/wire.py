@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Union
+from typing import IO
 
 VARINT = 0
 I64 = 1
@@ -50,7 +50,9 @@ def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
             raise WireError("varint longer than 10 bytes", start)
 
 
-def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, FieldValue]]:
+def iter_fields(
+    buf: Buffer, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, int, FieldValue]]:
     """Yield ``(field_number, wire_type, value)`` for each field of one message.
 
     ``value`` is an int for VARINT/I64/I32 and a memoryview for LEN fields. Groups (deprecated,
@@ -155,7 +157,8 @@ class StreamField:
     def read(self, cap: int) -> bytes:
         if self.length > cap:
             raise WireError(
-                f"field {self.number} is {self.length} bytes, over the {cap}-byte limit", self.offset
+                f"field {self.number} is {self.length} bytes, over the {cap}-byte limit",
+                self.offset,
             )
         return self._stream.read_exact(self.length)
 

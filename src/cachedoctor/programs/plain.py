@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup_jax  # noqa: E402
+from _common import setup_jax
 
 jax = setup_jax()
 import jax.numpy as jnp  # noqa: E402

@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import setup_jax  # noqa: E402
+from _common import setup_jax
 
 jax = setup_jax()
 import jax.numpy as jnp  # noqa: E402
@@ -50,5 +50,7 @@ def f(x):
 
 mesh = Mesh(jax.devices(), ("x",))
 x = jax.device_put(jnp.arange(8, dtype=jnp.float32), NamedSharding(mesh, P("x")))
-out = jax.jit(f, in_shardings=NamedSharding(mesh, P("x")), out_shardings=NamedSharding(mesh, P("x")))(x)
+out = jax.jit(
+    f, in_shardings=NamedSharding(mesh, P("x")), out_shardings=NamedSharding(mesh, P("x"))
+)(x)
 print("result:", [float(v) for v in out])

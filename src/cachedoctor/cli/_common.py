@@ -1,0 +1,37 @@
+"""Options and helpers shared by commands."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.console import Console
+
+from cachedoctor.scan import Severity
+
+SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
+
+
+def stdout_console() -> Console:
+    """Data goes to stdout; rich decides colour from the terminal and NO_COLOR."""
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def progress_to_stderr(enabled: bool):  # type: ignore[no-untyped-def]
+    """A scan progress callback that writes to stderr on a terminal, or None."""
+    if not enabled or not sys.stderr.isatty() or os.environ.get("CI"):
+        return None
+    err = stderr_console()
+
+    def report(done: int, total: int) -> None:
+        if done == total or done % 200 == 0:
+            err.print(f"\rscanned {done}/{total} entries", end="")
+            if done == total:
+                err.print("\r" + " " * 40 + "\r", end="")
+
+    return report

@@ -1,0 +1,59 @@
+"""`cachedoctor scan [DIR]`."""
+
+from __future__ import annotations
+
+import click
+
+from cachedoctor.cli._common import SEVERITY_CHOICE, progress_to_stderr, stdout_console
+from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.scan import Severity, scan_directory
+
+
+@click.command()
+@click.argument("directory", required=False, metavar="[DIR]")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@click.option(
+    "--fail-on",
+    type=SEVERITY_CHOICE,
+    default="error",
+    show_default=True,
+    help="Exit 1 when a finding reaches this severity.",
+)
+@click.option(
+    "--ignore", multiple=True, metavar="KIND", help="Ignore findings of KIND (repeatable)."
+)
+@click.option("--max-modules", default=25, show_default=True, help="Rows in the module table.")
+@click.pass_context
+def scan(
+    ctx: click.Context,
+    directory: str | None,
+    as_json: bool,
+    fail_on: str,
+    ignore: tuple[str, ...],
+    max_modules: int,
+) -> None:
+    """Summarise a cache directory and report findings.
+
+    DIR defaults to $JAX_COMPILATION_CACHE_DIR, then to the directory set by `cachedoctor
+    enable`. Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error.
+    """
+    cache_dir = resolve_cache_dir(directory)
+    try:
+        report = scan_directory(cache_dir, progress=progress_to_stderr(not as_json))
+    except FileNotFoundError as exc:
+        raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from exc
+    except OSError as exc:
+        raise CachedoctorError(
+            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
+        ) from exc
+    if as_json:
+        from cachedoctor.render.jsonout import dumps, scan_document
+
+        click.echo(dumps(scan_document(report)))
+    else:
+        from cachedoctor.render.table import render_scan
+
+        render_scan(report, stdout_console(), max_modules=max_modules)
+    failed = report.fails(Severity.parse(fail_on), ignore)
+    ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))

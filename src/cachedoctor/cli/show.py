@@ -1,0 +1,67 @@
+"""`cachedoctor show KEY|PREFIX|PATH`."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from cachedoctor import reader
+from cachedoctor.cli._common import stdout_console
+from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.locate import locate_entry
+
+
+@click.command()
+@click.argument("entry")
+@click.option("--dir", "directory", metavar="DIR", help="Cache directory to look the key up in.")
+@click.option("--hlo", is_flag=True, help="Also print the HLO text (rendered by jaxlib).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@click.option(
+    "--extract",
+    type=click.Path(dir_okay=False, writable=True),
+    metavar="FILE",
+    help="Write the decompressed serialized executable to FILE.",
+)
+@click.pass_context
+def show(
+    ctx: click.Context,
+    entry: str,
+    directory: str | None,
+    hlo: bool,
+    as_json: bool,
+    extract: str | None,
+) -> None:
+    """Show everything known about one cache entry.
+
+    ENTRY is a key, a unique prefix of a key (or of its hash), or a path to a -cache file.
+    """
+    cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    path = locate_entry(entry, cache_dir)
+    detail = reader.decode_entry(path, detail=True)
+    assert isinstance(detail, reader.EntryDetail)
+    hlo_text = None
+    if hlo:
+        from cachedoctor.hlo import hlo_text as render_hlo
+
+        if detail.hlo_module is None:
+            raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")
+        hlo_text = render_hlo(detail.hlo_module) or "(jaxlib could not render this module)"
+    if extract:
+        if os.path.exists(extract):
+            raise CachedoctorError(f"{extract} exists; not overwriting it", slug="exists")
+        with open(extract, "xb") as out:
+            try:
+                written = reader.extract_payload(path, out)
+            except ValueError as exc:
+                raise CachedoctorError(f"cannot extract {path}: {exc}", slug="corrupt") from exc
+        click.echo(f"wrote {written} bytes to {extract}", err=True)
+    if as_json:
+        from cachedoctor.render.jsonout import dumps, show_document
+
+        click.echo(dumps(show_document(detail, hlo_text)))
+    else:
+        from cachedoctor.render.table import render_show
+
+        render_show(detail, stdout_console(), hlo_text)
+    ctx.exit(int(ExitCode.OK if detail.info.ok else ExitCode.FINDINGS))

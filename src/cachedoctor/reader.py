@@ -1,0 +1,749 @@
+"""The one place that reads JAX's persistent compilation cache: the directory and its entries.
+
+Layout (see docs/format.md): ``<module>-<sha256 hex>-cache`` files, each zstd or zlib of
+``[4-byte big-endian compile seconds][payload]``; the payload is an ``ExecutableAndOptionsProto``,
+preceded from jax 0.9.1 by a varint-length ``pjrt_ifrt`` metadata header, and on GPU from 0.9.1 a
+Riegeli "split proto". Every function here returns data; a bad entry comes back with
+``problems`` set, it never raises.
+
+Entries are decoded as a stream: large fields (object code, cubins) are hashed and skipped, only
+the HLO module and compile options are held, so memory does not grow with entry size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+import hashlib
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, BinaryIO
+
+import zstandard
+
+from cachedoctor import hlo as hlo_mod
+from cachedoctor import wire
+
+CACHE_SUFFIX = "-cache"
+ATIME_SUFFIX = "-atime"
+LOCKFILE = ".lockfile"
+AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
+KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
+CACHEDOCTOR_PREFIX = "cachedoctor"  # our own files and folders (manifests, index) start with it
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
+
+DEFAULT_MAX_DECOMPRESSED = 8 << 30  # a bigger entry is reported, not decoded
+MAX_HLO_BYTES = 1 << 30
+MAX_OPTIONS_BYTES = 64 << 20
+MAX_HEADER_BYTES = 64 << 20
+SMALL_FIELD = 64 << 10  # executable sub-fields kept whole for interpretation
+
+_KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
+_JAX_TEMP_RE = re.compile(r"^_temp_|\.tmp$|^tmp[._]")
+
+# DebugOptions field numbers (xla/xla.proto), see FORMATS.md §4.
+DEBUG_DEVICE_COUNT = 102
+DEBUG_DUMP_TO = 109
+DEBUG_KERNEL_CACHE_FILE = 306
+DEBUG_AUTOTUNE_DIR = 310
+DEBUG_AUTOTUNE_MODE = 324
+DEBUG_AUTOTUNER_CACHE_DIR = 407
+AUTOTUNE_MODES = {0: "unspecified", 1: "update", 2: "read"}
+
+
+class FileKind(enum.StrEnum):
+    ENTRY = "entry"
+    ATIME = "atime"
+    LOCKFILE = "lockfile"
+    TEMP = "temp"
+    AUTOTUNE_SUBCACHE = "autotune-subcache"
+    KERNEL_SUBCACHE = "kernel-subcache"
+    CACHEDOCTOR = "cachedoctor"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class DirItem:
+    """One name in the cache directory, classified, with its lstat facts (links not followed)."""
+
+    name: str
+    kind: FileKind
+    key: str | None
+    size: int
+    mtime_ns: int
+    mode: int
+    uid: int
+    is_symlink: bool
+    is_dir: bool
+
+
+@dataclass(frozen=True)
+class CacheListing:
+    root: str
+    items: tuple[DirItem, ...]
+    root_mode: int
+    root_uid: int
+
+    def of_kind(self, kind: FileKind) -> list[DirItem]:
+        return [i for i in self.items if i.kind is kind]
+
+    @property
+    def entries(self) -> list[DirItem]:
+        return self.of_kind(FileKind.ENTRY)
+
+    def path(self, item: DirItem) -> Path:
+        return Path(self.root) / item.name
+
+
+def parse_key(name: str) -> tuple[str, str | None] | None:
+    """``jit_f-<64hex>`` -> (key, module); None when the name is not a JAX cache key."""
+    m = _KEY_RE.match(name)
+    if not m:
+        return None
+    return name, m.group("module")
+
+
+def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
+    """Kind of a directory member, and its cache key when it belongs to an entry."""
+    if name.startswith(CACHEDOCTOR_PREFIX) or name.startswith("." + CACHEDOCTOR_PREFIX):
+        return FileKind.CACHEDOCTOR, None
+    if name == AUTOTUNE_DIR:
+        return FileKind.AUTOTUNE_SUBCACHE, None
+    if name.startswith(KERNEL_CACHE_FILE):
+        return FileKind.KERNEL_SUBCACHE, None
+    if is_dir:
+        return FileKind.UNKNOWN, None
+    if name == LOCKFILE:
+        return FileKind.LOCKFILE, None
+    for suffix, kind in ((CACHE_SUFFIX, FileKind.ENTRY), (ATIME_SUFFIX, FileKind.ATIME)):
+        if name.endswith(suffix):
+            parsed = parse_key(name[: -len(suffix)])
+            if parsed:
+                return kind, parsed[0]
+    parsed = parse_key(name)
+    if parsed:  # jax <= 0.4.29 wrote entries without a suffix
+        return FileKind.ENTRY, parsed[0]
+    if _JAX_TEMP_RE.search(name):
+        return FileKind.TEMP, None
+    return FileKind.UNKNOWN, None
+
+
+def list_cache(root: str | os.PathLike[str]) -> CacheListing:
+    """List and classify a cache directory. Raises OSError when the directory cannot be read."""
+    root_path = Path(root)
+    root_stat = root_path.stat()
+    if not stat.S_ISDIR(root_stat.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
+    items = []
+    with os.scandir(root_path) as it:
+        for de in it:
+            try:
+                st = de.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished between listing and stat (a concurrent JAX eviction)
+            is_link = stat.S_ISLNK(st.st_mode)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            kind, key = classify(de.name, is_dir)
+            items.append(
+                DirItem(
+                    name=de.name,
+                    kind=kind,
+                    key=key,
+                    size=st.st_size,
+                    mtime_ns=st.st_mtime_ns,
+                    mode=st.st_mode,
+                    uid=st.st_uid,
+                    is_symlink=is_link,
+                    is_dir=is_dir,
+                )
+            )
+    items.sort(key=lambda i: i.name)
+    return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+
+
+def read_atime(path: str | os.PathLike[str]) -> int | None:
+    """The nanosecond timestamp in a ``-atime`` file (8 bytes, little-endian), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(9)
+    return int.from_bytes(data, "little") if len(data) == 8 else None
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why an entry could not be (fully) decoded. ``kind`` is a stable slug."""
+
+    kind: str  # unreadable | symlink | not-compressed | truncated | decompress | too-large |
+    #            header | protobuf | unsupported
+    message: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of the serialized executable, by size (object code, PTX, cubin, thunks...)."""
+
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """What a summary scan knows about one entry: plain data, no payloads."""
+
+    key: str
+    module: str | None
+    path: str
+    size: int
+    mtime_ns: int
+    compression: str | None = None  # "zstd" | "zlib"
+    decompressed_size: int | None = None
+    compile_time_s: int | None = None
+    payload_format: str | None = None  # "pjrt" | "ifrt" | "riegeli"
+    ifrt_version: int | None = None
+    runtime_name: str | None = None
+    platform: str = "unknown"  # cpu | gpu | tpu | unknown
+    pjrt_client_name: str | None = None
+    cpu_triple: str | None = None
+    cpu_name: str | None = None
+    num_replicas: int | None = None
+    num_partitions: int | None = None
+    use_spmd_partitioning: bool | None = None
+    use_shardy: bool | None = None
+    process_index: int | None = None
+    process_count: int | None = None
+    host_device_count: int | None = None
+    autotune_dir: str | None = None
+    kernel_cache_file: str | None = None
+    autotune_mode: str | None = None
+    hlo: hlo_mod.HloSummary | None = None
+    sections: tuple[Section, ...] = ()
+    executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
+    program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
+    volatile: tuple[hlo_mod.VolatileField, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def format_label(self) -> str:
+        """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
+        if self.payload_format == "ifrt":
+            return f"ifrt-v{self.ifrt_version}"
+        return self.payload_format or "unknown"
+
+
+@dataclass(frozen=True)
+class EntryDetail:
+    """An entry decoded for ``show`` and ``diff``: the summary plus the parts worth comparing."""
+
+    info: EntryInfo
+    hlo_module: bytes | None
+    hlo_config: bytes | None
+    compile_options: bytes | None
+    ifrt_header: bytes | None
+    small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
+
+
+class _DecodeFailure(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(kind, message)
+
+
+class _Decompressor:
+    """A bounded, hashing, read()-able view of a zstd or zlib stream.
+
+    Output beyond ``cap`` raises; truncation is detected at the end (zstd's declared content
+    size, zlib's end-of-stream marker) because python-zstandard's stream reader hides it.
+    """
+
+    def __init__(self, fh: BinaryIO, compression: str, cap: int, hash_from: int) -> None:
+        self.compression = compression
+        self.cap = cap
+        self.produced = 0
+        self._hash_from = hash_from
+        self.hasher = hashlib.sha256()
+        self._fh = fh
+        self._zlib = zlib.decompressobj() if compression == "zlib" else None
+        self._zlib_buf = b""
+        self.declared_size: int | None = None
+        self._zstd: IO[bytes] | None = None
+        if compression == "zstd":
+            head = fh.read(18)
+            try:
+                params = zstandard.get_frame_parameters(head)
+                if params.content_size not in (0, zstandard.CONTENTSIZE_UNKNOWN):
+                    self.declared_size = params.content_size
+                elif params.content_size == 0:
+                    self.declared_size = 0
+            except zstandard.ZstdError as exc:
+                raise _DecodeFailure("decompress", f"bad zstd frame header: {exc}") from exc
+            fh.seek(0)
+            self._zstd = zstandard.ZstdDecompressor().stream_reader(
+                fh, read_size=1 << 20, read_across_frames=False
+            )
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = 1 << 20
+        try:
+            data = self._zstd.read(n) if self._zstd is not None else self._read_zlib(n)
+        except (zstandard.ZstdError, zlib.error) as exc:
+            raise _DecodeFailure(
+                "decompress", f"{self.compression} data is damaged: {exc}"
+            ) from exc
+        if data:
+            start = self.produced
+            self.produced += len(data)
+            if self.produced > self.cap:
+                raise _DecodeFailure(
+                    "too-large",
+                    f"decompresses to more than {self.cap} bytes (the cap); not decoded",
+                )
+            if self.produced > self._hash_from:
+                skip = max(0, self._hash_from - start)
+                self.hasher.update(memoryview(data)[skip:])
+        return data
+
+    def _read_zlib(self, n: int) -> bytes:
+        assert self._zlib is not None
+        while True:
+            if self._zlib.unconsumed_tail:
+                return self._zlib.decompress(self._zlib.unconsumed_tail, n)
+            if self._zlib.eof:
+                return b""
+            chunk = self._fh.read(1 << 16)
+            if not chunk:
+                return self._zlib.flush(n) if not self._zlib.eof else b""
+            out = self._zlib.decompress(chunk, n)
+            if out:
+                return out
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+    def check_complete(self) -> None:
+        if self.compression == "zlib":
+            assert self._zlib is not None
+            if not self._zlib.eof:
+                raise _DecodeFailure("truncated", "zlib stream ends early (file cut short)")
+        elif self.declared_size is not None and self.produced != self.declared_size:
+            raise _DecodeFailure(
+                "truncated",
+                f"zstd frame declares {self.declared_size} bytes but holds {self.produced}"
+                " (file cut short, or a forged size)",
+            )
+
+
+def detect_compression(head: bytes) -> str | None:
+    """'zstd' or 'zlib' from the magic bytes, else None."""
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return None
+
+
+def _open_nofollow(path: str) -> BinaryIO:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    return os.fdopen(fd, "rb")
+
+
+def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:
+    f = wire.fields_by_number(buf)
+    out["host_device_count"] = wire.as_int(wire.first(f, DEBUG_DEVICE_COUNT))
+    out["autotune_dir"] = wire.as_str(wire.first(f, DEBUG_AUTOTUNE_DIR)) or None
+    out["kernel_cache_file"] = wire.as_str(wire.first(f, DEBUG_KERNEL_CACHE_FILE)) or None
+    mode = wire.as_int(wire.first(f, DEBUG_AUTOTUNE_MODE))
+    out["autotune_mode"] = AUTOTUNE_MODES.get(mode, str(mode)) if mode is not None else None
+
+
+def decode_compile_options(buf: wire.Buffer) -> dict[str, object]:
+    """The fields of CompileOptionsProto that matter to findings (FORMATS.md §1)."""
+    out: dict[str, object] = {}
+    f = wire.fields_by_number(buf)
+    ebo = wire.first(f, 3)
+    if ebo is None or isinstance(ebo, int):
+        return out
+    ef = wire.fields_by_number(ebo)
+    out["num_replicas"] = wire.as_int(wire.first(ef, 4))
+    out["num_partitions"] = wire.as_int(wire.first(ef, 5))
+    spmd = wire.as_int(wire.first(ef, 6))
+    out["use_spmd_partitioning"] = bool(spmd) if spmd is not None else None
+    shardy = wire.as_int(wire.first(ef, 19))
+    out["use_shardy"] = bool(shardy) if shardy is not None else None
+    out["process_index"] = wire.as_int(wire.first(ef, 22))
+    out["process_count"] = wire.as_int(wire.first(ef, 23))
+    debug = wire.first(ef, 3)
+    if debug is not None and not isinstance(debug, int):
+        _decode_debug_options(debug, out)
+    return out
+
+
+def canonical_compile_options(buf: wire.Buffer) -> bytes:
+    """Compile options with cache-dir-derived paths reduced to their last component.
+
+    This is what makes a relocated entry compare equal to the original in ``program_digest``.
+    """
+    f_out = bytearray()
+    for number, wt, value in wire.iter_fields(buf):
+        if number == 3 and wt == wire.LEN and not isinstance(value, int):
+            inner = bytearray()
+            for n2, wt2, v2 in wire.iter_fields(value):
+                if n2 == 3 and wt2 == wire.LEN and not isinstance(v2, int):
+                    v2 = memoryview(_canonical_debug_options(v2))
+                inner += _encode_field(n2, wt2, v2)
+            value = memoryview(bytes(inner))
+        f_out += _encode_field(number, wt, value)
+    return bytes(f_out)
+
+
+def _canonical_debug_options(buf: wire.Buffer) -> bytes:
+    out = bytearray()
+    for number, wt, value in wire.iter_fields(buf):
+        if number in (DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR) and (
+            not isinstance(value, int)
+        ):
+            value = memoryview(os.path.basename(bytes(value).rstrip(b"/")))
+        if number in (DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE):
+            continue  # JAX clears these before hashing too
+        out += _encode_field(number, wt, value)
+    return bytes(out)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _encode_field(number: int, wt: int, value: wire.FieldValue) -> bytes:
+    tag = _encode_varint(number << 3 | wt)
+    if wt == wire.VARINT:
+        assert isinstance(value, int)
+        return tag + _encode_varint(value)
+    if wt == wire.I64:
+        assert isinstance(value, int)
+        return tag + value.to_bytes(8, "little")
+    if wt == wire.I32:
+        assert isinstance(value, int)
+        return tag + value.to_bytes(4, "little")
+    assert not isinstance(value, int)
+    return tag + _encode_varint(len(value)) + bytes(value)
+
+
+@dataclass
+class _Walk:
+    """Mutable state of one streaming decode."""
+
+    fields: dict[str, object] = field(default_factory=dict)
+    hlo_module: bytes | None = None
+    hlo_config: bytes | None = None
+    compile_options: bytes | None = None
+    ifrt_header: bytes | None = None
+    small: list[tuple[int, bytes]] = field(default_factory=list)
+    scalars: list[tuple[int, int]] = field(default_factory=list)
+    sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
+
+
+def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
+    """Walk ``serialized_executable`` (CPU or GPU CompilationResultProto and successors)."""
+    for number, _wt, value in fld.sub():
+        if not isinstance(value, wire.StreamField):
+            walk.scalars.append((number, value))
+            continue
+        if number == 1:
+            data = value.read(MAX_HLO_BYTES)
+            hf = wire.fields_by_number(data)
+            module = wire.first(hf, 1)
+            config = wire.first(hf, 2)
+            walk.hlo_module = (
+                bytes(module) if module is not None and not isinstance(module, int) else None
+            )
+            walk.hlo_config = (
+                bytes(config) if config is not None and not isinstance(config, int) else None
+            )
+        elif value.length <= SMALL_FIELD:
+            walk.small.append((number, value.read(SMALL_FIELD)))
+        else:
+            head = value._stream.read_exact(min(64, value.length))
+            walk.sections.append((number, value.length, head))
+
+
+def _infer_platform(walk: _Walk) -> str:
+    client = str(walk.fields.get("pjrt_client_name") or "").lower()
+    if client:
+        if "tpu" in client:
+            return "tpu"
+        if any(s in client for s in ("streamexecutor", "gpu", "cuda", "rocm")):
+            return "gpu"
+        if "cpu" in client:
+            return "cpu"
+    numbers = {n for n, _ in walk.small} | {n for n, _, _ in walk.sections}
+    heads = [(n, d[:64]) for n, d in walk.small] + [(n, h) for n, _, h in walk.sections]
+    for n, head in heads:
+        if head.startswith(b"\x7fELF") and len(head) >= 20:
+            machine = int.from_bytes(head[18:20], "little")
+            return "gpu" if machine == 190 else "cpu"  # EM_CUDA = 190
+        if n == 3 and head.lstrip().startswith((b"//", b".version")):
+            return "gpu"
+    if 9 in numbers or 7 in numbers:
+        return "cpu"
+    return "unknown"
+
+
+_CPU_SECTIONS = {4: "object code", 8: "object files", 6: "thunk sequence", 2: "buffer assignment"}
+_GPU_SECTIONS = {
+    3: "PTX",
+    4: "cubin",
+    5: "cuDNN graphs",
+    2: "buffer assignment",
+    13: "thunks",
+    12: "constants",
+}
+
+
+def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) -> list[Section]:
+    names = _GPU_SECTIONS if platform == "gpu" else _CPU_SECTIONS
+    sizes: dict[str, int] = {}
+    for n, size, _ in walk.sections:
+        label = names.get(n, f"field {n}")
+        sizes[label] = sizes.get(label, 0) + size
+    for n, data in walk.small:
+        if n in names and isinstance(data, bytes):
+            label = names[n]
+            sizes[label] = sizes.get(label, 0) + len(data)
+        if platform == "cpu" and n == 9:
+            try:
+                tf = wire.fields_by_number(data)
+                out["cpu_triple"] = wire.as_str(wire.first(tf, 1))
+                out["cpu_name"] = wire.as_str(wire.first(tf, 2))
+            except wire.WireError:
+                pass
+    return [Section(k, v) for k, v in sorted(sizes.items())]
+
+
+def decode_entry(
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    detail: bool = False,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+) -> EntryInfo | EntryDetail:
+    """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``."""
+    path = os.fspath(path)
+    name = os.path.basename(path)
+    if key is None:
+        base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
+        parsed = parse_key(base)
+        key = parsed[0] if parsed else base
+    module = parse_key(key)[1] if parse_key(key) else None
+    walk = _Walk()
+    info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
+    problems: list[Problem] = []
+    dec: _Decompressor | None = None
+    try:
+        try:
+            fh = _open_nofollow(path)
+        except OSError as exc:
+            kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
+            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+            raise _DecodeFailure(kind, str(msg)) from exc
+        with fh:
+            st = os.fstat(fh.fileno())
+            info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+            head = fh.read(4)
+            fh.seek(0)
+            compression = detect_compression(head)
+            if st.st_size == 0:
+                raise _DecodeFailure("truncated", "empty file")
+            if compression is None:
+                raise _DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
+            info = replace(info, compression=compression)
+            dec = _Decompressor(fh, compression, max_decompressed, hash_from=4)
+            stream = wire.ByteStream(dec)
+            try:
+                prefix = stream.read_exact(4)
+            except wire.StreamEnd as exc:
+                raise _DecodeFailure(
+                    "truncated", "shorter than the 4-byte compile-time prefix"
+                ) from exc
+            info = replace(info, compile_time_s=int.from_bytes(prefix, "big"))
+            _walk_payload(stream, walk)
+            dec.drain()
+            dec.check_complete()
+    except _DecodeFailure as failure:
+        problems.append(failure.problem)
+    except wire.StreamEnd as exc:
+        problems.append(Problem("truncated", f"payload ends early: {exc}"))
+    except wire.WireError as exc:
+        problems.append(Problem("protobuf", f"malformed protobuf: {exc}"))
+    except OSError as exc:
+        problems.append(Problem("unreadable", exc.strerror or str(exc)))
+    if dec is not None:
+        if problems and problems[0].kind == "protobuf":
+            try:  # a malformed payload may also be a truncated file: say which
+                dec.drain()
+                dec.check_complete()
+            except _DecodeFailure as failure:
+                problems.insert(0, failure.problem)
+            except Exception:
+                pass
+        info = replace(info, decompressed_size=dec.produced)
+        if not problems:
+            info = replace(info, executable_digest=dec.hasher.hexdigest())
+    info = _finish(info, walk, problems)
+    if not detail:
+        return info
+    return EntryDetail(
+        info=info,
+        hlo_module=walk.hlo_module,
+        hlo_config=walk.hlo_config,
+        compile_options=walk.compile_options,
+        ifrt_header=walk.ifrt_header,
+        small_fields=tuple(walk.small),
+    )
+
+
+def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
+    first = stream.peek_byte()
+    if first is None:
+        raise _DecodeFailure("truncated", "no executable after the compile-time prefix")
+    fmt = "pjrt"
+    if first != 0x0A and first != RIEGELI_MAGIC[0]:
+        length = stream.read_varint()
+        if length > MAX_HEADER_BYTES:
+            raise _DecodeFailure("header", f"pjrt_ifrt header claims {length} bytes")
+        header = stream.read_exact(length)
+        hf = wire.fields_by_number(header)
+        walk.ifrt_header = header
+        walk.fields["ifrt_version"] = wire.as_int(wire.first(hf, 1))
+        walk.fields["runtime_name"] = wire.as_str(wire.first(hf, 2))
+        fmt = "ifrt"
+        first = stream.peek_byte()
+    if first == RIEGELI_MAGIC[0]:
+        walk.fields["payload_format"] = "riegeli"
+        raise _DecodeFailure(
+            "unsupported",
+            "Riegeli split-proto payload (GPU, jax >= 0.9.1); this reader does not decode it yet",
+        )
+    walk.fields["payload_format"] = fmt
+    for number, _wt, value in wire.iter_stream_fields(stream):
+        if not isinstance(value, wire.StreamField):
+            continue
+        if number == 1:
+            try:
+                _walk_executable(value, walk)
+            except wire.WireError as exc:
+                # not a proto we know (e.g. TPU's opaque payload): skip it, keep the rest
+                walk.fields["opaque_executable"] = str(exc)
+                remaining = value.offset + value.length - stream.position
+                if remaining > 0:
+                    stream.skip(remaining)
+        elif number == 2:
+            walk.compile_options = value.read(MAX_OPTIONS_BYTES)
+        elif number == 3:
+            walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
+
+
+def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
+    fields: dict[str, object] = dict(walk.fields)
+    platform = _infer_platform(walk)
+    sections = _interpret_executable(walk, platform, fields)
+    summary = None
+    program = hashlib.sha256(platform.encode())
+    volatile: tuple[hlo_mod.VolatileField, ...] = ()
+    if walk.hlo_module is not None:
+        try:
+            summary = hlo_mod.summarize(walk.hlo_module)
+            canon = hlo_mod.canonicalize(walk.hlo_module)
+            volatile = tuple(v for v in canon.volatile if v.category == "backend_config-pointer")
+            program.update(canon.digest.encode())
+        except wire.WireError as exc:
+            problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
+    elif not problems and "opaque_executable" not in fields:
+        problems.append(Problem("protobuf", "no HLO module in the serialized executable"))
+    if walk.compile_options is not None:
+        try:
+            fields.update(decode_compile_options(walk.compile_options))
+            program.update(canonical_compile_options(walk.compile_options))
+        except wire.WireError as exc:
+            problems.append(Problem("protobuf", f"compile options are malformed: {exc}"))
+    known = {f.name for f in dataclasses.fields(EntryInfo)}
+    updates = {k: v for k, v in fields.items() if k in known}
+    return replace(
+        info,
+        **updates,  # type: ignore[arg-type]
+        platform=platform
+        if not (platform == "unknown" and "opaque_executable" in fields)
+        else "unknown",
+        hlo=summary,
+        sections=tuple(sections),
+        program_digest=program.hexdigest() if summary is not None and not problems else None,
+        volatile=volatile,
+        problems=tuple(problems),
+    )
+
+
+def iter_entries(listing: CacheListing, **kwargs: object) -> Iterator[EntryInfo]:
+    """Decode every entry of a listing, in name order."""
+    for item in listing.entries:
+        result = decode_entry(listing.path(item), key=item.key, **kwargs)  # type: ignore[arg-type]
+        assert isinstance(result, EntryInfo)
+        yield result
+
+
+def extract_payload(
+    path: str | os.PathLike[str], out: BinaryIO, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+) -> int:
+    """Write the decompressed serialized executable (after the time prefix) to ``out``.
+
+    Returns the byte count. Raises ValueError with a one-line reason for a bad entry.
+    """
+    try:
+        with _open_nofollow(os.fspath(path)) as fh:
+            compression = detect_compression(fh.read(4))
+            fh.seek(0)
+            if compression is None:
+                raise ValueError("neither zstd nor zlib (bad magic bytes)")
+            dec = _Decompressor(fh, compression, max_decompressed, hash_from=4)
+            prefix = dec.read(4)
+            while len(prefix) < 4:
+                more = dec.read(4 - len(prefix))
+                if not more:
+                    raise ValueError("shorter than the 4-byte compile-time prefix")
+                prefix += more
+            written = 0
+            if len(prefix) > 4:
+                out.write(prefix[4:])
+                written += len(prefix) - 4
+            while chunk := dec.read(1 << 20):
+                out.write(chunk)
+                written += len(chunk)
+            dec.check_complete()
+            return written
+    except _DecodeFailure as failure:
+        raise ValueError(failure.problem.message) from failure

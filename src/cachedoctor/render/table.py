@@ -1,0 +1,157 @@
+"""Human output with rich: summaries, tables and findings for a terminal."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cachedoctor.reader import EntryDetail, EntryInfo
+from cachedoctor.scan import ScanReport, Severity
+
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _counts(pairs: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{name} ({n})" for name, n in pairs) or "-"
+
+
+def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) -> None:
+    s = report.summary
+    console.print(Text(f"cache {report.cache_dir}", style="bold"))
+    jax = report.jax
+    console.print(
+        f"  installed jax {jax.jax_version or 'not installed'}"
+        + (f", jaxlib {jax.jaxlib_version}" if jax.jaxlib_version else "")
+    )
+    rows = [
+        ("entries", f"{s.entries} ({s.corrupt} undecodable)" if s.corrupt else str(s.entries)),
+        ("on disk", human_bytes(s.bytes_on_disk)),
+        ("decompressed", human_bytes(s.decompressed_bytes)),
+        ("compile time stored", f"{s.compile_seconds} s"),
+        ("modules", str(s.modules)),
+        ("platforms", _counts(s.platforms)),
+        ("formats", _counts(s.formats)),
+        ("LRU eviction", f"in use ({s.atime_files} -atime files)" if s.eviction_in_use else "off"),
+    ]
+    for name, size in s.subcaches:
+        rows.append((f"sub-cache {name}", human_bytes(size)))
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="dim")
+    summary.add_column()
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
+    if report.modules:
+        table = Table(title="modules", title_justify="left", show_edge=False)
+        table.add_column("module")
+        table.add_column("entries", justify="right")
+        table.add_column("programs", justify="right")
+        table.add_column("on disk", justify="right")
+        table.add_column("compile s", justify="right")
+        for m in report.modules[:max_modules]:
+            style = "yellow" if m.entries > m.programs else None
+            table.add_row(
+                m.module,
+                str(m.entries),
+                str(m.programs),
+                human_bytes(m.bytes_on_disk),
+                str(m.compile_seconds),
+                style=style,
+            )
+        if len(report.modules) > max_modules:
+            table.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
+        console.print(table)
+    render_findings(report, console)
+
+
+def render_findings(report: ScanReport, console: Console) -> None:
+    if not report.findings:
+        console.print(Text("no findings", style="green"))
+        return
+    console.print(Text(f"{len(report.findings)} findings", style="bold"))
+    for f in report.findings:
+        line = Text()
+        line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+        line.append(f"{f.kind.value:15} ", style="bold")
+        line.append(f.message)
+        console.print(line)
+        console.print(Text(f"        → {f.advice}", style="dim"))
+
+
+def _fmt_time(ns: int) -> str:
+    return _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
+    rows = [
+        ("key", e.key),
+        ("module", e.module or "-"),
+        ("file", e.path),
+        ("on disk", f"{human_bytes(e.size)}, written {_fmt_time(e.mtime_ns)}"),
+        ("compression", e.compression or "-"),
+        ("decompressed", human_bytes(e.decompressed_size)),
+        ("compile time", f"{e.compile_time_s} s" if e.compile_time_s is not None else "-"),
+        ("format", e.format_label + (f" ({e.runtime_name})" if e.runtime_name else "")),
+        ("platform", e.platform + (f" ({e.pjrt_client_name})" if e.pjrt_client_name else "")),
+    ]
+    if e.cpu_triple or e.cpu_name:
+        rows.append(("cpu target", f"{e.cpu_triple or '?'} / {e.cpu_name or '?'}"))
+    rows += [
+        ("replicas × partitions", f"{e.num_replicas} × {e.num_partitions}"),
+        ("spmd / shardy", f"{e.use_spmd_partitioning} / {e.use_shardy}"),
+        ("autotune cache dir", e.autotune_dir or "-"),
+        ("autotune mode", e.autotune_mode or "-"),
+        ("kernel cache file", e.kernel_cache_file or "-"),
+    ]
+    if e.hlo is not None:
+        rows += [
+            ("hlo module", f"{e.hlo.name} (entry {e.hlo.entry_computation})"),
+            ("instructions", f"{e.hlo.instructions} in {e.hlo.computations} computations"),
+            ("parameters", ", ".join(e.hlo.parameters) or "-"),
+            ("result", e.hlo.result or "-"),
+            ("top opcodes", ", ".join(f"{op} ({n})" for op, n in e.hlo.opcodes[:8])),
+        ]
+    for section in e.sections:
+        rows.append((f"section {section.name}", human_bytes(section.size)))
+    rows.append(("executable sha256", e.executable_digest or "-"))
+    rows.append(("program digest", e.program_digest or "-"))
+    return rows
+
+
+def render_show(detail: EntryDetail, console: Console, hlo_text: str | None = None) -> None:
+    e = detail.info
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column(overflow="fold")
+    for k, v in entry_rows(e):
+        grid.add_row(k, v)
+    console.print(grid)
+    if e.hlo is not None and e.hlo.custom_calls:
+        table = Table(title="custom calls", title_justify="left", show_edge=False)
+        table.add_column("instruction")
+        table.add_column("target")
+        table.add_column("backend_config", overflow="fold")
+        for c in e.hlo.custom_calls:
+            table.add_row(f"{c.computation}/{c.instruction}", c.target, c.backend_config or "-")
+        console.print(table)
+    elif e.hlo is not None:
+        console.print(Text("no custom calls in the compiled module", style="dim"))
+    for p in e.problems:
+        console.print(Text(f"problem {p.kind}: {p.message}", style="bold red"))
+    if hlo_text is not None:
+        console.rule("HLO")
+        console.print(hlo_text, markup=False, highlight=False)

@@ -1,0 +1,82 @@
+"""Shared fixtures: real caches written by real JAX in subprocesses, built once per session.
+
+``make_cache(path, [("seed", {}), ("plain", {"CACHEDOCTOR_PLAIN_SIZE": "32"})])`` runs each
+bundled program once, in order, in a fresh interpreter against ``path``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.runner import Run, run_program
+
+ProgramSpec = tuple[str, dict[str, str]]
+
+
+def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None = None) -> list[Run]:
+    path.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for name, env in programs:
+        run = run_program(name, str(path), env, python=python)
+        assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
+        runs.append(run)
+    return runs
+
+
+@pytest.fixture(autouse=True)
+def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's cache, colours or terminal width."""
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "cachedoctor-config.toml"))
+
+
+@pytest.fixture(scope="session")
+def cache_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Build a named cache once per session; tests must copy it before changing it."""
+    built: dict[str, Path] = {}
+
+    def build(name: str, programs: Sequence[ProgramSpec]) -> Path:
+        if name not in built:
+            path = tmp_path_factory.mktemp(name) / "cache"
+            make_cache(path, programs)
+            built[name] = path
+        return built[name]
+
+    return build
+
+
+SEED_3 = [("seed", {})] * 3
+PLAIN = [("plain", {})]
+
+
+@pytest.fixture(scope="session")
+def seed_cache(cache_factory: Callable[..., Path]) -> Path:
+    """The seed program run 3 times (3 jit_f entries, identical executables) plus a plain one."""
+    return cache_factory("seed3", [*SEED_3, *PLAIN])
+
+
+@pytest.fixture
+def copy_of(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """Copy a session cache so a test can change it."""
+
+    def copy(src: Path) -> Path:
+        dst = tmp_path / f"copy-{src.parent.name}"
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
+    yield copy
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["NO_COLOR"] = "1"
+    env["COLUMNS"] = "200"
+    return env
