@@ -20,8 +20,8 @@ I32 = 5
 
 MAX_VARINT_BYTES = 10
 
-Buffer = Union[bytes, bytearray, memoryview]
-FieldValue = Union[int, memoryview]
+Buffer = bytes | bytearray | memoryview
+FieldValue = int | memoryview
 
 
 class WireError(ValueError):
