@@ -416,15 +416,27 @@ def canonical_compile_options(buf: wire.Buffer) -> bytes:
 
 
 def _canonical_debug_options(buf: wire.Buffer) -> bytes:
-    out = bytearray()
+    """DebugOptions in a canonical encoding: map entries sorted, cache paths reduced.
+
+    Map fields (e.g. 357, latency-estimator options) serialize in hash order, so two runs of
+    the same program can differ only in map order (seen with jax 0.6.2).
+    """
+    grouped: dict[int, list[tuple[int, wire.FieldValue]]] = {}
     for number, wt, value in wire.iter_fields(buf):
+        if number in (DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE):
+            continue  # JAX clears these before hashing too
         if number in (DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR) and (
             not isinstance(value, int)
         ):
             value = memoryview(os.path.basename(bytes(value).rstrip(b"/")))
-        if number in (DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE):
-            continue  # JAX clears these before hashing too
-        out += _encode_field(number, wt, value)
+        grouped.setdefault(number, []).append((wt, value))
+    out = bytearray()
+    for number in sorted(grouped):
+        values = grouped[number]
+        if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
+            values = sorted(values, key=lambda item: bytes(item[1]))  # type: ignore[arg-type]
+        for wt, value in values:
+            out += _encode_field(number, wt, value)
     return bytes(out)
 
 

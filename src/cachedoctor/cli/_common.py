@@ -15,7 +15,8 @@ SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False
 
 def stdout_console() -> Console:
     """Data goes to stdout; rich decides colour from the terminal and NO_COLOR."""
-    return Console(highlight=False, soft_wrap=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(highlight=False, soft_wrap=False, width=width)
 
 
 def stderr_console() -> Console:
