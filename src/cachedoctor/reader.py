@@ -123,6 +123,8 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
         return FileKind.UNKNOWN, None
     if name == LOCKFILE:
         return FileKind.LOCKFILE, None
+    if _JAX_TEMP_RE.search(name):
+        return FileKind.TEMP, None
     for suffix, kind in ((CACHE_SUFFIX, FileKind.ENTRY), (ATIME_SUFFIX, FileKind.ATIME)):
         if name.endswith(suffix):
             parsed = parse_key(name[: -len(suffix)])
@@ -131,8 +133,6 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
     parsed = parse_key(name)
     if parsed:  # jax <= 0.4.29 wrote entries without a suffix
         return FileKind.ENTRY, parsed[0]
-    if _JAX_TEMP_RE.search(name):
-        return FileKind.TEMP, None
     return FileKind.UNKNOWN, None
 
 
@@ -288,12 +288,16 @@ class _Decompressor:
             head = fh.read(18)
             try:
                 params = zstandard.get_frame_parameters(head)
-                if params.content_size not in (0, zstandard.CONTENTSIZE_UNKNOWN):
-                    self.declared_size = params.content_size
-                elif params.content_size == 0:
-                    self.declared_size = 0
             except zstandard.ZstdError as exc:
                 raise _DecodeFailure("decompress", f"bad zstd frame header: {exc}") from exc
+            if params.content_size != zstandard.CONTENTSIZE_UNKNOWN:
+                self.declared_size = params.content_size
+                if params.content_size > cap:
+                    raise _DecodeFailure(
+                        "too-large",
+                        f"zstd frame declares {params.content_size} bytes, over the {cap}-byte"
+                        " cap; not decoded",
+                    )
             fh.seek(0)
             self._zstd = zstandard.ZstdDecompressor().stream_reader(
                 fh, read_size=1 << 20, read_across_frames=False
@@ -576,57 +580,15 @@ def decode_entry(
     walk = _Walk()
     info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
     problems: list[Problem] = []
-    dec: _Decompressor | None = None
     try:
-        try:
-            fh = _open_nofollow(path)
-        except OSError as exc:
-            kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
-            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
-            raise _DecodeFailure(kind, str(msg)) from exc
-        with fh:
-            st = os.fstat(fh.fileno())
-            info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
-            head = fh.read(4)
-            fh.seek(0)
-            compression = detect_compression(head)
-            if st.st_size == 0:
-                raise _DecodeFailure("truncated", "empty file")
-            if compression is None:
-                raise _DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
-            info = replace(info, compression=compression)
-            dec = _Decompressor(fh, compression, max_decompressed, hash_from=4)
-            stream = wire.ByteStream(dec)
-            try:
-                prefix = stream.read_exact(4)
-            except wire.StreamEnd as exc:
-                raise _DecodeFailure(
-                    "truncated", "shorter than the 4-byte compile-time prefix"
-                ) from exc
-            info = replace(info, compile_time_s=int.from_bytes(prefix, "big"))
-            _walk_payload(stream, walk)
-            dec.drain()
-            dec.check_complete()
-    except _DecodeFailure as failure:
-        problems.append(failure.problem)
-    except wire.StreamEnd as exc:
-        problems.append(Problem("truncated", f"payload ends early: {exc}"))
-    except wire.WireError as exc:
-        problems.append(Problem("protobuf", f"malformed protobuf: {exc}"))
+        fh = _open_nofollow(path)
     except OSError as exc:
-        problems.append(Problem("unreadable", exc.strerror or str(exc)))
-    if dec is not None:
-        if problems and problems[0].kind == "protobuf":
-            try:  # a malformed payload may also be a truncated file: say which
-                dec.drain()
-                dec.check_complete()
-            except _DecodeFailure as failure:
-                problems.insert(0, failure.problem)
-            except Exception:
-                pass
-        info = replace(info, decompressed_size=dec.produced)
-        if not problems:
-            info = replace(info, executable_digest=dec.hasher.hexdigest())
+        kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
+        msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+        problems.append(Problem(kind, str(msg)))
+    else:
+        with fh:
+            info = _decode_open_file(fh, info, walk, problems, max_decompressed)
     info = _finish(info, walk, problems)
     if not detail:
         return info
@@ -638,6 +600,59 @@ def decode_entry(
         ifrt_header=walk.ifrt_header,
         small_fields=tuple(walk.small),
     )
+
+
+def _decode_open_file(
+    fh: BinaryIO, info: EntryInfo, walk: _Walk, problems: list[Problem], cap: int
+) -> EntryInfo:
+    """Decode an open entry file into ``walk``; problems are appended, never raised."""
+    dec: _Decompressor | None = None
+    try:
+        st = os.fstat(fh.fileno())
+        info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+        head = fh.read(4)
+        fh.seek(0)
+        if st.st_size == 0:
+            raise _DecodeFailure("truncated", "empty file")
+        compression = detect_compression(head)
+        if compression is None:
+            raise _DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
+        info = replace(info, compression=compression)
+        dec = _Decompressor(fh, compression, cap, hash_from=4)
+        stream = wire.ByteStream(dec)
+        try:
+            prefix = stream.read_exact(4)
+        except wire.StreamEnd as exc:
+            raise _DecodeFailure(
+                "truncated", "shorter than the 4-byte compile-time prefix"
+            ) from exc
+        info = replace(info, compile_time_s=int.from_bytes(prefix, "big"))
+        _walk_payload(stream, walk)
+        dec.drain()
+        dec.check_complete()
+    except _DecodeFailure as failure:
+        problems.append(failure.problem)
+    except wire.StreamEnd as exc:
+        problems.append(Problem("truncated", f"payload ends early: {exc}"))
+    except wire.WireError as exc:
+        problems.append(Problem("protobuf", f"malformed protobuf: {exc}"))
+    except OSError as exc:
+        problems.append(Problem("unreadable", exc.strerror or str(exc)))
+    if dec is None:
+        return info
+    if problems and problems[0].kind in ("protobuf", "truncated", "header"):
+        try:  # a malformed payload is often a file cut short: say so when it is
+            dec.drain()
+            dec.check_complete()
+        except _DecodeFailure as failure:
+            if failure.problem.kind != problems[0].kind or len(problems) == 1:
+                problems.insert(0, failure.problem)
+        except (OSError, ValueError):
+            pass
+    info = replace(info, decompressed_size=dec.produced)
+    if not problems:
+        info = replace(info, executable_digest=dec.hasher.hexdigest())
+    return info
 
 
 def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
@@ -669,12 +684,12 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
         if number == 1:
             try:
                 _walk_executable(value, walk)
+            except wire.StreamEnd as exc:
+                raise value._runaway() from exc
             except wire.WireError as exc:
                 # not a proto we know (e.g. TPU's opaque payload): skip it, keep the rest
                 walk.fields["opaque_executable"] = str(exc)
-                remaining = value.offset + value.length - stream.position
-                if remaining > 0:
-                    stream.skip(remaining)
+                value.skip_rest()
         elif number == 2:
             walk.compile_options = value.read(MAX_OPTIONS_BYTES)
         elif number == 3:

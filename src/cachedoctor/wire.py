@@ -160,10 +160,31 @@ class StreamField:
                 f"field {self.number} is {self.length} bytes, over the {cap}-byte limit",
                 self.offset,
             )
-        return self._stream.read_exact(self.length)
+        try:
+            return self._stream.read_exact(self.length)
+        except StreamEnd as exc:
+            raise self._runaway() from exc
 
     def skip(self) -> None:
-        self._stream.skip(self.length)
+        try:
+            self._stream.skip(self.length)
+        except StreamEnd as exc:
+            raise self._runaway() from exc
+
+    def skip_rest(self) -> None:
+        """Skip whatever the caller left unread of this field."""
+        remaining = self.offset + self.length - self._stream.position
+        try:
+            self._stream.skip(remaining)
+        except StreamEnd as exc:
+            raise self._runaway() from exc
+
+    def _runaway(self) -> WireError:
+        return WireError(
+            f"field {self.number} claims {self.length} bytes but the data ends "
+            f"{self._stream.position - self.offset} bytes into it",
+            self.offset,
+        )
 
     def sub(self) -> Iterator[tuple[int, int, int | StreamField]]:
         """Walk this field's payload as a nested message, streaming."""
@@ -239,8 +260,25 @@ def iter_stream_fields(
     """Like ``iter_fields`` over a stream; LEN fields come as ``StreamField`` to read or skip.
 
     The caller must read, skip or walk each StreamField before asking for the next field; one
-    left untouched is skipped automatically.
+    left untouched is skipped automatically. Within a message of known ``length``, running out
+    of data is a WireError (the length was a lie); at top level it is StreamEnd (truncation).
     """
+    start = stream.position
+    try:
+        yield from _iter_stream_fields(stream, length)
+    except StreamEnd as exc:
+        if length is None:
+            raise
+        raise WireError(
+            f"a message claims {length} bytes but the data ends {stream.position - start}"
+            " bytes into it",
+            start,
+        ) from exc
+
+
+def _iter_stream_fields(
+    stream: ByteStream, length: int | None
+) -> Iterator[tuple[int, int, int | StreamField]]:
     end = None if length is None else stream.position + length
     while True:
         if end is not None:
@@ -263,9 +301,8 @@ def iter_stream_fields(
                 raise WireError(f"field {number} claims {n} bytes, past its parent's end", tag_at)
             field = StreamField(number, n, stream.position, stream)
             yield number, wire_type, field
-            consumed = stream.position - field.offset
-            if consumed < n:
-                stream.skip(n - consumed)
+            if stream.position - field.offset < n:
+                field.skip_rest()
         elif wire_type == I64:
             yield number, wire_type, int.from_bytes(stream.read_exact(8), "little")
         elif wire_type == I32:

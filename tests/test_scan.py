@@ -1,0 +1,203 @@
+"""Every finding kind of `scan`, on real caches, plus the pure report logic."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachedoctor import reader
+from cachedoctor.jaxenv import JaxInfo, installed_jax
+from cachedoctor.reader import EntryInfo
+from cachedoctor.scan import FindingKind, Severity, build_report, scan_directory
+from tests.conftest import make_cache
+
+
+def kinds(report) -> dict[FindingKind, list]:  # type: ignore[no-untyped-def]
+    out: dict[FindingKind, list] = {}
+    for f in report.findings:
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
+    report = scan_directory(seed_cache)
+    found = kinds(report)
+    assert set(found) == {FindingKind.UNSTABLE_KEY}, report.findings
+    (finding,) = found[FindingKind.UNSTABLE_KEY]
+    assert finding.module == "jit_f"
+    assert len(finding.entries) == 3
+    assert "3 entries" in finding.message and "identical executables" in finding.message
+    assert finding.severity is Severity.WARNING
+    stats = {m.module: m for m in report.modules}
+    assert (stats["jit_f"].entries, stats["jit_f"].programs) == (3, 1)
+    assert report.summary.platforms == (("cpu", report.summary.entries),)
+    assert report.summary.corrupt == 0
+
+
+def test_plain_program_is_clean(cache_factory: Callable[..., Path]) -> None:
+    cache = cache_factory("plain2", [("plain", {}), ("plain", {})])
+    report = scan_directory(cache)
+    assert report.findings == ()
+    assert [m.entries for m in report.modules if m.module == "jit_g"] == [1]
+
+
+@pytest.fixture(scope="session")
+def relocated_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A plain cache written at A, copied to B, and the program run again at B."""
+    base = tmp_path_factory.mktemp("relocated")
+    a, b = base / "a", base / "b"
+    make_cache(a, [("plain", {})])
+    shutil.copytree(a, b)
+    make_cache(b, [("plain", {})])
+    return a, b
+
+
+def test_relocated_cache(relocated_cache: tuple[Path, Path]) -> None:
+    a, b = relocated_cache
+    info = installed_jax()
+    report = scan_directory(b)
+    found = kinds(report)
+    if info.hashes_autotune_dir:
+        (reloc,) = found[FindingKind.RELOCATED]
+        assert str(a) in reloc.message
+        assert "will never" in reloc.message
+        # the run at B wrote a second entry for the same program: an unstable key by path
+        unstable = [f for f in found[FindingKind.UNSTABLE_KEY] if f.module == "jit_g"]
+        assert unstable and "different cache paths" in unstable[0].message
+    else:
+        assert FindingKind.RELOCATED not in found
+    # told that this JAX does not hash the path, nothing is relocated
+    quiet = scan_directory(b, jax_info=JaxInfo("x", "x", False, False, None))
+    assert FindingKind.RELOCATED not in kinds(quiet)
+
+
+def test_missing_atime_and_orphans(tmp_path: Path) -> None:
+    cache = tmp_path / "lru"
+    make_cache(cache, [("plain", {"JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30)})])
+    atimes = sorted(cache.glob("*-atime"))
+    assert atimes, "JAX with eviction on writes -atime files"
+    assert kinds(scan_directory(cache)) == {}
+    atimes[0].unlink()
+    missing_key = atimes[0].name.removesuffix("-atime")
+    orphan = cache / ("jit_gone-" + "9" * 64 + "-atime")
+    orphan.write_bytes((0).to_bytes(8, "little"))
+    (cache / ("_temp_jit_g-" + "1" * 64)).write_bytes(b"partial")
+    report = scan_directory(cache)
+    found = kinds(report)
+    (missing,) = found[FindingKind.MISSING_ATIME]
+    assert missing.entries == (missing_key,) and missing.severity is Severity.ERROR
+    orphans = found[FindingKind.ORPHAN]
+    assert {e for f in orphans for e in f.entries} == {orphan.name, "_temp_jit_g-" + "1" * 64}
+    assert report.fails(Severity.ERROR)
+
+
+def test_corrupt_entries(seed_cache: Path, copy_of: Callable[[Path], Path]) -> None:
+    cache = copy_of(seed_cache)
+    victim = sorted(cache.glob("jit_g-*-cache"))[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    old = 1_000_000_000
+    os.utime(victim, (old, old))
+    report = scan_directory(cache)
+    (corrupt,) = kinds(report)[FindingKind.CORRUPT]
+    assert corrupt.entries == (victim.name.removesuffix("-cache"),)
+    assert corrupt.severity is Severity.ERROR
+    assert "cut short" in corrupt.message
+    # a very young truncated file may be a write in progress: only a warning
+    os.utime(victim, None)
+    young = kinds(scan_directory(cache))[FindingKind.CORRUPT][0]
+    assert young.severity is Severity.WARNING and "in progress" in young.message
+
+
+def test_insecure_permissions_and_symlinks(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    cache = copy_of(seed_cache)
+    cache.chmod(0o777)
+    entry = sorted(cache.glob("jit_g-*-cache"))[0]
+    entry.chmod(0o666)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not a cache entry")
+    (cache / ("jit_link-" + "4" * 64 + "-cache")).symlink_to(outside)
+    report = scan_directory(cache)
+    insecure = kinds(report)[FindingKind.INSECURE]
+    messages = " | ".join(f.message for f in insecure)
+    assert "writable by group and others" in messages
+    assert "1 entries are writable" in messages
+    assert "symbolic links" in messages
+    assert report.fails(Severity.ERROR)
+    assert outside.read_bytes() == b"not a cache entry"
+    assert FindingKind.CORRUPT not in kinds(report)  # a link is reported, not decoded
+    cache.chmod(0o700)
+
+
+def test_unknown_files_are_reported_and_kept(
+    seed_cache: Path, copy_of: Callable[[Path], Path]
+) -> None:
+    cache = copy_of(seed_cache)
+    (cache / "notes.txt").write_text("mine")
+    (cache / "somedir").mkdir()
+    (unknown,) = kinds(scan_directory(cache))[FindingKind.UNKNOWN_FILE]
+    assert set(unknown.entries) == {"notes.txt", "somedir"}
+    assert (cache / "notes.txt").read_text() == "mine"
+
+
+def _fake(key: str, fmt: str, platform: str, ifrt: int | None = None) -> EntryInfo:
+    return EntryInfo(
+        key=key,
+        module=key.split("-")[0],
+        path=f"/x/{key}-cache",
+        size=10,
+        mtime_ns=0,
+        payload_format=fmt,
+        ifrt_version=ifrt,
+        platform=platform,
+    )
+
+
+def test_mixtures_from_report_logic(tmp_path: Path) -> None:
+    """Mixed formats/platforms need entries no single CPU JAX writes: test the pure logic."""
+    listing = reader.list_cache(tmp_path)
+    entries = [
+        _fake("jit_a-" + "1" * 64, "pjrt", "cpu"),
+        _fake("jit_b-" + "2" * 64, "ifrt", "cpu", 3),
+        _fake("jit_c-" + "3" * 64, "ifrt", "gpu", 3),
+    ]
+    report = build_report(listing, entries, installed_jax(), now=0)
+    found = kinds(report)
+    assert "1× pjrt" in found[FindingKind.MIXED_VERSIONS][0].message
+    assert "2× ifrt-v3" in found[FindingKind.MIXED_VERSIONS][0].message
+    assert "gpu" in found[FindingKind.MIXED_PLATFORMS][0].message
+    assert all(f.severity is Severity.INFO for f in report.findings)
+    assert not report.fails(Severity.WARNING)
+    assert report.fails(Severity.INFO)
+    assert not report.fails(Severity.INFO, ignore=["mixed-versions", "mixed-platforms"])
+
+
+def test_mixed_versions_from_two_real_jax(tmp_path: Path) -> None:
+    other = os.environ.get("CACHEDOCTOR_OTHER_JAX_PYTHON", "/work/venvs/jax-0.8.3/bin/python")
+    if not os.path.exists(other):
+        pytest.skip(f"no second JAX interpreter at {other} (set CACHEDOCTOR_OTHER_JAX_PYTHON)")
+    make_cache(tmp_path / "c", [("plain", {})])
+    make_cache(tmp_path / "c", [("plain", {})], python=other)
+    labels = {e.format_label for e in scan_directory(tmp_path / "c").entries}
+    found = kinds(scan_directory(tmp_path / "c"))
+    if len(labels) > 1:
+        assert FindingKind.MIXED_VERSIONS in found
+    else:
+        assert FindingKind.MIXED_VERSIONS not in found
+
+
+def test_unreadable_directory_raises_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        scan_directory(tmp_path / "missing")
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(OSError):
+        scan_directory(f)
+    assert stat.S_ISREG(f.stat().st_mode)
