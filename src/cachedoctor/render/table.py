@@ -88,8 +88,8 @@ def render_findings(report: ScanReport, console: Console) -> None:
         line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
         line.append(f"{f.kind.value:15} ", style="bold")
         line.append(f.message)
-        console.print(line)
-        console.print(Text(f"        → {f.advice}", style="dim"))
+        console.print(line, soft_wrap=True)
+        console.print(Text(f"        → {f.advice}", style="dim"), soft_wrap=True)
 
 
 def _fmt_time(ns: int) -> str:
