@@ -31,7 +31,11 @@ def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
     (finding,) = found[FindingKind.UNSTABLE_KEY]
     assert finding.module == "jit_f"
     assert len(finding.entries) == 3
-    assert "3 entries" in finding.message and "identical executables" in finding.message
+    assert "3 entries" in finding.message
+    digests = {e.executable_digest for e in report.entries if e.key in finding.entries}
+    # jax 0.10.2 writes identical bytes; older releases differ in ids only
+    expected = "identical executables" if len(digests) == 1 else "the same program"
+    assert expected in finding.message
     assert finding.severity is Severity.WARNING
     stats = {m.module: m for m in report.modules}
     assert (stats["jit_f"].entries, stats["jit_f"].programs) == (3, 1)

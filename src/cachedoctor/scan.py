@@ -239,7 +239,7 @@ def _unstable_keys(entries: list[EntryInfo]) -> list[Finding]:
         module = group[0].module or "(unnamed)"
         identical = len({e.executable_digest for e in group}) == 1
         how = "identical executables" if identical else "the same program (modulo volatile fields)"
-        cause = _instability_cause(group)
+        cause = _instability_cause(group, identical)
         findings.append(
             Finding(
                 kind=FindingKind.UNSTABLE_KEY,
@@ -256,15 +256,20 @@ def _unstable_keys(entries: list[EntryInfo]) -> list[Finding]:
     return findings
 
 
-def _instability_cause(group: list[EntryInfo]) -> str:
+def _instability_cause(group: list[EntryInfo], identical: bool) -> str:
     """What the entries themselves say about why their keys differ (no guessing)."""
     autotune = {e.autotune_dir for e in group}
     kernel = {e.kernel_cache_file for e in group}
     if len(autotune) > 1 or len(kernel) > 1:
         return "; their compile options name different cache paths (a relocated cache)"
+    what = (
+        "nothing in the stored executables differs"
+        if identical
+        else "the stored programs differ only in ids, names or source metadata"
+    )
     return (
-        "; nothing in the stored executables differs, so a key input that never reaches the"
-        " compiled code changed, such as a custom_partitioning backend_config pointer"
+        f"; {what}, so a key input that never reaches the compiled code changed,"
+        " such as a custom_partitioning backend_config pointer"
     )
 
 
