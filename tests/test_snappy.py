@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from gpu_vectors import snappy_compress
 
 from cachedoctor import snappy
 from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge
+from gpu_vectors import snappy_compress
 
 # Vectors worked out by hand from google/snappy format_description.txt (sections 1 and 2).
 HAND_VECTORS = [
