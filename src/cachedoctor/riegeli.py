@@ -17,6 +17,7 @@ so **no hash is verified**; block headers are checked against the chunk layout i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cachedoctor import snappy
@@ -226,13 +227,13 @@ def _simple_chunk(
     return records, names[compression]
 
 
-def read_records(
+def iter_chunks(
     data: Buffer,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_records: int = DEFAULT_MAX_RECORDS,
-) -> RiegeliFile:
-    """Decode every record of a Riegeli/records file held in memory.
+) -> Iterator[tuple[ChunkInfo, list[bytes]]]:
+    """Decode chunk after chunk, so a caller can stop early (e.g. after the first record).
 
     Raises ``CorruptFormat`` for a bad signature, truncation or inconsistent sizes,
     ``UnsupportedFormat`` for transposed chunks or brotli, and ``TooLarge`` when the chunks
@@ -241,8 +242,7 @@ def read_records(
     view = data if isinstance(data, memoryview) else memoryview(data)
     if not is_riegeli(view):
         raise CorruptFormat("not a Riegeli/records file (signature mismatch)", 0)
-    records: list[bytes] = []
-    chunks: list[ChunkInfo] = []
+    count = 0
     total = 0
     pos = len(SIGNATURE)
     while pos < len(view):
@@ -263,8 +263,9 @@ def read_records(
         reader.expected_end = end
         name = _chunk_type_name(chunk_type)
         compression: str | None = None
+        chunk_records: list[bytes] = []
         if chunk_type == CHUNK_SIMPLE:
-            if num_records > max_records - len(records):
+            if num_records > max_records - count:
                 raise TooLarge(f"chunk claims {num_records} records, over the limit", pos)
             if decoded_size > max_bytes - total:
                 raise TooLarge(
@@ -275,7 +276,7 @@ def read_records(
             chunk_records, compression = _simple_chunk(
                 memoryview(body), num_records, decoded_size, pos
             )
-            records.extend(chunk_records)
+            count += num_records
             total += decoded_size
         elif chunk_type == CHUNK_TRANSPOSED:
             raise UnsupportedFormat("transposed Riegeli chunks ('t') are not supported", pos)
@@ -285,6 +286,28 @@ def read_records(
             # Metadata describes the records; padding and repeated signatures carry nothing.
         else:
             raise UnsupportedFormat(f"unknown Riegeli chunk type {name}", pos)
-        chunks.append(ChunkInfo(pos, name, num_records, data_size, decoded_size, compression))
+        yield ChunkInfo(pos, name, num_records, data_size, decoded_size, compression), chunk_records
         pos = end
+
+
+def read_records(
+    data: Buffer,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_records: int = DEFAULT_MAX_RECORDS,
+) -> RiegeliFile:
+    """Decode every record of a Riegeli/records file held in memory (errors as ``iter_chunks``)."""
+    records: list[bytes] = []
+    chunks: list[ChunkInfo] = []
+    for info, chunk_records in iter_chunks(data, max_bytes=max_bytes, max_records=max_records):
+        chunks.append(info)
+        records.extend(chunk_records)
     return RiegeliFile(tuple(records), tuple(chunks))
+
+
+def read_first_record(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | None:
+    """The first record, decoding only the chunks up to it; None if the file has none."""
+    for _info, chunk_records in iter_chunks(data, max_bytes=max_bytes):
+        if chunk_records:
+            return chunk_records[0]
+    return None
