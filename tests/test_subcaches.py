@@ -381,3 +381,16 @@ def test_kernel_cache_mutations_never_escape() -> None:
         for _ in range(rng.randrange(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
         subcaches.parse_kernel_cache(bytes(data))
+
+
+def test_scan_subcaches(tmp_path: Path) -> None:
+    assert subcaches.scan_subcaches(tmp_path).paths == ()
+    make_dir(tmp_path, {file_name("a"): TRITON})
+    (tmp_path / subcaches.KERNEL_CACHE_FILE).write_bytes(kernel_entry("k", b"cubin"))
+    report = subcaches.scan_subcaches(tmp_path)
+    assert len(report.autotune.entries) == 1
+    assert report.kernel_cache is not None and report.kernel_cache.total_binary_bytes == 5
+    assert report.paths == (
+        tmp_path / subcaches.AUTOTUNE_DIR,
+        tmp_path / subcaches.KERNEL_CACHE_FILE,
+    )

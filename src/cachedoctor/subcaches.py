@@ -413,3 +413,31 @@ def _kernel_cache(
         total_binary_bytes=sum(e.binary_size for e in entries),
         problems=tuple(problems),
     )
+
+
+# --- both ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubcacheReport:
+    """The sub-caches of one JAX cache directory; ``kernel_cache`` is None when absent."""
+
+    autotune: AutotuneDirReport
+    kernel_cache: KernelCacheReport | None
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """What exists on disk: the paths ``prune --xla-subcaches`` would remove."""
+        found = [self.autotune.path] if self.autotune.exists else []
+        if self.kernel_cache is not None and self.kernel_cache.path is not None:
+            found.append(self.kernel_cache.path)
+        return tuple(found)
+
+
+def scan_subcaches(cache_dir: Path) -> SubcacheReport:
+    """Read both sub-caches at their JAX default places inside ``cache_dir``."""
+    kernel = cache_dir / KERNEL_CACHE_FILE
+    return SubcacheReport(
+        autotune=scan_autotune_dir(cache_dir / AUTOTUNE_DIR),
+        kernel_cache=read_kernel_cache(kernel) if kernel.is_file() else None,
+    )
