@@ -11,7 +11,7 @@ import pytest
 from cachedoctor import gpu
 from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
 from cachedoctor.wire import fields_by_number
-from gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
+from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 
 HLO = (
     f_bytes(1, "jit_matmul")

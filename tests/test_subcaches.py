@@ -21,7 +21,7 @@ import pytest
 
 from cachedoctor import subcaches, textproto
 from cachedoctor.formaterrors import FormatError
-from gpu_vectors import f_bytes, f_varint
+from tests.gpu_vectors import f_bytes, f_varint
 
 MODEL = (
     "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, "

@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import errno
 import hashlib
+import io
 import os
 import re
 import stat
@@ -27,8 +28,9 @@ from typing import IO, BinaryIO
 
 import zstandard
 
+from cachedoctor import gpu, wire
 from cachedoctor import hlo as hlo_mod
-from cachedoctor import wire
+from cachedoctor.formaterrors import FormatError
 
 CACHE_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
@@ -201,6 +203,20 @@ class Section:
 
 
 @dataclass(frozen=True)
+class GpuSummary:
+    """GPU executable facts (FORMATS.md §2); see gpu.py for the layouts."""
+
+    layout: str
+    payload_split: bool  # the PjRt payload was a Riegeli split proto (jax >= 0.9.1)
+    executable_split: bool  # the GPU executable itself was split (jax >= 0.10.1)
+    compute_capability: str | None
+    ptx_size: int
+    cubin_size: int
+    cudnn_graphs: int
+    thunks: int
+
+
+@dataclass(frozen=True)
 class EntryInfo:
     """What a summary scan knows about one entry: plain data, no payloads."""
 
@@ -212,7 +228,7 @@ class EntryInfo:
     compression: str | None = None  # "zstd" | "zlib"
     decompressed_size: int | None = None
     compile_time_s: int | None = None
-    payload_format: str | None = None  # "pjrt" | "ifrt" | "riegeli"
+    payload_format: str | None = None  # "pjrt" | "ifrt"
     ifrt_version: int | None = None
     runtime_name: str | None = None
     platform: str = "unknown"  # cpu | gpu | tpu | unknown
@@ -230,6 +246,7 @@ class EntryInfo:
     kernel_cache_file: str | None = None
     autotune_mode: str | None = None
     hlo: hlo_mod.HloSummary | None = None
+    gpu: GpuSummary | None = None
     sections: tuple[Section, ...] = ()
     executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
     program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
@@ -243,9 +260,12 @@ class EntryInfo:
     @property
     def format_label(self) -> str:
         """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
+        label = self.payload_format or "unknown"
         if self.payload_format == "ifrt":
-            return f"ifrt-v{self.ifrt_version}"
-        return self.payload_format or "unknown"
+            label = f"ifrt-v{self.ifrt_version}"
+        if self.gpu is not None and self.gpu.payload_split:
+            label += "+split"
+        return label
 
 
 @dataclass(frozen=True)
@@ -483,10 +503,25 @@ class _Walk:
     small: list[tuple[int, bytes]] = field(default_factory=list)
     scalars: list[tuple[int, int]] = field(default_factory=list)
     sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
+    gpu_executable: gpu.GpuExecutable | None = None
+    payload_split: bool = False
 
 
 def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
-    """Walk ``serialized_executable`` (CPU or GPU CompilationResultProto and successors)."""
+    """Walk ``serialized_executable`` (CPU or GPU CompilationResultProto and successors).
+
+    A GPU executable written as a Riegeli split proto (jax >= 0.10.1) is read whole and handed
+    to ``gpu.decode_gpu_executable``; everything else is walked as a stream.
+    """
+    if fld.length and fld._stream.peek_byte() == RIEGELI_MAGIC[0]:
+        data = fld.read(MAX_HLO_BYTES)
+        try:
+            decoded = gpu.decode_gpu_executable(data, max_bytes=MAX_HLO_BYTES)
+        except FormatError as exc:
+            raise _DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
+        walk.gpu_executable = decoded
+        walk.hlo_module = decoded.hlo_module
+        return
     for number, _wt, value in fld.sub():
         if not isinstance(value, wire.StreamField):
             walk.scalars.append((number, value))
@@ -672,11 +707,7 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
         fmt = "ifrt"
         first = stream.peek_byte()
     if first == RIEGELI_MAGIC[0]:
-        walk.fields["payload_format"] = "riegeli"
-        raise _DecodeFailure(
-            "unsupported",
-            "Riegeli split-proto payload (GPU, jax >= 0.9.1); this reader does not decode it yet",
-        )
+        stream = _unsplit_payload(stream, walk)
     walk.fields["payload_format"] = fmt
     for number, _wt, value in wire.iter_stream_fields(stream):
         if not isinstance(value, wire.StreamField):
@@ -696,10 +727,67 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
             walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
 
 
+def _format_problem_kind(exc: FormatError) -> str:
+    from cachedoctor.formaterrors import TooLarge, UnsupportedFormat
+
+    if isinstance(exc, TooLarge):
+        return "too-large"
+    return "unsupported" if isinstance(exc, UnsupportedFormat) else "protobuf"
+
+
+def _unsplit_payload(stream: wire.ByteStream, walk: _Walk) -> wire.ByteStream:
+    """A GPU payload written as a Riegeli split proto: reassemble it, walk the result."""
+    parts = []
+    total = 0
+    while chunk := stream.read_some(1 << 20):
+        parts.append(chunk)
+        total += len(chunk)
+    try:
+        unwrapped = gpu.unwrap_pjrt_payload(b"".join(parts), max_bytes=DEFAULT_MAX_DECOMPRESSED)
+    except FormatError as exc:
+        raise _DecodeFailure(_format_problem_kind(exc), f"split-proto payload: {exc}") from exc
+    walk.payload_split = True
+    return wire.ByteStream(io.BytesIO(unwrapped.executable_and_options))
+
+
+def _gpu_summary(walk: _Walk) -> GpuSummary:
+    if walk.gpu_executable is not None:
+        g = walk.gpu_executable
+        return GpuSummary(
+            layout=g.layout,
+            payload_split=walk.payload_split,
+            executable_split=g.was_split,
+            compute_capability=g.compute_capability,
+            ptx_size=g.ptx_size,
+            cubin_size=g.cubin_size,
+            cudnn_graphs=g.cudnn_graph_count,
+            thunks=g.thunk_count,
+        )
+    sizes: dict[int, list[int]] = {}
+    for n, size, _ in walk.sections:
+        sizes.setdefault(n, []).append(size)
+    for n, data in walk.small:
+        sizes.setdefault(n, []).append(len(data))
+    capability = next(
+        (gpu.compute_capability(memoryview(d)) for n, d in walk.small if n == 6), None
+    )
+    return GpuSummary(
+        layout=gpu.layout_of(set(sizes) | {n for n, _ in walk.scalars}),
+        payload_split=walk.payload_split,
+        executable_split=False,
+        compute_capability=capability,
+        ptx_size=sum(sizes.get(3, [])),
+        cubin_size=sum(sizes.get(4, [])),
+        cudnn_graphs=len(sizes.get(5, [])),
+        thunks=len(sizes.get(13, [])),
+    )
+
+
 def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
     fields: dict[str, object] = dict(walk.fields)
-    platform = _infer_platform(walk)
+    platform = "gpu" if walk.gpu_executable is not None else _infer_platform(walk)
     sections = _interpret_executable(walk, platform, fields)
+    gpu_summary = _gpu_summary(walk) if platform == "gpu" else None
     summary = None
     program = hashlib.sha256(platform.encode())
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
@@ -728,6 +816,7 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
         if not (platform == "unknown" and "opaque_executable" in fields)
         else "unknown",
         hlo=summary,
+        gpu=gpu_summary,
         sections=tuple(sections),
         program_digest=program.hexdigest() if summary is not None and not problems else None,
         volatile=volatile,

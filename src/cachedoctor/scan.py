@@ -14,8 +14,9 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from cachedoctor import reader
+from cachedoctor import reader, subcaches
 from cachedoctor.jaxenv import JaxInfo, installed_jax
 from cachedoctor.reader import CacheListing, DirItem, EntryInfo, FileKind
 
@@ -47,6 +48,7 @@ class FindingKind(enum.StrEnum):
     MIXED_VERSIONS = "mixed-versions"
     MIXED_PLATFORMS = "mixed-platforms"
     UNKNOWN_FILE = "unknown-file"
+    SUBCACHE = "subcache"
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class ScanReport:
     entries: tuple[EntryInfo, ...]
     findings: tuple[Finding, ...]
     other_files: tuple[DirItem, ...] = field(default=())
+    subcaches: subcaches.SubcacheReport | None = None
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
@@ -142,14 +145,22 @@ def scan_directory(
             entries.append(decoded)
         if progress is not None:
             progress(index + 1, len(items))
-    return build_report(listing, entries, jax_info, now)
+    sub = None
+    if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
+        sub = subcaches.scan_subcaches(Path(root))
+    return build_report(listing, entries, jax_info, now, sub)
 
 
 def build_report(
-    listing: CacheListing, entries: list[EntryInfo], jax_info: JaxInfo, now: float
+    listing: CacheListing,
+    entries: list[EntryInfo],
+    jax_info: JaxInfo,
+    now: float,
+    sub: subcaches.SubcacheReport | None = None,
 ) -> ScanReport:
     """Findings and statistics from decoded entries (pure: no I/O)."""
     findings: list[Finding] = []
+    findings += _subcache_findings(sub)
     findings += _unstable_keys(entries)
     findings += _relocated(listing.root, entries, jax_info)
     findings += _atime_findings(listing)
@@ -167,7 +178,38 @@ def build_report(
         entries=tuple(entries),
         findings=tuple(findings),
         other_files=tuple(i for i in listing.items if i.kind is not FileKind.ENTRY),
+        subcaches=sub,
     )
+
+
+def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
+    if sub is None:
+        return []
+    findings = []
+    if sub.autotune.exists and sub.autotune.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.WARNING,
+                entries=(reader.AUTOTUNE_DIR,),
+                message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
+                advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
+            )
+        )
+    if sub.kernel_cache is not None and sub.kernel_cache.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
+                entries=(reader.KERNEL_CACHE_FILE,),
+                message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                advice=(
+                    "XLA cannot reuse a damaged kernel cache; "
+                    "`cachedoctor prune --xla-subcaches --apply` removes it"
+                ),
+            )
+        )
+    return findings
 
 
 def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:

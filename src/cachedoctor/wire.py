@@ -220,10 +220,20 @@ class ByteStream:
 
     def read_some(self, n: int) -> bytes:
         """Up to ``n`` bytes; fewer only at end of stream."""
-        try:
-            return self.read_exact(n)
-        except StreamEnd:
-            return b""
+        parts = []
+        if self._pending:
+            parts.append(self._pending[:n])
+            self._pending = self._pending[n:]
+            n -= len(parts[0])
+        while n > 0:
+            chunk = self._raw.read(min(n, self.CHUNK))
+            if not chunk:
+                break
+            parts.append(chunk)
+            n -= len(chunk)
+        data = b"".join(parts)
+        self.position += len(data)
+        return data
 
     def skip(self, n: int) -> None:
         while n > 0:
