@@ -26,7 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, BinaryIO
 
-import zstandard
+try:
+    import zstandard
+except ImportError:  # a declared dependency, but JAX itself runs without it (zlib entries)
+    zstandard = None  # type: ignore[assignment]
 
 from cachedoctor import gpu, wire
 from cachedoctor import hlo as hlo_mod
@@ -39,6 +42,7 @@ AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
 KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
 CACHEDOCTOR_PREFIX = "cachedoctor"  # our own files and folders (manifests, index) start with it
 
+ZstdError: type[Exception] = zstandard.ZstdError if zstandard is not None else zlib.error
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
 
@@ -305,6 +309,10 @@ class _Decompressor:
         self.declared_size: int | None = None
         self._zstd: IO[bytes] | None = None
         if compression == "zstd":
+            if zstandard is None:
+                raise _DecodeFailure(
+                    "unsupported", "a zstd entry, but the zstandard package is not installed"
+                )
             head = fh.read(18)
             try:
                 params = zstandard.get_frame_parameters(head)
@@ -328,7 +336,7 @@ class _Decompressor:
             n = 1 << 20
         try:
             data = self._zstd.read(n) if self._zstd is not None else self._read_zlib(n)
-        except (zstandard.ZstdError, zlib.error) as exc:
+        except (ZstdError, zlib.error) as exc:
             raise _DecodeFailure(
                 "decompress", f"{self.compression} data is damaged: {exc}"
             ) from exc
