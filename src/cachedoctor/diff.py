@@ -846,20 +846,24 @@ def _verdict(
                 "flags, platform version, device topology and compression; the entries do not "
                 "store these inputs"
             )
-        return Verdict(
-            VerdictKind.SAME_EXECUTABLE,
-            line,
-            tuple(because),
-            f"{ENABLE_ADVICE}; with record_ir its manifests name the differing input",
-            True,
-        )
+        exec_advice: str
+        if manifest.available and manifest.stable_keys[0] == manifest.stable_keys[1]:
+            exec_advice = (
+                "the stable keys are equal: with `cachedoctor enable` (stable mode) both runs "
+                "use one entry"
+            )
+        elif manifest.available:
+            exec_advice = "the stable keys differ too: see the key components below"
+        else:
+            exec_advice = f"{ENABLE_ADVICE}; with record_ir its manifests name the differing input"
+        return Verdict(VerdictKind.SAME_EXECUTABLE, line, tuple(because), exec_advice, True)
     co_diffs = list(options.compile_options)
     volatile_opts = [d for d in co_diffs if _is_volatile_option(d)]
     real_opts = [d for d in co_diffs if not _is_volatile_option(d)]
     if ia.program_digest is not None and ia.program_digest == ib.program_digest:
         relocated = [d for d in volatile_opts if is_relocation(d)]
         pointers = [r for r in hlo.removed if r.category == "backend_config-pointer"]
-        advice = None
+        advice: str | None = None
         if relocated:
             line = (
                 f"same program, different compile options: {_first_option(relocated)} "

@@ -90,32 +90,51 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
     console.print(Text(m.note, style="" if m.available else "dim"))
     if m.available:
         if m.stable_keys[0] or m.stable_keys[1]:
-            same = "same" if m.stable_keys[0] == m.stable_keys[1] else "different"
-            console.print(Text(f"  stable keys: {same}"))
-        for c in m.components:
-            mark = "=" if c.same else "≠"
-            text = Text(f"  {mark} {c.name}", style="" if c.same else "yellow")
-            if not c.same and (c.a is not None or c.b is not None):
-                text.append(f": {_value(c.a)} vs {_value(c.b)}")
-            console.print(text)
-            for d in c.fields[:MAX_OPTION_ROWS]:
-                console.print(Text(f"      {d.path}: {_value(d.a)} vs {_value(d.b)}"))
-        for vi in m.volatile:
-            mark = "=" if vi.a_raw == vi.b_raw else "≠"
-            console.print(
-                Text(
-                    f"  {mark} volatile {vi.field}: {_value(vi.a_raw)} vs {_value(vi.b_raw)}"
-                    + (
-                        " (canonicalised to the same value)"
-                        if vi.a_canonical == vi.b_canonical and vi.a_raw != vi.b_raw
-                        else ""
-                    )
+            if m.stable_keys[0] == m.stable_keys[1]:
+                console.print(Text(f"  stable keys: the same ({m.stable_keys[0]})"))
+            else:
+                console.print(
+                    Text(f"  stable keys: {m.stable_keys[0]} vs {m.stable_keys[1]}", style="yellow")
                 )
+        same = [c.name for c in m.components if c.same]
+        if same:
+            console.print(Text("  = " + ", ".join(same), style="dim"), soft_wrap=True)
+        for c in m.components:
+            if c.same:
+                continue
+            text = Text(f"  ≠ {c.name}", style="yellow")
+            if c.a is not None or c.b is not None:
+                text.append(f": {_value(c.a)} vs {_value(c.b)}")
+            console.print(text, soft_wrap=True)
+            for d in c.fields[:MAX_OPTION_ROWS]:
+                console.print(
+                    Text(f"      {d.path}: {_value(d.a)} vs {_value(d.b)}"), soft_wrap=True
+                )
+        same_volatile = [vi.field for vi in m.volatile if vi.a_raw == vi.b_raw]
+        for vi in m.volatile:
+            if vi.a_raw == vi.b_raw:
+                continue
+            note = (
+                " (canonicalised to the same value)"
+                if vi.a_canonical == vi.b_canonical
+                else " (canonicalised to different values)"
+            )
+            console.print(
+                Text(f"  ≠ volatile {vi.field}: {_value(vi.a_raw)} vs {_value(vi.b_raw)}{note}"),
+                soft_wrap=True,
+            )
+        if same_volatile:
+            console.print(
+                Text("  = volatile " + ", ".join(same_volatile), style="dim"), soft_wrap=True
             )
         for name, x, y in m.versions:
             console.print(Text(f"  ≠ {name}: {_value(x)} vs {_value(y)}", style="yellow"))
         for target, x, y in m.backend_configs:
-            console.print(Text(f"  recorded {target} backend_config: {x} vs {y}"))
+            label = "same" if x == y else "different"
+            console.print(
+                Text(f"  recorded modules: {target} backend_config {label}: {x} vs {y}"),
+                soft_wrap=True,
+            )
         if m.ir_diff:
             console.print(Text("  recorded modules differ:", style="bold"))
             _unified(console, m.ir_diff)
