@@ -336,27 +336,25 @@ class _Identity:
     location: str | None = None
     config: str | None = None  # "target: value" for a volatile backend_config
     is_computation: bool = False
+    id: int | None = None
 
 
 def _frames(module_fields: dict[int, list[wire.FieldValue]]) -> dict[int, str]:
-    """stack_frame_id -> ``file:line (function)`` from the module's StackFrameIndexProto."""
+    """stack_frame_id -> ``file:line`` from the module's StackFrameIndexProto."""
     index = wire.first(module_fields, 17)
     if index is None or isinstance(index, int):
         return {}
     f = wire.fields_by_number(index)
     files = [wire.as_str(v) or "" for v in f.get(1, [])]
-    functions = [wire.as_str(v) or "" for v in f.get(2, [])]
     locations = []
     for loc in f.get(3, []):
         if isinstance(loc, int):
             continue
         lf = wire.fields_by_number(loc)
         fid = wire.as_int(wire.first(lf, 1)) or 0
-        fnid = wire.as_int(wire.first(lf, 2)) or 0
         line = wire.as_int(wire.first(lf, 3))
         name = files[fid - 1] if 0 < fid <= len(files) else "?"
-        func = functions[fnid - 1] if 0 < fnid <= len(functions) else ""
-        locations.append(f"{name}:{line}" + (f" ({func})" if func else ""))
+        locations.append(f"{name}:{line}")  # as metadata.source_file:source_line
     out: dict[int, str] = {}
     for i, frame in enumerate(f.get(4, []), start=1):
         if isinstance(frame, int):
@@ -377,7 +375,8 @@ def identities(module: bytes) -> list[_Identity]:
             continue
         cf = wire.fields_by_number(comp)
         cname = wire.as_str(wire.first(cf, 1)) or ""
-        out.append(_Identity(cname, cname, is_computation=True))
+        cid = wire.as_int(wire.first(cf, 5))
+        out.append(_Identity(cname, cname, is_computation=True, id=cid))
         for instr in cf.get(2, []):
             if isinstance(instr, int):
                 continue
@@ -418,22 +417,69 @@ def _pairs(
     return out
 
 
+# HloModuleProto fields outside the computations (FORMATS.md §1), and how diff classifies them.
+MODULE_FIELDS = {
+    1: ("numbering", "module name"),
+    2: ("numbering", "entry computation name"),
+    4: ("module-field", "host_program_shape"),
+    5: ("numbering", "module id"),
+    6: ("numbering", "entry computation id"),
+    7: ("module-field", "schedule"),
+    8: ("module-field", "input_output_alias"),
+    15: ("module-field", "device_assignment"),
+    17: ("metadata", "stack frame index"),
+    18: ("module-field", "buffer_donor"),
+    19: ("module-field", "frontend_attributes"),
+    21: ("module-field", "device_type"),
+    22: ("module-field", "payloads"),
+    23: ("numbering", "pjrt id"),
+}
+
+
+def _module_fields(a_mod: bytes, b_mod: bytes) -> list[RemovedDiff]:
+    """Module-level fields that differ; the canonical lines hold only the computations."""
+    fa, fb = wire.fields_by_number(a_mod), wire.fields_by_number(b_mod)
+    out = []
+    for number in sorted((set(fa) | set(fb)) - {3}):
+        va, vb = fa.get(number, []), fb.get(number, [])
+        raw_a = [v if isinstance(v, int) else bytes(v) for v in va]
+        raw_b = [v if isinstance(v, int) else bytes(v) for v in vb]
+        if raw_a == raw_b:
+            continue
+        category, what = MODULE_FIELDS.get(number, ("module-field", f"field {number}"))
+        out.append(RemovedDiff(category, what, "module", _short(raw_a), _short(raw_b)))
+    return out
+
+
+def _short(values: list[int | bytes]) -> str:
+    if not values:
+        return "(unset)"
+    parts = []
+    for v in values:
+        if isinstance(v, int):
+            parts.append(str(v))
+        elif v.isascii() and v.decode("ascii").isprintable() and len(v) <= 80:
+            parts.append(v.decode("ascii"))
+        else:
+            parts.append(f"<{len(v)} bytes sha256:{hashlib.sha256(v).hexdigest()[:12]}>")
+    return parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+
+
 def _removed(
     a_mod: bytes, b_mod: bytes, pairs: list[tuple[int, int]], n_a: int, n_b: int
 ) -> tuple[list[RemovedDiff], str | None]:
     ia, ib = identities(a_mod), identities(b_mod)
     if len(ia) != n_a or len(ib) != n_b:
         return [], "could not align removed values with the canonical lines"
-    out: list[RemovedDiff] = []
-    name_a = wire.as_str(wire.first(wire.fields_by_number(a_mod), 1)) or ""
-    name_b = wire.as_str(wire.first(wire.fields_by_number(b_mod), 1)) or ""
-    if name_a != name_b:
-        out.append(RemovedDiff("numbering", "module name", "module", name_a, name_b))
+    out = _module_fields(a_mod, b_mod)
     for i, j in pairs:
         x, y = ia[i], ib[j]
         kind = "computation name" if x.is_computation else "instruction name"
         if x.name != y.name:
             out.append(RemovedDiff("numbering", kind, x.where, x.name, y.name))
+        if x.id != y.id:
+            id_kind = "computation id" if x.is_computation else "instruction id"
+            out.append(RemovedDiff("numbering", id_kind, x.where, str(x.id), str(y.id)))
         if x.is_computation:
             continue
         for what, va, vb in (
@@ -1061,7 +1107,7 @@ def diff_module(
     raw_hlo: bool = False,
 ) -> ModuleDiffReport:
     """Every entry of ``module`` against the most recently written one."""
-    root = os.fspath(cache_dir)
+    root = os.path.abspath(os.fspath(cache_dir))
     try:
         listing = reader.list_cache(root)
     except OSError as exc:

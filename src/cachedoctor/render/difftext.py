@@ -188,12 +188,14 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
             )
             _unified(console, h.canonical_diff)
         if h.removed_counts:
-            console.print(Text("removed by normalisation (real values):", style="bold"))
+            console.print(Text("removed or ignored by normalisation (real values):", style="bold"))
             for category, what, count in h.removed_counts:
                 examples = [r for r in h.removed if r.category == category and r.what == what]
                 console.print(Text(f"  {category:24} {what}: {count} differ"))
                 for r in examples[:MAX_REMOVED_EXAMPLES]:
-                    console.print(Text(f"      {r.where}: {r.a} vs {r.b}", style="dim"))
+                    console.print(
+                        Text(f"      {r.where}: {r.a} vs {r.b}", style="dim"), soft_wrap=True
+                    )
         elif h.same_canonical:
             console.print(Text("no differences removed by normalisation", style="dim"))
         if h.note:
