@@ -256,9 +256,8 @@ def load_detail(path: str | os.PathLike[str]) -> EntryDetail:
     assert isinstance(detail, EntryDetail)
     if detail.info.problems:
         problem = detail.info.problems[0]
-        raise CachedoctorError(
-            f"cannot diff {p}: {problem.kind}: {problem.message}", slug="corrupt"
-        )
+        slug = "unsupported" if problem.kind == "unsupported" else "corrupt"
+        raise CachedoctorError(f"cannot diff {p}: {problem.kind}: {problem.message}", slug=slug)
     return detail
 
 
