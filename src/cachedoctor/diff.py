@@ -1023,7 +1023,10 @@ def _verdict(
                 + (f", e.g. {(only_a or only_b)[0]}" if only_a or only_b else "")
                 + ")"
             )
-        claim(VerdictKind.DIFFERENT_TARGET, "different CPU targets: " + ", ".join(parts))
+        claim(
+            VerdictKind.DIFFERENT_TARGET,
+            "different CPU target machine options: " + ", ".join(parts),
+        )
     if hlo.available and hlo.parameters[0] != hlo.parameters[1]:
         claim(
             VerdictKind.DIFFERENT_PROGRAM,
