@@ -273,6 +273,17 @@ class EntryInfo:
 
 
 @dataclass(frozen=True)
+class FieldDigest:
+    """One top-level field of the serialized executable: size and SHA-256 (``diff`` compares them
+    to say which sections differ without holding large sections in memory)."""
+
+    number: int
+    size: int  # bytes of a LEN field; 0 for a scalar
+    sha256: str
+    value: int | None = None  # a scalar field's value
+
+
+@dataclass(frozen=True)
 class EntryDetail:
     """An entry decoded for ``show`` and ``diff``: the summary plus the parts worth comparing."""
 
@@ -282,6 +293,7 @@ class EntryDetail:
     compile_options: bytes | None
     ifrt_header: bytes | None
     small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
+    executable_fields: tuple[FieldDigest, ...] = ()  # every executable sub-field, in order
 
 
 class _DecodeFailure(Exception):
@@ -513,6 +525,8 @@ class _Walk:
     sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
     gpu_executable: gpu.GpuExecutable | None = None
     payload_split: bool = False
+    hash_fields: bool = False  # detail decodes hash every executable field (FieldDigest)
+    digests: list[FieldDigest] = field(default_factory=list)
 
 
 def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
@@ -533,9 +547,14 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
     for number, _wt, value in fld.sub():
         if not isinstance(value, wire.StreamField):
             walk.scalars.append((number, value))
+            if walk.hash_fields:
+                digest = hashlib.sha256(str(value).encode()).hexdigest()
+                walk.digests.append(FieldDigest(number, 0, digest, value))
             continue
         if number == 1:
             data = value.read(MAX_HLO_BYTES)
+            if walk.hash_fields:
+                walk.digests.append(FieldDigest(1, len(data), hashlib.sha256(data).hexdigest()))
             hf = wire.fields_by_number(data)
             module = wire.first(hf, 1)
             config = wire.first(hf, 2)
@@ -546,10 +565,22 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
                 bytes(config) if config is not None and not isinstance(config, int) else None
             )
         elif value.length <= SMALL_FIELD:
-            walk.small.append((number, value.read(SMALL_FIELD)))
+            data = value.read(SMALL_FIELD)
+            walk.small.append((number, data))
+            if walk.hash_fields:
+                digest = hashlib.sha256(data).hexdigest()
+                walk.digests.append(FieldDigest(number, len(data), digest))
         else:
             head = value._stream.read_exact(min(64, value.length))
             walk.sections.append((number, value.length, head))
+            if walk.hash_fields:  # hash the rest while streaming past it
+                hasher = hashlib.sha256(head)
+                left = value.length - len(head)
+                while left > 0:
+                    chunk = value._stream.read_exact(min(left, 1 << 20))
+                    hasher.update(chunk)
+                    left -= len(chunk)
+                walk.digests.append(FieldDigest(number, value.length, hasher.hexdigest()))
 
 
 def _infer_platform(walk: _Walk) -> str:
@@ -620,7 +651,7 @@ def decode_entry(
         parsed = parse_key(base)
         key = parsed[0] if parsed else base
     module = parse_key(key)[1] if parse_key(key) else None
-    walk = _Walk()
+    walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
     problems: list[Problem] = []
     try:
@@ -642,6 +673,7 @@ def decode_entry(
         compile_options=walk.compile_options,
         ifrt_header=walk.ifrt_header,
         small_fields=tuple(walk.small),
+        executable_fields=tuple(walk.digests),
     )
 
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "scan": ("scan", "scan", "Summarise a cache directory and report findings."),
     "show": ("show", "show", "Show everything known about one cache entry."),
     "demo": ("demo", "demo", "Reproduce the custom_partitioning cache bug and show the fix."),
+    "diff": ("diff", "diff", "Explain why two cache entries are different entries."),
 }
 
 
