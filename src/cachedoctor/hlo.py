@@ -298,6 +298,7 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
                 line += f" config={config!r}"
             line += f" attrs={rest.hexdigest()[:12]}"
             lines.append(line)
+    lines.append(f"module attrs={_module_attrs_digest(module)}")
     if with_metadata:
         volatile.append(
             VolatileField("metadata", "module", f"source metadata of {with_metadata} instructions")
@@ -308,6 +309,22 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
         )
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return CanonicalHlo(lines=tuple(lines), digest=digest, volatile=tuple(volatile))
+
+
+# HloModuleProto fields left out of the canonical form: names and ids (1, 2, 5, 6, 23), the
+# computations (walked above), the schedule (instruction ids), stack frames (source metadata).
+_MODULE_IDENTITY_FIELDS = frozenset({1, 2, 3, 5, 6, 7, 17, 23})
+
+
+def _module_attrs_digest(module: wire.Buffer) -> str:
+    """Digest of module-level fields that change what runs: aliasing, donation, shapes..."""
+    digest = hashlib.sha256()
+    for number, _wt, value in wire.iter_fields(module):
+        if number in _MODULE_IDENTITY_FIELDS:
+            continue
+        digest.update(number.to_bytes(4, "little"))
+        digest.update(bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little"))
+    return digest.hexdigest()[:16]
 
 
 def hlo_text(module: bytes) -> str | None:
