@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "show": ("show", "show", "Show everything known about one cache entry."),
     "demo": ("demo", "demo", "Reproduce the custom_partitioning cache bug and show the fix."),
     "diff": ("diff", "diff", "Explain why two cache entries are different entries."),
+    "lint": ("lint", "lint", "Check a cache in CI: findings as annotations or JUnit, baselines."),
+    "check": ("check", "check", "Run a command repeatedly and report unstable cache keys."),
 }
 
 
