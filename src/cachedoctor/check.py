@@ -92,7 +92,7 @@ class UnstableModule:
             values = " → ".join(_short(v) for v in change.values)
             lines.append(f"volatile input {change.field}: {values}")
         if self.changed_components:
-            lines.append("key components that differ: " + ", ".join(self.changed_components))
+            lines.append("stable-key components that differ: " + ", ".join(self.changed_components))
         if self.stable_would_hit is True:
             lines.append(
                 "stable hasher: one key for all runs, so it would have hit "
