@@ -68,6 +68,17 @@ def test_seed_with_manifests_json() -> None:
     assert len(set(change["values"])) == 2 and change["canonical_same"] is True
 
 
+@pytest.mark.skipif(not hook_available(), reason="cachedoctor.hook (stable-keys branch) absent")
+def test_seed_is_stable_with_the_stable_hook() -> None:
+    """CACHEDOCTOR_HOOK=stable (the user's choice) is kept: check then proves the fix works."""
+    proc = cachedoctor(
+        "check", "--quiet", "--", *SEED, env=cli_env() | {"CACHEDOCTOR_HOOK": "stable"}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "observe: hook in stable mode" in proc.stdout
+    assert "all 3 modules compiled in run 1 hit in runs 2..2" in proc.stdout
+
+
 def test_plain_program_is_stable_quiet_json(tmp_path: Path) -> None:
     log = tmp_path / "check.log"
     proc = cachedoctor("check", "--quiet", "--log", str(log), "--format", "json", "--", *PLAIN)

@@ -33,7 +33,7 @@ from cachedoctor import reader
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.scan import FindingKind, ScanReport, scan_directory
 
-OBSERVE_ENV = "CACHEDOCTOR_CHECK_OBSERVE"
+HOOK_ENV = "CACHEDOCTOR_HOOK"  # the hook's activation variable: stable | observe | off
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
 BOOT_DIR = Path(__file__).parent / "_check_boot"
 # JAX raises CacheVerificationError with this text when a cached executable differs.
@@ -187,7 +187,7 @@ def check_env(
     env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
     if observe:
-        env[OBSERVE_ENV] = "1"
+        env.setdefault(HOOK_ENV, "observe")  # a mode the user set (e.g. stable) is kept
         paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
     if verify:
@@ -424,7 +424,7 @@ def _analyse(
         scan: ScanReport | None = scan_directory(cache)
     except OSError:
         scan = None
-    manifests = _load_manifests(cache) if use_observe else {}
+    manifests = _load_manifests(cache)
     unstable = tuple(
         _explain(module, by_module[module], sorted(later[module]), results, scan, manifests, cache)
         for module in sorted(later)
@@ -548,8 +548,12 @@ def _verify_findings(
 
 
 def _observe_status(requested: bool, active: bool, manifests: Mapping[str, Any]) -> ObserveStatus:
+    modes = sorted({str(getattr(m, "mode", "?")) for m in manifests.values()})
+    if manifests:
+        detail = f"hook in {'/'.join(modes)} mode: key manifests for {len(manifests)} entries"
+        return ObserveStatus(requested, True, len(manifests), detail)
     if not requested:
-        return ObserveStatus(False, False, 0, "off (--no-observe)")
+        return ObserveStatus(False, active, 0, "off (--no-observe)")
     if not active:
         return ObserveStatus(
             True,
@@ -558,15 +562,13 @@ def _observe_status(requested: bool, active: bool, manifests: Mapping[str, Any])
             "cachedoctor's runtime hook is not part of this installation; "
             "explanations come from the stored entries alone",
         )
-    if not manifests:
-        return ObserveStatus(
-            True,
-            True,
-            0,
-            "no key manifests were written: the command's Python could not load "
-            "cachedoctor's hook (is cachedoctor installed in it?), or it compiled nothing",
-        )
-    return ObserveStatus(True, True, len(manifests), f"hook in observe mode: {len(manifests)} keys")
+    return ObserveStatus(
+        True,
+        True,
+        0,
+        "no key manifests were written: the command's Python could not load cachedoctor's "
+        "hook (is cachedoctor installed in it?), CACHEDOCTOR_HOOK=off, or it compiled nothing",
+    )
 
 
 def _load_manifests(cache: str) -> dict[str, Any]:
@@ -696,7 +698,7 @@ def _changed_components(found: Sequence[Any]) -> list[str]:
 
 
 def _diff_verdict(cache: str, key_a: str, key_b: str) -> str | None:
-    """The verdict line of ``cachedoctor diff`` for two entries, when that module exists."""
+    """The verdict line of ``cachedoctor diff`` for two entries, when that module is installed."""
     try:
         from cachedoctor import diff as diff_mod  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
@@ -709,8 +711,7 @@ def _diff_verdict(cache: str, key_a: str, key_b: str) -> str | None:
             Path(cache) / f"{key_a}{reader.CACHE_SUFFIX}",
             Path(cache) / f"{key_b}{reader.CACHE_SUFFIX}",
         )
-    except Exception:
+        line = result.verdict.line
+    except Exception:  # an optional layer: the entries' own verdict stands
         return None
-    verdict = getattr(result, "verdict", result)
-    text = getattr(verdict, "summary", None) or getattr(verdict, "message", None) or verdict
-    return str(text).strip().splitlines()[0] if str(text).strip() else None
+    return str(line).strip() or None

@@ -1,10 +1,12 @@
 """Start-up shim that ``cachedoctor check`` puts first on PYTHONPATH for the command it runs.
 
-When ``CACHEDOCTOR_CHECK_OBSERVE=1``, it installs cachedoctor's runtime hook in ``observe`` mode
-right after ``jax`` is imported (never importing jax itself), so the hook records what the stable
-key would have been. A hook that is already installed (``cachedoctor enable``) is left as it is.
-It then runs the ``sitecustomize`` it shadows, if any. Silent and harmless when cachedoctor's
-hook cannot be imported in that interpreter.
+It activates cachedoctor's runtime hook in the mode ``CACHEDOCTOR_HOOK`` names (``check`` sets
+``observe``: JAX keeps its keys, the hook records key manifests) even where cachedoctor's
+start-up ``.pth`` is not installed, e.g. when running from a source checkout. With
+``cachedoctor._startup`` available it simply calls its ``startup()`` (idempotent, so a ``.pth``
+that already ran is harmless); otherwise it installs the hook right after ``jax`` is imported,
+never importing jax itself. A hook already installed is left as it is. Then it runs the
+``sitecustomize`` it shadows, if any. Silent and harmless when cachedoctor cannot be imported.
 """
 
 import contextlib
@@ -13,7 +15,14 @@ import sys
 from typing import Any
 
 
-def _activate_after_jax_import() -> None:
+def _activate(mode: str) -> None:
+    try:
+        from cachedoctor._startup import startup  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        startup()
+        return
     import importlib.util
 
     class _AfterJax:
@@ -29,13 +38,11 @@ def _activate_after_jax_import() -> None:
 
             def exec_module(module: Any) -> None:
                 original(module)
-                try:
+                with contextlib.suppress(Exception):
                     from cachedoctor import hook  # type: ignore[attr-defined,unused-ignore]
 
                     if hook.installed_mode() is None:
-                        hook.install(mode="observe")
-                except Exception:
-                    pass
+                        hook.install(mode=mode)
 
             loader.exec_module = exec_module
             return spec
@@ -58,8 +65,9 @@ def _chain_shadowed_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-if os.environ.get("CACHEDOCTOR_CHECK_OBSERVE") == "1":
+_mode = os.environ.get("CACHEDOCTOR_HOOK", "")
+if _mode in ("observe", "stable") and os.environ.get("CACHEDOCTOR_DISABLE") != "1":
     with contextlib.suppress(Exception):
-        _activate_after_jax_import()
+        _activate(_mode)
 with contextlib.suppress(Exception):
     _chain_shadowed_sitecustomize()
