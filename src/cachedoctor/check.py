@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -359,8 +360,8 @@ def run_check(
                 if last_verify:
                     before_verify = len(seen)
                 label = f"run {index}/{runs}" + (" (--verify)" if last_verify else "")
-                note(f"{label}: {' '.join(argv)}")
-                log.write(f"=== cachedoctor check {label}: {' '.join(argv)}\n".encode())
+                note(f"{label}: {shlex.join(argv)}")
+                log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
                 log.flush()
                 start = time.monotonic()
                 code, found = _run_once(argv, env, stdout, stderr, log)
@@ -377,7 +378,7 @@ def run_check(
                     keep_files = True
                     where = "output above" if stdout is not None else "output only in the log"
                     raise CommandFailedError(
-                        f"{label} failed: `{' '.join(argv)}` exited with {code} "
+                        f"{label} failed: `{shlex.join(argv)}` exited with {code} "
                         f"({where}; log: {log_file})"
                     )
             cold = _cold_programs(argv, base, workdir, log, note) if verify else None
