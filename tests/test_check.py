@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -139,6 +140,7 @@ def test_failing_command_is_reported(tmp_path: Path) -> None:
     ), last
     log = Path(last.rsplit("log: ", 1)[1].rstrip(")"))
     assert "boom" in log.read_text()  # kept for the user
+    shutil.rmtree(log.parent)  # (check's temp dir, not the test's)
 
     # fails only on run 2: the message names run 2; --quiet keeps the output in the log alone
     marker = tmp_path / "ran-once"
@@ -150,6 +152,7 @@ def test_failing_command_is_reported(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "run 2/2 failed" in proc.stderr and "exited with 4" in proc.stderr
     assert "output only in the log" in proc.stderr
+    shutil.rmtree(Path(proc.stderr.strip().rsplit("log: ", 1)[1].rstrip(")")).parent)
 
     proc = cachedoctor("check", "--", str(tmp_path / "no-such-program"))
     assert proc.returncode == 2 and "command-not-found" in proc.stderr
