@@ -22,6 +22,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "scan": ("scan", "scan", "Summarise a cache directory and report findings."),
     "show": ("show", "show", "Show everything known about one cache entry."),
     "demo": ("demo", "demo", "Reproduce the custom_partitioning cache bug and show the fix."),
+    "enable": ("enable", "enable", "Turn on the cache and stable keys for this environment."),
+    "disable": ("disable", "disable", "Undo `enable`."),
+    "status": ("status", "status", "Show effective cache settings and whether the hook is active."),
 }
 
 
