@@ -36,7 +36,9 @@ if mode != "none":
         def boom(*a, **kw):
             raise RuntimeError("simulated hasher failure")
         k.stable_key = boom
-    atexit.register(lambda: print("CACHEDOCTOR-STATS " + json.dumps({**hook.stats(), "installed": ok})))
+    def report():
+        print("CACHEDOCTOR-STATS " + json.dumps({**hook.stats(), "installed": ok}))
+    atexit.register(report)
 sys.argv = [prog]
 runpy.run_path(prog, run_name="__main__")
 """
@@ -88,7 +90,7 @@ def run_program(
     timeout: float = 300,
     check: bool = True,
 ) -> Run:
-    """Run a bundled program (or a script path) in a fresh interpreter; ``mode`` none|stable|observe."""
+    """Run a bundled program (or a script) in a fresh interpreter; mode: none|stable|observe."""
     prog = str(name) if isinstance(name, Path) else str(program_path(name))
     proc = subprocess.run(
         [python, "-c", _RUNNER, mode, prog],

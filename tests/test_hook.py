@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hookrun import base_env, entries, run_program
 
 from cachedoctor import manifest
+from hookrun import base_env, entries, run_program
 
 pytestmark = pytest.mark.slow
 
