@@ -14,7 +14,7 @@ from cachedoctor import activation, settings
     type=click.Choice(sorted(settings.XLA_CACHE_CHOICES)),
     help="XLA sub-caches kept under the cache dir (default: autotune, as JAX).",
 )
-@click.option("--min-compile-time", type=float, help="Only cache compilations slower than this (s).")
+@click.option("--min-compile-time", type=float, help="Only cache compiles slower than this (s).")
 @click.option("--min-entry-size", type=int, help="Only cache entries at least this big (bytes).")
 @click.option("--max-size", type=int, help="Evict least recently used entries above this (bytes).")
 @click.option(
@@ -71,7 +71,7 @@ def enable(
         click.echo(f"  {key} = {value}")
     if report.created_cache_dir:
         click.echo(f"  created {report.values['cache_dir']}")
-    click.echo("new Python processes of this environment now use it; check with `cachedoctor status`")
+    click.echo("new Python processes of this environment use it; check: `cachedoctor status`")
 
 
 def _warn(w: activation.Warning_) -> None:
