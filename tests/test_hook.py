@@ -154,3 +154,37 @@ def test_hasher_failure_falls_back_to_jax_key(tmp_path: Path) -> None:
     assert run.stats["installed"] is True and run.stats["fallbacks"] >= 1
     assert run.result.startswith("result: 4.58")
     assert len(entries(tmp_path / "broken")) == len(entries(control))
+
+
+def test_copied_cache_with_all_xla_caches_hits(tmp_path: Path) -> None:
+    """With the kernel cache on, its path is hashed (jax 0.12 too); the hook makes it relative."""
+    first = tmp_path / "a"
+    env = base_env(first, JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="all")
+    run_program("plain", first, env=env)
+    second = tmp_path / "b"
+    shutil.copytree(first, second)
+    env = base_env(second, JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="all")
+    run = run_program("plain", second, env=env)
+    assert run.misses == [] and entries(second) == entries(first)
+    key = entries(second, "jit_g")[0]
+    m = manifest.load_manifest(second, key)
+    assert m is not None
+    raw = {v["field"]: v["raw"] for v in m.volatile}
+    assert raw.get("debug_options.xla_gpu_kernel_cache_file") == str(
+        first / "xla_gpu_kernel_cache_file"
+    )
+    # control: plain JAX misses at the new path
+    control = run_program(
+        "plain",
+        tmp_path / "c",
+        env=base_env(tmp_path / "c", JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="all"),
+        mode="none",
+    )
+    shutil.copytree(tmp_path / "c", tmp_path / "d")
+    moved = run_program(
+        "plain",
+        tmp_path / "d",
+        env=base_env(tmp_path / "d", JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="all"),
+        mode="none",
+    )
+    assert control.misses and "jit_g" in moved.misses
