@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import os
 import pathlib
 import sys
@@ -145,8 +146,27 @@ def jax_get_cache_key() -> Any:
     return getattr(fn, "__cachedoctor_original__", fn)
 
 
+_checked: set[tuple[int, int]] = set()
+
+
 def check_internals() -> None:
-    """Raise :class:`InternalsChanged` unless JAX's key code has the shape we rely on."""
+    """Raise :class:`InternalsChanged` unless JAX's key code has the shape we rely on.
+
+    The result is remembered per pair of JAX functions, so the per-compile cost is a lookup.
+    """
+    try:
+        from jax._src import cache_key as ck
+
+        ident = (id(ck.get), id(jax_get_cache_key()))
+    except Exception:  # pragma: no cover - reported by the full check below
+        ident = (0, 0)
+    if ident in _checked:
+        return
+    _check_internals()
+    _checked.add(ident)
+
+
+def _check_internals() -> None:
     try:
         from jax._src import cache_key as ck
         from jax._src import custom_partitioning as cp
@@ -190,15 +210,20 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
 # -- canonicalisation 1: custom_partitioning backend_config ------------------------------------
 
 
-def _config_snapshot() -> list[tuple[str, Any]]:
+_config_names: dict[int, list[str]] = {}
+
+
+def _config_snapshot() -> str:
     """jax config values that may change how a partition callback lowers (x64, precision, ...)."""
     from jax._src import config
 
     holders = getattr(config.config, "_value_holders", {})
-    out = []
-    for name in sorted(holders):
-        if any(part in name for part in _CONFIG_EXCLUDE):
-            continue
+    names = _config_names.get(len(holders))
+    if names is None:
+        names = [n for n in sorted(holders) if not any(p in n for p in _CONFIG_EXCLUDE)]
+        _config_names[len(holders)] = names
+    out: list[tuple[str, Any]] = []
+    for name in names:
         try:
             value = holders[name].value
         except Exception:
@@ -207,7 +232,7 @@ def _config_snapshot() -> list[tuple[str, Any]]:
             out.append((name, value))
         else:
             out.append((name, f"<{type(value).__qualname__}>"))
-    return out
+    return json.dumps(out)  # one string: cheap to hash, and deterministic
 
 
 def fingerprint_partitioning(info: Any) -> str:
