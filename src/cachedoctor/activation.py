@@ -162,8 +162,8 @@ def build_values(
 ) -> dict[str, Any]:
     """The settings table ``enable`` writes (or prints), from its options."""
     existing = settings.load()
-    cache_dir = cache_dir or existing.get("cache_dir") or os.environ.get(
-        "JAX_COMPILATION_CACHE_DIR"
+    cache_dir = (
+        cache_dir or existing.get("cache_dir") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     )
     if not cache_dir:
         raise ConfigError("no cache directory: pass --dir DIR (or set JAX_COMPILATION_CACHE_DIR)")
