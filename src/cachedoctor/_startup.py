@@ -55,7 +55,7 @@ def startup() -> None:
         activate()
         return
     if not any(isinstance(f, _JaxWatcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, _JaxWatcher())
+        sys.meta_path.insert(0, _JaxWatcher())  # type: ignore[arg-type]
 
 
 def activate() -> dict[str, object]:

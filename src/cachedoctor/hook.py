@@ -144,7 +144,7 @@ def uninstall() -> bool:
         original = getattr(getattr(cc, "get_cache_key", None), "__cachedoctor_original__", None)
         if cc is None or original is None:
             return False
-        cc.get_cache_key = original
+        cc.get_cache_key = original  # type: ignore[attr-defined]
         return True
 
 
@@ -202,13 +202,13 @@ def _get_cache_key(
         return None
     cache_dir = _local_cache_dir()
     if mode == "observe":
-        jax_key = str(original(module, devices, options, backend, *args, **kwargs))
+        own_key = str(original(module, devices, options, backend, *args, **kwargs))
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
             if cache_dir is not None and _state.manifests:
-                _record(cache_dir, result, mode, jax_key, jax_key, backend, None)
-        return jax_key
+                _record(cache_dir, result, mode, own_key, own_key, backend, None)
+        return own_key
 
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
     _state.stats["keys"] += 1

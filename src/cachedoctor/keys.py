@@ -194,8 +194,9 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
     holder: dict[str, Any] = {}
 
     def sha256() -> _SplitHash:
-        holder["hash"] = _SplitHash()
-        return holder["hash"]
+        split = _SplitHash()
+        holder["hash"] = split
+        return split
 
     get_globals = dict(ck.__dict__)
     get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
@@ -256,7 +257,7 @@ def fingerprint_partitioning(info: Any) -> str:
 
 
 def _custom_partitioning_ops(module: Any) -> list[Any]:
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     found: list[Any] = []
 
@@ -286,7 +287,7 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField]]:
     Returns the original module untouched when it has no such call (the common case).
     """
     from jax._src import custom_partitioning as cp
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     with module.context:
         if not _custom_partitioning_ops(module):
@@ -363,7 +364,7 @@ def hashed_xla_flags() -> list[str]:
 
 
 def _module_name(module: Any) -> str:
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     return str(ir.StringAttr(module.operation.attributes["sym_name"]).value)
 
