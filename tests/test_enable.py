@@ -50,6 +50,7 @@ def test_enable_writes_config_and_disable_removes_it(config: Path, tmp_path: Pat
     )
     assert code == 0 and str(config) in out
     values = settings.load(config)
+    assert values.pop("created_dirs").split(os.pathsep) == [str(cache), str(config.parent)]
     assert values == {
         "cache_dir": str(cache),
         "xla_caches": "none",
@@ -67,8 +68,10 @@ def test_enable_writes_config_and_disable_removes_it(config: Path, tmp_path: Pat
         assert {r.key: r for r in settings.resolve()}["cache_dir"].source.startswith("env ")
     finally:
         del os.environ["JAX_COMPILATION_CACHE_DIR"]
+    (cache / "jit_f-0-cache").write_bytes(b"entry")
     code, out, _ = _invoke("disable")
-    assert code == 0 and not config.exists() and cache.is_dir()  # entries are never deleted
+    assert code == 0 and not config.exists() and not config.parent.exists()
+    assert (cache / "jit_f-0-cache").exists()  # entries (and their folder) are never deleted
     code, out, _ = _invoke("disable")
     assert code == 0 and "not enabled" in out
 

@@ -187,18 +187,39 @@ def build_values(
     return values
 
 
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    return list(reversed(missing))
+
+
 def enable(values: dict[str, Any]) -> EnableReport:
-    """Write the config file (activating every new Python process of this environment)."""
+    """Write the config file (activating every new Python process of this environment).
+
+    Folders it creates are listed in the file (``created_dirs``) so that ``disable`` can remove
+    exactly those again, when they are empty.
+    """
     warnings = preflight(values)
-    created = False
+    path = settings.config_path()
+    previous = settings.load(path).get("created_dirs", "")
+    created_dirs = [Path(p) for p in str(previous).split(os.pathsep) if p]
     cache_dir = str(values["cache_dir"])
+    created = False
     if "://" not in cache_dir and not Path(cache_dir).exists():
+        created_dirs += _missing_dirs(Path(cache_dir))
         try:
             Path(cache_dir).mkdir(parents=True, mode=0o755)
             created = True
         except OSError as exc:
             raise ConfigError(f"cannot create {cache_dir}: {exc.strerror}") from exc
-    path = settings.config_path()
+    created_dirs += _missing_dirs(path.parent)
+    values = {**values, "created_dirs": os.pathsep.join(dict.fromkeys(map(str, created_dirs)))}
+    if not values["created_dirs"]:
+        del values["created_dirs"]
     try:
         settings.save(values, path)
     except OSError as exc:
@@ -209,19 +230,23 @@ def enable(values: dict[str, Any]) -> EnableReport:
 
 
 def disable() -> DisableReport:
-    """Remove what ``enable`` added: the config file, and its folder if enable made it empty."""
+    """Remove what ``enable`` added: the config file, and the folders it created if empty."""
     path = settings.config_path()
     removed: list[Path] = []
     if not path.exists():
         return DisableReport(path, removed, False)
+    created = str(settings.load(path).get("created_dirs", ""))
     try:
         path.unlink()
-        removed.append(path)
-        if path.parent.name == "cachedoctor" and not any(path.parent.iterdir()):
-            path.parent.rmdir()
-            removed.append(path.parent)
     except OSError as exc:
         raise ConfigError(f"cannot remove {path}: {exc.strerror}") from exc
+    removed.append(path)
+    for folder in sorted((Path(p) for p in created.split(os.pathsep) if p), reverse=True):
+        try:
+            folder.rmdir()  # only when empty: cache entries are never deleted
+            removed.append(folder)
+        except OSError:
+            continue
     return DisableReport(path, removed, True)
 
 

@@ -68,7 +68,8 @@ def enable(
         _warn(w)
     click.echo(f"enabled: wrote {report.config_path}")
     for key, value in report.values.items():
-        click.echo(f"  {key} = {value}")
+        if key != "created_dirs":
+            click.echo(f"  {key} = {value}")
     if report.created_cache_dir:
         click.echo(f"  created {report.values['cache_dir']}")
     click.echo("new Python processes of this environment use it; check: `cachedoctor status`")
