@@ -208,6 +208,8 @@ def test_enable_activates_fresh_interpreters_and_disable_restores(
     assert {r.key: r.source for r in report.settings}["xla_caches"] == "config file"
     assert _invoke("disable")[0] == 0
     assert json.loads(_fresh(_ASK).stdout) == before
+    # the hook alone, from the environment (what `enable --print-env` gives CI)
+    assert json.loads(_fresh(_ASK, {"CACHEDOCTOR_HOOK": "observe"}).stdout)[2] == "observe"
 
 
 @needs_pth

@@ -98,6 +98,14 @@ def test_unsound_values_are_refused() -> None:
         fingerprint(np.array([object()]))
 
 
+def test_dynamic_lookups_are_refused() -> None:
+    mod = _module_with("SCALE = 2\ndef f(x):\n    return x * globals()['SCALE']\n")
+    with pytest.raises(Unfingerprintable, match="globals"):
+        fingerprint(mod.f)
+    mod = _module_with("import importlib\ndef f(x):\n    return importlib.import_module('m')\n")
+    assert fingerprint(mod.f)  # a library function: identified by name and version
+
+
 def test_unknown_c_function_is_refused() -> None:
     zstandard = pytest.importorskip("zstandard")
     c_func = zstandard.get_frame_parameters

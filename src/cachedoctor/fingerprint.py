@@ -45,6 +45,10 @@ _SKIP_CLASS_ATTRS = frozenset(
 _MAX_NODES = 50_000
 _LOAD_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 _LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+# Builtins that read or run code by name at run time: what they reach cannot be followed.
+_DYNAMIC_BUILTINS = frozenset(
+    {"globals", "locals", "vars", "eval", "exec", "compile", "__import__"}
+)
 _C_CALLABLE_TYPES = frozenset({"method_descriptor", "wrapper_descriptor", "ufunc"})
 
 
@@ -290,6 +294,8 @@ class Fingerprinter:
             if name in g:
                 value = g[name]
             elif name in builtins:
+                if name in _DYNAMIC_BUILTINS:
+                    raise Unfingerprintable(f"{fn.__qualname__} calls {name}()")
                 value = builtins[name]
             else:
                 self._tag("missing")
