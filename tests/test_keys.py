@@ -98,6 +98,19 @@ def test_unsound_values_are_refused() -> None:
         fingerprint(np.array([object()]))
 
 
+def test_builtin_subclass_values_count() -> None:
+    mod = _module_with(
+        "import typing\n"
+        "class Cfg(typing.NamedTuple):\n    k: int\n"
+        "class Tag(str):\n    pass\n"
+    )
+    assert fingerprint(mod.Cfg(1)) != fingerprint(mod.Cfg(2))
+    assert fingerprint(mod.Tag("a")) != fingerprint(mod.Tag("b"))
+    import collections
+
+    assert fingerprint(collections.OrderedDict(a=1)) != fingerprint(collections.OrderedDict(a=2))
+
+
 def test_dynamic_lookups_are_refused() -> None:
     mod = _module_with("SCALE = 2\ndef f(x):\n    return x * globals()['SCALE']\n")
     with pytest.raises(Unfingerprintable, match="globals"):

@@ -49,6 +49,7 @@ _LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 _DYNAMIC_BUILTINS = frozenset(
     {"globals", "locals", "vars", "eval", "exec", "compile", "__import__"}
 )
+_BUILTIN_BASES = (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
 _C_CALLABLE_TYPES = frozenset({"method_descriptor", "wrapper_descriptor", "ufunc"})
 
 
@@ -226,7 +227,21 @@ class Fingerprinter:
         ):
             self._add_builtin(obj)
             return
+        base = next((b for b in _BUILTIN_BASES if isinstance(obj, b)), None)
+        if base is not None:
+            # a subclass of a builtin (NamedTuple, str enum-like, OrderedDict, ...): its value
+            # lives in the builtin part, which vars() does not show
+            self._tag("builtin-subclass")
+            self.add(t)
+            self.add(base(obj))
+            if hasattr(obj, "__dict__"):
+                self.add(dict(vars(obj)))
+            return
         if is_trusted_module(t.__module__):
+            if t.__name__ == "_tuplegetter":  # NamedTuple field: (index, doc)
+                self._tag("tuplegetter")
+                self.add(obj.__reduce__()[1])
+                return
             if t is types.SimpleNamespace:
                 self._tag("namespace")
                 self.add(dict(vars(obj)))
@@ -346,8 +361,11 @@ class Fingerprinter:
         owner = getattr(obj, "__objclass__", None)
         if module is None and owner is not None:
             module = owner.__module__
-        if module is None and isinstance(getattr(obj, "__self__", None), types.ModuleType):
-            module = obj.__self__.__name__
+        bound_to = getattr(obj, "__self__", None)
+        if module is None and isinstance(bound_to, types.ModuleType):
+            module = bound_to.__name__
+        elif module is None and isinstance(bound_to, type):  # e.g. tuple.__new__
+            module = bound_to.__module__
         if type(obj).__name__ == "ufunc" and module is None:
             module = "numpy"
         if not is_trusted_module(module):
