@@ -100,9 +100,7 @@ def test_unsound_values_are_refused() -> None:
 
 def test_builtin_subclass_values_count() -> None:
     mod = _module_with(
-        "import typing\n"
-        "class Cfg(typing.NamedTuple):\n    k: int\n"
-        "class Tag(str):\n    pass\n"
+        "import typing\nclass Cfg(typing.NamedTuple):\n    k: int\nclass Tag(str):\n    pass\n"
     )
     assert fingerprint(mod.Cfg(1)) != fingerprint(mod.Cfg(2))
     assert fingerprint(mod.Tag("a")) != fingerprint(mod.Tag("b"))
