@@ -233,7 +233,9 @@ def _get_cache_key(
                 migrated_from = jax_key
                 _state.stats["migrated"] += 1
                 logger.info("re-keyed %s as %s", jax_key, result.key)
-        if cache_dir is not None and _state.manifests:
+        # JAX may still decide not to write this entry (too small or too fast to compile):
+        # write its manifest once, not on every miss
+        if _state.manifests and (migrated_from or not _manifest_exists(cache_dir, result.key)):
             _record(cache_dir, result, mode, result.key, jax_key, backend, migrated_from)
     elif cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, result.key):
         _record(cache_dir, result, mode, result.key, jax_key, backend, None)
