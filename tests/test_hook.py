@@ -188,3 +188,16 @@ def test_copied_cache_with_all_xla_caches_hits(tmp_path: Path) -> None:
         mode="none",
     )
     assert control.misses and "jit_g" in moved.misses
+
+
+def test_record_ir_keeps_the_canonical_module(tmp_path: Path) -> None:
+    env = base_env(tmp_path, CACHEDOCTOR_RECORD_IR="1")
+    run_program("seed", tmp_path, env=env)
+    key = entries(tmp_path, "jit_f")[0]
+    m = manifest.load_manifest(tmp_path, key)
+    assert m is not None and m.has_ir
+    text = manifest.load_ir(tmp_path, key)
+    assert text is not None and "CustomSPMDPartitioning" in text
+    canonical = next(v["canonical"] for v in m.volatile if v["field"].startswith("custom_call"))
+    assert canonical.startswith("cachedoctor-cp-v") and canonical in text
+    assert next(v["raw"] for v in m.volatile if v["field"].startswith("custom_call")) not in text
