@@ -201,3 +201,20 @@ def test_record_ir_keeps_the_canonical_module(tmp_path: Path) -> None:
     canonical = next(v["canonical"] for v in m.volatile if v["field"].startswith("custom_call"))
     assert canonical.startswith("cachedoctor-cp-v") and canonical in text
     assert next(v["raw"] for v in m.volatile if v["field"].startswith("custom_call")) not in text
+
+
+def test_process_settings_that_do_not_change_the_program_still_hit(
+    seed_ten: tuple[Path, list], tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(seed_ten[0], cache)
+    env = base_env(
+        cache,
+        JAX_LOG_COMPILES="1",
+        JAX_TRACEBACK_FILTERING="off",
+        # JAX's own workaround: the hook's fingerprint replaces "REMOVED" as well
+        JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY="1",
+    )
+    run = run_program("seed", cache, env=env)
+    assert run.misses == [] and run.result == SEED_RESULT
+    assert entries(cache) == entries(seed_ten[0])

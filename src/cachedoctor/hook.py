@@ -308,3 +308,29 @@ def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
             if suffix == "-cache":
                 return False
     return True
+
+
+def run_script(path: str, argv: list[str] | None = None, *, mode: str = "stable") -> None:
+    """Run a Python script as ``__main__`` with the hook installed (no ``.pth`` needed).
+
+    ``python -m cachedoctor.hook [--mode stable|observe] script.py [args...]`` does the same;
+    ``demo`` and ``check`` use it to run programs in fresh interpreters.
+    """
+    import runpy
+    import sys
+
+    install(mode)
+    sys.argv = [path, *(argv or [])]
+    runpy.run_path(path, run_name="__main__")
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through subprocesses
+    import sys as _sys
+
+    _args = _sys.argv[1:]
+    _mode = "stable"
+    if _args[:1] == ["--mode"]:
+        _mode, _args = _args[1], _args[2:]
+    if not _args:
+        _sys.exit("usage: python -m cachedoctor.hook [--mode stable|observe] script.py [args...]")
+    run_script(_args[0], _args[1:], mode=_mode)

@@ -40,8 +40,36 @@ CP_PREFIX = f"cachedoctor-cp-v{HASHER_VERSION}:"
 # DebugOptions fields that JAX fills with paths under the cache directory.
 CACHE_DIR_FIELDS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_kernel_cache_file")
 _RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
-# jax config options that cannot change what a partition callback lowers to.
-_CONFIG_EXCLUDE = ("compilation_cache", "persistent_cache", "log", "explain", "raise_persistent")
+# jax config options that cannot change what a partition callback lowers to (the platform and
+# devices are hashed elsewhere); each may differ between processes sharing a cache.
+_CONFIG_EXCLUDE = (
+    "compilation_cache",
+    "persistent_cache",
+    "cache_key",
+    "log",
+    "explain",
+    "raise_persistent",
+    "platforms",
+    "platform_name",
+    "visible_devices",
+    "traceback",
+    "cross_host",
+    "distributed_debug",
+    "dump_ir",
+    "pprint",
+    "source_url",
+    "debug_leaked",
+    "transfer_guard",
+    "check_proxy",
+    "captured_constants",
+    "pjrt_client_create_options",
+    "preemption",
+    "recoverability",
+    "thread_guard",
+    "share_binary",
+    "pgle",
+    "async_dispatch",
+)
 
 
 class InternalsChanged(Exception):
