@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": ("diff", "diff", "Explain why two cache entries are different entries."),
     "lint": ("lint", "lint", "Check a cache in CI: findings as annotations or JUnit, baselines."),
     "check": ("check", "check", "Run a command repeatedly and report unstable cache keys."),
+    "enable": ("enable", "enable", "Turn on the cache and stable keys for this environment."),
+    "disable": ("disable", "disable", "Undo `enable`."),
+    "status": ("status", "status", "Show effective cache settings and whether the hook is active."),
 }
 
 
