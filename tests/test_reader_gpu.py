@@ -63,7 +63,9 @@ def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     assert info.gpu is not None
     assert (info.gpu.layout, info.gpu.compute_capability) == ("gpu_executable_legacy", "9.0")
     assert (info.gpu.ptx_size, info.gpu.cubin_size, info.gpu.cudnn_graphs) == (
-        len(PTX), len(CUBIN), 2,
+        len(PTX),
+        len(CUBIN),
+        2,
     )
     assert info.format_label == "pjrt"
 

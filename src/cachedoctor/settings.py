@@ -189,3 +189,12 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
             value = "1" if value else "0"
         env[opt.env] = str(value)
     return env
+
+
+def configured_cache_dir() -> str | None:
+    """The cache directory `cachedoctor enable` configured for this environment, if any."""
+    try:
+        value = load().get("cache_dir")
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
