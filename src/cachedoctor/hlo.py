@@ -330,7 +330,9 @@ def _module_attrs_digest(module: wire.Buffer) -> str:
 def hlo_text(module: bytes) -> str | None:
     """Real HLO text through the installed jaxlib, or None when jaxlib cannot render it."""
     try:
-        from jax._src.lib import xla_client  # imported only when text is asked for
+        from jax._src.lib import (  # type: ignore[attr-defined]  # only when text is asked for
+            xla_client,
+        )
     except Exception:
         return None
     try:

@@ -109,6 +109,12 @@ class CacheListing:
         return Path(self.root) / item.name
 
 
+def module_of(key: str) -> str | None:
+    """The module name in a key (``jit_f`` of ``jit_f-<hex>``), or None."""
+    parsed = parse_key(key)
+    return parsed[1] if parsed else None
+
+
 def parse_key(name: str) -> tuple[str, str | None] | None:
     """``jit_f-<64hex>`` -> (key, module); None when the name is not a JAX cache key."""
     m = _KEY_RE.match(name)
@@ -478,7 +484,7 @@ def _canonical_debug_options(buf: wire.Buffer) -> bytes:
     for number in sorted(grouped):
         values = grouped[number]
         if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
-            values = sorted(values, key=lambda item: bytes(item[1]))  # type: ignore[arg-type]
+            values = sorted(values, key=lambda item: bytes(item[1]))
         for wt, value in values:
             out += _encode_field(number, wt, value)
     return bytes(out)
@@ -650,7 +656,8 @@ def decode_entry(
         base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
         parsed = parse_key(base)
         key = parsed[0] if parsed else base
-    module = parse_key(key)[1] if parse_key(key) else None
+    parsed_key = parse_key(key)
+    module = parsed_key[1] if parsed_key else None
     walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
     problems: list[Problem] = []

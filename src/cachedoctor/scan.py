@@ -128,9 +128,7 @@ def scan_directory(
             entries.append(
                 EntryInfo(
                     key=item.key or item.name,
-                    module=reader.parse_key(item.key)[1]
-                    if item.key and reader.parse_key(item.key)
-                    else None,
+                    module=reader.module_of(item.key) if item.key else None,
                     path=str(listing.path(item)),
                     size=item.size,
                     mtime_ns=item.mtime_ns,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import Protocol
 
 VARINT = 0
 I64 = 1
@@ -191,12 +191,16 @@ class StreamField:
         return iter_stream_fields(self._stream, self.length)
 
 
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class ByteStream:
     """A counted reader over a file-like object, with exact reads and cheap skips."""
 
     CHUNK = 1 << 20
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: Readable) -> None:
         self._raw = raw
         self.position = 0
         self._pending = b""
