@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "enable": ("enable", "enable", "Turn on the cache and stable keys for this environment."),
     "disable": ("disable", "disable", "Undo `enable`."),
     "status": ("status", "status", "Show effective cache settings and whether the hook is active."),
+    "prune": ("prune", "prune", "Remove entries by rule (dry run unless --apply); --repair fixes."),
+    "rekey": ("rekey", "rekey", "Move manifest-bearing entries to their current stable key."),
 }
 
 
