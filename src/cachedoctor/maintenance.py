@@ -878,6 +878,11 @@ class _Planner:
             elif item.kind is FileKind.UNKNOWN:
                 what = "folder" if item.is_dir else "file"
                 self.skipped.append(Skip(item.name, f"{what} not recognised: never removed"))
+        for m in self.manifests:
+            if m.is_symlink:
+                self.skipped.append(
+                    Skip(f"{manifest_dirname()}/{m.file}", "symbolic link: never followed")
+                )
         for item in self.manifest_others:
             if item.is_symlink:
                 self.skipped.append(
