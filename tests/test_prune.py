@@ -468,10 +468,14 @@ def test_our_lock_and_jaxs_filelock_exclude_each_other(tmp_path: Path) -> None:
             assert locked
 
 
-def test_no_lockfile_is_created(tmp_path: Path) -> None:
+def test_no_jax_lockfile_is_created_and_our_runs_still_exclude_each_other(tmp_path: Path) -> None:
     with fsops.CacheDir.open(tmp_path) as cd, cd.lock(timeout=1) as locked:
         assert not locked
+        other = fsops.CacheDir.open(tmp_path)
+        with other, pytest.raises(fsops.LockTimeout), other.lock(timeout=0.2):
+            pass
     assert not (tmp_path / ".lockfile").exists()
+    assert reader.classify(fsops.OWN_LOCKFILE, False)[0] is reader.FileKind.CACHEDOCTOR
 
 
 # --- CLI -----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 LOCKFILE = ".lockfile"
+OWN_LOCKFILE = ".cachedoctor-lock"
 TEMP_PREFIX = ".cachedoctor-tmp-"
 LOCK_POLL_S = 0.05
 
@@ -113,29 +114,31 @@ class CacheDir:
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[bool]:
-        """Hold JAX's ``.lockfile`` flock; yields False (no lock) when the file does not exist.
+        """Hold JAX's ``.lockfile`` flock; yields whether it exists (eviction in use).
 
-        The lock file is not created: JAX creates it when eviction is turned on, and its
-        presence is what tells readers (``scan``) that eviction is in use.
+        ``.lockfile`` is never created: JAX creates it when eviction is turned on, and its
+        presence is what tells readers (``scan``) that eviction is in use. Our own
+        ``.cachedoctor-lock`` is always taken first, so two cachedoctor runs exclude each other
+        even where JAX takes no lock.
         """
-        fd = self._acquire(timeout)
-        try:
-            yield fd is not None
-        finally:
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-
-    def _acquire(self, timeout: float) -> int | None:
         deadline = time.monotonic() + timeout
+        own = self._acquire(OWN_LOCKFILE, deadline, timeout, create=True)
+        try:
+            jax = self._acquire(LOCKFILE, deadline, timeout, create=False)
+            try:
+                yield jax is not None
+            finally:
+                _release(jax)
+        finally:
+            _release(own)
+
+    def _acquire(self, name: str, deadline: float, timeout: float, create: bool) -> int | None:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        if create:
+            flags |= os.O_CREAT
         while True:
             try:
-                fd = os.open(
-                    LOCKFILE,
-                    os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                    dir_fd=self.fd,
-                )
+                fd = os.open(name, flags, 0o644, dir_fd=self.fd)
             except FileNotFoundError:
                 return None
             try:
@@ -144,7 +147,7 @@ class CacheDir:
                 os.close(fd)
                 if time.monotonic() > deadline:
                     raise LockTimeout(
-                        errno.ETIMEDOUT, f"JAX's lock {LOCKFILE} is held for more than {timeout} s"
+                        errno.ETIMEDOUT, f"{name} is held by another process for over {timeout} s"
                     ) from None
                 time.sleep(LOCK_POLL_S)
                 continue
@@ -153,7 +156,7 @@ class CacheDir:
                 raise
             # filelock does the same check: the file may have been replaced before flock won.
             held = os.fstat(fd)
-            now = self.lstat(LOCKFILE)
+            now = self.lstat(name)
             if held.st_nlink > 0 and now is not None and os.path.samestat(held, now):
                 return fd
             os.close(fd)
@@ -272,6 +275,13 @@ class CacheDir:
 
     def _temp_name(self) -> str:
         return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def is_own_temp(name: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Any, Protocol
 
 from cachedoctor import reader
@@ -139,10 +140,13 @@ def plan_rekey(
             if new == m.key:
                 current += 1
                 continue
-            base = dict(
+            parsed = reader.parse_key(m.key)
+            base = Action(
+                op=Op.MOVE_ENTRY,
                 name=m.key,
                 rules=(Rule.REKEY,),
-                module=reader.parse_key(m.key)[1] if reader.parse_key(m.key) else None,
+                reason=f"hasher v{hasher.version} key is {new}",
+                module=parsed[1] if parsed else None,
                 files=(FileId.of(m.key + reader.CACHE_SUFFIX, src),),
                 new_key=new,
             )
@@ -151,20 +155,17 @@ def plan_rekey(
             )
             if holder is None:
                 targets[new] = m.key
-                actions.append(
-                    Action(
-                        op=Op.MOVE_ENTRY, reason=f"hasher v{hasher.version} key is {new}", **base
-                    )  # type: ignore[arg-type]
-                )
+                actions.append(base)
                 continue
-            if _digest(cd, m.key) is not None and _digest(cd, m.key) == _digest(cd, holder):
+            ours = _digest(cd, m.key)
+            if ours is not None and ours == _digest(cd, holder):
                 atime = cd.regular(m.key + reader.ATIME_SUFFIX)
                 actions.append(
-                    Action(
+                    replace(
+                        base,
                         op=Op.DROP_DUPLICATE,
                         reason=f"{new} already holds the same executable",
                         bytes=src.st_size + (atime.st_size if atime else 0) + m.size,
-                        **base,  # type: ignore[arg-type]
                     )
                 )
             else:

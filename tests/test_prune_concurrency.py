@@ -1,0 +1,190 @@
+"""`prune --apply` and `rekey --apply` beside running JAX processes, and killed at random points."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachedoctor import reader, scan
+from cachedoctor.maintenance import MANIFEST_DIRNAME, PruneOptions, apply, plan_prune
+from cachedoctor.rekey import plan_rekey
+from cachedoctor.runner import Run, run_program
+from tests.conftest import cli_env
+from tests.test_prune import (
+    EVICT,
+    assert_usable,
+    entry_keys,
+    evict_cache,  # noqa: F401  (a session fixture, used by name)
+    write_manifest,
+)
+
+pytestmark = pytest.mark.slow
+
+SIZES = ("16", "24", "32")
+RUNS_PER_WORKER = 3
+
+
+def expected_result(size: int) -> float:
+    """What programs/plain.py prints: sum(sin(x) * 2 + cos(x)) over arange(size)."""
+    return sum(math.sin(x) * 2.0 + math.cos(x) for x in range(size))
+
+
+class RandomHasher:
+    """Rekeys whatever it is asked about to a fresh key: every rekey pass moves entries."""
+
+    version = 99
+
+    def recompute(self, manifest: dict[str, Any]) -> str:
+        module = str(manifest["key"]).rsplit("-", 1)[0]
+        return f"{module}-{secrets.token_hex(32)}"
+
+
+def _maintain(root: Path, stop: threading.Event, errors: list[str], counts: dict[str, int]) -> None:
+    """Loop prune and rekey passes over ``root`` until told to stop."""
+    rng = random.Random(root.name)
+    choices = [
+        PruneOptions(older_than_s=0),  # everything: the most hostile pass
+        PruneOptions(max_size=6000),
+        PruneOptions(corrupt=True, duplicates=True, orphans=True, stale_after_s=0),
+        PruneOptions(repair=True),
+    ]
+    while not stop.is_set():
+        try:
+            result = apply(plan_prune(root, rng.choice(choices)), lock_timeout=20)
+            counts["prune"] += len(result.outcomes)
+            for key in list(entry_keys(root))[:2]:  # give entries manifests, then move them
+                info = reader.decode_entry(root / f"{key}-cache", key=key)
+                if info.ok and (root / f"{key}-cache").exists():
+                    write_manifest(root, key)
+            moved = apply(plan_rekey(root, hasher=RandomHasher()), lock_timeout=20)
+            counts["rekey"] += len(moved.outcomes)
+            failed = [o for o in (*result.outcomes, *moved.outcomes) if o.status == "failed"]
+            errors += [f"{o.action.name}: {o.detail}" for o in failed]
+        except Exception as exc:  # a crash in the loop fails the test
+            errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        time.sleep(0.05)
+
+
+def _work(
+    root: Path,
+    env: dict[str, str],
+    runs: list[tuple[str, Run]],
+    seed: int,
+    n: int = RUNS_PER_WORKER,
+) -> None:
+    rng = random.Random(seed)
+    for _ in range(n):
+        size = rng.choice(SIZES)
+        runs.append(
+            (size, run_program("plain", str(root), {**env, "CACHEDOCTOR_PLAIN_SIZE": size}))
+        )
+
+
+def test_jax_runs_stay_correct_while_prune_and_rekey_loop(tmp_path: Path) -> None:
+    evicting, plain = tmp_path / "evicting", tmp_path / "plain"
+    runs: dict[Path, list[tuple[str, Run]]] = {evicting: [], plain: []}
+    errors: list[str] = []
+    counts = {"prune": 0, "rekey": 0}
+    stop = threading.Event()
+    for root in runs:
+        root.mkdir()
+    # one JAX run first in each, so the loops have entries from the start
+    _work(evicting, EVICT, runs[evicting], 0, n=1)
+    _work(plain, {}, runs[plain], 1, n=1)
+    maintainers = [
+        threading.Thread(target=_maintain, args=(root, stop, errors, counts)) for root in runs
+    ]
+    workers = [
+        threading.Thread(target=_work, args=(root, env, runs[root], seed))
+        for seed, (root, env) in enumerate([(evicting, EVICT), (evicting, EVICT), (plain, {})])
+    ]
+    for t in maintainers + workers:
+        t.start()
+    for t in workers:
+        t.join()
+    stop.set()
+    for t in maintainers:
+        t.join()
+    assert not errors, errors
+    print("maintenance outcomes:", counts)
+    assert counts["rekey"] > 0
+    for root, done in runs.items():
+        for size, run in done:
+            assert run.returncode == 0, run.stderr[-2000:]
+            value = float(re.search(r"result: (\S+)", run.stdout).group(1))  # type: ignore[union-attr]
+            assert math.isclose(value, expected_result(int(size)), rel_tol=1e-4, abs_tol=1e-3)
+            if root == evicting:  # JAX and cachedoctor share the lock: never a cache error
+                assert "persistent compilation cache" not in run.stderr, run.stderr[-2000:]
+        assert_usable(root)
+
+
+def _make_big_cache(src: Path, dst: Path, count: int) -> None:
+    """``count`` real entries (copies of ``src``'s under fresh keys) with -atime and manifests."""
+    dst.mkdir()
+    originals = sorted(src.glob("*-cache"))
+    for i in range(count):
+        module = originals[i % len(originals)].name.rsplit("-", 2)[0]
+        key = f"{module}-{secrets.token_hex(32)}"
+        shutil.copyfile(originals[i % len(originals)], dst / f"{key}-cache")
+        (dst / f"{key}-atime").write_bytes((1_700_000_000 * 10**9 + i).to_bytes(8, "little"))
+        if i % 3 == 0:
+            write_manifest(dst, key)
+    (dst / ".lockfile").touch()
+
+
+def test_prune_killed_at_random_points_leaves_a_usable_cache(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    root = tmp_path / "big"
+    total = 400
+    _make_big_cache(request.getfixturevalue("evict_cache"), root, total)
+    rng = random.Random(7)
+    argv = [sys.executable, "-m", "cachedoctor", "prune", str(root), "--older-than", "0s"]
+    killed_mid_apply = 0
+    for _ in range(4):
+        remaining = len(entry_keys(root))
+        if remaining == 0:
+            break
+        proc = subprocess.Popen([*argv, "--apply"], env=cli_env(), stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(entry_keys(root)) == remaining and proc.poll() is None:
+            assert time.monotonic() < deadline, "prune never started removing"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.15))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        left = len(entry_keys(root))
+        killed_mid_apply += 0 < left < remaining
+        report = scan.scan_directory(root)
+        assert not [f for f in report.findings if f.kind is scan.FindingKind.CORRUPT]
+        assert_usable(root)  # in particular: no -cache without its -atime
+        names = set(os.listdir(root))
+        unknown = [i.name for i in reader.list_cache(root).of_kind(reader.FileKind.UNKNOWN)]
+        assert not unknown, unknown  # nothing half-written under a name JAX could pick up
+        assert all(f"{k}-atime" in names for k in entry_keys(root))
+    print("kills that landed while entries were being removed:", killed_mid_apply)
+    assert killed_mid_apply >= 1
+    # what the kills left (orphaned -atime files and manifests) goes with the next runs
+    done = subprocess.run(
+        [*argv, "--orphans", "--stale-after", "0s", "--apply"], env=cli_env(), capture_output=True
+    )
+    assert done.returncode == 0
+    assert entry_keys(root) == set()
+    assert not list(root.glob("*-atime"))
+    assert not list((root / MANIFEST_DIRNAME).glob("*.json"))
+    again = plan_prune(root, PruneOptions(older_than_s=0, orphans=True, stale_after_s=0))
+    assert again.actions == ()
