@@ -39,6 +39,9 @@ MANIFEST_DIRNAME = "cachedoctor-manifests"  # cachedoctor.manifest.MANIFEST_DIRN
 MANIFEST_SUFFIX = ".json"
 MANIFEST_IR_SUFFIX = ".mlir.gz"
 WRITE_BITS = stat.S_IWGRP | stat.S_IWOTH
+# Problems that mean the file is damaged. "too-large" (over the decode cap) and "unreadable"
+# (permissions) say nothing about the bytes, so --corrupt never removes for them.
+DAMAGE = {"truncated", "decompress", "not-compressed", "header", "protobuf"}
 # First jaxlib whose entries carry the pjrt_ifrt header (FORMATS.md §1).
 IFRT_HEADER_SINCE = (0, 9, 1)
 
@@ -541,6 +544,11 @@ class _Planner:
                     )
                     continue
                 problem = scan._real_problems(entries[key].info)[0]  # type: ignore[arg-type]
+                if problem.kind not in DAMAGE:
+                    self.skipped.append(
+                        Skip(key, f"not checked ({problem.kind}: {problem.message})", Rule.CORRUPT)
+                    )
+                    continue
                 entries[key].rules.append((Rule.CORRUPT, f"{problem.kind}: {problem.message}"))
 
     def _rule_relocated(self, entries: dict[str, _Entry], report: scan.ScanReport) -> None:
@@ -577,9 +585,11 @@ class _Planner:
                     )
                 continue
             info = e.info
-            if info is None or not info.ok or info.payload_format in (None, "riegeli"):
+            if info is None or any(p.kind != "unsupported" for p in info.problems):
                 continue
-            if want is not None and info.payload_format != want:
+            # A Riegeli (split proto) payload is only written by jaxlib >= 0.9.1, like the header.
+            era = "ifrt" if info.payload_format == "riegeli" else info.payload_format
+            if want is not None and era is not None and era != want:
                 e.rules.append(
                     (
                         Rule.STALE_JAX,

@@ -145,7 +145,8 @@ def plan_rekey(
                 op=Op.MOVE_ENTRY,
                 name=m.key,
                 rules=(Rule.REKEY,),
-                reason=f"hasher v{hasher.version} key is {new}",
+                reason=f"key from hasher v{m.data.get('hasher_version', '?')}; "
+                f"v{hasher.version} gives a new one",
                 module=parsed[1] if parsed else None,
                 files=(FileId.of(m.key + reader.CACHE_SUFFIX, src),),
                 new_key=new,

@@ -92,11 +92,15 @@ def render_plan(
         console.print(Text(f"note: {note}", style="dim"))
     entries = plan.entries_to_remove
     if result is None:
-        verb = "would remove" if plan.command == "prune" else "would change"
+        if plan.command == "rekey":
+            moves = sum(1 for a in plan.actions if a.op is Op.MOVE_ENTRY)
+            what = f"would move {moves} entries and drop {entries} duplicates"
+        else:
+            what = f"would remove {entries} entries and change {len(plan.actions) - entries} files"
         console.print(
             Text(
-                f"dry run: {verb} {entries} entries and {len(plan.actions) - entries} other items, "
-                f"reclaiming {human_bytes(plan.bytes_to_reclaim)}; add --apply to do it",
+                f"dry run: {what}, reclaiming {human_bytes(plan.bytes_to_reclaim)}; "
+                "add --apply to do it",
                 style="bold",
             )
         )
