@@ -782,8 +782,8 @@ class _Planner:
                         op=Op.RECREATE_ATIME,
                         name=e.key,
                         rules=(Rule.REPAIR,),
-                        reason="no -atime while eviction is in use (JAX's eviction fails, "
-                        "jax-ml/jax#39880); made from the entry's mtime",
+                        reason="-atime missing while eviction is on (jax-ml/jax#39880); "
+                        "stamped with the entry's mtime",
                         module=e.module,
                         last_used_ns=e.item.mtime_ns,
                         files=(e.cache_id,),
@@ -806,13 +806,27 @@ class _Planner:
                         op=Op.FIX_MODE,
                         name=item.name,
                         rules=(Rule.REPAIR,),
-                        reason=f"mode {stat.filemode(item.mode)}: remove group/other write",
+                        reason=f"{stat.filemode(item.mode)}: writable by group/others",
                         module=e.module,
                         files=(fid,),
                     )
                 )
         if not self.o.orphans:
             self._stale_temps(Rule.REPAIR)
+        if self.eviction_in_use:
+            blockers = [
+                i.name
+                for i in self.listing.items
+                if i.name.endswith(reader.CACHE_SUFFIX)
+                and (i.is_symlink or i.kind is not FileKind.ENTRY)
+                and self.cd.lstat(i.name[: -len(reader.CACHE_SUFFIX)] + reader.ATIME_SUFFIX) is None
+            ]
+            if blockers:
+                self.notes.append(
+                    "--repair: JAX's eviction (jax <= 0.10) fails on names that match "
+                    f"'*-cache' without an -atime file: {', '.join(blockers)}; cachedoctor never "
+                    "removes links or files it does not recognise, so move them out yourself"
+                )
 
     def _subcaches(self) -> None:
         subs = [

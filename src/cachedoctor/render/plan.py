@@ -34,6 +34,10 @@ def short(text: str) -> str:
     return _HEX.sub(lambda m: m.group(1) + "…", text)
 
 
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def _last_used(a: Action) -> str:
     if a.last_used_ns is None:
         return "-"
@@ -94,9 +98,13 @@ def render_plan(
     if result is None:
         if plan.command == "rekey":
             moves = sum(1 for a in plan.actions if a.op is Op.MOVE_ENTRY)
-            what = f"would move {moves} entries and drop {entries} duplicates"
+            what = f"would move {_n(moves, 'entry', 'entries')}, drop {_n(entries, 'duplicate')}"
         else:
-            what = f"would remove {entries} entries and change {len(plan.actions) - entries} files"
+            files = sum(1 for a in plan.actions if a.op is Op.REMOVE_FILE)
+            fixes = len(plan.actions) - entries - files
+            what = f"would remove {_n(entries, 'entry', 'entries')} and {_n(files, 'other file')}"
+            if fixes:
+                what += f", make {_n(fixes, 'fix', 'fixes')}"
         console.print(
             Text(
                 f"dry run: {what}, reclaiming {human_bytes(plan.bytes_to_reclaim)}; "
