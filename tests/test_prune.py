@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -36,6 +37,12 @@ HOUR_NS = 3600 * 10**9
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def needs_filelock() -> None:
+    """JAX refuses to turn eviction on without the filelock package (jax/_src/lru_cache.py)."""
+    if importlib.util.find_spec("filelock") is None:
+        pytest.skip("JAX's LRU eviction needs the filelock package (add it to the test extra)")
 
 
 def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
@@ -125,6 +132,7 @@ def assert_usable(root: Path) -> None:
 @pytest.fixture(scope="session")
 def evict_cache(cache_factory: Callable[..., Path]) -> Path:
     """Three plain programs written with JAX's LRU eviction on: -atime files and a .lockfile."""
+    needs_filelock()
     return cache_factory(
         "evict",
         [

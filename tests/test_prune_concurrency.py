@@ -28,6 +28,7 @@ from tests.test_prune import (
     assert_usable,
     entry_keys,
     evict_cache,  # noqa: F401  (a session fixture, used by name)
+    needs_filelock,
     write_manifest,
 )
 
@@ -95,6 +96,7 @@ def _work(
 
 
 def test_jax_runs_stay_correct_while_prune_and_rekey_loop(tmp_path: Path) -> None:
+    needs_filelock()
     evicting, plain = tmp_path / "evicting", tmp_path / "plain"
     runs: dict[Path, list[tuple[str, Run]]] = {evicting: [], plain: []}
     errors: list[str] = []
@@ -140,7 +142,10 @@ def _make_big_cache(src: Path, dst: Path, count: int) -> None:
         module = originals[i % len(originals)].name.rsplit("-", 2)[0]
         key = f"{module}-{secrets.token_hex(32)}"
         shutil.copyfile(originals[i % len(originals)], dst / f"{key}-cache")
-        (dst / f"{key}-atime").write_bytes((1_700_000_000 * 10**9 + i).to_bytes(8, "little"))
+        atime = dst / f"{key}-atime"
+        atime.write_bytes((1_700_000_000 * 10**9 + i).to_bytes(8, "little"))
+        # written long ago: an -atime orphaned by a kill is then past the one-minute grace
+        os.utime(atime, (1_700_000_000, 1_700_000_000))
         if i % 3 == 0:
             write_manifest(dst, key)
     (dst / ".lockfile").touch()
