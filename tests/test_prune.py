@@ -413,6 +413,22 @@ def test_links_and_foreign_files_are_left_alone_and_reported(
     assert entry_keys(root) == {linked_key}  # only the link is left of the entries
 
 
+def test_a_linked_manifests_folder_is_not_entered(
+    copy_of: Callable[[Path], Path], seed_cache: Path, tmp_path: Path
+) -> None:
+    root = copy_of(seed_cache)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ("jit_gone-" + "56" * 32 + ".json")).write_text("{}")
+    age(elsewhere / ("jit_gone-" + "56" * 32 + ".json"), 3 * 86400)
+    (root / MANIFEST_DIRNAME).symlink_to(elsewhere)
+    before = snapshot(elsewhere)
+    plan, result = prune(root, orphans=True, stale_jax=True, stale_after_s=0)
+    assert result.count(Status.FAILED) == 0
+    assert "symbolic link" in {s.name: s.reason for s in plan.skipped}[MANIFEST_DIRNAME]
+    assert snapshot(elsewhere) == before
+
+
 def test_a_file_changed_since_the_plan_is_skipped(
     copy_of: Callable[[Path], Path], evict_cache: Path
 ) -> None:

@@ -77,7 +77,7 @@ class CacheDir:
         self.close()
 
     def subdir(self, name: str, *, create: bool = False) -> CacheDir | None:
-        """A folder inside this one; None when absent. A link there is refused (ELOOP/ENOTDIR)."""
+        """A folder inside this one; None when absent, or when a link or file stands there."""
         if create:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=self.fd)
@@ -87,6 +87,10 @@ class CacheDir:
             )
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None  # a link or a file where a folder should be: not ours to enter
+            raise
         return CacheDir(fd, os.path.join(self.path, name))
 
     # --- looking ------------------------------------------------------------------------------

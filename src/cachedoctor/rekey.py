@@ -222,7 +222,8 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
     if a.op is Op.DROP_DUPLICATE or target is not None:
         return _drop_if_same(cd, a, old, new)
     mdir = cd.subdir(manifest_dirname(), create=True)
-    assert mdir is not None
+    if mdir is None:
+        return Outcome(a, Status.FAILED, f"{manifest_dirname()} is not a folder (a link?)")
     with mdir:
         raw = mdir.read_small(old + MANIFEST_SUFFIX, limit=64 << 20)
         moved = _moved_manifest(raw, old, new) if raw else None
