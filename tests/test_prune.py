@@ -312,6 +312,22 @@ def test_orphans(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
     assert prune(root, orphans=True)[0].actions == ()
 
 
+def test_any_run_finishes_an_interrupted_removal(
+    copy_of: Callable[[Path], Path], evict_cache: Path
+) -> None:
+    """A kill between the -cache and the -atime leaves an -atime alone; the next run takes it."""
+    root = copy_of(evict_cache)
+    keys = sorted(entry_keys(root))
+    os.unlink(root / f"{keys[0]}-cache")
+    age(root / f"{keys[0]}-atime", 3600)
+    plan, result = prune(root, older_than_s=30 * 86400, module=keys[0].rsplit("-", 1)[0])
+    assert [(a.name, a.rules) for a in plan.actions] == [(f"{keys[0]}-atime", (Rule.ORPHANS,))]
+    assert result.count(Status.DONE) == 1
+    assert not (root / f"{keys[0]}-atime").exists()
+    other = prune(root, older_than_s=30 * 86400, module="no_such_module*")[0]
+    assert other.actions == ()
+
+
 def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)  # written for the session's path: relocated here
     make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "48"})])  # native entries

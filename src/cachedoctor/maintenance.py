@@ -7,8 +7,8 @@ plan out, one unit at a time, under JAX's own lock (see :mod:`cachedoctor.fsops`
 * an entry is removed as a unit: the ``-cache`` file first, then its ``-atime`` file and its
   manifest. JAX's eviction pass (jax <= 0.10) reads the ``-atime`` of every ``-cache`` file and
   fails when one is missing (jax-ml/jax#39880), so the reverse order could break a cache in use;
-  in this order a kill at any point leaves at worst an orphaned ``-atime`` or manifest, which JAX
-  ignores and ``prune --orphans`` removes;
+  in this order a kill at any point leaves at worst an orphaned ``-atime`` (which every later
+  run removes) or manifest (``--orphans``), both ignored by JAX;
 * each file is re-checked (inode, size, mtime) right before it is removed, and skipped if it
   changed since the plan (a JAX process used or rewrote it);
 * symbolic links and files cachedoctor does not recognise are never removed, only reported.
@@ -489,6 +489,7 @@ class _Planner:
             if e.rules:
                 removed.add(e.key)
                 self.actions.append(self._remove_entry(e))
+        self._orphan_atimes()
         if self.o.orphans:
             self._orphans()
         if self.o.repair:
@@ -669,10 +670,19 @@ class _Planner:
             )
         )
 
-    def _orphans(self) -> None:
+    def _orphan_atimes(self) -> None:
+        """``-atime`` files whose entry is gone: JAX ignores them, every run removes them.
+
+        They are what an interrupted removal leaves (the ``-cache`` file goes first), so the
+        next run finishes the job whatever its selectors; ``--module`` still limits it.
+        """
         entry_keys = {i.key for i in self.listing.entries}
         for item in self.listing.of_kind(FileKind.ATIME):
             if item.key in entry_keys:
+                continue
+            parsed = reader.parse_key(item.key or "")
+            module = parsed[1] if parsed else None
+            if self.o.module is not None and not fnmatch.fnmatchcase(module or "", self.o.module):
                 continue
             st = self.cd.regular(item.name)
             if st is None:
@@ -683,6 +693,9 @@ class _Planner:
                 )
                 continue
             self._remove_file(item.name, st, Rule.ORPHANS, "-atime file without its entry")
+
+    def _orphans(self) -> None:
+        entry_keys = {i.key for i in self.listing.entries}
         self._stale_temps(Rule.ORPHANS)
         folder_name = manifest_dirname()
         folder = self.cd.subdir(folder_name)
