@@ -626,7 +626,7 @@ class _Planner:
                     m.rules.append(
                         (
                             Rule.DUPLICATES,
-                            f"same program as {keep.key}, which was used more recently and is kept",
+                            f"same program as {keep.key} (kept: used last)",
                         )
                     )
 
@@ -795,8 +795,8 @@ class _Planner:
                         op=Op.RECREATE_ATIME,
                         name=e.key,
                         rules=(Rule.REPAIR,),
-                        reason="-atime missing while eviction is on (jax-ml/jax#39880); "
-                        "stamped with the entry's mtime",
+                        reason="missing while eviction is on (jax-ml/jax#39880); "
+                        "from the entry's mtime",
                         module=e.module,
                         last_used_ns=e.item.mtime_ns,
                         files=(e.cache_id,),

@@ -60,12 +60,12 @@ def render_plan(
         table = Table(show_edge=False, title_justify="left")
         if result is not None:
             table.add_column("result")
-        table.add_column("action")
-        table.add_column("entry / file", overflow="fold")
-        table.add_column("rule")
-        table.add_column("size", justify="right")
-        table.add_column("last used (UTC)")
-        table.add_column("why", overflow="fold")
+        table.add_column("action", no_wrap=True)
+        table.add_column("entry / file", no_wrap=True)
+        table.add_column("rule", no_wrap=True)
+        table.add_column("size", justify="right", no_wrap=True)
+        table.add_column("last used (UTC)", no_wrap=True)
+        table.add_column("why", overflow="fold", min_width=24)
         for a in plan.actions[:limit]:
             cells = [
                 _OP_VERB[a.op],
