@@ -145,8 +145,7 @@ def plan_rekey(
                 op=Op.MOVE_ENTRY,
                 name=m.key,
                 rules=(Rule.REKEY,),
-                reason=f"key from hasher v{m.data.get('hasher_version', '?')}; "
-                f"v{hasher.version} gives a new one",
+                reason=f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}",
                 module=parsed[1] if parsed else None,
                 files=(FileId.of(m.key + reader.CACHE_SUFFIX, src),),
                 new_key=new,

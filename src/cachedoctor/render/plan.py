@@ -57,29 +57,35 @@ def render_plan(
     if not plan.actions:
         console.print(Text("nothing to do", style="green"))
     else:
+        shown = plan.actions[:limit]
+        with_size = any(a.bytes for a in shown)
+        with_used = any(a.last_used_ns is not None for a in shown)
         table = Table(show_edge=False, title_justify="left")
         if result is not None:
             table.add_column("result")
         table.add_column("action", no_wrap=True)
         table.add_column("entry / file", no_wrap=True)
         table.add_column("rule", no_wrap=True)
-        table.add_column("size", justify="right", no_wrap=True)
-        table.add_column("last used (UTC)", no_wrap=True)
+        if with_size:
+            table.add_column("size", justify="right", no_wrap=True)
+        if with_used:
+            table.add_column("last used (UTC)", no_wrap=True)
         table.add_column("why", overflow="fold", min_width=24)
-        for a in plan.actions[:limit]:
-            cells = [
-                _OP_VERB[a.op],
-                short(a.name + (f" → {a.new_key}" if a.op is Op.MOVE_ENTRY else "")),
-                ",".join(r.value for r in a.rules),
-                human_bytes(a.bytes) if a.bytes else "",
-                _last_used(a),
-                short(a.reason),
-            ]
+        for a in shown:
+            name = short(a.name)
+            if a.op is Op.MOVE_ENTRY and a.new_key:
+                name += "\n→ " + short(a.new_key)
+            cells = [_OP_VERB[a.op], name, ",".join(r.value for r in a.rules)]
+            if with_size:
+                cells.append(human_bytes(a.bytes) if a.bytes else "")
+            if with_used:
+                cells.append(_last_used(a))
+            cells.append(short(a.reason))
             if result is not None:
                 o = outcome.get(id(a))
                 status = Text(o.status.value, style=_STATUS_STYLE[o.status]) if o else Text("-")
                 if o and o.detail and o.status is not Status.DONE:
-                    status.append(f" ({o.detail})")
+                    status.append(f" ({short(o.detail)})")
                 table.add_row(status, *cells)
             else:
                 table.add_row(*cells)
