@@ -552,3 +552,72 @@ def test_cli_usage_errors_are_one_line(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2, proc.stderr
         assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
+    from rich.console import Console
+
+    from cachedoctor.fsops import FileId
+    from cachedoctor.maintenance import Action, ApplyReport, Outcome, Plan, Skip
+    from cachedoctor.render.plan import plan_document, render_plan
+
+    key = "jit_f-" + "ab" * 32
+    remove = Action(
+        Op.REMOVE_ENTRY,
+        key,
+        (Rule.OLDER_THAN, Rule.DUPLICATES),
+        "last used 40 days ago",
+        2048,
+        "jit_f",
+        10**18,
+        (FileId(f"{key}-cache", 1, 2000, 5),),
+    )
+    move = Action(
+        Op.MOVE_ENTRY,
+        "jit_g-" + "cd" * 32,
+        (Rule.REKEY,),
+        "hasher v1 → v2",
+        new_key="jit_g-" + "ef" * 32,
+    )
+    plan = Plan(
+        "prune",
+        "/c",
+        0.0,
+        ("older-than 30d",),
+        (remove, move),
+        (Skip("link-cache", "symbolic link: never followed or removed"),),
+        conflicts=(Skip("jit_h-x", "new key holds a different executable"),),
+    )
+    result = ApplyReport(
+        plan,
+        (
+            Outcome(remove, Status.DONE, "", 2048),
+            Outcome(move, Status.SKIPPED, "changed since the plan"),
+        ),
+        True,
+    )
+    console = Console(record=True, width=160, no_color=True)
+    render_plan(plan, console, result=result)
+    text = console.export_text()
+    for needle in (
+        "older-than,duplicates",
+        "jit_f-abababababab…",
+        "→ jit_g-efefefefefef…",
+        "skipped (changed since the plan)",
+        "link-cache: symbolic link",
+        "conflict  jit_h-x",
+        "applied: 1 done, 1 skipped, 0 failed; reclaimed 2.0 KiB",
+    ):
+        assert needle in text, (needle, text)
+    doc = plan_document(plan, result)
+    assert doc["actions"][0]["rule"] == "older-than" and doc["actions"][0]["status"] == "done"
+    assert doc["actions"][1]["new_key"] == "jit_g-" + "ef" * 32
+    assert doc["actions"][0]["name"] == key  # JSON keeps keys whole
+    assert doc["result"] == {
+        "done": 1,
+        "skipped": 1,
+        "failed": 0,
+        "bytes_reclaimed": 2048,
+        "locked": True,
+    }
+    assert doc["summary"]["conflicts"] == 1 and doc["schema_version"] == 1
