@@ -27,11 +27,15 @@ def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def
     help="Evict least recently used entries until the cache fits (50GB, 800MiB), as JAX's LRU.",
 )
 @click.option(
-    "--duplicates", is_flag=True, help="Same program under several keys: keep the newest."
+    "--duplicates",
+    is_flag=True,
+    help="Same program under several keys: keep the most recently used.",
 )
 @click.option("--corrupt", is_flag=True, help="Entries JAX cannot load (truncated, damaged).")
 @click.option(
-    "--orphans", is_flag=True, help="-atime files and manifests without entry; stale temp files."
+    "--orphans",
+    is_flag=True,
+    help="Manifests without entry and stale temp files (-atime files without entry go always).",
 )
 @click.option("--relocated", is_flag=True, help="Entries keyed for a cache at another path.")
 @click.option("--stale-jax", is_flag=True, help="Entries written by another jaxlib.")
