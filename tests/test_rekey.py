@@ -6,6 +6,8 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -88,6 +90,24 @@ def test_same_executable_at_the_new_key_drops_the_source(
     assert result.count(Status.DONE) == 1 and result.bytes_reclaimed > 0
     assert entry_keys(root) >= {f1, f2} and f0 not in entry_keys(root)
     assert not (root / MANIFEST_DIRNAME / f"{f0}.json").exists()
+
+
+def test_a_target_replaced_after_the_plan_is_compared_again(
+    copy_of: Callable[[Path], Path], seed_cache: Path
+) -> None:
+    root = copy_of(seed_cache)
+    f0, f1, _ = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
+    other = sorted(k for k in entry_keys(root) if not k.startswith("jit_f-"))[0]
+    write_manifest(root, f0)
+    plan = plan_rekey(root, hasher=MapHasher({f0: f1}))
+    assert [a.op for a in plan.actions] == [Op.DROP_DUPLICATE]
+    replacement = root / "replacement"
+    shutil.copyfile(root / f"{other}-cache", replacement)
+    os.replace(replacement, root / f"{f1}-cache")  # a different executable now holds f1
+    result = apply(plan)
+    assert result.count(Status.FAILED) == 1
+    assert "different executable" in result.outcomes[0].detail
+    assert f0 in entry_keys(root)
 
 
 def test_two_sources_for_one_new_key(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from cachedoctor import reader
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.fsops import CacheDir, FileId
+from cachedoctor.fsops import LOCKFILE, CacheDir, FileId
 from cachedoctor.jaxenv import JaxInfo, installed_jax
 from cachedoctor.maintenance import (
     MANIFEST_IR_SUFFIX,
@@ -104,7 +104,7 @@ def plan_rekey(
         eviction = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in listing.items)
         manifests, _ = read_manifests(cd)
         folder = manifest_dirname()
-        targets: dict[str, str] = {}  # new key -> source key already planned to move there
+        targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
         for m in manifests:
             label = f"{folder}/{m.file}"
             if m.is_symlink:
@@ -150,15 +150,18 @@ def plan_rekey(
                 files=(FileId.of(m.key + reader.CACHE_SUFFIX, src),),
                 new_key=new,
             )
-            holder = targets.get(new) or (
-                new if cd.regular(new + reader.CACHE_SUFFIX) is not None else None
-            )
+            # who holds (or will hold, after an earlier move) the new key, and its file
+            holder = targets.get(new)
             if holder is None:
-                targets[new] = m.key
+                target = cd.regular(new + reader.CACHE_SUFFIX)
+                if target is not None:
+                    holder = (new, FileId.of(new + reader.CACHE_SUFFIX, target))
+            if holder is None:
+                targets[new] = (m.key, base.files[0])
                 actions.append(base)
                 continue
             ours = _digest(cd, m.key)
-            if ours is not None and ours == _digest(cd, holder):
+            if ours is not None and ours == _digest(cd, holder[0]):
                 atime = cd.regular(m.key + reader.ATIME_SUFFIX)
                 actions.append(
                     replace(
@@ -166,6 +169,7 @@ def plan_rekey(
                         op=Op.DROP_DUPLICATE,
                         reason=f"{new} already holds the same executable",
                         bytes=src.st_size + (atime.st_size if atime else 0) + m.size,
+                        files=(base.files[0], holder[1]),
                     )
                 )
             else:
@@ -232,7 +236,7 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
             mdir.link_noreplace(old + MANIFEST_IR_SUFFIX, new + MANIFEST_IR_SUFFIX)
     if cd.regular(old + reader.ATIME_SUFFIX) is not None:
         cd.link_noreplace(old + reader.ATIME_SUFFIX, new + reader.ATIME_SUFFIX)
-    elif cd.lstat(".lockfile") is not None:
+    elif cd.lstat(LOCKFILE) is not None:
         cd.write_new(new + reader.ATIME_SUFFIX, st.st_mtime_ns.to_bytes(8, "little"))
     if not cd.link_noreplace(old + reader.CACHE_SUFFIX, new + reader.CACHE_SUFFIX):
         return _drop_if_same(cd, a, old, new)  # a JAX process wrote the new key meanwhile
@@ -243,9 +247,19 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
 
 
 def _drop_if_same(cd: CacheDir, a: Action, old: str, new: str) -> Outcome:
-    ours, theirs = _digest(cd, old), _digest(cd, new)
-    if ours is None or ours != theirs:
-        return Outcome(a, Status.FAILED, f"conflict: {new} holds a different executable; kept both")
+    """Drop the source when the new key holds the same executable; else report the conflict.
+
+    The plan compared the two files; when the target is still that very file (inode, size,
+    mtime) nothing is decoded here, under JAX's lock.
+    """
+    target = cd.lstat(new + reader.CACHE_SUFFIX)
+    compared = len(a.files) > 1 and target is not None and a.files[1].matches(target)
+    if not compared:
+        ours, theirs = _digest(cd, old), _digest(cd, new)
+        if ours is None or ours != theirs:
+            return Outcome(
+                a, Status.FAILED, f"conflict: {new} holds a different executable; kept both"
+            )
     size = a.files[0].size
     if cd.unlink_if(a.files[0]) != "removed":
         return Outcome(a, Status.SKIPPED, "changed since the plan")
