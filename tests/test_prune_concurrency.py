@@ -195,3 +195,69 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
     assert not list((root / MANIFEST_DIRNAME).glob("*.json"))
     again = plan_prune(root, PruneOptions(older_than_s=0, orphans=True, stale_after_s=0))
     assert again.actions == ()
+
+
+REKEY_SCRIPT = """
+import hashlib, sys
+from cachedoctor.maintenance import apply
+from cachedoctor.rekey import plan_rekey
+
+class Hasher:
+    version = 2
+    def recompute(self, manifest):
+        return moved_key(manifest["key"])
+
+def moved_key(key):
+    module, digest = key.rsplit("-", 1)
+    if digest.startswith("0000"):
+        return key
+    return module + "-0000" + hashlib.sha256(digest.encode()).hexdigest()[4:]
+
+apply(plan_rekey(sys.argv[1], hasher=Hasher()))
+"""
+
+
+def _moved_key(key: str) -> str:
+    import hashlib
+
+    module, digest = key.rsplit("-", 1)
+    return module + "-0000" + hashlib.sha256(digest.encode()).hexdigest()[4:]
+
+
+def test_rekey_killed_at_random_points_never_loses_an_entry(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    root = tmp_path / "rekey"
+    _make_big_cache(request.getfixturevalue("evict_cache"), root, 150)
+    for key in entry_keys(root):
+        write_manifest(root, key)
+    before = {k: (root / f"{k}-cache").read_bytes() for k in entry_keys(root)}
+    rng = random.Random(11)
+    argv = [sys.executable, "-c", REKEY_SCRIPT, str(root)]
+    mid_run = 0
+    for _ in range(3):
+        moved = {k for k in before if (root / f"{_moved_key(k)}-cache").exists()}
+        proc = subprocess.Popen(argv, env=cli_env())
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and all(
+            (k in moved) == (root / f"{_moved_key(k)}-cache").exists() for k in before
+        ):
+            assert time.monotonic() < deadline, "rekey never started moving"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.1))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        now_moved = sum((root / f"{_moved_key(k)}-cache").exists() for k in before)
+        mid_run += len(moved) < now_moved < len(before)
+        assert_usable(root)
+        for key, data in before.items():  # under its old key, its new key, or both
+            held = [root / f"{k}-cache" for k in (key, _moved_key(key))]
+            assert any(p.exists() for p in held), key
+            assert all(p.read_bytes() == data for p in held if p.exists()), key
+    print("rekey kills that landed mid-run:", mid_run)
+    assert mid_run >= 1
+    assert subprocess.run(argv, env=cli_env()).returncode == 0
+    assert entry_keys(root) == {_moved_key(k) for k in before}
+    assert_usable(root)
+    manifests = {p.stem for p in (root / MANIFEST_DIRNAME).glob("*.json")}
+    assert manifests == {_moved_key(k) for k in before}
