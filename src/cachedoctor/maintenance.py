@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from cachedoctor import fsops, reader, scan
+from cachedoctor import fsops, reader, scan, subcaches
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.fsops import CacheDir, FileId
 from cachedoctor.jaxenv import JaxInfo, installed_jax
@@ -336,6 +336,11 @@ class _Entry:
         )
 
 
+def _is_autotune_tmp(name: str) -> bool:
+    """XLA's in-flight autotune write: ``tmp/tmp_per_fusion_cache_<hash>_<ns>.textproto``."""
+    return name.startswith("tmp_per_fusion_cache_") and name.endswith(".textproto")
+
+
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
@@ -588,8 +593,7 @@ class _Planner:
             info = e.info
             if info is None or any(p.kind != "unsupported" for p in info.problems):
                 continue
-            # A Riegeli (split proto) payload is only written by jaxlib >= 0.9.1, like the header.
-            era = "ifrt" if info.payload_format == "riegeli" else info.payload_format
+            era = info.payload_format
             if want is not None and era is not None and era != want:
                 e.rules.append(
                     (
@@ -880,7 +884,7 @@ class _Planner:
                 rel = f"{name}/{child}"
                 if stat.S_ISLNK(st.st_mode):
                     self.skipped.append(Skip(rel, "symbolic link: never followed or removed"))
-                elif stat.S_ISREG(st.st_mode) and child.endswith(".textproto"):
+                elif stat.S_ISREG(st.st_mode) and subcaches.is_autotune_file_name(child):
                     self._remove_file(
                         child, st, Rule.XLA_SUBCACHES, "per-fusion autotune result", name
                     )
@@ -893,7 +897,7 @@ class _Planner:
                             tst = tmp.regular(t)
                             if (
                                 tst is not None
-                                and t.startswith("tmp_per_fusion_cache_")
+                                and _is_autotune_tmp(t)
                                 and (self._age_s(tst.st_mtime_ns) >= self.o.stale_after_s)
                             ):
                                 self._remove_file(
