@@ -188,13 +188,72 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
     assert (root / f"{expected}{reader.ATIME_SUFFIX}").exists()
 
 
-@pytest.mark.skipif(HAS_HASHER, reason="checks the message shown when the hasher is absent")
-def test_cli_without_the_hasher_says_what_is_missing(tmp_path: Path) -> None:
+def test_without_the_hasher_rekey_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cachedoctor
+    from cachedoctor.errors import CachedoctorError
+
+    monkeypatch.setitem(sys.modules, "cachedoctor.keys", None)  # as if not installed
+    monkeypatch.delattr(cachedoctor, "keys", raising=False)
+    with pytest.raises(CachedoctorError) as info:
+        plan_rekey(tmp_path)
+    assert info.value.slug == "no-hasher" and "cachedoctor.keys" in str(info.value)
+
+
+V2_RUNNER = """
+import runpy, sys
+import cachedoctor.keys as keys
+keys.HASHER_VERSION = 2  # what a hasher upgrade does: a new combination step
+keys.combine.__defaults__ = (2,)
+from cachedoctor import hook
+assert hook.install("stable")
+prog = sys.argv[1]
+sys.argv = [prog]
+runpy.run_path(prog, run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not HAS_HASHER, reason="the stable hasher (cachedoctor.keys) is absent")
+def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real manifests from the real hook; after rekey, a hook with the new hasher hits them."""
+    from cachedoctor import keys as stable  # type: ignore[attr-defined,unused-ignore]
+    from cachedoctor.programs import program_path
+    from tests.hookrun import Run, base_env
+    from tests.hookrun import run_program as run_hooked
+
+    filelock_needed = importlib.util.find_spec("filelock") is None
+    if filelock_needed:
+        pytest.skip("JAX's LRU eviction needs the filelock package")
+    root = tmp_path / "cache"
+    env = base_env(root, JAX_COMPILATION_CACHE_MAX_SIZE=str(10**9))
+    first = run_hooked("plain", root, env=env)
+    written = entry_keys(root)
+    assert first.misses and written
+    current = plan_rekey(root)
+    assert current.actions == () and f"; {len(written)} manifest-bearing" in current.notes[0]
+
+    monkeypatch.setattr(stable, "HASHER_VERSION", 2)
+    plan = plan_rekey(root)
+    assert {a.name for a in plan.actions} == written
+    assert all(a.op is Op.MOVE_ENTRY for a in plan.actions)
+    assert apply(plan).count(Status.DONE) == len(written)
+    assert_usable(root)
+    assert entry_keys(root) == {a.new_key for a in plan.actions}
+
+    script = tmp_path / "v2.py"
+    script.write_text(V2_RUNNER)
     proc = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "rekey", str(tmp_path)],
+        [sys.executable, str(script), str(program_path("plain"))],
         capture_output=True,
         text=True,
+        env=env,
         check=False,
     )
-    assert proc.returncode == 2
-    assert "no-hasher" in proc.stderr and "Traceback" not in proc.stderr
+    second = Run(proc.returncode, proc.stdout, proc.stderr)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.misses == [], second.misses
+    assert second.result == first.result
+    assert entry_keys(root) == {a.new_key for a in plan.actions}  # nothing recompiled
