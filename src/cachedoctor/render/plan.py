@@ -101,6 +101,8 @@ def render_plan(
     for note in plan.notes:
         console.print(Text(f"note: {note}", style="dim"))
     entries = plan.entries_to_remove
+    if not plan.actions:
+        return  # "nothing to do" was said above
     if result is None:
         if plan.command == "rekey":
             moves = sum(1 for a in plan.actions if a.op is Op.MOVE_ENTRY)
