@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -621,3 +622,38 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
         "locked": True,
     }
     assert doc["summary"]["conflicts"] == 1 and doc["schema_version"] == 1
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["links", "no-links"])
+def test_atomic_writes_never_replace_and_never_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool
+) -> None:
+    import errno
+
+    if not hard_links:  # a filesystem without hard links: copy + rename after a check
+
+        def no_link(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EPERM, "no hard links here")
+
+        monkeypatch.setattr(os, "link", no_link)
+    (tmp_path / "victim").write_bytes(b"outside")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "src").write_bytes(b"entry bytes")
+    (cache / "taken").write_bytes(b"theirs")
+    (cache / "link").symlink_to(tmp_path / "victim")
+    with fsops.CacheDir.open(cache) as cd:
+        assert cd.write_new("new-atime", b"12345678")
+        assert not cd.write_new("taken", b"ours")
+        assert not cd.write_new("link", b"ours")
+        assert cd.link_noreplace("src", "moved")
+        assert not cd.link_noreplace("src", "taken")
+        with contextlib.suppress(OSError):  # a link is never copied through
+            cd.link_noreplace("link", "through-link")
+    through = cache / "through-link"
+    assert not through.exists() or through.is_symlink()  # at most another name for the link
+    assert (cache / "new-atime").read_bytes() == b"12345678"
+    assert (cache / "moved").read_bytes() == b"entry bytes"
+    assert (cache / "taken").read_bytes() == b"theirs"
+    assert (tmp_path / "victim").read_bytes() == b"outside"
+    assert not [p for p in cache.iterdir() if fsops.is_own_temp(p.name)]

@@ -19,15 +19,18 @@ import errno
 import fcntl
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 LOCKFILE = ".lockfile"
 OWN_LOCKFILE = ".cachedoctor-lock"
 TEMP_PREFIX = ".cachedoctor-tmp-"
 LOCK_POLL_S = 0.05
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
 
 
 class LockTimeout(OSError):
@@ -189,67 +192,71 @@ class CacheDir:
             return "missing"
         return "removed"
 
-    def write_new(
-        self, name: str, data: bytes, mode: int = 0o644, *, replace: bool = False
-    ) -> bool:
-        """Write ``name`` atomically: temp file in this folder, fsync, then link or replace.
+    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+        """Create ``name`` atomically: temp file in this folder, fsync, then link it into place.
 
-        Without ``replace`` an existing file wins (returns False): a concurrent writer's
-        file is never overwritten.
+        An existing file wins (returns False): a concurrent writer's file is never overwritten.
         """
         tmp = self._temp_name()
-        fd = os.open(
-            tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            mode,
-            dir_fd=self.fd,
-        )
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if replace:
-                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-                return True
-            return self.link_noreplace(tmp, name)
+            self._write_temp(tmp, data, mode)
+            return self._publish(tmp, name)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
 
-    def link_noreplace(self, src: str, dst: str, dst_dir: CacheDir | None = None) -> bool:
+    def link_noreplace(self, src: str, dst: str) -> bool:
         """Give ``src`` the extra name ``dst`` unless ``dst`` exists (atomic). False if it does.
 
-        Falls back to a copy + rename on filesystems without hard links; the caller holds the
-        lock, and the target is checked just before.
+        On filesystems without hard links: a complete copy under a temp name, renamed into
+        place after checking that ``dst`` is absent (the caller holds the lock).
         """
-        target = dst_dir or self
         try:
-            os.link(src, dst, src_dir_fd=self.fd, dst_dir_fd=target.fd, follow_symlinks=False)
+            os.link(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
             return True
         except FileExistsError:
             return False
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            if exc.errno not in _NO_LINKS:
                 raise
-        if target.lstat(dst) is not None:
+        if self.lstat(dst) is not None:
             return False
-        data = self.read_small(src, limit=1 << 62)
-        if data is None:
-            raise FileNotFoundError(errno.ENOENT, "vanished", src)
-        tmp = target._temp_name()
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=target.fd
-        )
+        tmp = self._temp_name()
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, dst, src_dir_fd=target.fd, dst_dir_fd=target.fd)
+            src_fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            with os.fdopen(src_fd, "rb") as fin, self._open_temp(tmp, 0o644) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                fout.flush()
+                os.fsync(fout.fileno())
+            os.rename(tmp, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            return True
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=target.fd)
+                os.unlink(tmp, dir_fd=self.fd)
+
+    def _open_temp(self, tmp: str, mode: int) -> BinaryIO:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.fdopen(os.open(tmp, flags, mode, dir_fd=self.fd), "wb")
+
+    def _write_temp(self, tmp: str, data: bytes, mode: int) -> None:
+        with self._open_temp(tmp, mode) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _publish(self, tmp: str, name: str) -> bool:
+        """Give a complete temp file its final name, unless that name exists."""
+        try:
+            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+        if self.lstat(name) is not None:
+            return False
+        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         return True
 
     def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str:

@@ -126,7 +126,11 @@ def prune(
     cache_dir = resolve_cache_dir(directory)
     try:
         plan = plan_prune(cache_dir, options)
-        result = apply(plan, lock_timeout=lock_timeout) if do_apply else None
+        result = (
+            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
+            if do_apply
+            else None
+        )
     except OSError as exc:
         raise CachedoctorError(
             f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
@@ -134,6 +138,27 @@ def prune(
     _render(plan, result, as_json)
     failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+
+
+def apply_progress(total: int):  # type: ignore[no-untyped-def]
+    """A callback printing ``applied N/M`` to stderr on a terminal (not in CI), or None."""
+    import os
+    import sys
+
+    if total < 200 or not sys.stderr.isatty() or os.environ.get("CI"):
+        return None
+    from cachedoctor.cli._common import stderr_console
+
+    err = stderr_console()
+    done = 0
+
+    def report(_outcome: object) -> None:
+        nonlocal done
+        done += 1
+        if done % 100 == 0 or done == total:
+            err.print(f"\rapplied {done}/{total}", end="" if done < total else "\n")
+
+    return report
 
 
 def _render(plan, result, as_json: bool) -> None:  # type: ignore[no-untyped-def]

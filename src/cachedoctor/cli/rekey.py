@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli.prune import _render
+from cachedoctor.cli.prune import _render, apply_progress
 from cachedoctor.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
 
@@ -33,7 +33,11 @@ def rekey(
     cache_dir = resolve_cache_dir(directory)
     try:
         plan = plan_rekey(cache_dir)
-        result = apply(plan, lock_timeout=lock_timeout) if do_apply else None
+        result = (
+            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
+            if do_apply
+            else None
+        )
     except OSError as exc:
         raise CachedoctorError(
             f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
