@@ -12,6 +12,7 @@ the HLO module and compile options are held, so memory does not grow with entry 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import errno
@@ -648,10 +649,18 @@ def decode_entry(
     key: str | None = None,
     detail: bool = False,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    fileobj: BinaryIO | None = None,
+    size: int = 0,
+    mtime_ns: int = 0,
 ) -> EntryInfo | EntryDetail:
-    """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``."""
+    """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``.
+
+    With ``fileobj`` (an open, seekable binary file: an object in a bucket), ``path`` is only
+    the name to report and ``size``/``mtime_ns`` come from the caller's listing; the caller
+    closes it.
+    """
     path = os.fspath(path)
-    name = os.path.basename(path)
+    name = path.rstrip("/").rsplit("/", 1)[-1] if fileobj is not None else os.path.basename(path)
     if key is None:
         base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
         parsed = parse_key(base)
@@ -661,15 +670,21 @@ def decode_entry(
     walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
     problems: list[Problem] = []
-    try:
-        fh = _open_nofollow(path)
-    except OSError as exc:
-        kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
-        msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
-        problems.append(Problem(kind, str(msg)))
+    if fileobj is not None:
+        info = replace(info, size=size, mtime_ns=mtime_ns)
+        info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
     else:
-        with fh:
-            info = _decode_open_file(fh, info, walk, problems, max_decompressed)
+        try:
+            fh = _open_nofollow(path)
+        except OSError as exc:
+            kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
+            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+            problems.append(Problem(kind, str(msg)))
+        else:
+            with fh:
+                st = os.fstat(fh.fileno())
+                info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+                info = _decode_open_file(fh, info, walk, problems, max_decompressed)
     info = _finish(info, walk, problems)
     if not detail:
         return info
@@ -690,11 +705,9 @@ def _decode_open_file(
     """Decode an open entry file into ``walk``; problems are appended, never raised."""
     dec: _Decompressor | None = None
     try:
-        st = os.fstat(fh.fileno())
-        info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
         head = fh.read(4)
         fh.seek(0)
-        if st.st_size == 0:
+        if not head:
             raise _DecodeFailure("truncated", "empty file")
         compression = detect_compression(head)
         if compression is None:
@@ -880,14 +893,23 @@ def iter_entries(listing: CacheListing, **kwargs: object) -> Iterator[EntryInfo]
 
 
 def extract_payload(
-    path: str | os.PathLike[str], out: BinaryIO, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+    path: str | os.PathLike[str],
+    out: BinaryIO,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    fileobj: BinaryIO | None = None,
 ) -> int:
     """Write the decompressed serialized executable (after the time prefix) to ``out``.
 
-    Returns the byte count. Raises ValueError with a one-line reason for a bad entry.
+    Returns the byte count. Raises ValueError with a one-line reason for a bad entry. With
+    ``fileobj`` the entry is read from it (the caller closes it) instead of opening ``path``.
     """
     try:
-        with _open_nofollow(os.fspath(path)) as fh:
+        opened: contextlib.AbstractContextManager[BinaryIO] = (
+            contextlib.nullcontext(fileobj)
+            if fileobj is not None
+            else _open_nofollow(os.fspath(path))
+        )
+        with opened as fh:
             compression = detect_compression(fh.read(4))
             fh.seek(0)
             if compression is None:
