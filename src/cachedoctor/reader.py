@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO
 
 try:
     import zstandard
@@ -35,6 +35,9 @@ except ImportError:  # a declared dependency, but JAX itself runs without it (zl
 from cachedoctor import gpu, wire
 from cachedoctor import hlo as hlo_mod
 from cachedoctor.formaterrors import FormatError
+
+if TYPE_CHECKING:
+    from cachedoctor.storage import Store
 
 CACHE_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
@@ -90,6 +93,7 @@ class DirItem:
     uid: int
     is_symlink: bool
     is_dir: bool
+    version: str | None = None  # a store's generation/ETag, for conditional deletes
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class CacheListing:
     items: tuple[DirItem, ...]
     root_mode: int
     root_uid: int
+    remote: bool = False  # a bucket: no POSIX modes or owners, sub-cache sizes are totals
 
     def of_kind(self, kind: FileKind) -> list[DirItem]:
         return [i for i in self.items if i.kind is kind]
@@ -149,8 +154,14 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
     return FileKind.UNKNOWN, None
 
 
-def list_cache(root: str | os.PathLike[str]) -> CacheListing:
-    """List and classify a cache directory. Raises OSError when the directory cannot be read."""
+def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
+    """List and classify a cache directory. Raises OSError when the directory cannot be read.
+
+    ``root`` may also be a ``storage.Store`` (a bucket prefix): its listing is classified the
+    same way; items get the store's version (generation/ETag) and no mode or owner.
+    """
+    if not isinstance(root, (str, os.PathLike)):
+        return _list_store(root)
     root_path = Path(root)
     root_stat = root_path.stat()
     if not stat.S_ISDIR(root_stat.st_mode):
@@ -180,6 +191,28 @@ def list_cache(root: str | os.PathLike[str]) -> CacheListing:
             )
     items.sort(key=lambda i: i.name)
     return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+
+
+def _list_store(store: Store) -> CacheListing:
+    items = []
+    for si in store.list():
+        kind, key = classify(si.name, si.is_dir)
+        items.append(
+            DirItem(
+                name=si.name,
+                kind=kind,
+                key=key,
+                size=si.size,
+                mtime_ns=si.mtime_ns,
+                mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
+                uid=-1,
+                is_symlink=False,
+                is_dir=si.is_dir,
+                version=si.version,
+            )
+        )
+    items.sort(key=lambda i: i.name)
+    return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
 
 
 def read_atime(path: str | os.PathLike[str]) -> int | None:
