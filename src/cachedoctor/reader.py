@@ -37,7 +37,7 @@ from cachedoctor import hlo as hlo_mod
 from cachedoctor.formaterrors import FormatError
 
 if TYPE_CHECKING:
-    from cachedoctor.storage import Store
+    from cachedoctor.storage import Store, StoreItem
 
 CACHE_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
@@ -161,7 +161,9 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
     same way; items get the store's version (generation/ETag) and no mode or owner.
     """
     if not isinstance(root, (str, os.PathLike)):
-        return _list_store(root)
+        if not root.is_local:
+            return _list_store(root)
+        root = root.url  # a LocalStore: the directory listing below, with modes and owners
     root_path = Path(root)
     root_stat = root_path.stat()
     if not stat.S_ISDIR(root_stat.st_mode):
@@ -187,31 +189,37 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
                     uid=st.st_uid,
                     is_symlink=is_link,
                     is_dir=is_dir,
+                    version=local_version(st),
                 )
             )
     items.sort(key=lambda i: i.name)
     return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
 
 
+def local_version(st: os.stat_result) -> str:
+    """What identifies one version of a local file for a conditional delete."""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def store_item(si: StoreItem) -> DirItem:
+    """Classify one member of a store's listing (no mode or owner: uid -1)."""
+    kind, key = classify(si.name, si.is_dir)
+    return DirItem(
+        name=si.name,
+        kind=kind,
+        key=key,
+        size=si.size,
+        mtime_ns=si.mtime_ns,
+        mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
+        uid=-1,
+        is_symlink=False,
+        is_dir=si.is_dir,
+        version=si.version,
+    )
+
+
 def _list_store(store: Store) -> CacheListing:
-    items = []
-    for si in store.list():
-        kind, key = classify(si.name, si.is_dir)
-        items.append(
-            DirItem(
-                name=si.name,
-                kind=kind,
-                key=key,
-                size=si.size,
-                mtime_ns=si.mtime_ns,
-                mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
-                uid=-1,
-                is_symlink=False,
-                is_dir=si.is_dir,
-                version=si.version,
-            )
-        )
-    items.sort(key=lambda i: i.name)
+    items = sorted((store_item(si) for si in store.list()), key=lambda i: i.name)
     return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
 
 
