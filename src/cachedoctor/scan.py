@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachedoctor import reader, subcaches
+from cachedoctor import reader, storage, subcaches
 from cachedoctor.jaxenv import JaxInfo, installed_jax
 from cachedoctor.reader import CacheListing, DirItem, EntryInfo, FileKind
 
@@ -109,18 +109,31 @@ ProgressCallback = Callable[[int, int], None]
 
 
 def scan_directory(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | storage.Store,
     *,
     progress: ProgressCallback | None = None,
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
     jax_info: JaxInfo | None = None,
     now: float | None = None,
 ) -> ScanReport:
-    """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed."""
-    root = os.fspath(cache_dir)
-    listing = reader.list_cache(root)
+    """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
+
+    A ``gs://``/``s3://`` URL or a ``storage.Store`` is listed and read through the store, the
+    entries decoded concurrently (a bounded pool) by the same reader.
+    """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
+    if isinstance(cache_dir, storage.Store) and cache_dir.is_local:
+        cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+    if isinstance(cache_dir, storage.Store) or storage.is_url(cache_dir):
+        store = cache_dir if isinstance(cache_dir, storage.Store) else storage.open_store(cache_dir)
+        listing = reader.list_cache(store)
+        remote_entries = storage.decode_entries(
+            store, listing.entries, progress=progress, max_decompressed=max_decompressed
+        )
+        return build_report(listing, remote_entries, jax_info, now)
+    root = os.fspath(cache_dir)
+    listing = reader.list_cache(root)
     entries: list[EntryInfo] = []
     items = listing.entries
     for index, item in enumerate(items):
@@ -215,7 +228,8 @@ def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
     subcaches: dict[str, int] = {}
     for item in listing.items:
         if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
-            subcaches[item.name] = _tree_size(listing.path(item)) if item.is_dir else item.size
+            local_dir = item.is_dir and not listing.remote  # a bucket lists totals already
+            subcaches[item.name] = _tree_size(listing.path(item)) if local_dir else item.size
     return ScanSummary(
         entries=len(entries),
         bytes_on_disk=sum(e.size for e in entries),
@@ -428,6 +442,8 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
 
 
 def _insecure(listing: CacheListing) -> list[Finding]:
+    if listing.remote:
+        return []  # a bucket has no modes or owners; who may write it is IAM's business
     findings = []
     me = os.getuid()
     if listing.root_mode & (stat.S_IWGRP | stat.S_IWOTH) and not listing.root_mode & stat.S_ISVTX:
