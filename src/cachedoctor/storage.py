@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.reader import local_version
 
 if TYPE_CHECKING:
     from cachedoctor.reader import DirItem, EntryDetail, EntryInfo
@@ -278,10 +279,6 @@ def bounded_map(fn: Callable[[T], Any], items: Sequence[T], workers: int) -> lis
 # --- local directories -----------------------------------------------------------------------
 
 
-def _local_version(st: os.stat_result) -> str:
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
 class LocalStore:
     """A cache directory on a local (or NFS/Lustre) filesystem: the reader's own behaviour."""
 
@@ -301,7 +298,7 @@ class LocalStore:
             name=name,
             size=st.st_size,
             mtime_ns=st.st_mtime_ns,
-            version=_local_version(st),
+            version=local_version(st),
             is_dir=stat.S_ISDIR(st.st_mode),
         )
 
@@ -334,7 +331,7 @@ class LocalStore:
             st = os.lstat(path)
         except FileNotFoundError:
             return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
-        if version is not None and _local_version(st) != version:
+        if version is not None and local_version(st) != version:
             return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
         try:
             os.unlink(path)
@@ -767,3 +764,24 @@ def subcache_dir_for(cache_dir: str, root: str | None = None) -> str | None:
     safe = [re.sub(r"[^A-Za-z0-9._-]", "_", p) for p in (scheme, bucket, *prefix.split("/")) if p]
     safe = [p if p not in (".", "..") else p.replace(".", "_") for p in safe]
     return os.path.join(base, *safe)
+
+
+def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, DirItem]:
+    """``show`` for buckets: ``ref`` is an entry URL, or a key/prefix looked up in ``cache_dir``."""
+    from cachedoctor import reader
+    from cachedoctor.errors import EntryNotFoundError
+    from cachedoctor.locate import match_entry
+
+    if is_url(ref):
+        parent, _, name = ref.rstrip("/").rpartition("/")
+        if not is_url(parent):
+            raise EntryNotFoundError(f"{ref} names a bucket, not an entry")
+        store = open_store(parent)
+        found = store.stat(name)
+        if found is None:
+            raise EntryNotFoundError(f"no such object: {ref}")
+        return store, reader.store_item(found)
+    if cache_dir is None:
+        raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
+    store = open_store(cache_dir)
+    return store, match_entry(ref, reader.list_cache(store))
