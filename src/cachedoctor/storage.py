@@ -196,29 +196,38 @@ class RetryPolicy:
         return float(ceiling / 2 + random.uniform(0, ceiling / 2))
 
 
+def _chain(exc: BaseException) -> builtins.list[BaseException]:
+    out: builtins.list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out and len(out) < 10:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
 def transient_reason(exc: BaseException) -> str | None:
     """Why ``exc`` is worth retrying (e.g. "SlowDown", "http-429"), or None when it is not.
 
-    Looks through the exception chain: s3fs turns botocore's ClientError into an OSError whose
-    cause is the original; gcsfs raises HttpError with ``code``.
+    Looks through the exception chain, most specific first: s3fs turns botocore's ClientError
+    into an OSError(EBUSY) raised from the original; gcsfs raises HttpError with ``code``.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    chain = _chain(exc)
+    for current in chain:
         response = getattr(current, "response", None)
         if isinstance(response, dict):  # botocore ClientError
-            error = response.get("Error") or {}
-            code = str(error.get("Code") or "")
+            code = str((response.get("Error") or {}).get("Code") or "")
             status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
             if code in _THROTTLE_CODES:
                 return code
             if status in _TRANSIENT_STATUS:
                 return f"http-{status}"
+            return None  # a definite answer from the server that is not a throttle
+    for current in chain:
         for attr in ("code", "status"):
             value = getattr(current, attr, None)
             if isinstance(value, int) and value in _TRANSIENT_STATUS:
                 return f"http-{value}"
+    for current in chain:
         if isinstance(current, OSError) and current.errno in (errno.EBUSY, errno.EAGAIN):
             return "busy"
         if isinstance(current, (ConnectionError, TimeoutError)):
@@ -229,7 +238,6 @@ def transient_reason(exc: BaseException) -> str | None:
         for marker in _THROTTLE_TEXT:
             if marker in text:
                 return marker
-        current = current.__cause__ or current.__context__
     return None
 
 
