@@ -384,6 +384,12 @@ def _import_filesystem(scheme: str) -> Any:
             return s3fs.S3FileSystem
         import gcsfs
 
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            # An emulator speaks the JSON API only; gcsfs's extended class would first probe
+            # the bucket type over gRPC, which an emulator does not serve (a 60 s stall).
+            from gcsfs.core import GCSFileSystem
+
+            return GCSFileSystem
         return gcsfs.GCSFileSystem
     except ImportError as exc:
         raise MissingExtraError(
