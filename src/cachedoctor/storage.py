@@ -798,4 +798,10 @@ def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, DirItem]:
     if cache_dir is None:
         raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
     store = open_store(cache_dir)
-    return store, match_entry(ref, reader.list_cache(store))
+    try:
+        listing = reader.list_cache(store)
+    except FileNotFoundError as exc:
+        raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+    return store, match_entry(ref, listing)

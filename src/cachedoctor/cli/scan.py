@@ -9,7 +9,6 @@ import click
 from cachedoctor.cli._common import (
     SEVERITY_CHOICE,
     progress_to_stderr,
-    stderr_console,
     stdout_console,
 )
 from cachedoctor.dirs import resolve_cache_dir
@@ -85,11 +84,11 @@ def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
         raise StoreError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
-    stderr_console().print(
+    click.echo(
         f"{store.url}: {report.summary.entries} entries, {stats.bytes_read / 1e6:.1f} MB read "
-        f"in {stats.calls} requests on {getattr(store, 'workers', 1)} workers, "
-        f"{stats.retries} retries"
+        f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
-        + f", {time.monotonic() - start:.2f} s"
+        + f", {time.monotonic() - start:.2f} s",
+        err=True,
     )
     return report
