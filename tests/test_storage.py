@@ -74,7 +74,9 @@ def test_retry_gives_up_with_a_named_error() -> None:
 
     stats = IoStats()
     with pytest.raises(StoreError, match="listing s3://b/p: still failing after 4 attempts"):
-        call_with_retry(always, what="listing s3://b/p", stats=stats, policy=FAST, sleep=lambda s: None)
+        call_with_retry(
+            always, what="listing s3://b/p", stats=stats, policy=FAST, sleep=lambda s: None
+        )
     assert stats.retries == 3
 
 
