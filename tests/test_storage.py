@@ -164,7 +164,11 @@ def test_local_store_round_trip(tmp_path: Path) -> None:
     assert (item.name, item.size) == ("cachedoctor-manifest-a", 3)
     with store.open_read(item.name) as fh:
         assert fh.read() == b"two"
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".cachedoctor-tmp")]
+    store.write_atomic("cachedoctor-manifests/jit_f-abc.json", b"{}")
+    (manifest,) = store.list("cachedoctor-manifests")
+    assert (manifest.name, manifest.size) == ("jit_f-abc.json", 2)
+    leftovers = [p for _, _, files in os.walk(tmp_path) for p in files if ".cachedoctor-tmp" in p]
+    assert not leftovers
 
 
 def test_local_delete_only_what_was_planned(tmp_path: Path) -> None:

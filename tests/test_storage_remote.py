@@ -451,9 +451,12 @@ def test_gcs_delete_is_sent_with_if_generation_match(
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> None:
     store = storage.open_store(servers.url(scheme, "manifests"))
-    store.write_atomic("cachedoctor-manifest-jit_f-abc", b'{"v": 1}')
-    store.write_atomic("cachedoctor-manifest-jit_f-abc", b'{"v": 2}')
-    (item,) = store.list()
-    assert item.name == "cachedoctor-manifest-jit_f-abc" and item.size == 8
-    with store.open_read(item.name) as fh:
+    name = "cachedoctor-manifests/jit_f-abc.json"
+    store.write_atomic(name, b'{"v": 1}')
+    store.write_atomic(name, b'{"v": 2}')
+    (folder,) = store.list()
+    assert (folder.name, folder.is_dir, folder.size) == ("cachedoctor-manifests", True, 8)
+    (item,) = store.list("cachedoctor-manifests")
+    assert (item.name, item.size, item.is_dir) == ("jit_f-abc.json", 8, False)
+    with store.open_read(name) as fh:
         assert fh.read() == b'{"v": 2}'

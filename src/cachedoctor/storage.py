@@ -143,7 +143,7 @@ class Store(Protocol):
     is_local: bool
     stats: IoStats
 
-    def list(self) -> builtins.list[StoreItem]: ...
+    def list(self, sub: str = "") -> builtins.list[StoreItem]: ...
 
     def stat(self, name: str) -> StoreItem | None: ...
 
@@ -310,9 +310,10 @@ class LocalStore:
             is_dir=stat.S_ISDIR(st.st_mode),
         )
 
-    def list(self) -> builtins.list[StoreItem]:
+    def list(self, sub: str = "") -> builtins.list[StoreItem]:
+        """Names directly under the root, or under its folder ``sub`` (e.g. the manifests)."""
         items = []
-        with os.scandir(self.root) as it:
+        with os.scandir(self.url_of(sub) if sub else self.root) as it:
             for de in it:
                 with contextlib.suppress(OSError):  # vanished: a concurrent JAX eviction
                     items.append(self._item(de.name, de.stat(follow_symlinks=False)))
@@ -348,20 +349,26 @@ class LocalStore:
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
 
     def write_atomic(self, name: str, data: bytes) -> None:
-        """Temp file in the same directory, fsync, rename: readers see old or new, never half."""
-        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-tmp-", dir=self.root)
+        """Temp file in the same directory, fsync, rename: readers see old or new, never half.
+
+        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``).
+        """
+        target = self.url_of(name)
+        folder = os.path.dirname(target)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-tmp-", dir=folder)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, self.url_of(name))
+            os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         with contextlib.suppress(OSError):
-            dfd = os.open(self.root, os.O_RDONLY)
+            dfd = os.open(folder, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
@@ -561,9 +568,12 @@ class RemoteStore:
             is_dir=is_dir,
         )
 
-    def list(self) -> builtins.list[StoreItem]:
-        """One listing of the prefix (paged by the library), then sub-prefix totals in the pool."""
-        root = self.path_of()
+    def list(self, sub: str = "") -> builtins.list[StoreItem]:
+        """One listing of the prefix (paged by the library), then sub-prefix totals in the pool.
+
+        With ``sub``, the listing of that folder under the prefix (e.g. the manifests).
+        """
+        root = self.path_of(sub.strip("/"))
 
         def ls() -> builtins.list[dict[str, Any]]:
             self.fs.invalidate_cache(root)
@@ -578,17 +588,19 @@ class RemoteStore:
         items = [i for i in items if i.name]
         dirs = [i for i in items if i.is_dir]
         if dirs:
-            sizes = dict(zip([d.name for d in dirs], self.map(self._tree_size, dirs), strict=True))
+            prefix = f"{sub.strip('/')}/" if sub else ""
+            totals = self.map(lambda d: self._tree_size(prefix + d.name), dirs)
+            sizes = dict(zip([d.name for d in dirs], totals, strict=True))
             items = [
                 StoreItem(i.name, sizes[i.name], i.mtime_ns, None, True) if i.is_dir else i
                 for i in items
             ]
         return sorted(items, key=lambda i: i.name)
 
-    def _tree_size(self, item: StoreItem) -> int:
-        path = self.path_of(item.name)
+    def _tree_size(self, name: str) -> int:
+        path = self.path_of(name)
         found = self.retry(
-            lambda: self.fs.find(path, detail=True), what=f"listing {self.url_of(item.name)}"
+            lambda: self.fs.find(path, detail=True), what=f"listing {self.url_of(name)}"
         )
         self.stats.count_call()
         return sum(int(v.get("size") or 0) for v in found.values())
