@@ -341,6 +341,13 @@ def test_cli_scan_and_show_of_a_bucket(
     assert f"{uploaded[scheme]}: {len(l_doc['entries'])} entries" in remote.stderr
     assert "retries" in remote.stderr
 
+    # lint judges scan's findings: it takes a bucket through scan_directory unchanged
+    r_lint, l_lint = cli("lint", uploaded[scheme]), cli("lint", str(local_cache))
+    assert r_lint.returncode == l_lint.returncode, r_lint.stderr
+    assert r_lint.stdout.replace(uploaded[scheme], "DIR") == l_lint.stdout.replace(
+        str(local_cache), "DIR"
+    )
+
     key = next(e["key"] for e in l_doc["entries"] if e["module"] == "jit_g")
     shown = cli("show", "--json", key[:12], "--dir", uploaded[scheme])
     assert shown.returncode == 0, shown.stderr

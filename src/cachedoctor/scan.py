@@ -127,10 +127,11 @@ def scan_directory(
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
     if isinstance(cache_dir, storage.Store) or storage.is_url(cache_dir):
         store = cache_dir if isinstance(cache_dir, storage.Store) else storage.open_store(cache_dir)
-        listing = reader.list_cache(store)
-        remote_entries = storage.decode_entries(
-            store, listing.entries, progress=progress, max_decompressed=max_decompressed
-        )
+        with storage.one_line_errors(store.url):
+            listing = reader.list_cache(store)
+            remote_entries = storage.decode_entries(
+                store, listing.entries, progress=progress, max_decompressed=max_decompressed
+            )
         return build_report(listing, remote_entries, jax_info, now)
     root = os.fspath(cache_dir)
     listing = reader.list_cache(root)

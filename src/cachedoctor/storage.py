@@ -31,7 +31,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
@@ -722,6 +722,21 @@ def _s3_error_code(exc: BaseException) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def one_line_errors(url: str) -> Iterator[None]:
+    """Library errors (no credentials, bad endpoint...) become a StoreError naming ``url``.
+
+    OSError (no such bucket, access denied) and cachedoctor's own errors pass through: callers
+    already turn those into one line.
+    """
+    try:
+        yield
+    except (OSError, CachedoctorError):
+        raise
+    except Exception as exc:
+        raise StoreError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
+
+
 # --- the reader over a store -----------------------------------------------------------------
 
 
@@ -803,7 +818,8 @@ def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, DirItem]:
         if not is_url(parent):
             raise EntryNotFoundError(f"{ref} names a bucket, not an entry")
         store = open_store(parent)
-        found = store.stat(name)
+        with one_line_errors(ref):
+            found = store.stat(name)
         if found is None:
             raise EntryNotFoundError(f"no such object: {ref}")
         return store, reader.store_item(found)
@@ -811,7 +827,8 @@ def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, DirItem]:
         raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
     store = open_store(cache_dir)
     try:
-        listing = reader.list_cache(store)
+        with one_line_errors(cache_dir):
+            listing = reader.list_cache(store)
     except FileNotFoundError as exc:
         raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
     except OSError as exc:

@@ -72,16 +72,11 @@ def scan(
 
 def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     """Scan a bucket prefix; the request and retry counts go to stderr."""
-    from cachedoctor.storage import StoreError, open_store
+    from cachedoctor.storage import open_store
 
     store = open_store(url)
     start = time.monotonic()
-    try:
-        report = scan_directory(store, progress=progress)
-    except (OSError, CachedoctorError):
-        raise
-    except Exception as exc:  # credentials, endpoint, library errors: one line, not a traceback
-        raise StoreError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
+    report = scan_directory(store, progress=progress)
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(

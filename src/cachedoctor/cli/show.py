@@ -10,7 +10,7 @@ from cachedoctor import reader
 from cachedoctor.cli._common import stdout_console
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.locate import locate_entry
-from cachedoctor.storage import decode_item, is_url, locate_in_store
+from cachedoctor.storage import decode_item, is_url, locate_in_store, one_line_errors
 
 
 @click.command()
@@ -43,7 +43,8 @@ def show(
     if is_url(entry) or is_url(cache_dir):
         store, item = locate_in_store(entry, cache_dir)
         path = store.url_of(item.name)
-        detail = decode_item(store, item, detail=True)
+        with one_line_errors(path):
+            detail = decode_item(store, item, detail=True)
     else:
         path = str(locate_entry(entry, cache_dir))
         detail = reader.decode_entry(path, detail=True)
