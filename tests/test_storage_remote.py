@@ -467,3 +467,5 @@ def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> No
     assert (item.name, item.size, item.is_dir) == ("jit_f-abc.json", 8, False)
     with store.open_read(name) as fh:
         assert fh.read() == b'{"v": 2}'
+    with pytest.raises(FileNotFoundError), store.open_read("cachedoctor-manifests/no.json") as fh:
+        fh.read()
