@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -142,16 +143,12 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 if self.command != "HEAD":
                     self.wfile.write(proxy.body)
                 return
-            conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream, timeout=30)
             skip = {"connection", "transfer-encoding", "content-length", "keep-alive"}
             headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
             headers["Content-Length"] = str(len(body))
             if content_type:
                 headers["Content-Type"] = content_type
-            conn.request(self.command, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            conn.close()
+            resp, data = _forward(proxy.upstream, self.command, path, body, headers)
             proxy.log.append((self.command, self.path, resp.status))
             self.send_response(resp.status)
             for k, v in resp.getheaders():
@@ -166,6 +163,30 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 
     return Handler
+
+
+def _forward(
+    port: int, method: str, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[http.client.HTTPResponse, bytes]:
+    """One request to the server behind the proxy.
+
+    The GCS emulator serves one request at a time with a short listen queue, so under a pool of
+    clients a connection is sometimes refused or dropped: try again (bounded) rather than pass
+    a failure the real service would not produce on to the client.
+    """
+    for attempt in range(20):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp, resp.read()
+        except (ConnectionError, http.client.HTTPException):
+            if attempt == 19:
+                raise
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")
 
 
 def _as_media_upload(path: str, body: bytes, content_type: str) -> tuple[str, bytes, str]:
@@ -266,9 +287,10 @@ def _fs(scheme: str) -> Any:
 def _upload(url: str, local: Path) -> None:
     store = storage.open_store(url)
     assert isinstance(store, RemoteStore)
-    for path in sorted(local.iterdir()):
-        if path.is_file():
-            store.fs.pipe_file(store.path_of(path.name), path.read_bytes())
+    store.map(
+        lambda path: store.write_atomic(path.name, path.read_bytes()),
+        [p for p in sorted(local.iterdir()) if p.is_file()],
+    )
 
 
 @pytest.fixture(scope="module")

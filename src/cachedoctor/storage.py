@@ -67,7 +67,20 @@ _THROTTLE_CODES = {
 }
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _THROTTLE_TEXT = ("SlowDown", "reduce your request rate", "Too Many Requests", "TooManyRequests")
-_TRANSIENT_TYPES = {"ProxyError", "ServerDisconnectedError", "ClientConnectionError", "ReadTimeout"}
+_TRANSIENT_TYPES = {  # dropped or refused connections and timeouts, by class name
+    "ProxyError",
+    "ReadTimeout",
+    "ServerDisconnectedError",
+    "ServerTimeoutError",
+    "ClientConnectionError",
+    "ClientConnectorError",
+    "ClientOSError",
+    "ClientPayloadError",
+    "EndpointConnectionError",
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+    "ConnectTimeoutError",
+}
 
 
 class MissingExtraError(CachedoctorError):
