@@ -80,10 +80,14 @@ def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
-        f"{store.url}: {report.summary.entries} entries, {stats.bytes_read / 1e6:.1f} MB read "
+        f"{store.url}: {report.summary.entries} entries, {_size(stats.bytes_read)} read "
         f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
         + f", {time.monotonic() - start:.2f} s",
         err=True,
     )
     return report
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
