@@ -23,8 +23,17 @@ JAX_RELEASES = [
     ("0.10.2", "3.11"),
     ("0.12.0.1", "3.12"),
 ]
-# The reader-facing tests, run against caches written by each JAX release.
-COMPAT_TESTS = ["tests/test_reader.py", "tests/test_scan.py", "tests/test_compat.py"]
+# The reader-facing and hook tests, run against each JAX release.
+COMPAT_TESTS = [
+    "tests/test_reader.py",
+    "tests/test_scan.py",
+    "tests/test_compat.py",
+    # the runtime hook patches JAX internals that differ between releases
+    "tests/test_keys.py",
+    "tests/test_hook.py",
+    "tests/test_hook_internals.py",
+    "tests/test_hook_manifest.py",
+]
 
 
 def _expose_pyenv_versions() -> None:
@@ -76,7 +85,7 @@ def docs(session: nox.Session) -> None:
 def compat(session: nox.Session, jax: str) -> None:
     """Reader tests against caches written by one JAX release, in its own venv."""
     session.install(".[test]", f"jax=={jax}", f"jaxlib=={jax}")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs)
+    session.run("pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs)
 
 
 @nox.session(python="3.11")
