@@ -63,15 +63,27 @@ def iter_fields(
     end = len(view) if end is None else end
     while pos < end:
         tag_at = pos
-        tag, pos = read_varint(view, pos, end)
+        tag = view[pos]
+        if tag < 0x80:  # one-byte varints are the common case: no call
+            pos += 1
+        else:
+            tag, pos = read_varint(view, pos, end)
         field_number, wire_type = tag >> 3, tag & 7
         if field_number == 0:
             raise WireError("field number 0", tag_at)
         if wire_type == VARINT:
-            value, pos = read_varint(view, pos, end)
-            yield field_number, wire_type, value
+            if pos < end and view[pos] < 0x80:
+                yield field_number, wire_type, view[pos]
+                pos += 1
+            else:
+                value, pos = read_varint(view, pos, end)
+                yield field_number, wire_type, value
         elif wire_type == LEN:
-            length, pos = read_varint(view, pos, end)
+            if pos < end and view[pos] < 0x80:
+                length = view[pos]
+                pos += 1
+            else:
+                length, pos = read_varint(view, pos, end)
             if length > end - pos:
                 raise WireError(
                     f"field {field_number} claims {length} bytes but {end - pos} remain", tag_at
