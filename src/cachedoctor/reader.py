@@ -83,6 +83,8 @@ class DirItem:
     uid: int
     is_symlink: bool
     is_dir: bool
+    ino: int = 0  # with ctime_ns: the file's identity for the scan index (see index.py)
+    ctime_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,8 @@ def list_cache(root: str | os.PathLike[str]) -> CacheListing:
                     uid=st.st_uid,
                     is_symlink=is_link,
                     is_dir=is_dir,
+                    ino=st.st_ino,
+                    ctime_ns=st.st_ctime_ns,
                 )
             )
     items.sort(key=lambda i: i.name)
@@ -696,6 +700,48 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
             walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
 
 
+_HLO_MEMO: dict[bytes, tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]] = {}
+_HLO_MEMO_MAX = 1024
+
+
+def hlo_facts(
+    module: bytes,
+) -> tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]:
+    """Summary, canonical digest and volatile configs of an HLO module, memoised by its sha256.
+
+    Caches hold the same module under many keys (unstable keys, relocated copies); walking it
+    once per process instead of once per entry is most of a scan's work. Raises WireError.
+    """
+    digest = hashlib.sha256(module).digest()
+    found = _HLO_MEMO.get(digest)
+    if found is None:
+        summary = hlo_mod.summarize(module)
+        canon = hlo_mod.canonicalize(module)
+        volatile = tuple(v for v in canon.volatile if v.category == "backend_config-pointer")
+        if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
+            _HLO_MEMO.clear()
+        found = _HLO_MEMO[digest] = (summary, canon.digest, volatile)
+    return found
+
+
+_OPTIONS_MEMO: dict[bytes, tuple[dict[str, object], bytes]] = {}
+
+
+def options_facts(options: bytes) -> tuple[dict[str, object], bytes]:
+    """``decode_compile_options`` and ``canonical_compile_options``, memoised by content.
+
+    Entries of one cache mostly share their compile options byte for byte. Raises WireError.
+    """
+    digest = hashlib.sha256(options).digest()
+    found = _OPTIONS_MEMO.get(digest)
+    if found is None:
+        found = (decode_compile_options(options), canonical_compile_options(options))
+        if len(_OPTIONS_MEMO) >= _HLO_MEMO_MAX:
+            _OPTIONS_MEMO.clear()
+        _OPTIONS_MEMO[digest] = found
+    return dict(found[0]), found[1]
+
+
 def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
     fields: dict[str, object] = dict(walk.fields)
     platform = _infer_platform(walk)
@@ -705,18 +751,17 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
     if walk.hlo_module is not None:
         try:
-            summary = hlo_mod.summarize(walk.hlo_module)
-            canon = hlo_mod.canonicalize(walk.hlo_module)
-            volatile = tuple(v for v in canon.volatile if v.category == "backend_config-pointer")
-            program.update(canon.digest.encode())
+            summary, canon_digest, volatile = hlo_facts(walk.hlo_module)
+            program.update(canon_digest.encode())
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
     elif not problems and "opaque_executable" not in fields:
         problems.append(Problem("protobuf", "no HLO module in the serialized executable"))
     if walk.compile_options is not None:
         try:
-            fields.update(decode_compile_options(walk.compile_options))
-            program.update(canonical_compile_options(walk.compile_options))
+            decoded, canonical = options_facts(walk.compile_options)
+            fields.update(decoded)
+            program.update(canonical)
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"compile options are malformed: {exc}"))
     known = {f.name for f in dataclasses.fields(EntryInfo)}
