@@ -377,6 +377,35 @@ def markdown(results: Result) -> str:
                 f"| {rss} |"
             )
         lines.append("")
+    dist = results.get("distinct")
+    if dist:
+        d_floor = dist["D"]["median_s"]
+        lines.append(
+            f"**Distinct programs only** (`cache-src`: each of the "
+            f"{results['corpus']['compiled']['programs']} programs once, nothing to share): "
+            f"D = {d_floor * 1000:,.0f} ms"
+        )
+        lines.append("")
+        lines.append("| command | median | min–max | × D | peak RSS |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for name in ("deep grouping", "deep grouping (1 process)"):
+            r = dist[name]
+            lines.append(
+                f"| {name} | {r['median_s'] * 1000:,.0f} ms | {r['min_s'] * 1000:,.0f}–"
+                f"{r['max_s'] * 1000:,.0f} ms | {r['median_s'] / d_floor:.1f} | "
+                f"{r['maxrss_mb']:.0f} MB |"
+            )
+        lines.append("")
+    mem = results.get("memory")
+    if mem:
+        first, again = mem["scan"], mem["scan (repeated)"]
+        lines.append(
+            f"**{mem['entries']:,} entries**: first `scan` {first['seconds']:.1f} s, "
+            f"peak RSS {first['maxrss_mb']:.0f} MB (workers ≤ {first['workers_maxrss_mb']:.0f}"
+            f" MB each); repeated `scan` {again['seconds']:.1f} s, peak RSS "
+            f"{again['maxrss_mb']:.0f} MB"
+        )
+        lines.append("")
     lines.append("| target | measured | limit | met |")
     lines.append("|---|---:|---:|:---:|")
     for t in results["targets"]:

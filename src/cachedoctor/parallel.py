@@ -10,6 +10,7 @@ dies, the remaining entries are decoded here.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -127,6 +128,7 @@ def _pooled(
     except (OSError, ValueError, NotImplementedError):
         yield from _serial(batches, max_decompressed, progress)
         return
+    broken = False
     try:
         pending: deque[Future[list[EntryInfo]]] = deque()
         submitted = 0
@@ -140,7 +142,21 @@ def _pooled(
             if progress is not None:
                 progress(len(result))
     except (BrokenProcessPool, OSError):
+        broken = True
+    finally:
+        if broken:
+            _abandon(pool)
+        else:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if broken:
         # a worker died (killed, out of memory): finish here, from the first unfinished batch
         yield from _serial(batches[done:], max_decompressed, progress)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Stop a broken pool without waiting on it (joining its threads can hang, CPython 3.11)."""
+    processes = dict(getattr(pool, "_processes", None) or {})
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes.values():
+        with contextlib.suppress(Exception):
+            proc.kill()
