@@ -51,14 +51,17 @@ def _decode_batch(jobs: Sequence[Job], max_decompressed: int) -> list[EntryInfo]
     return out
 
 
-def _batches(jobs: Sequence[Job], sizes: Sequence[int]) -> list[list[Job]]:
+def _batches(jobs: Sequence[Job], sizes: Sequence[int], parts: int = 1) -> list[list[Job]]:
+    """Consecutive jobs cut into batches of at most BATCH_BYTES / BATCH_ENTRIES, and at least
+    ``parts`` batches when there are enough jobs (so that every worker gets work)."""
+    per_batch = max(1, min(BATCH_ENTRIES, -(-len(jobs) // max(1, parts))))
     batches: list[list[Job]] = []
     current: list[Job] = []
     current_bytes = 0
     for job, size in zip(jobs, sizes, strict=True):
         current.append(job)
         current_bytes += size
-        if current_bytes >= BATCH_BYTES or len(current) >= BATCH_ENTRIES:
+        if current_bytes >= BATCH_BYTES or len(current) >= per_batch:
             batches.append(current)
             current, current_bytes = [], 0
     if current:
@@ -90,11 +93,24 @@ def decode_items(
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
     small = len(jobs) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
-    batches = _batches(jobs, sizes)
-    if workers == 1 or small or len(batches) == 1:
-        yield from _serial(batches, max_decompressed, progress)
+    if workers == 1 or small or len(jobs) <= 1:
+        yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
         return
-    yield from _pooled(batches, max_decompressed, min(workers, len(batches)), progress)
+    # Copies of one executable (unstable keys) have the same module and size: send them to the
+    # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
+    order = sorted(range(len(jobs)), key=lambda n: (sizes[n], _module_of(jobs[n][1])))
+    batches = _batches([jobs[n] for n in order], [sizes[n] for n in order], parts=8 * workers)
+    found: list[EntryInfo | None] = [None] * len(jobs)
+    decoded = _pooled(batches, max_decompressed, min(workers, len(batches)), progress)
+    for n, info in zip(order, decoded, strict=True):
+        found[n] = info
+    for result in found:
+        assert result is not None
+        yield result
+
+
+def _module_of(key: str | None) -> str:
+    return (key or "").rpartition("-")[0]
 
 
 def decode_entries(
