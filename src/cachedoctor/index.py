@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import io
 import os
 import pickle
 import secrets
@@ -138,6 +137,31 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+class _ViewReader:
+    """A read-only file over a memoryview (``io.BytesIO`` would copy the whole index)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n < 0 else min(len(self._view), self._pos + n)
+        out = bytes(self._view[self._pos : end])
+        self._pos = end
+        return out
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+    def readline(self) -> bytes:
+        rest = self._view[self._pos :]
+        nl = bytes(rest[:4096]).find(b"\n")  # pickle only reads lines in old protocols
+        n = len(rest) if nl < 0 else nl + 1
+        return self.read(n)
+
+
 @dataclass
 class ScanIndex:
     """The index of one cache directory, loaded (or empty), updated by the scan, then saved."""
@@ -215,11 +239,12 @@ def load(cache_dir: str, options: tuple[object, ...] = ()) -> ScanIndex:
     key = _load_key(create=False)
     if key is None or not data.startswith(FORMAT):
         return empty
-    mac, body = data[len(FORMAT) : len(FORMAT) + 32], data[len(FORMAT) + 32 :]
+    mac = data[len(FORMAT) : len(FORMAT) + 32]
+    body = memoryview(data)[len(FORMAT) + 32 :]  # no copy: the file may be tens of MB
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
         return empty
     try:
-        header, entries = _Unpickler(io.BytesIO(body)).load()
+        header, entries = _Unpickler(_ViewReader(body)).load()
     except Exception:  # a damaged body that still matched the HMAC cannot happen; be safe anyway
         return empty
     if header != _header(cache_dir, options) or not isinstance(entries, dict):
@@ -245,7 +270,9 @@ def _write(index: ScanIndex) -> None:
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(FORMAT + mac + body)
+            fh.write(FORMAT)
+            fh.write(mac)
+            fh.write(body)
         os.replace(tmp, index.path)
     except BaseException:
         with contextlib.suppress(OSError):
