@@ -88,7 +88,7 @@ _NOT_DEFINING = frozenset(
 )  # fields left out of an instruction's ``attrs`` hash (they are in the line, or volatile)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CustomCall:
     target: str
     backend_config: str
@@ -96,7 +96,7 @@ class CustomCall:
     instruction: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VolatileField:
     """A difference that normalisation removes, classified for ``diff`` and findings."""
 
@@ -105,7 +105,7 @@ class VolatileField:
     detail: str  # e.g. the raw backend_config value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HloSummary:
     name: str
     entry_computation: str

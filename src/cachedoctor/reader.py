@@ -70,7 +70,7 @@ class FileKind(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DirItem:
     """One name in the cache directory, classified, with its lstat facts (links not followed)."""
 
@@ -187,7 +187,7 @@ def read_atime(path: str | os.PathLike[str]) -> int | None:
 # --- entries -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Problem:
     """Why an entry could not be (fully) decoded. ``kind`` is a stable slug."""
 
@@ -196,7 +196,7 @@ class Problem:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Section:
     """A part of the serialized executable, by size (object code, PTX, cubin, thunks...)."""
 
@@ -204,7 +204,7 @@ class Section:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EntryInfo:
     """What a summary scan knows about one entry: plain data, no payloads."""
 
