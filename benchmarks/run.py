@@ -173,7 +173,8 @@ def drop_index(d: str) -> None:
     except ImportError:
         return
     for path in index.index_locations(d):
-        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def available_commands() -> set[str]:
