@@ -204,29 +204,44 @@ class StreamField:
 
 
 class ByteStream:
-    """A counted reader over a file-like object, with exact reads and cheap skips."""
+    """A counted reader over a file-like object, with exact reads and cheap skips.
+
+    Small reads (tags, varints) are served from a read-ahead buffer: one call into the
+    decompressor per ``READAHEAD`` bytes instead of one per byte.
+    """
 
     CHUNK = 1 << 20
+    READAHEAD = 1 << 16
 
     def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
         self.position = 0
-        self._pending = b""
+        self._buf = b""
+        self._off = 0
 
     def read_exact(self, n: int) -> bytes:
-        parts = []
-        if self._pending:
-            take = self._pending[:n]
-            self._pending = self._pending[n:]
-            parts.append(take)
-            n -= len(take)
-        while n > 0:
-            chunk = self._raw.read(min(n, self.CHUNK))
+        off = self._off
+        end = off + n
+        if end <= len(self._buf):
+            self._off = end
+            self.position += n
+            return self._buf[off:end]
+        parts = [self._buf[off:]] if off < len(self._buf) else []
+        need = n - (len(self._buf) - off)
+        self._buf, self._off = b"", 0
+        while need > 0:
+            chunk = self._raw.read(
+                self.READAHEAD if need < self.READAHEAD else min(need, self.CHUNK)
+            )
             if not chunk:
-                raise StreamEnd(f"stream ended {n} bytes short at byte {self.position}")
+                raise StreamEnd(f"stream ended {need} bytes short at byte {self.position}")
+            if len(chunk) > need:  # keep the read-ahead
+                self._buf = chunk
+                self._off = need
+                chunk = chunk[:need]
             parts.append(chunk)
-            n -= len(chunk)
-        data = b"".join(parts)
+            need -= len(chunk)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         self.position += len(data)
         return data
 
@@ -244,13 +259,18 @@ class ByteStream:
             n -= step
 
     def peek_byte(self) -> int | None:
-        if not self._pending:
-            self._pending = self._raw.read(1)
-            if not self._pending:
+        if self._off >= len(self._buf):
+            self._buf, self._off = self._raw.read(self.READAHEAD), 0
+            if not self._buf:
                 return None
-        return self._pending[0]
+        return self._buf[self._off]
 
     def read_varint(self) -> int:
+        off = self._off
+        if off < len(self._buf) and self._buf[off] < 0x80:  # the common one-byte case
+            self._off = off + 1
+            self.position += 1
+            return self._buf[off]
         result = 0
         shift = 0
         start = self.position
