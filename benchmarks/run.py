@@ -419,25 +419,39 @@ def markdown(results: Result) -> str:
 
 
 def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
-    """cProfile of a first scan and a repeated scan, in this process: top entries as text."""
+    """cProfile top entries, in this process: a first scan decoded serially (so the decoding
+    shows up, not the wait on workers), a repeated scan, and the deep grouping, serially."""
+    from cachedoctor import reader, scan
     from cachedoctor.cli import main
 
+    def cli_scan() -> None:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            main(["scan", d])
+
+    def first_scan() -> None:
+        drop_index(d)
+        os.environ["CACHEDOCTOR_WORKERS"] = "1"
+        try:
+            cli_scan()
+        finally:
+            del os.environ["CACHEDOCTOR_WORKERS"]
+
+    def deep() -> None:
+        scan.duplicate_groups(list(reader.iter_entries(reader.list_cache(d))))
+
     texts = {}
-    for name, prep in (("scan", lambda: drop_index(d)), ("scan-repeated", lambda: None)):
-        prep()
+    for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):
+        reader._HLO_MEMO.clear()
+        reader._OPTIONS_MEMO.clear()
         prof = cProfile.Profile()
-        sink = io.StringIO()
-        with contextlib.redirect_stdout(sink):
-            prof.enable()
-            with contextlib.suppress(SystemExit):
-                main(["scan", d])
-            prof.disable()
+        prof.enable()
+        fn()
+        prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
-        text = s.getvalue()
         path = out_dir / f"profile-{tag}-{name}.txt"
-        path.write_text(text)
-        texts[name] = str(path)
+        path.write_text(s.getvalue())
+        texts[name] = str(path.relative_to(REPO))
     return texts
 
 
