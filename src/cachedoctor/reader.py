@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import zstandard
 
@@ -48,6 +48,7 @@ SMALL_FIELD = 64 << 10  # executable sub-fields kept whole for interpretation
 
 _KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
 _JAX_TEMP_RE = re.compile(r"^_temp_|\.tmp$|^tmp[._]")
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 # DebugOptions field numbers (xla/xla.proto), see FORMATS.md §4.
 DEBUG_DEVICE_COUNT = 102
@@ -107,6 +108,13 @@ class CacheListing:
 
 def parse_key(name: str) -> tuple[str, str | None] | None:
     """``jit_f-<64hex>`` -> (key, module); None when the name is not a JAX cache key."""
+    if (
+        len(name) > 65
+        and name[-65] == "-"
+        and "\n" not in name
+        and _HASH_RE.fullmatch(name, -64 + len(name))
+    ):
+        return name, name[:-65]  # the common case, without the backtracking of _KEY_RE
     m = _KEY_RE.match(name)
     if not m:
         return None
@@ -125,7 +133,7 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
         return FileKind.UNKNOWN, None
     if name == LOCKFILE:
         return FileKind.LOCKFILE, None
-    if _JAX_TEMP_RE.search(name):
+    if name.startswith(("_temp_", "tmp.", "tmp_")) or name.endswith(".tmp"):  # _JAX_TEMP_RE
         return FileKind.TEMP, None
     for suffix, kind in ((CACHE_SUFFIX, FileKind.ENTRY), (ATIME_SUFFIX, FileKind.ATIME)):
         if name.endswith(suffix):
@@ -611,9 +619,10 @@ def _decode_open_file(
 ) -> EntryInfo:
     """Decode an open entry file into ``walk``; problems are appended, never raised."""
     dec: _Decompressor | None = None
+    found: dict[str, Any] = {}  # applied once at the end: each replace() costs ~20 us
     try:
         st = os.fstat(fh.fileno())
-        info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+        found.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
         head = fh.read(4)
         fh.seek(0)
         if st.st_size == 0:
@@ -621,7 +630,7 @@ def _decode_open_file(
         compression = detect_compression(head)
         if compression is None:
             raise _DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
-        info = replace(info, compression=compression)
+        found["compression"] = compression
         dec = _Decompressor(fh, compression, cap, hash_from=4)
         stream = wire.ByteStream(dec)
         try:
@@ -630,7 +639,7 @@ def _decode_open_file(
             raise _DecodeFailure(
                 "truncated", "shorter than the 4-byte compile-time prefix"
             ) from exc
-        info = replace(info, compile_time_s=int.from_bytes(prefix, "big"))
+        found["compile_time_s"] = int.from_bytes(prefix, "big")
         _walk_payload(stream, walk)
         dec.drain()
         dec.check_complete()
@@ -643,7 +652,7 @@ def _decode_open_file(
     except OSError as exc:
         problems.append(Problem("unreadable", exc.strerror or str(exc)))
     if dec is None:
-        return info
+        return replace(info, **found)
     if problems and problems[0].kind in ("protobuf", "truncated", "header"):
         try:  # a malformed payload is often a file cut short: say so when it is
             dec.drain()
@@ -653,10 +662,10 @@ def _decode_open_file(
                 problems.insert(0, failure.problem)
         except (OSError, ValueError):
             pass
-    info = replace(info, decompressed_size=dec.produced)
+    found["decompressed_size"] = dec.produced
     if not problems:
-        info = replace(info, executable_digest=dec.hasher.hexdigest())
-    return info
+        found["executable_digest"] = dec.hasher.hexdigest()
+    return replace(info, **found)
 
 
 def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
