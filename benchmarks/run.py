@@ -407,6 +407,25 @@ def markdown(results: Result) -> str:
             f"{again['maxrss_mb']:.0f} MB"
         )
         lines.append("")
+    if "hook" in results:
+        lines.append("**Hook key computation** (`benchmarks/bench_hook.py`):")
+        lines.append("")
+        lines.append("```")
+        lines.append(results["hook"]["output"].strip())
+        lines.append("```")
+        lines.append("")
+    else:
+        lines.append(
+            "Hook key computation: not measured (`benchmarks/bench_hook.py` is not on this branch)."
+        )
+        lines.append("")
+    missing = [c for c in ("prune", "diff") if c not in results["commands_available"]]
+    if missing:
+        lines.append(
+            f"Not yet registered, so not measured: {', '.join(missing)} (measured automatically "
+            "once registered; `prune` is compared with JAX's LRU pass above)."
+        )
+        lines.append("")
     lines.append("| target | measured | limit | met |")
     lines.append("|---|---:|---:|:---:|")
     for t in results["targets"]:
@@ -462,7 +481,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--profile", action="store_true", help="also write cProfile top entries")
+    ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier run")
     args = ap.parse_args()
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())))
+        return
     sizes = [int(s) for s in args.sizes.split(",") if s]
     all_sizes = tuple(sorted({*sizes, *([args.memory_size] if args.memory_size else [])}))
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -504,6 +527,12 @@ def main() -> None:
             "scan": child("cli", {"argv": ["scan", d]}),
             "scan (repeated)": child("cli", {"argv": ["scan", d]}),
         }
+    hook = HERE / "bench_hook.py"  # written on the hook branch; measured here when present
+    if hook.exists():
+        proc = subprocess.run(
+            [sys.executable, str(hook)], capture_output=True, text=True, check=False
+        )
+        results["hook"] = {"rc": proc.returncode, "output": proc.stdout[-20000:]}
     results["startup"] = startup(args.reps)
     results["targets"] = targets(results, results["machine"]["cores"])
     results["finished"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
