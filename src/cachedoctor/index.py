@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cachedoctor.reader import DirItem, EntryInfo
 
@@ -138,29 +138,39 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-class _ViewReader:
-    """A read-only file over a memoryview (``io.BytesIO`` would copy the whole index)."""
+class _HashingReader:
+    """The index file as the unpickler reads it, with a MAC of every byte read."""
 
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-        self._pos = 0
+    def __init__(self, fh: BinaryIO, mac: hmac.HMAC) -> None:
+        self._fh = fh
+        self.mac = mac
 
     def read(self, n: int = -1) -> bytes:
-        end = len(self._view) if n < 0 else min(len(self._view), self._pos + n)
-        out = bytes(self._view[self._pos : end])
-        self._pos = end
-        return out
+        data = self._fh.read(n)
+        self.mac.update(data)
+        return data
 
     def readinto(self, buf: bytearray | memoryview) -> int:
-        data = self.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
+        n = self._fh.readinto(buf)  # type: ignore[attr-defined]
+        self.mac.update(memoryview(buf)[:n])
+        return int(n)
 
     def readline(self) -> bytes:
-        rest = self._view[self._pos :]
-        nl = bytes(rest[:4096]).find(b"\n")  # pickle only reads lines in old protocols
-        n = len(rest) if nl < 0 else nl + 1
-        return self.read(n)
+        data = self._fh.readline()
+        self.mac.update(data)
+        return data
+
+
+class _HashingWriter:
+    """The index file as the pickler writes it, with a MAC of every byte written."""
+
+    def __init__(self, fh: BinaryIO, mac: hmac.HMAC) -> None:
+        self._fh = fh
+        self.mac = mac
+
+    def write(self, data: bytes) -> int:
+        self.mac.update(data)
+        return self._fh.write(data)
 
 
 @dataclass
@@ -232,25 +242,35 @@ def load(cache_dir: str, options: tuple[object, ...] = ()) -> ScanIndex:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return empty
+    key = _load_key(create=False)
+    if key is None:
+        return empty
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
             return empty
-        data = fh.read()
-    key = _load_key(create=False)
-    if key is None or not data.startswith(FORMAT):
-        return empty
-    mac = data[len(FORMAT) : len(FORMAT) + 32]
-    body = memoryview(data)[len(FORMAT) + 32 :]  # no copy: the file may be tens of MB
-    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-        return empty
-    try:
-        header, rows = _Unpickler(_ViewReader(body)).load()
-        if header != _header(cache_dir, options):
+        if fh.read(len(FORMAT)) != FORMAT:
             return empty
-        entries = {name: (ident, _unpack(values)) for name, ident, values in rows}
-    except Exception:  # a damaged body that still matched the HMAC cannot happen; be safe anyway
-        return empty
+        mac = fh.read(32)
+        start = fh.tell()
+        # Authenticate first, streaming (the file may be tens of MB: never held whole) ...
+        check = hmac.new(key, digestmod=hashlib.sha256)
+        while chunk := fh.read(1 << 20):
+            check.update(chunk)
+        if not hmac.compare_digest(mac, check.digest()):
+            return empty
+        # ... then parse, hashing again what is parsed: a file changed in between is refused.
+        fh.seek(start)
+        reader = _HashingReader(fh, hmac.new(key, digestmod=hashlib.sha256))
+        try:
+            header, rows = _Unpickler(reader).load()
+            if reader.read(1) or not hmac.compare_digest(mac, reader.mac.digest()):
+                return empty
+            if header != _header(cache_dir, options):
+                return empty
+            entries = {name: (ident, _unpack(values)) for name, ident, values in rows}
+        except Exception:  # authenticated yet unreadable: cannot happen; be safe anyway
+            return empty
     return ScanIndex(cache_dir, options, entries, path, loaded=True)
 
 
@@ -264,17 +284,19 @@ def _write(index: ScanIndex) -> None:
         return
     root = index.path.parent
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    body = pickle.dumps(
-        (_header(index.cache_dir, index.options), _packed(index.entries)),
-        protocol=pickle.HIGHEST_PROTOCOL,
-    )
-    mac = hmac.new(key, body, hashlib.sha256).digest()
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(fd, "w+b") as fh:
             fh.write(FORMAT)
-            fh.write(mac)
-            fh.write(body)
+            fh.write(bytes(32))  # the MAC goes here once the body is written
+            writer = _HashingWriter(fh, hmac.new(key, digestmod=hashlib.sha256))
+            pickle.dump(  # streamed: the pickle is never held whole in memory
+                (_header(index.cache_dir, index.options), _packed(index.entries)),
+                writer,
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            fh.seek(len(FORMAT))
+            fh.write(writer.mac.digest())
         os.replace(tmp, index.path)
     except BaseException:
         with contextlib.suppress(OSError):
