@@ -135,8 +135,11 @@ def test_show_json_of_corrupt_entry(tmp_path: Path) -> None:
     assert doc["entry"]["ok"] is False and doc["entry"]["problems"]
 
 
-def test_demo_shows_the_unstable_key() -> None:
+def test_demo_shows_the_unstable_key_and_the_fix() -> None:
     proc = run_script("demo", "--runs", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("jit_f-") >= 2
-    assert "unstable-key" in proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plain, _, fixed = proc.stdout.partition("3. cachedoctor enable")
+    assert plain.count("miss, compiled") == 2
+    assert "unstable-key" in plain
+    assert fixed.count("miss, compiled") == 1 and fixed.count("hit") >= 1
+    assert "1 of 1 later runs hit the cache" in fixed

@@ -11,7 +11,7 @@ import pytest
 from cachedoctor import gpu
 from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
 from cachedoctor.wire import fields_by_number
-from gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
+from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 
 HLO = (
     f_bytes(1, "jit_matmul")
@@ -30,9 +30,13 @@ CC_H100 = f_bytes(6, f_bytes(1, f_varint(1, 9)))  # minor 0 is omitted by proto3
 THUNKS = [f_bytes(13, f_bytes(1, f_varint(1, i))) for i in range(5)]
 CONSTANTS = [f_bytes(12, f_bytes(1, f"const_{i}") + f_varint(3, i)) for i in range(2)]
 
-COMPILATION_RESULT = f_bytes(1, WITH_CONFIG) + f_bytes(2, BUFFERS) + f_bytes(3, PTX) + f_bytes(
-    4, CUBIN
-) + b"".join(DNN)
+COMPILATION_RESULT = (
+    f_bytes(1, WITH_CONFIG)
+    + f_bytes(2, BUFFERS)
+    + f_bytes(3, PTX)
+    + f_bytes(4, CUBIN)
+    + b"".join(DNN)
+)
 COMPILATION_RESULT_V0 = (
     f_bytes(1, HLO) + f_bytes(2, BUFFERS) + f_bytes(3, PTX) + f_bytes(4, CUBIN) + f_bytes(5, CONFIG)
 )

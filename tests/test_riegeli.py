@@ -10,7 +10,7 @@ import pytest
 
 from cachedoctor import riegeli
 from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
-from gpu_vectors import BLOCK, RiegeliWriter, riegeli_file, simple_chunk_data, varint
+from tests.gpu_vectors import BLOCK, RiegeliWriter, riegeli_file, simple_chunk_data, varint
 
 SPEC_SIGNATURE_HEX = """
 83 af 70 d1 0d 88 4a 3f 00 00 00 00 00 00 00 00

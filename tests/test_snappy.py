@@ -12,7 +12,7 @@ import pytest
 
 from cachedoctor import snappy
 from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge
-from gpu_vectors import snappy_compress
+from tests.gpu_vectors import snappy_compress
 
 # Vectors worked out by hand from google/snappy format_description.txt (sections 1 and 2).
 HAND_VECTORS = [

@@ -8,7 +8,7 @@ import pytest
 from cachedoctor import splitproto
 from cachedoctor.formaterrors import CorruptFormat, TooLarge, UnsupportedFormat
 from cachedoctor.wire import fields_by_number
-from gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
+from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 
 EAO = "xla.ExecutableAndOptionsProto"
 GPU = "xla.gpu.GpuExecutableProto"

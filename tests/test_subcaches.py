@@ -21,7 +21,7 @@ import pytest
 
 from cachedoctor import subcaches, textproto
 from cachedoctor.formaterrors import FormatError
-from gpu_vectors import f_bytes, f_varint
+from tests.gpu_vectors import f_bytes, f_varint
 
 MODEL = (
     "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, "
@@ -208,9 +208,9 @@ def test_empty_result_is_kind_none() -> None:
         "triton { block_m: 32 }}",
         '"just a string"',
         "a: 'unterminated",
-        "a: \"bad \\q escape\"",
+        'a: "bad \\q escape"',
         "a: 08",
-        "a: \"\\u12\"",
+        'a: "\\u12"',
         "a { " * 100 + "}" * 100,
         "\x00\x01\x02",
         "[broken.ext { }",
@@ -237,7 +237,7 @@ def test_text_format_details() -> None:
 
 def test_random_text_never_escapes() -> None:
     rng = random.Random(6)
-    alphabet = 'ab_1 {}<>[]:;,"\'\\#\n-.x/'
+    alphabet = "ab_1 {}<>[]:;,\"'\\#\n-.x/"
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
         with contextlib.suppress(FormatError):

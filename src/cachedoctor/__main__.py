@@ -1,3 +1,3 @@
 from cachedoctor.cli import main
 
-main()
+raise SystemExit(main())

@@ -24,15 +24,6 @@ def resolve_cache_dir(explicit: str | None) -> str:
 
 
 def _configured_dir() -> str | None:
-    try:
-        from cachedoctor import settings
-    except ImportError:
-        return None
-    getter = getattr(settings, "configured_cache_dir", None)
-    if getter is None:
-        return None
-    try:
-        value = getter()
-    except Exception:
-        return None
-    return str(value) if value else None
+    from cachedoctor.settings import configured_cache_dir
+
+    return configured_cache_dir()

@@ -137,6 +137,22 @@ def _compute_capability(value: FieldValue | None, problems: list[str]) -> str | 
     return None
 
 
+def layout_of(field_numbers: set[int], *, module_with_config: bool = True) -> str:
+    """Which GPU executable layout (FORMATS.md §2) a message with these fields is."""
+    if 13 in field_numbers:
+        return "gpu_executable_thunks"
+    if field_numbers & _GPU_EXECUTABLE_ONLY:
+        return "gpu_executable_legacy"
+    if not module_with_config:
+        return "compilation_result_v0"
+    return "compilation_result"
+
+
+def compute_capability(value: FieldValue | None) -> str | None:
+    """The compute capability message (field 6) rendered, e.g. ``9.0``; None if unreadable."""
+    return _compute_capability(value, [])
+
+
 def decode_gpu_executable(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GpuExecutable:
     """Decode a GPU ``serialized_executable`` of any layout in FORMATS.md §2.
 
@@ -174,14 +190,7 @@ def decode_gpu_executable(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     else:
         problems.append("no HLO module in the executable")
 
-    if 13 in fields:
-        layout = "gpu_executable_thunks"
-    elif set(fields) & _GPU_EXECUTABLE_ONLY:
-        layout = "gpu_executable_legacy"
-    elif first is not None and not with_config:
-        layout = "compilation_result_v0"
-    else:
-        layout = "compilation_result"
+    layout = layout_of(set(fields), module_with_config=first is None or with_config)
 
     module_name = _text(_last(fields, 8)) if layout.startswith("gpu_executable") else None
     if module_name is None and hlo_module is not None:
@@ -190,8 +199,10 @@ def decode_gpu_executable(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -
         except WireError as exc:
             problems.append(f"HLO module does not parse: {exc}")
 
-    cudnn = 0 if layout == "compilation_result_v0" else sum(
-        1 for v in field5 if isinstance(v, memoryview)
+    cudnn = (
+        0
+        if layout == "compilation_result_v0"
+        else sum(1 for v in field5 if isinstance(v, memoryview))
     )
     return GpuExecutable(
         layout=layout,

@@ -310,6 +310,7 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
                 line += f" config={config!r}"
             line += f" attrs={hashlib.sha256(b''.join(rest)).hexdigest()[:12]}"
             lines.append(line)
+    lines.append(f"module attrs={_module_attrs_digest(module)}")
     if with_metadata:
         volatile.append(
             VolatileField("metadata", "module", f"source metadata of {with_metadata} instructions")
@@ -322,10 +323,28 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
     return CanonicalHlo(lines=tuple(lines), digest=digest, volatile=tuple(volatile))
 
 
+# HloModuleProto fields left out of the canonical form: names and ids (1, 2, 5, 6, 23), the
+# computations (walked above), the schedule (instruction ids), stack frames (source metadata).
+_MODULE_IDENTITY_FIELDS = frozenset({1, 2, 3, 5, 6, 7, 17, 23})
+
+
+def _module_attrs_digest(module: wire.Buffer) -> str:
+    """Digest of module-level fields that change what runs: aliasing, donation, shapes..."""
+    digest = hashlib.sha256()
+    for number, _wt, value in wire.iter_fields(module):
+        if number in _MODULE_IDENTITY_FIELDS:
+            continue
+        digest.update(number.to_bytes(4, "little"))
+        digest.update(bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little"))
+    return digest.hexdigest()[:16]
+
+
 def hlo_text(module: bytes) -> str | None:
     """Real HLO text through the installed jaxlib, or None when jaxlib cannot render it."""
     try:
-        from jax._src.lib import xla_client  # imported only when text is asked for
+        from jax._src.lib import (  # type: ignore[attr-defined]  # only when text is asked for
+            xla_client,
+        )
     except Exception:
         return None
     try:

@@ -25,19 +25,24 @@ def locate_entry(ref: str, cache_dir: str | None) -> Path:
         listing = reader.list_cache(cache_dir)
     except OSError as exc:
         raise CachedoctorError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+    return listing.path(match_entry(ref, listing))
+
+
+def match_entry(ref: str, listing: reader.CacheListing) -> reader.DirItem:
+    """The one entry of ``listing`` that ``ref`` (key or unique prefix) names."""
     key = ref.removesuffix(reader.CACHE_SUFFIX)
     exact = [i for i in listing.entries if i.key == key]
     if exact:
-        return listing.path(exact[0])
+        return exact[0]
     matches = [
         i
         for i in listing.entries
         if i.key and (i.key.startswith(key) or i.key.split("-")[-1].startswith(key))
     ]
     if len(matches) == 1:
-        return listing.path(matches[0])
+        return matches[0]
     if not matches:
-        raise EntryNotFoundError(f"no entry matches {ref!r} in {cache_dir}")
+        raise EntryNotFoundError(f"no entry matches {ref!r} in {listing.root}")
     names = ", ".join(sorted(m.name for m in matches)[:5])
     more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
     raise EntryNotFoundError(f"{ref!r} matches {len(matches)} entries: {names}{more}")

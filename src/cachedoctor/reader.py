@@ -12,10 +12,12 @@ the HLO module and compile options are held, so memory does not grow with entry 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import errno
 import hashlib
+import io
 import os
 import re
 import stat
@@ -23,12 +25,19 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-import zstandard
+try:
+    import zstandard
+except ImportError:  # a declared dependency, but JAX itself runs without it (zlib entries)
+    zstandard = None  # type: ignore[assignment]
 
+from cachedoctor import gpu, wire
 from cachedoctor import hlo as hlo_mod
-from cachedoctor import wire
+from cachedoctor.formaterrors import FormatError
+
+if TYPE_CHECKING:
+    from cachedoctor.storage import Store, StoreItem
 
 CACHE_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
@@ -37,6 +46,7 @@ AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
 KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
 CACHEDOCTOR_PREFIX = "cachedoctor"  # our own files and folders (manifests, index) start with it
 
+ZstdError: type[Exception] = zstandard.ZstdError if zstandard is not None else zlib.error
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
 
@@ -84,6 +94,7 @@ class DirItem:
     uid: int
     is_symlink: bool
     is_dir: bool
+    version: str | None = None  # a store's generation/ETag, for conditional deletes
     ino: int = 0  # with ctime_ns: the file's identity for the scan index (see index.py)
     ctime_ns: int = 0
 
@@ -94,6 +105,7 @@ class CacheListing:
     items: tuple[DirItem, ...]
     root_mode: int
     root_uid: int
+    remote: bool = False  # a bucket: no POSIX modes or owners, sub-cache sizes are totals
 
     def of_kind(self, kind: FileKind) -> list[DirItem]:
         return [i for i in self.items if i.kind is kind]
@@ -104,6 +116,12 @@ class CacheListing:
 
     def path(self, item: DirItem) -> Path:
         return Path(self.root) / item.name
+
+
+def module_of(key: str) -> str | None:
+    """The module name in a key (``jit_f`` of ``jit_f-<hex>``), or None."""
+    parsed = parse_key(key)
+    return parsed[1] if parsed else None
 
 
 def parse_key(name: str) -> tuple[str, str | None] | None:
@@ -146,8 +164,16 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
     return FileKind.UNKNOWN, None
 
 
-def list_cache(root: str | os.PathLike[str]) -> CacheListing:
-    """List and classify a cache directory. Raises OSError when the directory cannot be read."""
+def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
+    """List and classify a cache directory. Raises OSError when the directory cannot be read.
+
+    ``root`` may also be a ``storage.Store`` (a bucket prefix): its listing is classified the
+    same way; items get the store's version (generation/ETag) and no mode or owner.
+    """
+    if not isinstance(root, (str, os.PathLike)):
+        if not root.is_local:
+            return _list_store(root)
+        root = root.url  # a LocalStore: the directory listing below, with modes and owners
     root_path = Path(root)
     root_stat = root_path.stat()
     if not stat.S_ISDIR(root_stat.st_mode):
@@ -173,12 +199,40 @@ def list_cache(root: str | os.PathLike[str]) -> CacheListing:
                     uid=st.st_uid,
                     is_symlink=is_link,
                     is_dir=is_dir,
+                    version=local_version(st),
                     ino=st.st_ino,
                     ctime_ns=st.st_ctime_ns,
                 )
             )
     items.sort(key=lambda i: i.name)
     return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+
+
+def local_version(st: os.stat_result) -> str:
+    """What identifies one version of a local file for a conditional delete."""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def store_item(si: StoreItem) -> DirItem:
+    """Classify one member of a store's listing (no mode or owner: uid -1)."""
+    kind, key = classify(si.name, si.is_dir)
+    return DirItem(
+        name=si.name,
+        kind=kind,
+        key=key,
+        size=si.size,
+        mtime_ns=si.mtime_ns,
+        mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
+        uid=-1,
+        is_symlink=False,
+        is_dir=si.is_dir,
+        version=si.version,
+    )
+
+
+def _list_store(store: Store) -> CacheListing:
+    items = sorted((store_item(si) for si in store.list()), key=lambda i: i.name)
+    return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
 
 
 def read_atime(path: str | os.PathLike[str]) -> int | None:
@@ -213,6 +267,20 @@ class Section:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """GPU executable facts (FORMATS.md §2); see gpu.py for the layouts."""
+
+    layout: str
+    payload_split: bool  # the PjRt payload was a Riegeli split proto (jax >= 0.9.1)
+    executable_split: bool  # the GPU executable itself was split (jax >= 0.10.1)
+    compute_capability: str | None
+    ptx_size: int
+    cubin_size: int
+    cudnn_graphs: int
+    thunks: int
+
+
+@dataclass(frozen=True, slots=True)
 class EntryInfo:
     """What a summary scan knows about one entry: plain data, no payloads."""
 
@@ -224,7 +292,7 @@ class EntryInfo:
     compression: str | None = None  # "zstd" | "zlib"
     decompressed_size: int | None = None
     compile_time_s: int | None = None
-    payload_format: str | None = None  # "pjrt" | "ifrt" | "riegeli"
+    payload_format: str | None = None  # "pjrt" | "ifrt"
     ifrt_version: int | None = None
     runtime_name: str | None = None
     platform: str = "unknown"  # cpu | gpu | tpu | unknown
@@ -242,6 +310,7 @@ class EntryInfo:
     kernel_cache_file: str | None = None
     autotune_mode: str | None = None
     hlo: hlo_mod.HloSummary | None = None
+    gpu: GpuSummary | None = None
     sections: tuple[Section, ...] = ()
     executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
     program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
@@ -255,9 +324,23 @@ class EntryInfo:
     @property
     def format_label(self) -> str:
         """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
+        label = self.payload_format or "unknown"
         if self.payload_format == "ifrt":
-            return f"ifrt-v{self.ifrt_version}"
-        return self.payload_format or "unknown"
+            label = f"ifrt-v{self.ifrt_version}"
+        if self.gpu is not None and self.gpu.payload_split:
+            label += "+split"
+        return label
+
+
+@dataclass(frozen=True)
+class FieldDigest:
+    """One top-level field of the serialized executable: size and SHA-256 (``diff`` compares them
+    to say which sections differ without holding large sections in memory)."""
+
+    number: int
+    size: int  # bytes of a LEN field; 0 for a scalar
+    sha256: str
+    value: int | None = None  # a scalar field's value
 
 
 @dataclass(frozen=True)
@@ -270,6 +353,7 @@ class EntryDetail:
     compile_options: bytes | None
     ifrt_header: bytes | None
     small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
+    executable_fields: tuple[FieldDigest, ...] = ()  # every executable sub-field, in order
 
 
 class _DecodeFailure(Exception):
@@ -297,6 +381,10 @@ class _Decompressor:
         self.declared_size: int | None = None
         self._zstd: IO[bytes] | None = None
         if compression == "zstd":
+            if zstandard is None:
+                raise _DecodeFailure(
+                    "unsupported", "a zstd entry, but the zstandard package is not installed"
+                )
             head = fh.read(18)
             try:
                 params = zstandard.get_frame_parameters(head)
@@ -320,7 +408,7 @@ class _Decompressor:
             n = 1 << 20
         try:
             data = self._zstd.read(n) if self._zstd is not None else self._read_zlib(n)
-        except (zstandard.ZstdError, zlib.error) as exc:
+        except (ZstdError, zlib.error) as exc:
             raise _DecodeFailure(
                 "decompress", f"{self.compression} data is damaged: {exc}"
             ) from exc
@@ -450,7 +538,7 @@ def _canonical_debug_options(buf: wire.Buffer) -> bytes:
     for number in sorted(grouped):
         values = grouped[number]
         if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
-            values = sorted(values, key=lambda item: bytes(item[1]))  # type: ignore[arg-type]
+            values = sorted(values, key=lambda item: bytes(item[1]))
         for wt, value in values:
             out += _encode_field(number, wt, value)
     return bytes(out)
@@ -495,16 +583,38 @@ class _Walk:
     small: list[tuple[int, bytes]] = field(default_factory=list)
     scalars: list[tuple[int, int]] = field(default_factory=list)
     sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
+    gpu_executable: gpu.GpuExecutable | None = None
+    payload_split: bool = False
+    hash_fields: bool = False  # detail decodes hash every executable field (FieldDigest)
+    digests: list[FieldDigest] = field(default_factory=list)
 
 
 def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
-    """Walk ``serialized_executable`` (CPU or GPU CompilationResultProto and successors)."""
+    """Walk ``serialized_executable`` (CPU or GPU CompilationResultProto and successors).
+
+    A GPU executable written as a Riegeli split proto (jax >= 0.10.1) is read whole and handed
+    to ``gpu.decode_gpu_executable``; everything else is walked as a stream.
+    """
+    if fld.length and fld._stream.peek_byte() == RIEGELI_MAGIC[0]:
+        data = fld.read(MAX_HLO_BYTES)
+        try:
+            decoded = gpu.decode_gpu_executable(data, max_bytes=MAX_HLO_BYTES)
+        except FormatError as exc:
+            raise _DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
+        walk.gpu_executable = decoded
+        walk.hlo_module = decoded.hlo_module
+        return
     for number, _wt, value in fld.sub():
         if not isinstance(value, wire.StreamField):
             walk.scalars.append((number, value))
+            if walk.hash_fields:
+                digest = hashlib.sha256(str(value).encode()).hexdigest()
+                walk.digests.append(FieldDigest(number, 0, digest, value))
             continue
         if number == 1:
             data = value.read(MAX_HLO_BYTES)
+            if walk.hash_fields:
+                walk.digests.append(FieldDigest(1, len(data), hashlib.sha256(data).hexdigest()))
             hf = wire.fields_by_number(data)
             module = wire.first(hf, 1)
             config = wire.first(hf, 2)
@@ -515,10 +625,22 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
                 bytes(config) if config is not None and not isinstance(config, int) else None
             )
         elif value.length <= SMALL_FIELD:
-            walk.small.append((number, value.read(SMALL_FIELD)))
+            data = value.read(SMALL_FIELD)
+            walk.small.append((number, data))
+            if walk.hash_fields:
+                digest = hashlib.sha256(data).hexdigest()
+                walk.digests.append(FieldDigest(number, len(data), digest))
         else:
             head = value._stream.read_exact(min(64, value.length))
             walk.sections.append((number, value.length, head))
+            if walk.hash_fields:  # hash the rest while streaming past it
+                hasher = hashlib.sha256(head)
+                left = value.length - len(head)
+                while left > 0:
+                    chunk = value._stream.read_exact(min(left, 1 << 20))
+                    hasher.update(chunk)
+                    left -= len(chunk)
+                walk.digests.append(FieldDigest(number, value.length, hasher.hexdigest()))
 
 
 def _infer_platform(walk: _Walk) -> str:
@@ -580,27 +702,42 @@ def decode_entry(
     key: str | None = None,
     detail: bool = False,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    fileobj: BinaryIO | None = None,
+    size: int = 0,
+    mtime_ns: int = 0,
 ) -> EntryInfo | EntryDetail:
-    """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``."""
+    """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``.
+
+    With ``fileobj`` (an open, seekable binary file: an object in a bucket), ``path`` is only
+    the name to report and ``size``/``mtime_ns`` come from the caller's listing; the caller
+    closes it.
+    """
     path = os.fspath(path)
-    name = os.path.basename(path)
+    name = path.rstrip("/").rsplit("/", 1)[-1] if fileobj is not None else os.path.basename(path)
     if key is None:
         base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
         parsed = parse_key(base)
         key = parsed[0] if parsed else base
-    module = parse_key(key)[1] if parse_key(key) else None
-    walk = _Walk()
+    parsed_key = parse_key(key)
+    module = parsed_key[1] if parsed_key else None
+    walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
     problems: list[Problem] = []
-    try:
-        fh = _open_nofollow(path)
-    except OSError as exc:
-        kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
-        msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
-        problems.append(Problem(kind, str(msg)))
+    if fileobj is not None:
+        info = replace(info, size=size, mtime_ns=mtime_ns)
+        info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
     else:
-        with fh:
-            info = _decode_open_file(fh, info, walk, problems, max_decompressed)
+        try:
+            fh = _open_nofollow(path)
+        except OSError as exc:
+            kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
+            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+            problems.append(Problem(kind, str(msg)))
+        else:
+            with fh:
+                st = os.fstat(fh.fileno())
+                info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+                info = _decode_open_file(fh, info, walk, problems, max_decompressed)
     info = _finish(info, walk, problems)
     if not detail:
         return info
@@ -611,6 +748,7 @@ def decode_entry(
         compile_options=walk.compile_options,
         ifrt_header=walk.ifrt_header,
         small_fields=tuple(walk.small),
+        executable_fields=tuple(walk.digests),
     )
 
 
@@ -621,11 +759,9 @@ def _decode_open_file(
     dec: _Decompressor | None = None
     found: dict[str, Any] = {}  # applied once at the end: each replace() costs ~20 us
     try:
-        st = os.fstat(fh.fileno())
-        found.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
         head = fh.read(4)
         fh.seek(0)
-        if st.st_size == 0:
+        if not head:
             raise _DecodeFailure("truncated", "empty file")
         compression = detect_compression(head)
         if compression is None:
@@ -685,11 +821,7 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
         fmt = "ifrt"
         first = stream.peek_byte()
     if first == RIEGELI_MAGIC[0]:
-        walk.fields["payload_format"] = "riegeli"
-        raise _DecodeFailure(
-            "unsupported",
-            "Riegeli split-proto payload (GPU, jax >= 0.9.1); this reader does not decode it yet",
-        )
+        stream = _unsplit_payload(stream, walk)
     walk.fields["payload_format"] = fmt
     for number, _wt, value in wire.iter_stream_fields(stream):
         if not isinstance(value, wire.StreamField):
@@ -751,10 +883,67 @@ def options_facts(options: bytes) -> tuple[dict[str, object], bytes]:
     return dict(found[0]), found[1]
 
 
+def _format_problem_kind(exc: FormatError) -> str:
+    from cachedoctor.formaterrors import TooLarge, UnsupportedFormat
+
+    if isinstance(exc, TooLarge):
+        return "too-large"
+    return "unsupported" if isinstance(exc, UnsupportedFormat) else "protobuf"
+
+
+def _unsplit_payload(stream: wire.ByteStream, walk: _Walk) -> wire.ByteStream:
+    """A GPU payload written as a Riegeli split proto: reassemble it, walk the result."""
+    parts = []
+    total = 0
+    while chunk := stream.read_some(1 << 20):
+        parts.append(chunk)
+        total += len(chunk)
+    try:
+        unwrapped = gpu.unwrap_pjrt_payload(b"".join(parts), max_bytes=DEFAULT_MAX_DECOMPRESSED)
+    except FormatError as exc:
+        raise _DecodeFailure(_format_problem_kind(exc), f"split-proto payload: {exc}") from exc
+    walk.payload_split = True
+    return wire.ByteStream(io.BytesIO(unwrapped.executable_and_options))
+
+
+def _gpu_summary(walk: _Walk) -> GpuSummary:
+    if walk.gpu_executable is not None:
+        g = walk.gpu_executable
+        return GpuSummary(
+            layout=g.layout,
+            payload_split=walk.payload_split,
+            executable_split=g.was_split,
+            compute_capability=g.compute_capability,
+            ptx_size=g.ptx_size,
+            cubin_size=g.cubin_size,
+            cudnn_graphs=g.cudnn_graph_count,
+            thunks=g.thunk_count,
+        )
+    sizes: dict[int, list[int]] = {}
+    for n, size, _ in walk.sections:
+        sizes.setdefault(n, []).append(size)
+    for n, data in walk.small:
+        sizes.setdefault(n, []).append(len(data))
+    capability = next(
+        (gpu.compute_capability(memoryview(d)) for n, d in walk.small if n == 6), None
+    )
+    return GpuSummary(
+        layout=gpu.layout_of(set(sizes) | {n for n, _ in walk.scalars}),
+        payload_split=walk.payload_split,
+        executable_split=False,
+        compute_capability=capability,
+        ptx_size=sum(sizes.get(3, [])),
+        cubin_size=sum(sizes.get(4, [])),
+        cudnn_graphs=len(sizes.get(5, [])),
+        thunks=len(sizes.get(13, [])),
+    )
+
+
 def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
     fields: dict[str, object] = dict(walk.fields)
-    platform = _infer_platform(walk)
+    platform = "gpu" if walk.gpu_executable is not None else _infer_platform(walk)
     sections = _interpret_executable(walk, platform, fields)
+    gpu_summary = _gpu_summary(walk) if platform == "gpu" else None
     summary = None
     program = hashlib.sha256(platform.encode())
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
@@ -782,6 +971,7 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
         if not (platform == "unknown" and "opaque_executable" in fields)
         else "unknown",
         hlo=summary,
+        gpu=gpu_summary,
         sections=tuple(sections),
         program_digest=program.hexdigest() if summary is not None and not problems else None,
         volatile=volatile,
@@ -798,14 +988,23 @@ def iter_entries(listing: CacheListing, **kwargs: object) -> Iterator[EntryInfo]
 
 
 def extract_payload(
-    path: str | os.PathLike[str], out: BinaryIO, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+    path: str | os.PathLike[str],
+    out: BinaryIO,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    fileobj: BinaryIO | None = None,
 ) -> int:
     """Write the decompressed serialized executable (after the time prefix) to ``out``.
 
-    Returns the byte count. Raises ValueError with a one-line reason for a bad entry.
+    Returns the byte count. Raises ValueError with a one-line reason for a bad entry. With
+    ``fileobj`` the entry is read from it (the caller closes it) instead of opening ``path``.
     """
     try:
-        with _open_nofollow(os.fspath(path)) as fh:
+        opened: contextlib.AbstractContextManager[BinaryIO] = (
+            contextlib.nullcontext(fileobj)
+            if fileobj is not None
+            else _open_nofollow(os.fspath(path))
+        )
+        with opened as fh:
             compression = detect_compression(fh.read(4))
             fh.seek(0)
             if compression is None:

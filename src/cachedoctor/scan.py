@@ -15,8 +15,9 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from cachedoctor import reader
+from cachedoctor import reader, storage, subcaches
 from cachedoctor.jaxenv import JaxInfo, installed_jax
 from cachedoctor.reader import CacheListing, DirItem, EntryInfo, FileKind
 
@@ -48,6 +49,7 @@ class FindingKind(enum.StrEnum):
     MIXED_VERSIONS = "mixed-versions"
     MIXED_PLATFORMS = "mixed-platforms"
     UNKNOWN_FILE = "unknown-file"
+    SUBCACHE = "subcache"
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class ScanReport:
     entries: tuple[EntryInfo, ...]
     findings: tuple[Finding, ...]
     other_files: tuple[DirItem, ...] = field(default=())
+    subcaches: subcaches.SubcacheReport | None = None
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
@@ -107,7 +110,7 @@ ProgressCallback = Callable[[int, int], None]
 
 
 def scan_directory(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | storage.Store,
     *,
     progress: ProgressCallback | None = None,
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
@@ -118,15 +121,30 @@ def scan_directory(
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
 
-    Unchanged entries come from the scan index (``index.py``); the rest are decoded on
+    A ``gs://``/``s3://`` URL or a ``storage.Store`` is listed and read through the store, the
+    entries decoded concurrently (a bounded pool) by the same reader. A local directory's
+    unchanged entries come from the scan index (``index.py``); the rest are decoded on
     ``workers`` processes (default: every core, see ``parallel.py``).
     """
-    root = os.fspath(cache_dir)
-    listing = reader.list_cache(root)
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
+    if isinstance(cache_dir, storage.Store) and cache_dir.is_local:
+        cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+    if isinstance(cache_dir, storage.Store) or storage.is_url(cache_dir):
+        store = cache_dir if isinstance(cache_dir, storage.Store) else storage.open_store(cache_dir)
+        with storage.one_line_errors(store.url):
+            listing = reader.list_cache(store)
+            remote_entries = storage.decode_entries(
+                store, listing.entries, progress=progress, max_decompressed=max_decompressed
+            )
+        return build_report(listing, remote_entries, jax_info, now)
+    root = os.fspath(cache_dir)
+    listing = reader.list_cache(root)
     entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
-    return build_report(listing, entries, jax_info, now)
+    sub = None
+    if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
+        sub = subcaches.scan_subcaches(Path(root))
+    return build_report(listing, entries, jax_info, now, sub)
 
 
 def _decode_entries(
@@ -148,9 +166,7 @@ def _decode_entries(
         if item.is_symlink:
             found[n] = EntryInfo(
                 key=item.key or item.name,
-                module=reader.parse_key(item.key)[1]
-                if item.key and reader.parse_key(item.key)
-                else None,
+                module=reader.module_of(item.key) if item.key else None,
                 path=str(listing.path(item)),
                 size=item.size,
                 mtime_ns=item.mtime_ns,
@@ -187,10 +203,15 @@ def _decode_entries(
 
 
 def build_report(
-    listing: CacheListing, entries: list[EntryInfo], jax_info: JaxInfo, now: float
+    listing: CacheListing,
+    entries: list[EntryInfo],
+    jax_info: JaxInfo,
+    now: float,
+    sub: subcaches.SubcacheReport | None = None,
 ) -> ScanReport:
     """Findings and statistics from decoded entries (pure: no I/O)."""
     findings: list[Finding] = []
+    findings += _subcache_findings(sub)
     findings += _unstable_keys(entries)
     findings += _relocated(listing.root, entries, jax_info)
     findings += _atime_findings(listing)
@@ -208,7 +229,38 @@ def build_report(
         entries=tuple(entries),
         findings=tuple(findings),
         other_files=tuple(i for i in listing.items if i.kind is not FileKind.ENTRY),
+        subcaches=sub,
     )
+
+
+def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
+    if sub is None:
+        return []
+    findings = []
+    if sub.autotune.exists and sub.autotune.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.WARNING,
+                entries=(reader.AUTOTUNE_DIR,),
+                message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
+                advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
+            )
+        )
+    if sub.kernel_cache is not None and sub.kernel_cache.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
+                entries=(reader.KERNEL_CACHE_FILE,),
+                message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                advice=(
+                    "XLA cannot reuse a damaged kernel cache; "
+                    "`cachedoctor prune --xla-subcaches --apply` removes it"
+                ),
+            )
+        )
+    return findings
 
 
 def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
@@ -216,7 +268,8 @@ def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
     subcaches: dict[str, int] = {}
     for item in listing.items:
         if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
-            subcaches[item.name] = _tree_size(listing.path(item)) if item.is_dir else item.size
+            local_dir = item.is_dir and not listing.remote  # a bucket lists totals already
+            subcaches[item.name] = _tree_size(listing.path(item)) if local_dir else item.size
     return ScanSummary(
         entries=len(entries),
         bytes_on_disk=sum(e.size for e in entries),
@@ -434,6 +487,8 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
 
 
 def _insecure(listing: CacheListing) -> list[Finding]:
+    if listing.remote:
+        return []  # a bucket has no modes or owners; who may write it is IAM's business
     findings = []
     me = os.getuid()
     if listing.root_mode & (stat.S_IWGRP | stat.S_IWOTH) and not listing.root_mode & stat.S_ISVTX:

@@ -145,8 +145,7 @@ def reassemble(
         )
     if len(records) - 1 < len(manifest.records):
         raise CorruptFormat(
-            f"manifest lists {len(manifest.records)} records but the file has "
-            f"{len(records) - 1}"
+            f"manifest lists {len(manifest.records)} records but the file has {len(records) - 1}"
         )
     problems: list[str] = []
     parts: list[bytes] = []

@@ -360,9 +360,7 @@ def _kernel_entry(field: StreamField) -> KernelCacheEntry:
     return KernelCacheEntry(name, fingerprint, blocks, threads, cluster, shmem, binary_size)
 
 
-def read_kernel_cache(
-    path: Path, *, max_entries: int = MAX_KERNEL_ENTRIES
-) -> KernelCacheReport:
+def read_kernel_cache(path: Path, *, max_entries: int = MAX_KERNEL_ENTRIES) -> KernelCacheReport:
     """Read the kernel cache file streaming; a missing or damaged file gives problems."""
     try:
         size = path.stat().st_size

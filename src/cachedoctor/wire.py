@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import Protocol
 
 VARINT = 0
 I64 = 1
@@ -203,6 +203,10 @@ class StreamField:
         return iter_stream_fields(self._stream, self.length)
 
 
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class ByteStream:
     """A counted reader over a file-like object, with exact reads and cheap skips.
 
@@ -213,7 +217,7 @@ class ByteStream:
     CHUNK = 1 << 20
     READAHEAD = 1 << 16
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: Readable) -> None:
         self._raw = raw
         self.position = 0
         self._buf = b""
@@ -247,10 +251,20 @@ class ByteStream:
 
     def read_some(self, n: int) -> bytes:
         """Up to ``n`` bytes; fewer only at end of stream."""
-        try:
-            return self.read_exact(n)
-        except StreamEnd:
-            return b""
+        off = self._off
+        take = self._buf[off : off + n]
+        self._off = off + len(take)
+        parts = [take] if take else []
+        n -= len(take)
+        while n > 0:
+            chunk = self._raw.read(min(n, self.CHUNK))
+            if not chunk:
+                break
+            parts.append(chunk)
+            n -= len(chunk)
+        data = b"".join(parts)
+        self.position += len(data)
+        return data
 
     def skip(self, n: int) -> None:
         while n > 0:

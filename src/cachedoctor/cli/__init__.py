@@ -22,6 +22,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "scan": ("scan", "scan", "Summarise a cache directory and report findings."),
     "show": ("show", "show", "Show everything known about one cache entry."),
     "demo": ("demo", "demo", "Reproduce the custom_partitioning cache bug and show the fix."),
+    "diff": ("diff", "diff", "Explain why two cache entries are different entries."),
+    "lint": ("lint", "lint", "Check a cache in CI: findings as annotations or JUnit, baselines."),
+    "check": ("check", "check", "Run a command repeatedly and report unstable cache keys."),
+    "enable": ("enable", "enable", "Turn on the cache and stable keys for this environment."),
+    "disable": ("disable", "disable", "Undo `enable`."),
+    "status": ("status", "status", "Show effective cache settings and whether the hook is active."),
+    "prune": ("prune", "prune", "Remove entries by rule (dry run unless --apply); --repair fixes."),
+    "rekey": ("rekey", "rekey", "Move manifest-bearing entries to their current stable key."),
 }
 
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
-from cachedoctor.cli._common import SEVERITY_CHOICE, progress_to_stderr, stdout_console
+from cachedoctor.cli._common import (
+    SEVERITY_CHOICE,
+    progress_to_stderr,
+    stdout_console,
+)
 from cachedoctor.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
-from cachedoctor.scan import Severity, scan_directory
+from cachedoctor.scan import ProgressCallback, ScanReport, Severity, scan_directory
+from cachedoctor.storage import is_url
 
 
 @click.command()
@@ -35,12 +42,16 @@ def scan(
 ) -> None:
     """Summarise a cache directory and report findings.
 
-    DIR defaults to $JAX_COMPILATION_CACHE_DIR, then to the directory set by `cachedoctor
+    DIR may be a gs://bucket/prefix or s3://bucket/prefix (pip install cachedoctor[gcs] or
+    [s3]). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the directory set by `cachedoctor
     enable`. Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error.
     """
     cache_dir = resolve_cache_dir(directory)
     try:
-        report = scan_directory(cache_dir, progress=progress_to_stderr(not as_json))
+        if is_url(cache_dir):
+            report = _scan_bucket(cache_dir, progress_to_stderr(not as_json))
+        else:
+            report = scan_directory(cache_dir, progress=progress_to_stderr(not as_json))
     except FileNotFoundError as exc:
         raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from exc
     except OSError as exc:
@@ -57,3 +68,26 @@ def scan(
         render_scan(report, stdout_console(), max_modules=max_modules)
     failed = report.fails(Severity.parse(fail_on), ignore)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+
+
+def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
+    """Scan a bucket prefix; the request and retry counts go to stderr."""
+    from cachedoctor.storage import open_store
+
+    store = open_store(url)
+    start = time.monotonic()
+    report = scan_directory(store, progress=progress)
+    stats = store.stats
+    reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
+    click.echo(
+        f"{store.url}: {report.summary.entries} entries, {_size(stats.bytes_read)} read "
+        f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
+        + (f" ({reasons})" if reasons else "")
+        + f", {time.monotonic() - start:.2f} s",
+        err=True,
+    )
+    return report
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"

@@ -10,6 +10,7 @@ from cachedoctor import reader
 from cachedoctor.cli._common import stdout_console
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.locate import locate_entry
+from cachedoctor.storage import decode_item, is_url, locate_in_store, one_line_errors
 
 
 @click.command()
@@ -34,11 +35,19 @@ def show(
 ) -> None:
     """Show everything known about one cache entry.
 
-    ENTRY is a key, a unique prefix of a key (or of its hash), or a path to a -cache file.
+    ENTRY is a key, a unique prefix of a key (or of its hash), or a path to a -cache file,
+    or the gs:// or s3:// URL of one. --dir may be a gs://bucket/prefix or s3://bucket/prefix.
     """
     cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    path = locate_entry(entry, cache_dir)
-    detail = reader.decode_entry(path, detail=True)
+    store = item = None
+    if is_url(entry) or is_url(cache_dir):
+        store, item = locate_in_store(entry, cache_dir)
+        path = store.url_of(item.name)
+        with one_line_errors(path):
+            detail = decode_item(store, item, detail=True)
+    else:
+        path = str(locate_entry(entry, cache_dir))
+        detail = reader.decode_entry(path, detail=True)
     assert isinstance(detail, reader.EntryDetail)
     hlo_text = None
     if hlo:
@@ -52,7 +61,11 @@ def show(
             raise CachedoctorError(f"{extract} exists; not overwriting it", slug="exists")
         with open(extract, "xb") as out:
             try:
-                written = reader.extract_payload(path, out)
+                if store is not None and item is not None:
+                    with store.open_read(item.name) as fh:
+                        written = reader.extract_payload(path, out, fileobj=fh)
+                else:
+                    written = reader.extract_payload(path, out)
             except ValueError as exc:
                 raise CachedoctorError(f"cannot extract {path}: {exc}", slug="corrupt") from exc
         click.echo(f"wrote {written} bytes to {extract}", err=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from pathlib import PurePath
 from typing import Any
 
 from cachedoctor import __version__
@@ -24,6 +25,8 @@ def to_plain(value: Any) -> Any:
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, PurePath):
+        return str(value)
     return value
 
 
@@ -56,6 +59,7 @@ def scan_document(report: ScanReport) -> dict[str, Any]:
         "modules": to_plain(report.modules),
         "entries": [entry_dict(e) for e in report.entries],
         "findings": [finding_dict(f) for f in report.findings],
+        "subcaches": to_plain(report.subcaches),
         "files": [
             {"name": i.name, "kind": i.kind.value, "size": i.size, "is_symlink": i.is_symlink}
             for i in report.other_files

@@ -49,6 +49,20 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
     ]
     for name, size in s.subcaches:
         rows.append((f"sub-cache {name}", human_bytes(size)))
+    sub = report.subcaches
+    if sub is not None and sub.autotune.exists:
+        kinds = ", ".join(f"{k} ({n})" for k, n in sub.autotune.kind_counts) or "-"
+        rows.append(("autotune results", f"{len(sub.autotune.entries)} fusions: {kinds}"))
+    if sub is not None and sub.kernel_cache is not None:
+        kc = sub.kernel_cache
+        version = kc.compatibility_version if kc.compatibility_version is not None else "-"
+        rows.append(
+            (
+                "kernel cache",
+                f"{len(kc.entries)} kernels, {human_bytes(kc.total_binary_bytes)} of binaries,"
+                f" compatibility version {version}",
+            )
+        )
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="dim")
     summary.add_column()
@@ -124,6 +138,14 @@ def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
             ("parameters", ", ".join(e.hlo.parameters) or "-"),
             ("result", e.hlo.result or "-"),
             ("top opcodes", ", ".join(f"{op} ({n})" for op, n in e.hlo.opcodes[:8])),
+        ]
+    if e.gpu is not None:
+        g = e.gpu
+        rows += [
+            ("gpu layout", g.layout + (" (split)" if g.executable_split else "")),
+            ("compute capability", g.compute_capability or "-"),
+            ("PTX / cubin", f"{human_bytes(g.ptx_size)} / {human_bytes(g.cubin_size)}"),
+            ("cuDNN graphs / thunks", f"{g.cudnn_graphs} / {g.thunks}"),
         ]
     for section in e.sections:
         rows.append((f"section {section.name}", human_bytes(section.size)))

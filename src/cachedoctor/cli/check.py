@@ -1,0 +1,123 @@
+"""`cachedoctor check -- CMD`: run a command repeatedly and report unstable cache keys."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from cachedoctor.cli._common import stdout_console
+from cachedoctor.errors import ExitCode
+
+FORMATS = ("text", "json", "github", "junit")
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS...]")
+@click.option("--runs", default=2, show_default=True, type=click.IntRange(1), help="Fresh runs.")
+@click.option(
+    "--dir", "cache_dir", metavar="DIR", help="Use DIR as the cache (default: a new temp dir)."
+)
+@click.option("--quiet", is_flag=True, help="Send CMD's output to the log instead of the terminal.")
+@click.option("--log", "log_path", metavar="FILE", help="Append CMD's output to FILE (kept).")
+@click.option("--keep", is_flag=True, help="Keep the temporary cache directory and log.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="On the last run, recompile every cache hit and compare it with the cached executable "
+    "(jax_compilation_cache_check_contents) to catch stale entries.",
+)
+@click.option(
+    "--no-observe", is_flag=True, help="Do not activate cachedoctor's hook in observe mode."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="Report format (json and junit keep stdout for the report: CMD's stdout goes to stderr).",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.pass_context
+def check(
+    ctx: click.Context,
+    command: tuple[str, ...],
+    runs: int,
+    cache_dir: str | None,
+    quiet: bool,
+    log_path: str | None,
+    keep: bool,
+    verify: bool,
+    no_observe: bool,
+    fmt: str,
+    output: str | None,
+) -> None:
+    """Run CMD several times against one cache and report modules whose key is unstable.
+
+    Each run is a fresh process with JAX_COMPILATION_CACHE_DIR set to one fresh temporary cache
+    (or DIR) and every compilation cached. A module that gets a new entry on a later run although
+    run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable, 1 an unstable key
+    (or, with --verify, a stale entry), 2 usage error or CMD failed.
+    """
+    from cachedoctor.check import run_check
+
+    machine_stdout = fmt in ("json", "junit") and output is None
+    out = None if quiet else (sys.stderr.buffer if machine_stdout else sys.stdout.buffer)
+    err = None if quiet else sys.stderr.buffer
+
+    def progress(message: str) -> None:
+        sys.stdout.flush()
+        click.echo(f"cachedoctor check: {message}", err=True)
+
+    report = run_check(
+        command,
+        runs=runs,
+        cache_dir=cache_dir,
+        verify=verify,
+        observe=not no_observe,
+        log_path=log_path,
+        keep=keep,
+        stdout=out,
+        stderr=err,
+        progress=progress,
+    )
+    text = _render(report, fmt, to_file=output is not None)
+    if output is not None:
+        from cachedoctor.lint import write_text_atomic
+
+        write_text_atomic(output, text)
+    elif text:
+        click.echo(text, nl=not text.endswith("\n"))
+    ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
+
+
+def _render(report: object, fmt: str, *, to_file: bool) -> str:
+    from cachedoctor.check import CheckReport
+
+    assert isinstance(report, CheckReport)
+    if fmt == "json":
+        from cachedoctor.render.ci import check_document
+        from cachedoctor.render.jsonout import dumps
+
+        return dumps(check_document(report)) + "\n"
+    if fmt == "github":
+        from cachedoctor.render.github import check_lines
+
+        return "\n".join(check_lines(report)) + "\n"
+    if fmt == "junit":
+        from cachedoctor.render.junit import check_xml
+
+        return check_xml(report)
+    from cachedoctor.render.ci import render_check
+
+    if to_file:
+        from io import StringIO
+
+        from rich.console import Console
+
+        buf = StringIO()
+        render_check(report, Console(file=buf, width=120, no_color=True, highlight=False))
+        return buf.getvalue()
+    render_check(report, stdout_console())
+    return ""

@@ -1,0 +1,90 @@
+"""`cachedoctor diff A B` and `cachedoctor diff --module NAME`."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from cachedoctor.cli._common import stdout_console
+from cachedoctor.errors import ExitCode
+
+
+@click.command()
+@click.argument("a", required=False)
+@click.argument("b", required=False)
+@click.option("--dir", "directory", metavar="DIR", help="Cache directory to look keys up in.")
+@click.option(
+    "--module",
+    "module",
+    metavar="NAME",
+    help="Compare every entry of module NAME with its most recent entry.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@click.option(
+    "--hlo-context",
+    type=click.IntRange(0, 10_000),
+    default=3,
+    show_default=True,
+    metavar="N",
+    help="Lines of context in HLO diffs.",
+)
+@click.option("--raw-hlo", is_flag=True, help="Also diff the real HLO text (rendered by jaxlib).")
+@click.pass_context
+def diff(
+    ctx: click.Context,
+    a: str | None,
+    b: str | None,
+    directory: str | None,
+    module: str | None,
+    as_json: bool,
+    hlo_context: int,
+    raw_hlo: bool,
+) -> None:
+    """Explain why two cache entries are different entries.
+
+    A and B are keys, unique key prefixes or paths to -cache files (in one directory or two).
+    The verdict comes first: the same executable under two keys, the same program with other
+    compile options, different programs, or a different JAX, platform or topology.
+
+    Exit status: 0 when the entries are identical modulo volatile fields, 1 when they differ,
+    2 on errors.
+    """
+    from cachedoctor import diff as core
+
+    if module is not None:
+        if a is not None or b is not None:
+            raise click.UsageError("give either A and B, or --module NAME, not both")
+        from cachedoctor.dirs import resolve_cache_dir
+
+        report = core.diff_module(
+            resolve_cache_dir(directory), module, context=hlo_context, raw_hlo=raw_hlo
+        )
+        if as_json:
+            from cachedoctor.render.diffjson import module_document
+            from cachedoctor.render.jsonout import dumps
+
+            click.echo(dumps(module_document(report)))
+        else:
+            from cachedoctor.render.difftext import render_module
+
+            render_module(report, stdout_console())
+        ctx.exit(int(ExitCode.OK if report.equivalent else ExitCode.FINDINGS))
+    if a is None or b is None:
+        raise click.UsageError("give two entries (A and B), or --module NAME")
+    from cachedoctor.locate import locate_entry
+
+    cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    path_a = locate_entry(a, cache_dir)
+    path_b = locate_entry(b, cache_dir)
+    result = core.diff_entries(path_a, path_b, context=hlo_context, raw_hlo=raw_hlo)
+    if as_json:
+        from cachedoctor.render.diffjson import diff_document
+        from cachedoctor.render.jsonout import dumps
+
+        click.echo(dumps(diff_document(result)))
+    else:
+        from cachedoctor.render.difftext import render_diff
+
+        render_diff(result, stdout_console())
+    ctx.exit(int(ExitCode.OK if result.equivalent else ExitCode.FINDINGS))

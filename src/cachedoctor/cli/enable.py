@@ -1,0 +1,79 @@
+"""``cachedoctor enable``: turn on the cache and the stable-key hook for this environment."""
+
+from __future__ import annotations
+
+import click
+
+from cachedoctor import activation, settings
+
+
+@click.command("enable")
+@click.option("--dir", "cache_dir", help="Cache directory (default: the current one).")
+@click.option(
+    "--xla-caches",
+    type=click.Choice(sorted(settings.XLA_CACHE_CHOICES)),
+    help="XLA sub-caches kept under the cache dir (default: autotune, as JAX).",
+)
+@click.option("--min-compile-time", type=float, help="Only cache compiles slower than this (s).")
+@click.option("--min-entry-size", type=int, help="Only cache entries at least this big (bytes).")
+@click.option("--max-size", type=int, help="Evict least recently used entries above this (bytes).")
+@click.option(
+    "--mode",
+    type=click.Choice(settings.HOOK_CHOICES),
+    default="stable",
+    show_default=True,
+    help="stable: use stable keys; observe: keep JAX's keys, record stable ones; off: no hook.",
+)
+@click.option("--record-ir", is_flag=True, help="Keep each module's canonical text (for diff).")
+@click.option("--print-env", is_flag=True, help="Print the environment instead of installing.")
+@click.option(
+    "--shell",
+    type=click.Choice(activation.SHELLS),
+    default="sh",
+    show_default=True,
+    help="Syntax for --print-env.",
+)
+def enable(
+    cache_dir: str | None,
+    xla_caches: str | None,
+    min_compile_time: float | None,
+    min_entry_size: int | None,
+    max_size: int | None,
+    mode: str,
+    record_ir: bool,
+    print_env: bool,
+    shell: str,
+) -> None:
+    """Activate the cache and the stable-key hook for every Python process of this environment.
+
+    Writes one config file (see `cachedoctor status`); a static start-up .pth reads it when JAX is
+    imported. Environment variables still override each value.
+    """
+    values = activation.build_values(
+        cache_dir=cache_dir,
+        xla_caches=xla_caches,
+        min_compile_time=min_compile_time,
+        min_entry_size=min_entry_size,
+        max_size=max_size,
+        hook=mode,
+        record_ir=record_ir,
+    )
+    if print_env:
+        for w in activation.preflight(values):
+            _warn(w)
+        click.echo(activation.format_env(settings.environment(values), shell), nl=False)
+        return
+    report = activation.enable(values)
+    for w in report.warnings:
+        _warn(w)
+    click.echo(f"enabled: wrote {report.config_path}")
+    for key, value in report.values.items():
+        if key != "created_dirs":
+            click.echo(f"  {key} = {value}")
+    if report.created_cache_dir:
+        click.echo(f"  created {report.values['cache_dir']}")
+    click.echo("new Python processes of this environment use it; check: `cachedoctor status`")
+
+
+def _warn(w: activation.Warning_) -> None:
+    click.echo(f"warning: {w.code}: {w.message}\n  fix: {w.fix}", err=True)

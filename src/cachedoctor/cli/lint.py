@@ -1,0 +1,113 @@
+"""`cachedoctor lint [DIR]`: the scan's findings for CI (annotations, JUnit, baselines)."""
+
+from __future__ import annotations
+
+import click
+
+from cachedoctor.cli._common import SEVERITY_CHOICE, stdout_console
+from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.errors import ExitCode
+from cachedoctor.scan import Severity
+
+FORMATS = ("text", "json", "github", "junit")
+
+
+@click.command()
+@click.argument("directory", required=False, metavar="[DIR]")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text; json; github (workflow annotations); junit (XML test report).",
+)
+@click.option(
+    "--fail-on",
+    type=SEVERITY_CHOICE,
+    default="error",
+    show_default=True,
+    help="Exit 1 when a finding not in the baseline reaches this severity.",
+)
+@click.option("--ignore", multiple=True, metavar="KIND", help="Drop findings of KIND (repeatable).")
+@click.option(
+    "--baseline",
+    metavar="FILE",
+    help="Accept the findings recorded in FILE: they are reported but never fail.",
+)
+@click.option(
+    "--write-baseline",
+    metavar="FILE",
+    help="Record today's findings in FILE (exit 0); later runs pass it to --baseline.",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.pass_context
+def lint(
+    ctx: click.Context,
+    directory: str | None,
+    fmt: str,
+    fail_on: str,
+    ignore: tuple[str, ...],
+    baseline: str | None,
+    write_baseline: str | None,
+    output: str | None,
+) -> None:
+    """Check a cache directory in CI: findings as annotations or JUnit, with baselines.
+
+    DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
+    at --fail-on or above that is not in the baseline, 2 usage or I/O error.
+    """
+    from cachedoctor import lint as core
+
+    kinds = core.parse_kinds(ignore)
+    report = core.lint_directory(
+        resolve_cache_dir(directory),
+        fail_on=Severity.parse(fail_on),
+        ignore=kinds,
+        baseline_path=baseline,
+    )
+    text = _render(report, fmt, to_file=output is not None)
+    if output is not None:
+        core.write_text_atomic(output, text)
+    elif text:
+        click.echo(text, nl=not text.endswith("\n"))
+    if write_baseline:
+        core.write_baseline(write_baseline, report)
+        click.echo(
+            f"cachedoctor: wrote {len({f.fingerprint for f in report.findings})} fingerprints "
+            f"to {write_baseline}",
+            err=True,
+        )
+        ctx.exit(int(ExitCode.OK))
+    ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
+
+
+def _render(report: object, fmt: str, *, to_file: bool) -> str:
+    from cachedoctor.lint import LintReport
+
+    assert isinstance(report, LintReport)
+    if fmt == "json":
+        from cachedoctor.render.ci import lint_document
+        from cachedoctor.render.jsonout import dumps
+
+        return dumps(lint_document(report)) + "\n"
+    if fmt == "github":
+        from cachedoctor.render.github import lint_lines
+
+        return "\n".join(lint_lines(report)) + "\n"
+    if fmt == "junit":
+        from cachedoctor.render.junit import lint_xml
+
+        return lint_xml(report)
+    from cachedoctor.render.ci import render_lint
+
+    if to_file:
+        from io import StringIO
+
+        from rich.console import Console
+
+        buf = StringIO()
+        render_lint(report, Console(file=buf, width=120, no_color=True, highlight=False))
+        return buf.getvalue()
+    render_lint(report, stdout_console())
+    return ""

@@ -1,0 +1,173 @@
+"""`cachedoctor prune [DIR] [selectors] [--repair] [--apply]`."""
+
+from __future__ import annotations
+
+import click
+
+from cachedoctor.cli._common import stdout_console
+from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.errors import CachedoctorError, ExitCode
+
+
+def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def]
+    if value is None:
+        return None
+    try:
+        return parser(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=kind) from exc
+
+
+@click.command()
+@click.argument("directory", required=False, metavar="[DIR]")
+@click.option("--older-than", metavar="AGE", help="Entries last used longer ago (30d, 12h, 90m).")
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Evict least recently used entries until the cache fits (50GB, 800MiB), as JAX's LRU.",
+)
+@click.option(
+    "--duplicates",
+    is_flag=True,
+    help="Same program under several keys: keep the most recently used.",
+)
+@click.option("--corrupt", is_flag=True, help="Entries JAX cannot load (truncated, damaged).")
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="Manifests without entry and stale temp files (-atime files without entry go always).",
+)
+@click.option("--relocated", is_flag=True, help="Entries keyed for a cache at another path.")
+@click.option("--stale-jax", is_flag=True, help="Entries written by another jaxlib.")
+@click.option(
+    "--module",
+    metavar="GLOB",
+    help="Alone: entries of matching modules. With other selectors: only these modules.",
+)
+@click.option("--xla-subcaches", is_flag=True, help="Also clear XLA's autotune/kernel sub-caches.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Fix instead of delete: recreate missing -atime files, drop stale temp files, chmod go-w.",
+)
+@click.option(
+    "--stale-after",
+    default="24h",
+    show_default=True,
+    metavar="AGE",
+    help="Age after which temp files and manifests without entry count as left over.",
+)
+@click.option("--apply", "do_apply", is_flag=True, help="Make the changes (default: dry run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@click.option(
+    "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
+)
+@click.pass_context
+def prune(
+    ctx: click.Context,
+    directory: str | None,
+    older_than: str | None,
+    max_size: str | None,
+    duplicates: bool,
+    corrupt: bool,
+    orphans: bool,
+    relocated: bool,
+    stale_jax: bool,
+    module: str | None,
+    xla_subcaches: bool,
+    repair: bool,
+    stale_after: str,
+    do_apply: bool,
+    as_json: bool,
+    lock_timeout: float,
+) -> None:
+    """Remove cache entries by rule, safely next to running JAX processes.
+
+    Selectors combine: an entry is removed when any selected rule matches, and the plan says
+    which rule took it. Without --apply nothing changes. With it, each entry goes with its
+    -atime file and manifest, under JAX's own lock, re-checked right before removal.
+    Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
+    """
+    from cachedoctor.maintenance import PruneOptions, apply, parse_duration, parse_size, plan_prune
+
+    selectors = []
+    for flag, value in (
+        ("older-than", older_than),
+        ("max-size", max_size),
+        ("module", module),
+    ):
+        if value is not None:
+            selectors.append(f"{flag} {value}")
+    for flag, on in (
+        ("duplicates", duplicates),
+        ("corrupt", corrupt),
+        ("orphans", orphans),
+        ("relocated", relocated),
+        ("stale-jax", stale_jax),
+        ("xla-subcaches", xla_subcaches),
+        ("repair", repair),
+    ):
+        if on:
+            selectors.append(flag)
+    options = PruneOptions(
+        older_than_s=_parse("--older-than", older_than, parse_duration),
+        max_size=_parse("--max-size", max_size, parse_size),
+        duplicates=duplicates,
+        corrupt=corrupt,
+        orphans=orphans,
+        relocated=relocated,
+        stale_jax=stale_jax,
+        module=module,
+        xla_subcaches=xla_subcaches,
+        repair=repair,
+        stale_after_s=_parse("--stale-after", stale_after, parse_duration),
+        selectors=tuple(selectors),
+    )
+    cache_dir = resolve_cache_dir(directory)
+    try:
+        plan = plan_prune(cache_dir, options)
+        result = (
+            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
+            if do_apply
+            else None
+        )
+    except OSError as exc:
+        raise CachedoctorError(
+            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
+        ) from exc
+    _render(plan, result, as_json)
+    failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
+    ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+
+
+def apply_progress(total: int):  # type: ignore[no-untyped-def]
+    """A callback printing ``applied N/M`` to stderr on a terminal (not in CI), or None."""
+    import os
+    import sys
+
+    if total < 200 or not sys.stderr.isatty() or os.environ.get("CI"):
+        return None
+    from cachedoctor.cli._common import stderr_console
+
+    err = stderr_console()
+    done = 0
+
+    def report(_outcome: object) -> None:
+        nonlocal done
+        done += 1
+        if done % 100 == 0 or done == total:
+            err.print(f"\rapplied {done}/{total}", end="" if done < total else "\n")
+
+    return report
+
+
+def _render(plan, result, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    if as_json:
+        from cachedoctor.render.jsonout import dumps
+        from cachedoctor.render.plan import plan_document
+
+        click.echo(dumps(plan_document(plan, result)))
+    else:
+        from cachedoctor.render.plan import render_plan
+
+        render_plan(plan, stdout_console(), result=result)

@@ -1,0 +1,49 @@
+"""`cachedoctor rekey [DIR] [--apply]`."""
+
+from __future__ import annotations
+
+import click
+
+from cachedoctor.cli.prune import _render, apply_progress
+from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.errors import CachedoctorError, ExitCode
+
+
+@click.command()
+@click.argument("directory", required=False, metavar="[DIR]")
+@click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@click.option(
+    "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
+)
+@click.pass_context
+def rekey(
+    ctx: click.Context, directory: str | None, do_apply: bool, as_json: bool, lock_timeout: float
+) -> None:
+    """Move manifest-bearing entries to the key the current stable hasher gives them.
+
+    Entry, -atime file and manifest move together; if the new key already holds the same
+    executable the old entry is dropped as a duplicate, if it holds a different one both are
+    kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
+    2 usage or I/O error.
+    """
+    from cachedoctor.maintenance import Status, apply
+    from cachedoctor.rekey import plan_rekey
+
+    cache_dir = resolve_cache_dir(directory)
+    try:
+        plan = plan_rekey(cache_dir)
+        result = (
+            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
+            if do_apply
+            else None
+        )
+    except OSError as exc:
+        raise CachedoctorError(
+            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
+        ) from exc
+    _render(plan, result, as_json)
+    failed = bool(plan.conflicts) or (
+        result is not None and any(o.status is Status.FAILED for o in result.outcomes)
+    )
+    ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))

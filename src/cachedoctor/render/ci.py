@@ -1,0 +1,121 @@
+"""Text and JSON output of the CI commands, ``lint`` and ``check``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from cachedoctor import __version__
+from cachedoctor.check import CheckReport
+from cachedoctor.lint import LintReport
+from cachedoctor.render.jsonout import finding_dict, to_plain
+from cachedoctor.render.table import SEVERITY_STYLE
+from cachedoctor.scan import SCHEMA_VERSION
+
+
+def render_lint(report: LintReport, console: Console) -> None:
+    if not report.findings:
+        console.print(Text("no findings", style="green"))
+    for lf in report.findings:
+        f = lf.finding
+        line = Text()
+        mark = "FAIL" if lf.failing else ("base" if lf.baselined else "  ok")
+        line.append(f"{mark} ", style="bold red" if lf.failing else "dim")
+        line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+        line.append(f"{f.kind.value:15} ", style="bold")
+        line.append(f.message)
+        console.print(line)
+        console.print(Text(f"     → {f.advice}", style="dim"))
+    for fp in report.fixed:
+        console.print(Text(f"gone from the cache, still in the baseline: {fp}", style="cyan"))
+    console.print(Text(report.summary_line(), style="bold"))
+
+
+def lint_document(report: LintReport) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "cachedoctor", "version": __version__},
+        "command": "lint",
+        "cache_dir": report.scan.cache_dir,
+        "fail_on": report.fail_on.label,
+        "failed": report.failed,
+        "ignored_kinds": list(report.ignored_kinds),
+        "ignored": report.ignored,
+        "baseline": report.baseline_path,
+        "baseline_fixed": list(report.fixed),
+        "findings": [
+            {
+                **finding_dict(lf.finding),
+                "fingerprint": lf.fingerprint,
+                "failing": lf.failing,
+                "baselined": lf.baselined,
+            }
+            for lf in report.findings
+        ],
+    }
+
+
+def render_check(report: CheckReport, console: Console) -> None:
+    for run in report.runs:
+        new = len(run.new_keys)
+        console.print(
+            f"run {run.index}: exit {run.returncode}, {run.seconds:.1f} s, "
+            f"{new} new {'entry' if new == 1 else 'entries'}"
+            + (" (--verify)" if run.verify else "")
+        )
+    console.print(f"observe: {report.observe.detail}")
+    if report.verify is not None:
+        v = report.verify
+        for mm in v.mismatches:
+            style = "dim" if mm.stale is False else "bold red"
+            label = "STALE" if mm.stale else ("UNCLEAR" if mm.stale is None else "nondeterministic")
+            console.print(Text(f"{label} {mm.key}: {mm.detail}", style=style))
+        if not v.complete:
+            console.print(
+                f"verify: JAX stopped run {v.run} at the first mismatch; later modules were "
+                "not verified"
+            )
+        elif not v.mismatches:
+            console.print(
+                f"verify: run {v.run} recompiled every cache hit and compared it with the cached "
+                f"executable ({len(v.hit_modules)} modules hit, {v.entries_before} entries "
+                "before the run): no difference"
+            )
+    for m in report.unstable:
+        lines = m.explanation_lines()
+        console.print(Text(f"UNSTABLE {lines[0]}", style="bold red"))
+        for line in lines[1:]:
+            console.print(f"  {line}")
+        for key in m.keys:
+            console.print(Text(f"    {key}", style="dim"))
+    where = report.cache_dir if report.kept else f"{report.cache_dir} (removed; --keep keeps it)"
+    if not report.temporary:
+        where = report.cache_dir
+    console.print(f"cache: {where}")
+    if report.log_path:
+        console.print(f"log: {report.log_path}")
+    style = "bold red" if report.failed else "bold green"
+    console.print(Text(report.summary_line(), style=style))
+
+
+def check_document(report: CheckReport) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "cachedoctor", "version": __version__},
+        "command": "check",
+        "argv": list(report.argv),
+        "cache_dir": report.cache_dir,
+        "temporary": report.temporary,
+        "kept": report.kept,
+        "log": report.log_path,
+        "failed": report.failed,
+        "runs": to_plain(report.runs),
+        "modules": list(report.modules),
+        "unstable": [
+            {**to_plain(m), "explanation": m.explanation_lines()} for m in report.unstable
+        ],
+        "observe": to_plain(report.observe),
+        "verify": to_plain(report.verify),
+    }

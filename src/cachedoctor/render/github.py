@@ -1,0 +1,71 @@
+"""GitHub Actions workflow commands: one ``::error``/``::warning``/``::notice`` line per finding.
+
+Escaping follows the runner's rules (actions/toolkit ``command.ts``): in the message ``%``,
+``\\r`` and ``\\n`` become ``%25``, ``%0D``, ``%0A``; property values also escape ``:`` and
+``,`` (``%3A``, ``%2C``), which would otherwise end the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from cachedoctor.check import CheckReport
+from cachedoctor.lint import LintReport
+from cachedoctor.scan import Severity
+
+LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(level: str, message: str, properties: Mapping[str, str] | None = None) -> str:
+    """One workflow command line, e.g. ``::warning title=x::message``."""
+    props = ",".join(f"{k}={escape_property(v)}" for k, v in (properties or {}).items() if v)
+    return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def lint_lines(report: LintReport) -> Iterator[str]:
+    """Annotations for a lint report: failing findings as errors, the rest by severity."""
+    for lf in report.findings:
+        f = lf.finding
+        if lf.failing:
+            level = "error"
+        elif lf.baselined:
+            level = "notice"
+        else:
+            level = LEVELS[f.severity]
+        title = f"cachedoctor {f.kind.value}" + (f" ({f.module})" if f.module else "")
+        if lf.baselined:
+            title += " [baseline]"
+        yield command(level, f"{f.message}\n→ {f.advice}", {"title": title})
+    for fp in report.fixed:
+        yield command(
+            "notice",
+            f"baselined finding is gone: {fp}; rewrite the baseline with --write-baseline",
+            {"title": "cachedoctor baseline"},
+        )
+    yield report.summary_line()
+
+
+def check_lines(report: CheckReport) -> Iterator[str]:
+    """Annotations for a check report: one error per unstable module or stale entry."""
+    for m in report.unstable:
+        yield command(
+            "error",
+            "\n".join(m.explanation_lines()),
+            {"title": f"cachedoctor check: unstable cache key ({m.module})"},
+        )
+    if report.verify is not None:
+        for mm in report.verify.mismatches:
+            yield command(
+                "error" if mm.stale is not False else "warning",
+                f"{mm.key}: {mm.detail}",
+                {"title": f"cachedoctor check --verify ({mm.module})"},
+            )
+    yield report.summary_line()

@@ -1,0 +1,71 @@
+"""The hook's install/uninstall and its refusal to touch unexpected JAX internals (in-process)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+pytest.importorskip("jax")
+
+from jax._src import cache_key as ck
+from jax._src import compilation_cache as cc
+
+from cachedoctor import hook, keys
+
+
+@pytest.fixture(autouse=True)
+def _clean_hook():
+    hook.uninstall()
+    hook._state.warned = False
+    original = cc.get_cache_key
+    yield
+    hook.uninstall()
+    hook._state.warned = False
+    cc.get_cache_key = original
+
+
+def test_install_is_idempotent_and_uninstall_restores() -> None:
+    original = cc.get_cache_key
+    assert hook.install("stable") is True
+    wrapper = cc.get_cache_key
+    assert wrapper is not original and wrapper.__cachedoctor_original__ is original
+    assert hook.install("observe") is True
+    assert cc.get_cache_key is wrapper and hook.installed_mode() == "observe"
+    assert hook.uninstall() is True
+    assert cc.get_cache_key is original and hook.installed_mode() is None
+    assert hook.uninstall() is False
+
+
+def test_unknown_signature_warns_once_and_leaves_jax_alone(monkeypatch) -> None:
+    def get_cache_key(module, devices, compile_options, backend, flag, extra):  # new parameter
+        return "x"
+
+    monkeypatch.setattr(cc, "get_cache_key", get_cache_key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hook.install("stable") is False
+        assert hook.install("stable") is False
+    assert len(caught) == 1 and "unexpected JAX internals" in str(caught[0].message)
+    assert cc.get_cache_key is get_cache_key
+    assert hook.installed_mode() is None
+
+
+def test_key_function_not_hashing_through_hashlib_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(ck, "get", lambda *a, **k: "m-" + "0" * 64)
+    with pytest.raises(keys.InternalsChanged):
+        keys.check_internals()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hook.install("stable") is False
+    assert len(caught) == 1
+
+
+def test_fdo_sharing_keys_pass_through() -> None:
+    ignore_all = getattr(ck, "IgnoreCallbacks", None)
+    if ignore_all is None:
+        pytest.skip("this jax has no IgnoreCallbacks")
+    assert hook._ignores_everything((ignore_all.ALL,), {})
+    assert not hook._ignores_everything((ignore_all.NO,), {})
+    assert hook._strips_partitioning((ignore_all.CUSTOM_PARTITIONING,), {})
+    assert not hook._strips_partitioning((False,), {})

@@ -1,0 +1,120 @@
+"""GPU entries through the one reader, built from the documented layouts (no GPU here).
+
+The executables are made by the test encoders of test_gpu.py around a *real* HLO module taken
+from a CPU entry written by the installed JAX, then wrapped exactly as JAX stores an entry
+(4-byte compile time, optional pjrt_ifrt header, zstd). What a real GPU must still confirm is
+listed in docs/format-gpu.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from cachedoctor import gpu, reader
+from cachedoctor.reader import EntryInfo
+from cachedoctor.scan import FindingKind, scan_directory
+from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
+from tests.test_gpu import BUFFERS, CC_H100, CUBIN, DNN, PTX, THUNKS
+
+
+@pytest.fixture(scope="module")
+def real_hlo_with_config(seed_cache: Path) -> bytes:
+    path = next(seed_cache.glob("jit_g-*-cache"))
+    detail = reader.decode_entry(path, detail=True)
+    assert isinstance(detail, reader.EntryDetail) and detail.hlo_module and detail.hlo_config
+    return f_bytes(1, detail.hlo_module) + f_bytes(2, detail.hlo_config)
+
+
+def _entry(tmp_path: Path, payload: bytes, header: bool, name: str) -> Path:
+    if header:
+        meta = f_varint(1, 3) + f_bytes(2, "pjrt_ifrt") + f_bytes(7, "jit_g")
+        payload = _varint(len(meta)) + meta + payload
+    path = tmp_path / f"jit_g-{name * 64}-cache"
+    path.write_bytes(zstandard.ZstdCompressor().compress((7).to_bytes(4, "big") + payload))
+    return path
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _options(cache: Path) -> bytes:
+    return f_bytes(3, f_bytes(3, f_bytes(310, f"{cache}/xla_gpu_per_fusion_autotune_cache_dir")))
+
+
+def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
+    executable = f_bytes(1, real_hlo_with_config) + f_bytes(2, BUFFERS) + f_bytes(3, PTX)
+    executable += f_bytes(4, CUBIN) + b"".join(DNN) + CC_H100
+    payload = f_bytes(1, executable) + f_bytes(2, _options(tmp_path))
+    payload += f_bytes(3, gpu.GPU_CLIENT_NAME)
+    info = reader.decode_entry(_entry(tmp_path, payload, header=False, name="a"))
+    assert isinstance(info, EntryInfo)
+    assert info.ok, info.problems
+    assert info.platform == "gpu" and info.compile_time_s == 7
+    assert info.hlo is not None and info.hlo.name == "jit_g"
+    assert info.gpu is not None
+    assert (info.gpu.layout, info.gpu.compute_capability) == ("gpu_executable_legacy", "9.0")
+    assert (info.gpu.ptx_size, info.gpu.cubin_size, info.gpu.cudnn_graphs) == (
+        len(PTX),
+        len(CUBIN),
+        2,
+    )
+    assert info.format_label == "pjrt"
+
+
+def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_config: bytes) -> None:
+    """jax >= 0.10.1 layout: the payload and the executable are both Riegeli split protos."""
+    rest = f_bytes(1, real_hlo_with_config) + f_bytes(2, BUFFERS) + CC_H100 + b"".join(THUNKS)
+    executable = riegeli_file(
+        [manifest(gpu.GPU_EXECUTABLE, [3, 4, "merge", "merge"]), PTX, CUBIN, b"".join(DNN), rest],
+        "snappy",
+    )
+    tail = f_bytes(2, _options(tmp_path)) + f_bytes(3, gpu.GPU_CLIENT_NAME)
+    payload = riegeli_file([manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), executable, tail])
+    path = _entry(tmp_path, payload, header=True, name="b")
+    info = reader.decode_entry(path)
+    assert isinstance(info, EntryInfo)
+    assert info.ok, info.problems
+    assert info.platform == "gpu" and info.format_label == "ifrt-v3+split"
+    assert info.gpu is not None and info.gpu.executable_split and info.gpu.payload_split
+    assert (info.gpu.layout, info.gpu.thunks) == ("gpu_executable_thunks", len(THUNKS))
+    assert info.hlo is not None and info.hlo.name == "jit_g"
+    assert info.autotune_dir == f"{tmp_path}/xla_gpu_per_fusion_autotune_cache_dir"
+    report = scan_directory(tmp_path)
+    assert report.summary.platforms == (("gpu", 1),)
+    assert not [f for f in report.findings if f.kind is FindingKind.CORRUPT]
+
+
+def test_damaged_split_payload_is_a_problem(tmp_path: Path) -> None:
+    payload = riegeli_file([manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), b"x", b"y"])
+    info = reader.decode_entry(_entry(tmp_path, payload[: len(payload) - 9], header=True, name="c"))
+    assert isinstance(info, EntryInfo)
+    assert not info.ok and "split-proto payload" in info.problems[0].message
+
+
+def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ignore[no-untyped-def]
+    from tests.test_subcaches import GEMM, TRITON, file_name, key
+
+    cache = copy_of(seed_cache)
+    tune = cache / reader.AUTOTUNE_DIR
+    tune.mkdir()
+    (tune / file_name(key("fusion.1"))).write_text(TRITON)
+    (tune / file_name(key("fusion.2"))).write_text(GEMM)
+    (cache / reader.KERNEL_CACHE_FILE).write_bytes(b"\x0a\xff\xff\xff\x0f garbage")
+    report = scan_directory(cache)
+    assert report.subcaches is not None
+    assert len(report.subcaches.autotune.entries) == 2
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.SUBCACHE]
+    assert finding.entries == (reader.KERNEL_CACHE_FILE,)
+    assert "does not parse" in finding.message
+    from cachedoctor.render.jsonout import dumps, scan_document
+
+    assert '"autotune"' in dumps(scan_document(report))

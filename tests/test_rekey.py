@@ -1,0 +1,259 @@
+"""`rekey` on real caches: moves, duplicates, conflicts, skipped manifests, the real hasher."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachedoctor import reader
+from cachedoctor.maintenance import MANIFEST_DIRNAME, Op, Status, apply
+from cachedoctor.rekey import plan_rekey
+from tests.test_prune import (
+    assert_usable,
+    entry_keys,
+    evict_cache,  # noqa: F401  (a session fixture, used by name)
+    snapshot,
+    write_manifest,
+)
+
+HAS_HASHER = all(importlib.util.find_spec(m) for m in ("cachedoctor.keys", "cachedoctor.manifest"))
+
+
+class MapHasher:
+    """A stand-in for the stable hasher: a fixed old-key -> new-key table."""
+
+    version = 2
+
+    def __init__(self, table: dict[str, str]) -> None:
+        self.table = table
+
+    def recompute(self, manifest: dict[str, Any]) -> str:
+        key = str(manifest["key"])
+        if key == "broken":
+            raise ValueError("recorded bytes do not match")
+        return self.table.get(key, key)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_move_takes_entry_atime_and_manifest_together(
+    copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
+) -> None:
+    root = copy_of(request.getfixturevalue("evict_cache"))
+    old = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
+    new = "jit_g-" + "aa" * 32
+    write_manifest(root, old)
+    ir = root / MANIFEST_DIRNAME / f"{old}.mlir.gz"
+    ir.write_bytes(gzip.compress(b"module @jit_g {}"))
+    content, atime = sha(root / f"{old}-cache"), (root / f"{old}-atime").read_bytes()
+    hasher = MapHasher({old: new})
+    before = snapshot(root)
+    plan = plan_rekey(root, hasher=hasher)
+    assert snapshot(root) == before  # planning changes nothing
+    assert [(a.op, a.name, a.new_key) for a in plan.actions] == [(Op.MOVE_ENTRY, old, new)]
+    result = apply(plan)
+    assert result.count(Status.DONE) == 1
+    assert old not in entry_keys(root) and new in entry_keys(root)
+    assert sha(root / f"{new}-cache") == content
+    assert (root / f"{new}-atime").read_bytes() == atime
+    assert not (root / f"{old}-atime").exists()
+    moved = json.loads((root / MANIFEST_DIRNAME / f"{new}.json").read_text())
+    assert (moved["key"], moved["stable_key"], moved["migrated_from"]) == (new, new, old)
+    assert not (root / MANIFEST_DIRNAME / f"{old}.json").exists()
+    assert (root / MANIFEST_DIRNAME / f"{new}.mlir.gz").exists() and not ir.exists()
+    assert_usable(root)
+    assert plan_rekey(root, hasher=hasher).actions == ()
+
+
+def test_same_executable_at_the_new_key_drops_the_source(
+    copy_of: Callable[[Path], Path], seed_cache: Path
+) -> None:
+    root = copy_of(seed_cache)
+    f0, f1, f2 = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
+    write_manifest(root, f0)
+    plan = plan_rekey(root, hasher=MapHasher({f0: f1}))
+    assert [(a.op, a.name) for a in plan.actions] == [(Op.DROP_DUPLICATE, f0)]
+    result = apply(plan)
+    assert result.count(Status.DONE) == 1 and result.bytes_reclaimed > 0
+    assert entry_keys(root) >= {f1, f2} and f0 not in entry_keys(root)
+    assert not (root / MANIFEST_DIRNAME / f"{f0}.json").exists()
+
+
+def test_a_target_replaced_after_the_plan_is_compared_again(
+    copy_of: Callable[[Path], Path], seed_cache: Path
+) -> None:
+    root = copy_of(seed_cache)
+    f0, f1, _ = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
+    other = sorted(k for k in entry_keys(root) if not k.startswith("jit_f-"))[0]
+    write_manifest(root, f0)
+    plan = plan_rekey(root, hasher=MapHasher({f0: f1}))
+    assert [a.op for a in plan.actions] == [Op.DROP_DUPLICATE]
+    replacement = root / "replacement"
+    shutil.copyfile(root / f"{other}-cache", replacement)
+    os.replace(replacement, root / f"{f1}-cache")  # a different executable now holds f1
+    result = apply(plan)
+    assert result.count(Status.FAILED) == 1
+    assert "different executable" in result.outcomes[0].detail
+    assert f0 in entry_keys(root)
+
+
+def test_two_sources_for_one_new_key(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
+    root = copy_of(seed_cache)
+    f0, f1, _ = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
+    target = "jit_f-" + "bb" * 32
+    write_manifest(root, f0)
+    write_manifest(root, f1)
+    plan = plan_rekey(root, hasher=MapHasher({f0: target, f1: target}))
+    assert sorted(a.op for a in plan.actions) == sorted([Op.MOVE_ENTRY, Op.DROP_DUPLICATE])
+    assert apply(plan).count(Status.DONE) == 2
+    keys = entry_keys(root)
+    assert target in keys and f0 not in keys and f1 not in keys
+
+
+def test_a_different_executable_at_the_new_key_is_a_conflict(
+    copy_of: Callable[[Path], Path], seed_cache: Path
+) -> None:
+    root = copy_of(seed_cache)
+    f0 = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))[0]
+    other = sorted(k for k in entry_keys(root) if not k.startswith("jit_f-"))[0]
+    write_manifest(root, f0)
+    before = snapshot(root)
+    plan = plan_rekey(root, hasher=MapHasher({f0: other}))
+    assert plan.actions == ()
+    assert [c.name for c in plan.conflicts] == [f0]
+    assert "different executable" in plan.conflicts[0].reason
+    apply(plan)
+    assert snapshot(root) == before
+
+
+def test_manifests_that_cannot_move_are_skipped_with_reasons(
+    copy_of: Callable[[Path], Path], seed_cache: Path
+) -> None:
+    root = copy_of(seed_cache)
+    keys = sorted(entry_keys(root))
+    write_manifest(root, keys[0], mode="observe")
+    write_manifest(root, "jit_gone-" + "cc" * 32)
+    (root / MANIFEST_DIRNAME / f"{keys[1]}.json").write_text("{not json")
+    write_manifest(root, keys[2])
+    (root / MANIFEST_DIRNAME / f"{keys[2]}.json").rename(root / MANIFEST_DIRNAME / "broken.json")
+    plan = plan_rekey(root, hasher=MapHasher({k: "jit_x-" + "dd" * 32 for k in keys}))
+    reasons = {s.name.split("/")[-1]: s.reason for s in plan.skipped}
+    assert "observe-mode" in reasons[keys[0]]
+    assert "without entry" in reasons["jit_gone-" + "cc" * 32]
+    assert "not a readable manifest" in reasons[f"{keys[1]}.json"]
+    assert "not its file name" in reasons["broken.json"]
+    assert plan.actions == ()
+
+
+@pytest.mark.skipif(
+    not HAS_HASHER, reason="the stable hasher (cachedoctor.keys, branch hook) is absent"
+)
+def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
+    copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
+) -> None:
+    from cachedoctor import keys as stable  # type: ignore[attr-defined,unused-ignore]
+
+    root = copy_of(request.getfixturevalue("evict_cache"))
+    old = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
+    path = write_manifest(root, old)
+    data = json.loads(path.read_text())
+    pairs = [(c["name"], c["digest"]) for c in data["components"]]
+    expected = f"jit_g-{stable.combine(pairs, stable.HASHER_VERSION)}"
+    assert expected != old
+    plan = plan_rekey(root)
+    assert [(a.op, a.new_key) for a in plan.actions] == [(Op.MOVE_ENTRY, expected)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "rekey", str(root), "--apply", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["result"]["done"] == 1
+    assert expected in entry_keys(root) and old not in entry_keys(root)
+    assert (root / f"{expected}{reader.ATIME_SUFFIX}").exists()
+
+
+def test_without_the_hasher_rekey_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cachedoctor
+    from cachedoctor.errors import CachedoctorError
+
+    monkeypatch.setitem(sys.modules, "cachedoctor.keys", None)  # as if not installed
+    monkeypatch.delattr(cachedoctor, "keys", raising=False)
+    with pytest.raises(CachedoctorError) as info:
+        plan_rekey(tmp_path)
+    assert info.value.slug == "no-hasher" and "cachedoctor.keys" in str(info.value)
+
+
+V2_RUNNER = """
+import runpy, sys
+import cachedoctor.keys as keys
+keys.HASHER_VERSION = 2  # what a hasher upgrade does: a new combination step
+keys.combine.__defaults__ = (2,)
+from cachedoctor import hook
+assert hook.install("stable")
+prog = sys.argv[1]
+sys.argv = [prog]
+runpy.run_path(prog, run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not HAS_HASHER, reason="the stable hasher (cachedoctor.keys) is absent")
+def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real manifests from the real hook; after rekey, a hook with the new hasher hits them."""
+    from cachedoctor import keys as stable  # type: ignore[attr-defined,unused-ignore]
+    from cachedoctor.programs import program_path
+    from tests.hookrun import Run, base_env
+    from tests.hookrun import run_program as run_hooked
+
+    filelock_needed = importlib.util.find_spec("filelock") is None
+    if filelock_needed:
+        pytest.skip("JAX's LRU eviction needs the filelock package")
+    root = tmp_path / "cache"
+    env = base_env(root, JAX_COMPILATION_CACHE_MAX_SIZE=str(10**9))
+    first = run_hooked("plain", root, env=env)
+    written = entry_keys(root)
+    assert first.misses and written
+    current = plan_rekey(root)
+    assert current.actions == () and f"; {len(written)} manifest-bearing" in current.notes[0]
+
+    monkeypatch.setattr(stable, "HASHER_VERSION", 2)
+    plan = plan_rekey(root)
+    assert {a.name for a in plan.actions} == written
+    assert all(a.op is Op.MOVE_ENTRY for a in plan.actions)
+    assert apply(plan).count(Status.DONE) == len(written)
+    assert_usable(root)
+    assert entry_keys(root) == {a.new_key for a in plan.actions}
+
+    script = tmp_path / "v2.py"
+    script.write_text(V2_RUNNER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(program_path("plain"))],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    second = Run(proc.returncode, proc.stdout, proc.stderr)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.misses == [], second.misses
+    assert second.result == first.result
+    assert entry_keys(root) == {a.new_key for a in plan.actions}  # nothing recompiled
