@@ -258,7 +258,7 @@ def bench_cache(d: str, reps: int, cmds: set[str]) -> Result:
     size = sum(os.path.getsize(p) for p in _entry_paths(d))
     if "prune" in cmds:
         c["prune --max-size (dry run)"] = repeat_child(
-            "cli", {"argv": ["prune", d, "--max-size", str(size // 2)]}, reps
+            "cli", {"argv": ["prune", d, "--max-size", f"{max(1, size // 2 // 2**20)}MiB"]}, reps
         )
     c["JAX LRU eviction pass"] = repeat_child("jax_lru", {"dir": d}, reps)
     if "diff" in cmds:
