@@ -71,9 +71,24 @@ _INSTR_CUSTOM_TARGET, _INSTR_ID, _INSTR_OPERANDS, _INSTR_CALLED = 28, 35, 36, 38
 _INSTR_CONTROL_PREDS = 37
 _INSTR_BACKEND_CONFIG = 43
 _INSTR_STATISTICS = 99  # never hashed: profiling payloads, see FORMATS.md
+_NOT_DEFINING = frozenset(
+    {
+        _INSTR_NAME,
+        _INSTR_OPCODE,
+        _INSTR_SHAPE,
+        _INSTR_METADATA,
+        _INSTR_ID,
+        _INSTR_OPERANDS,
+        _INSTR_CALLED,
+        _INSTR_CUSTOM_TARGET,
+        _INSTR_BACKEND_CONFIG,
+        _INSTR_CONTROL_PREDS,
+        _INSTR_STATISTICS,
+    }
+)  # fields left out of an instruction's ``attrs`` hash (they are in the line, or volatile)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CustomCall:
     target: str
     backend_config: str
@@ -81,7 +96,7 @@ class CustomCall:
     instruction: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VolatileField:
     """A difference that normalisation removes, classified for ``diff`` and findings."""
 
@@ -90,7 +105,7 @@ class VolatileField:
     detail: str  # e.g. the raw backend_config value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HloSummary:
     name: str
     entry_computation: str
@@ -226,29 +241,38 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
     volatile: list[VolatileField] = []
     with_metadata = 0
     named = 0
+    shapes: dict[bytes, str] = {}  # a module repeats few distinct shapes: render each once
     for ci, cf in enumerate(parsed):
         cname = wire.as_str(wire.first(cf, 1)) or ""
         marker = " ENTRY" if cname == entry else ""
         lines.append(f"computation c{ci}{marker}:")
-        instrs = [i for i in cf.get(2, []) if not isinstance(i, int)]
+        # each instruction parsed once: (fields in order, fields by number)
+        instrs: list[
+            tuple[list[tuple[int, int, wire.FieldValue]], dict[int, list[wire.FieldValue]]]
+        ] = []
         local: dict[int, int] = {}
-        for ii, instr in enumerate(instrs):
-            inf = wire.fields_by_number(instr)
-            local[wire.as_int(wire.first(inf, _INSTR_ID)) or -1 - ii] = ii
-        root_id = wire.as_int(wire.first(cf, 6))
-        for ii, instr in enumerate(instrs):
+        for instr in cf.get(2, []):
+            if isinstance(instr, int):
+                continue
             inf_list = list(wire.iter_fields(instr))
-            inf = wire.fields_by_number(instr)
+            inf: dict[int, list[wire.FieldValue]] = {}
+            for number, _wt, value in inf_list:
+                inf.setdefault(number, []).append(value)
+            local[wire.as_int(wire.first(inf, _INSTR_ID)) or -1 - len(instrs)] = len(instrs)
+            instrs.append((inf_list, inf))
+        root_id = wire.as_int(wire.first(cf, 6))
+        for ii, (inf_list, inf) in enumerate(instrs):
             iname = wire.as_str(wire.first(inf, _INSTR_NAME)) or ""
             named += 1
             where = f"{cname}/{iname}"
             op = wire.as_str(wire.first(inf, _INSTR_OPCODE)) or "?"
             shape_buf = wire.first(inf, _INSTR_SHAPE)
-            shape = (
-                render_shape(shape_buf)
-                if shape_buf is not None and not isinstance(shape_buf, int)
-                else ""
-            )
+            shape = ""
+            if shape_buf is not None and not isinstance(shape_buf, int):
+                shape_key = bytes(shape_buf)
+                shape = shapes.get(shape_key) or shapes.setdefault(
+                    shape_key, render_shape(shape_buf)
+                )
             operands: list[str] = []
             for v in inf.get(_INSTR_OPERANDS, []):
                 operands.extend(
@@ -266,26 +290,14 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
                     VolatileField("backend_config-pointer", where, f"{target}: {config}")
                 )
                 config = "<volatile>"
-            if wire.first(inf, _INSTR_METADATA) is not None:
+            if _INSTR_METADATA in inf:
                 with_metadata += 1
-            rest = hashlib.sha256()
+            rest: list[bytes] = []  # one hash of the concatenation == the incremental hash
             for number, _wt, value in inf_list:
-                if number in (
-                    _INSTR_NAME,
-                    _INSTR_OPCODE,
-                    _INSTR_SHAPE,
-                    _INSTR_METADATA,
-                    _INSTR_ID,
-                    _INSTR_OPERANDS,
-                    _INSTR_CALLED,
-                    _INSTR_CUSTOM_TARGET,
-                    _INSTR_BACKEND_CONFIG,
-                    _INSTR_CONTROL_PREDS,
-                    _INSTR_STATISTICS,
-                ):
+                if number in _NOT_DEFINING:
                     continue
-                rest.update(number.to_bytes(4, "little"))
-                rest.update(
+                rest.append(number.to_bytes(4, "little"))
+                rest.append(
                     bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little")
                 )
             root = " ROOT" if wire.as_int(wire.first(inf, _INSTR_ID)) == root_id else ""
@@ -296,7 +308,7 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
                 line += f" target={target!r}"
             if config:
                 line += f" config={config!r}"
-            line += f" attrs={rest.hexdigest()[:12]}"
+            line += f" attrs={hashlib.sha256(b''.join(rest)).hexdigest()[:12]}"
             lines.append(line)
     lines.append(f"module attrs={_module_attrs_digest(module)}")
     if with_metadata:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import os
 import stat
 import time
@@ -115,11 +116,15 @@ def scan_directory(
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
     jax_info: JaxInfo | None = None,
     now: float | None = None,
+    use_index: bool = True,
+    workers: int | None = None,
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
 
     A ``gs://``/``s3://`` URL or a ``storage.Store`` is listed and read through the store, the
-    entries decoded concurrently (a bounded pool) by the same reader.
+    entries decoded concurrently (a bounded pool) by the same reader. A local directory's
+    unchanged entries come from the scan index (``index.py``); the rest are decoded on
+    ``workers`` processes (default: every core, see ``parallel.py``).
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
@@ -135,32 +140,66 @@ def scan_directory(
         return build_report(listing, remote_entries, jax_info, now)
     root = os.fspath(cache_dir)
     listing = reader.list_cache(root)
-    entries: list[EntryInfo] = []
-    items = listing.entries
-    for index, item in enumerate(items):
-        if item.is_symlink:
-            entries.append(
-                EntryInfo(
-                    key=item.key or item.name,
-                    module=reader.module_of(item.key) if item.key else None,
-                    path=str(listing.path(item)),
-                    size=item.size,
-                    mtime_ns=item.mtime_ns,
-                    problems=(reader.Problem("symlink", "is a symbolic link; not followed"),),
-                )
-            )
-        else:
-            decoded = reader.decode_entry(
-                listing.path(item), key=item.key, max_decompressed=max_decompressed
-            )
-            assert isinstance(decoded, EntryInfo)
-            entries.append(decoded)
-        if progress is not None:
-            progress(index + 1, len(items))
+    entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
     return build_report(listing, entries, jax_info, now, sub)
+
+
+def _decode_entries(
+    listing: CacheListing,
+    progress: ProgressCallback | None,
+    max_decompressed: int,
+    use_index: bool,
+    workers: int | None,
+) -> list[EntryInfo]:
+    """Every entry of the listing, in order: from the index when unchanged, else decoded."""
+    from cachedoctor import index as index_mod
+    from cachedoctor import parallel
+
+    items = listing.entries
+    idx = index_mod.load(listing.root, (max_decompressed,)) if use_index else None
+    found: list[EntryInfo | None] = [None] * len(items)
+    todo: list[int] = []
+    for n, item in enumerate(items):
+        if item.is_symlink:
+            found[n] = EntryInfo(
+                key=item.key or item.name,
+                module=reader.module_of(item.key) if item.key else None,
+                path=str(listing.path(item)),
+                size=item.size,
+                mtime_ns=item.mtime_ns,
+                problems=(reader.Problem("symlink", "is a symbolic link; not followed"),),
+            )
+        elif idx is not None and (hit := idx.get(item)) is not None:
+            found[n] = hit
+        else:
+            todo.append(n)
+    done = len(items) - len(todo)
+    if progress is not None and done:
+        progress(done, len(items))
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, len(items))
+
+    decoded = parallel.decode_items(
+        listing,
+        [items[n] for n in todo],
+        max_decompressed=max_decompressed,
+        workers=workers,
+        progress=advance if progress is not None else None,
+    )
+    for n, info in zip(todo, decoded, strict=True):
+        found[n] = info
+    entries = [e for e in found if e is not None]
+    if idx is not None:
+        idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
+        idx.save()
+    return entries
 
 
 def build_report(
@@ -330,8 +369,13 @@ def _instability_cause(group: list[EntryInfo], identical: bool) -> str:
 
 def _same_dir(path_in_entry: str, root: str) -> bool:
     parent = os.path.normpath(os.path.dirname(path_in_entry.rstrip("/")))
-    candidates = {os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)}
-    return parent in candidates
+    return parent in _root_spellings(root)
+
+
+@functools.lru_cache(maxsize=8)
+def _root_spellings(root: str) -> frozenset[str]:
+    """The ways an entry may name ``root`` (realpath costs a syscall per component: once)."""
+    return frozenset({os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)})
 
 
 def _relocated(root: str, entries: list[EntryInfo], jax_info: JaxInfo) -> list[Finding]:

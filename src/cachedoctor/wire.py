@@ -63,15 +63,27 @@ def iter_fields(
     end = len(view) if end is None else end
     while pos < end:
         tag_at = pos
-        tag, pos = read_varint(view, pos, end)
+        tag = view[pos]
+        if tag < 0x80:  # one-byte varints are the common case: no call
+            pos += 1
+        else:
+            tag, pos = read_varint(view, pos, end)
         field_number, wire_type = tag >> 3, tag & 7
         if field_number == 0:
             raise WireError("field number 0", tag_at)
         if wire_type == VARINT:
-            value, pos = read_varint(view, pos, end)
-            yield field_number, wire_type, value
+            if pos < end and view[pos] < 0x80:
+                yield field_number, wire_type, view[pos]
+                pos += 1
+            else:
+                value, pos = read_varint(view, pos, end)
+                yield field_number, wire_type, value
         elif wire_type == LEN:
-            length, pos = read_varint(view, pos, end)
+            if pos < end and view[pos] < 0x80:
+                length = view[pos]
+                pos += 1
+            else:
+                length, pos = read_varint(view, pos, end)
             if length > end - pos:
                 raise WireError(
                     f"field {field_number} claims {length} bytes but {end - pos} remain", tag_at
@@ -196,39 +208,54 @@ class Readable(Protocol):
 
 
 class ByteStream:
-    """A counted reader over a file-like object, with exact reads and cheap skips."""
+    """A counted reader over a file-like object, with exact reads and cheap skips.
+
+    Small reads (tags, varints) are served from a read-ahead buffer: one call into the
+    decompressor per ``READAHEAD`` bytes instead of one per byte.
+    """
 
     CHUNK = 1 << 20
+    READAHEAD = 1 << 16
 
     def __init__(self, raw: Readable) -> None:
         self._raw = raw
         self.position = 0
-        self._pending = b""
+        self._buf = b""
+        self._off = 0
 
     def read_exact(self, n: int) -> bytes:
-        parts = []
-        if self._pending:
-            take = self._pending[:n]
-            self._pending = self._pending[n:]
-            parts.append(take)
-            n -= len(take)
-        while n > 0:
-            chunk = self._raw.read(min(n, self.CHUNK))
+        off = self._off
+        end = off + n
+        if end <= len(self._buf):
+            self._off = end
+            self.position += n
+            return self._buf[off:end]
+        parts = [self._buf[off:]] if off < len(self._buf) else []
+        need = n - (len(self._buf) - off)
+        self._buf, self._off = b"", 0
+        while need > 0:
+            chunk = self._raw.read(
+                self.READAHEAD if need < self.READAHEAD else min(need, self.CHUNK)
+            )
             if not chunk:
-                raise StreamEnd(f"stream ended {n} bytes short at byte {self.position}")
+                raise StreamEnd(f"stream ended {need} bytes short at byte {self.position}")
+            if len(chunk) > need:  # keep the read-ahead
+                self._buf = chunk
+                self._off = need
+                chunk = chunk[:need]
             parts.append(chunk)
-            n -= len(chunk)
-        data = b"".join(parts)
+            need -= len(chunk)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         self.position += len(data)
         return data
 
     def read_some(self, n: int) -> bytes:
         """Up to ``n`` bytes; fewer only at end of stream."""
-        parts = []
-        if self._pending:
-            parts.append(self._pending[:n])
-            self._pending = self._pending[n:]
-            n -= len(parts[0])
+        off = self._off
+        take = self._buf[off : off + n]
+        self._off = off + len(take)
+        parts = [take] if take else []
+        n -= len(take)
         while n > 0:
             chunk = self._raw.read(min(n, self.CHUNK))
             if not chunk:
@@ -246,13 +273,18 @@ class ByteStream:
             n -= step
 
     def peek_byte(self) -> int | None:
-        if not self._pending:
-            self._pending = self._raw.read(1)
-            if not self._pending:
+        if self._off >= len(self._buf):
+            self._buf, self._off = self._raw.read(self.READAHEAD), 0
+            if not self._buf:
                 return None
-        return self._pending[0]
+        return self._buf[self._off]
 
     def read_varint(self) -> int:
+        off = self._off
+        if off < len(self._buf) and self._buf[off] < 0x80:  # the common one-byte case
+            self._off = off + 1
+            self.position += 1
+            return self._buf[off]
         result = 0
         shift = 0
         start = self.position

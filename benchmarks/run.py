@@ -1,0 +1,549 @@
+"""The benchmark harness: floors and commands on the same generated caches, as ratios.
+
+    python benchmarks/bench.py [--sizes 1000,10000] [--memory-size 50000] [--reps 5]
+                               [--out benchmarks/results/NAME.json] [--profile]
+
+For each cache size, in this process and on the same cache (page cache warmed first):
+
+- floors: **L** list the directory and lstat every file; **R** read every byte of every entry;
+  **D** read and decompress every entry, single-threaded;
+- commands, each in a fresh interpreter (``_child.py``) so that peak memory (``ru_maxrss``) is
+  the command's own: ``scan``, ``scan --json``, a repeated ``scan`` (index warm), the deep
+  grouping (decode everything, ``duplicate_groups``), ``prune --max-size`` dry run (and JAX's own
+  LRU eviction pass over the same directory), ``diff`` of the two largest entries;
+- start-up: ``cachedoctor --help`` and ``scan`` of an empty directory, whole process, and whether
+  jax or jaxlib was imported (``python -X importtime``).
+
+Times are the medians of ``--reps`` repetitions, with min and max. Command times exclude the
+interpreter's start-up and imports (that is the start-up target's job); the whole-process wall
+time is recorded beside them. Results go to ``benchmarks/results/`` as JSON, and a Markdown table
+is printed for ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import datetime as dt
+import io
+import json
+import os
+import platform
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+import generate  # noqa: E402
+
+Result = dict[str, Any]
+
+
+# --- floors ----------------------------------------------------------------------------------
+
+
+def floor_list(d: str) -> int:
+    n = 0
+    with os.scandir(d) as it:
+        for de in it:
+            de.stat(follow_symlinks=False)
+            n += 1
+    return n
+
+
+def _entry_paths(d: str) -> list[str]:
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith("-cache"))
+
+
+def floor_read(d: str) -> int:
+    buf = bytearray(1 << 20)
+    total = 0
+    for p in _entry_paths(d):
+        with open(p, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return total
+
+
+def floor_decompress(d: str) -> int:
+    total = 0
+    dctx = zstandard.ZstdDecompressor()
+    for p in _entry_paths(d):
+        with open(p, "rb") as fh:
+            data = fh.read()
+        try:
+            if data[:4] == b"\x28\xb5\x2f\xfd":
+                reader = dctx.stream_reader(io.BytesIO(data), read_size=1 << 20)
+                while chunk := reader.read(1 << 20):
+                    total += len(chunk)
+            else:
+                total += len(zlib.decompress(data))
+        except (zstandard.ZstdError, zlib.error):
+            pass  # corrupt entries: decompressing them is still part of the floor's work
+    return total
+
+
+def timed(fn: Callable[[], Any], reps: int) -> Result:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return _stats(times)
+
+
+def _stats(times: list[float]) -> Result:
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "reps": len(times),
+    }
+
+
+# --- commands in subprocesses ----------------------------------------------------------------
+
+
+def child(op: str, args: dict[str, Any], env: dict[str, str] | None = None) -> Result:
+    """Run one operation in a fresh interpreter; its timing plus peak RSS from wait4."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_child.py"), op, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{op} {args} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    result: Result = json.loads(out.decode().strip().splitlines()[-1])
+    result["wall_s"] = wall
+    result["maxrss_mb"] = rusage.ru_maxrss / 1024
+    result["workers_maxrss_mb"] = result.pop("children_maxrss_kb") / 1024
+    return result
+
+
+def repeat_child(
+    op: str,
+    args: dict[str, Any],
+    reps: int,
+    before: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> Result:
+    runs = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        runs.append(child(op, args, env))
+    out = _stats([r["seconds"] for r in runs])
+    out["wall_median_s"] = statistics.median(r["wall_s"] for r in runs)
+    out["maxrss_mb"] = max(r["maxrss_mb"] for r in runs)
+    out["workers_maxrss_mb"] = max(r["workers_maxrss_mb"] for r in runs)
+    extra = {k: v for k, v in runs[-1].items() if k not in ("seconds", "wall_s", "rc")}
+    extra.pop("maxrss_mb", None)
+    extra.pop("workers_maxrss_mb", None)
+    out.update(extra)
+    out["rc"] = runs[-1].get("rc")
+    return out
+
+
+def drop_index(d: str) -> None:
+    """Remove whatever scan index exists for ``d`` (first-scan measurements start cold)."""
+    shutil.rmtree(os.path.join(d, "cachedoctor-index"), ignore_errors=True)
+    try:
+        from cachedoctor import index
+    except ImportError:
+        return
+    for path in index.index_locations(d):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def available_commands() -> set[str]:
+    from cachedoctor.cli import COMMANDS
+
+    return set(COMMANDS)
+
+
+def startup(reps: int) -> Result:
+    """Whole-process time of ``--help`` and of a scan of an empty dir, and what they import."""
+    exe = [sys.executable, "-m", "cachedoctor"]
+    out: Result = {}
+    with tempfile.TemporaryDirectory() as empty:
+        for name, argv in (("help", ["--help"]), ("scan_empty", ["scan", empty])):
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                subprocess.run([*exe, *argv], capture_output=True, check=False)
+                times.append(time.perf_counter() - t0)
+            imp = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "cachedoctor", *argv],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            modules = [ln.split("|")[-1].strip() for ln in imp.stderr.splitlines() if "|" in ln]
+            heavy = sorted(
+                {m.split(".")[0] for m in modules if m.split(".")[0] in ("jax", "jaxlib")}
+            )
+            out[name] = {**_stats(times), "imports_jax": heavy, "modules_imported": len(modules)}
+    return out
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def machine() -> Result:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import importlib.metadata as md
+
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gb": round(mem_gb, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "jax": md.version("jax"),
+        "zstandard": md.version("zstandard"),
+        "load_avg_at_start": os.getloadavg(),
+        "note": "shared machine: other jobs ran at the same time",
+    }
+
+
+def bench_cache(d: str, reps: int, cmds: set[str]) -> Result:
+    print(f"-- {d}", file=sys.stderr)
+    floor_read(d)  # warm the page cache
+    floors = {
+        "L": timed(lambda: floor_list(d), reps),
+        "R": timed(lambda: floor_read(d), reps),
+        "D": timed(lambda: floor_decompress(d), max(1, reps // 2)),
+    }
+    print(
+        f"   floors {json.dumps({k: round(v['median_s'], 3) for k, v in floors.items()})}",
+        file=sys.stderr,
+    )
+    c: dict[str, Result] = {}
+    c["scan"] = repeat_child("cli", {"argv": ["scan", d]}, reps, before=lambda: drop_index(d))
+    c["scan --json"] = repeat_child(
+        "cli", {"argv": ["scan", d, "--json"]}, reps, before=lambda: drop_index(d)
+    )
+    child("cli", {"argv": ["scan", d]})  # leaves the index behind, if there is one
+    c["scan (repeated)"] = repeat_child("cli", {"argv": ["scan", d]}, reps)
+    c["deep grouping"] = repeat_child("deep", {"dir": d}, max(1, reps // 2))
+    c["deep grouping (1 process)"] = repeat_child("deep", {"dir": d, "workers": 1}, 1)
+    size = sum(os.path.getsize(p) for p in _entry_paths(d))
+    if "prune" in cmds:
+        c["prune --max-size (dry run)"] = repeat_child(
+            "cli", {"argv": ["prune", d, "--max-size", f"{max(1, size // 2 // 2**20)}MiB"]}, reps
+        )
+    c["JAX LRU eviction pass"] = repeat_child("jax_lru", {"dir": d}, reps)
+    if "diff" in cmds:
+        big = sorted(_entry_paths(d), key=os.path.getsize)[-2:]
+        c["diff (two largest entries)"] = repeat_child("cli", {"argv": ["diff", *big]}, reps)
+    for name, r in c.items():
+        print(f"   {name}: {r['median_s']:.3f}s rss {r['maxrss_mb']:.0f} MB", file=sys.stderr)
+    return {"dir": d, "floors": floors, "commands": c}
+
+
+FLOOR_OF = {
+    "scan": "R",
+    "scan --json": "R",
+    "scan (repeated)": "L",
+    "deep grouping": "D",
+    "deep grouping (1 process)": "D",
+    "prune --max-size (dry run)": "L",
+    "JAX LRU eviction pass": "L",
+    "diff (two largest entries)": "D",
+}
+
+
+def add_ratios(res: Result) -> None:
+    for name, r in res["commands"].items():
+        floor = FLOOR_OF.get(name)
+        if floor is None:
+            continue
+        f = res["floors"][floor]["median_s"]
+        r["floor"] = floor
+        r["ratio"] = r["median_s"] / f
+        r["ratio_min"] = r["min_s"] / f
+        r["ratio_max"] = r["max_s"] / f
+
+
+def targets(results: Result, cores: int) -> list[Result]:
+    out = []
+    ten = results["caches"].get("10000")
+    if ten:
+        cmd, fl = ten["commands"], ten["floors"]
+        R, L, D = (fl[k]["median_s"] for k in "RLD")
+        out.append(_target("scan ≤ 1.3 × R (10k)", cmd["scan"]["median_s"], 1.3 * R))
+        out.append(
+            _target("repeated scan ≤ 2 × L (10k)", cmd["scan (repeated)"]["median_s"], 2 * L)
+        )
+        out.append(
+            _target(
+                f"deep grouping ≤ 1.2 × D / {cores} cores (10k)",
+                cmd["deep grouping"]["median_s"],
+                1.2 * D / cores,
+            )
+        )
+    mem = results.get("memory")
+    if mem:
+        out.append(
+            _target(
+                f"scan peak memory ≤ 200 MB ({mem['entries']} entries)",
+                mem["scan"]["maxrss_mb"],
+                200,
+                unit="MB",
+            )
+        )
+    st = results["startup"]
+    for name, label in (("help", "`cachedoctor --help`"), ("scan_empty", "`scan` of an empty dir")):
+        t = _target(f"{label} ≤ 0.5 s, no jax import", st[name]["median_s"], 0.5)
+        t["met"] = t["met"] and not st[name]["imports_jax"]
+        out.append(t)
+    return out
+
+
+def _target(name: str, value: float, limit: float, unit: str = "s") -> Result:
+    return {"target": name, "value": value, "limit": limit, "unit": unit, "met": value <= limit}
+
+
+def markdown(results: Result) -> str:
+    lines = []
+    m = results["machine"]
+    lines.append(
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Linux {m['kernel']}, "
+        f"Python {m['python']}, jax {m['jax']}, zstandard {m['zstandard']} "
+        f"(run {results['started']}, load average at start {m['load_avg_at_start'][0]:.1f})."
+    )
+    lines.append("")
+    for size, res in results["caches"].items():
+        corpus = results["corpus"]["caches"].get(size, {})
+        lines.append(
+            f"**{int(size):,} entries** ({corpus.get('entry_bytes', 0) / 2**20:,.0f} MiB of "
+            f"entries, {corpus.get('distinct_programs', '?')} distinct programs, "
+            f"{corpus.get('relocated', '?')} relocated, {corpus.get('corrupt', '?')} corrupt)"
+        )
+        lines.append("")
+        fl = res["floors"]
+        lines.append(
+            "Floors: "
+            + ", ".join(
+                f"{k} = {fl[k]['median_s'] * 1000:,.0f} ms ({fl[k]['min_s'] * 1000:,.0f}–"
+                f"{fl[k]['max_s'] * 1000:,.0f})"
+                for k in "LRD"
+            )
+        )
+        lines.append("")
+        lines.append(
+            "| command | median | min–max | × floor (min–max) | whole process | peak RSS |"
+        )
+        lines.append("|---|---:|---:|---:|---:|---:|")
+        for name, r in res["commands"].items():
+            ratio = (
+                f"{r['ratio']:.2f} × {r['floor']} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})"
+                if "ratio" in r
+                else ""
+            )
+            rss = f"{r['maxrss_mb']:.0f} MB"
+            if r.get("workers_maxrss_mb"):
+                rss += f" (+ workers ≤ {r['workers_maxrss_mb']:.0f} MB each)"
+            lines.append(
+                f"| {name} | {r['median_s'] * 1000:,.0f} ms | {r['min_s'] * 1000:,.0f}–"
+                f"{r['max_s'] * 1000:,.0f} ms | {ratio} | {r['wall_median_s'] * 1000:,.0f} ms "
+                f"| {rss} |"
+            )
+        lines.append("")
+    dist = results.get("distinct")
+    if dist:
+        d_floor = dist["D"]["median_s"]
+        lines.append(
+            f"**Distinct programs only** (`cache-src`: each of the "
+            f"{results['corpus']['compiled']['programs']} programs once, nothing to share): "
+            f"D = {d_floor * 1000:,.0f} ms"
+        )
+        lines.append("")
+        lines.append("| command | median | min–max | × D | peak RSS |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for name in ("deep grouping", "deep grouping (1 process)"):
+            r = dist[name]
+            lines.append(
+                f"| {name} | {r['median_s'] * 1000:,.0f} ms | {r['min_s'] * 1000:,.0f}–"
+                f"{r['max_s'] * 1000:,.0f} ms | {r['median_s'] / d_floor:.1f} | "
+                f"{r['maxrss_mb']:.0f} MB |"
+            )
+        lines.append("")
+    mem = results.get("memory")
+    if mem:
+        first, again = mem["scan"], mem["scan (repeated)"]
+        lines.append(
+            f"**{mem['entries']:,} entries**: first `scan` {first['seconds']:.1f} s, "
+            f"peak RSS {first['maxrss_mb']:.0f} MB (workers ≤ {first['workers_maxrss_mb']:.0f}"
+            f" MB each); repeated `scan` {again['seconds']:.1f} s, peak RSS "
+            f"{again['maxrss_mb']:.0f} MB"
+        )
+        lines.append("")
+    if "hook" in results:
+        lines.append("**Hook key computation** (`benchmarks/bench_hook.py`):")
+        lines.append("")
+        lines.append("```")
+        lines.append(results["hook"]["output"].strip())
+        lines.append("```")
+        lines.append("")
+    else:
+        lines.append(
+            "Hook key computation: not measured (`benchmarks/bench_hook.py` is not on this branch)."
+        )
+        lines.append("")
+    missing = [c for c in ("prune", "diff") if c not in results["commands_available"]]
+    if missing:
+        lines.append(
+            f"Not yet registered, so not measured: {', '.join(missing)} (measured automatically "
+            "once registered; `prune` is compared with JAX's LRU pass above)."
+        )
+        lines.append("")
+    lines.append("| target | measured | limit | met |")
+    lines.append("|---|---:|---:|:---:|")
+    for t in results["targets"]:
+        fmt = (lambda v: f"{v:.0f} MB") if t["unit"] == "MB" else (lambda v: f"{v * 1000:,.0f} ms")
+        lines.append(
+            f"| {t['target']} | {fmt(t['value'])} | {fmt(t['limit'])} | "
+            f"{'✅ met' if t['met'] else '❌ not met'} |"
+        )
+    return "\n".join(lines)
+
+
+def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
+    """cProfile top entries, in this process: a first scan decoded serially (so the decoding
+    shows up, not the wait on workers), a repeated scan, and the deep grouping, serially."""
+    from cachedoctor import reader, scan
+    from cachedoctor.cli import main
+
+    def cli_scan() -> None:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            main(["scan", d])
+
+    def first_scan() -> None:
+        drop_index(d)
+        os.environ["CACHEDOCTOR_WORKERS"] = "1"
+        try:
+            cli_scan()
+        finally:
+            del os.environ["CACHEDOCTOR_WORKERS"]
+
+    def deep() -> None:
+        scan.duplicate_groups(list(reader.iter_entries(reader.list_cache(d))))
+
+    texts = {}
+    for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):
+        reader._HLO_MEMO.clear()
+        reader._OPTIONS_MEMO.clear()
+        prof = cProfile.Profile()
+        prof.enable()
+        fn()
+        prof.disable()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        path = out_dir / f"profile-{tag}-{name}.txt"
+        path.write_text(s.getvalue())
+        texts[name] = str(path.relative_to(REPO))
+    return texts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--memory-size", type=int, default=50000, help="0 to skip")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", action="store_true", help="also write cProfile top entries")
+    ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier run")
+    args = ap.parse_args()
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())))
+        return
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    all_sizes = tuple(sorted({*sizes, *([args.memory_size] if args.memory_size else [])}))
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    corpus = generate.ensure_corpus(all_sizes)
+    caches: dict[str, dict[str, Any]] = corpus["caches"]  # type: ignore[assignment]
+    cmds = available_commands()
+    results: Result = {
+        "schema_version": 1,
+        "started": started,
+        "machine": machine(),
+        "corpus": corpus,
+        "commands_available": sorted(cmds),
+        "caches": {},
+    }
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    for size in sizes:
+        d = caches[str(size)]["path"]
+        res = bench_cache(d, args.reps, cmds)
+        add_ratios(res)
+        results["caches"][str(size)] = res
+        if args.profile:
+            res["profiles"] = profile(d, out_dir, f"{size}")
+    # the distinct programs alone: no duplicate to share work between
+    src = str(generate.bench_dir() / "cache-src")
+    floor_read(src)
+    results["distinct"] = {
+        "dir": src,
+        "D": timed(lambda: floor_decompress(src), args.reps),
+        "deep grouping": repeat_child("deep", {"dir": src}, args.reps),
+        "deep grouping (1 process)": repeat_child("deep", {"dir": src, "workers": 1}, args.reps),
+    }
+    if args.memory_size:
+        d = caches[str(args.memory_size)]["path"]
+        floor_read(d)
+        drop_index(d)
+        results["memory"] = {
+            "entries": args.memory_size,
+            "scan": child("cli", {"argv": ["scan", d]}),
+            "scan (repeated)": child("cli", {"argv": ["scan", d]}),
+        }
+    hook = HERE / "bench_hook.py"  # written on the hook branch; measured here when present
+    if hook.exists():
+        proc = subprocess.run(
+            [sys.executable, str(hook)], capture_output=True, text=True, check=False
+        )
+        results["hook"] = {"rc": proc.returncode, "output": proc.stdout[-20000:]}
+    results["startup"] = startup(args.reps)
+    results["targets"] = targets(results, results["machine"]["cores"])
+    results["finished"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    md = markdown(results)
+    results["markdown"] = md
+    name = args.out or out_dir / f"bench-{started.replace(':', '')}.json"
+    Path(name).write_text(json.dumps(results, indent=2) + "\n")
+    (out_dir / "latest.md").write_text(md + "\n")
+    print(md)
+    print(f"\nresults: {name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

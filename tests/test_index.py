@@ -1,0 +1,228 @@
+"""The scan index: unchanged entries come from it, anything changed is decoded again, and an index
+that is damaged, forged or from other code is ignored. Caches are real (the seed fixture)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import pickle
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachedoctor import index, parallel, reader, scan
+from cachedoctor.render.jsonout import dumps, scan_document
+
+NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
+
+
+@pytest.fixture(autouse=True)
+def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
+
+
+@pytest.fixture
+def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
+    return copy_of(seed_cache)
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the entries decoded (serially, in this process) by each scan."""
+    seen: list[str] = []
+    real = reader.decode_entry
+
+    def counting(path, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(os.path.basename(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(reader, "decode_entry", counting)
+    monkeypatch.setenv(parallel.WORKERS_ENV, "1")
+    return seen
+
+
+def report(d: Path, use_index: bool = True) -> str:
+    return dumps(scan_document(scan.scan_directory(d, now=NOW, use_index=use_index)))
+
+
+def entry_names(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.endswith("-cache"))
+
+
+def test_second_scan_decodes_nothing_and_reports_the_same(cache: Path, decodes: list[str]) -> None:
+    plain = report(cache, use_index=False)
+    assert report(cache) == plain
+    decodes.clear()
+    assert report(cache) == plain
+    assert decodes == []
+    assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
+    assert not any(p.name.startswith("cachedoctor") for p in cache.iterdir())  # scan is read-only
+
+
+def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> None:
+    report(cache)
+    victim = cache / entry_names(cache)[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])  # cut short: must now be reported corrupt
+    decodes.clear()
+    got = scan.scan_directory(cache, now=NOW)
+    assert decodes == [victim.name]
+    bad = [e for e in got.entries if e.problems]
+    assert [e.path for e in bad] == [str(victim)]
+    assert report(cache) == report(cache, use_index=False)
+
+
+def test_touched_entry_is_decoded_again(cache: Path, decodes: list[str]) -> None:
+    report(cache)
+    victim = cache / entry_names(cache)[1]
+    st = victim.stat()
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    decodes.clear()
+    assert report(cache) == report(cache, use_index=False)
+    assert victim.name in decodes
+
+
+def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
+    cache: Path, decodes: list[str]
+) -> None:
+    """A file swapped in under the old name, size and mtime still has a new inode and ctime."""
+    report(cache)
+    names = entry_names(cache)
+    victim = cache / names[0]
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, different content
+    swap = cache / "swap.tmp"
+    swap.write_bytes(bytes(data))
+    os.utime(swap, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(swap, victim)
+    decodes.clear()
+    fresh = reader.decode_entry(victim)
+    got = {e.key: e for e in scan.scan_directory(cache, now=NOW).entries}
+    assert decodes.count(victim.name) == 2  # once by the test, once by the scan
+    assert got[victim.name[: -len("-cache")]] == fresh
+
+
+def test_vanished_entry_leaves_the_index(cache: Path) -> None:
+    report(cache)
+    gone = entry_names(cache)[0]
+    (cache / gone).unlink()
+    report(cache)
+    loaded = index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,))
+    assert loaded.loaded and gone not in loaded.entries
+
+
+def _index_file(cache: Path) -> Path:
+    path = index.index_path(cache)
+    assert path.is_file()
+    return path
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["flip-body", "flip-mac", "truncate", "garbage", "empty", "other-key"],
+)
+def test_damaged_index_is_ignored(cache: Path, decodes: list[str], damage: str) -> None:
+    expected = report(cache, use_index=False)
+    report(cache)
+    path = _index_file(cache)
+    data = bytearray(path.read_bytes())
+    if damage == "flip-body":
+        data[-10] ^= 0x01
+    elif damage == "flip-mac":
+        data[len(index.FORMAT) + 3] ^= 0x01
+    elif damage == "truncate":
+        del data[len(data) // 2 :]
+    elif damage == "garbage":
+        data = bytearray(os.urandom(len(data)))
+    elif damage == "empty":
+        data = bytearray()
+    else:  # the key changed (e.g. another user's): every old index is worthless
+        key = index.index_root() / index.KEY_FILE
+        key.write_bytes(os.urandom(32))
+    path.write_bytes(bytes(data))
+    assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
+    decodes.clear()
+    assert report(cache) == expected
+    assert sorted(decodes) == entry_names(cache)  # everything decoded again
+    assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded  # and rewritten
+
+
+def test_forged_index_with_a_valid_mac_still_cannot_run_code(cache: Path) -> None:
+    """Only cachedoctor's own result classes may be unpickled, even from a correctly signed file."""
+    report(cache)
+    key = (index.index_root() / index.KEY_FILE).read_bytes()
+    body = pickle.dumps((("x",), {"a": (os.system, ("true",))}))
+    mac = hmac.new(key, body, hashlib.sha256).digest()
+    _index_file(cache).write_bytes(index.FORMAT + mac + body)
+    assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
+
+
+def test_index_of_other_options_or_code_is_not_used(
+    cache: Path, decodes: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report(cache)
+    assert not index.load(str(cache), (123,)).loaded  # another max_decompressed
+    monkeypatch.setattr(index, "_FINGERPRINT", b"another reader")
+    assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
+
+
+def test_key_readable_by_others_disables_the_index(cache: Path) -> None:
+    report(cache)
+    key = index.index_root() / index.KEY_FILE
+    key.chmod(0o644)
+    assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
+
+
+def test_entries_written_just_now_are_not_stored(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file changed within the last seconds may still be written: never trust it."""
+    monkeypatch.setattr(index, "RACY_S", 3600.0)
+    report(cache)
+    loaded = index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,))
+    assert loaded.entries == {}
+
+
+def test_same_cache_through_another_path_keeps_paths_right(
+    cache: Path, tmp_path: Path, decodes: list[str]
+) -> None:
+    report(cache)
+    link = tmp_path / "link-to-cache"
+    link.symlink_to(cache)
+    decodes.clear()
+    got = scan.scan_directory(link, now=NOW)
+    assert decodes == []
+    assert all(e.path.startswith(str(link) + os.sep) for e in got.entries)
+
+
+def test_disabled_by_environment(
+    cache: Path, decodes: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(index.DISABLE_ENV, "1")
+    report(cache)
+    decodes.clear()
+    report(cache)
+    assert sorted(decodes) == entry_names(cache)
+
+
+def test_index_folder_is_bounded(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report(cache)
+    root = index.index_root()
+    for n in range(5):
+        (root / f"{n:032x}{index.SUFFIX}").write_bytes(b"x" * 1000)
+        os.utime(root / f"{n:032x}{index.SUFFIX}", (n, n))
+    first = index.index_path(cache).stat().st_size
+    monkeypatch.setattr(index, "MAX_TOTAL_BYTES", first + 2500)
+    other = cache.parent / "other-cache"
+    shutil.copytree(cache, other)
+    report(other)
+    left = sorted(p.name for p in root.glob(f"*{index.SUFFIX}"))
+    assert index.index_path(other).name in left
+    assert f"{0:032x}{index.SUFFIX}" not in left  # the oldest went first
+    assert f"{4:032x}{index.SUFFIX}" in left

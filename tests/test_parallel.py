@@ -1,0 +1,80 @@
+"""Parallel decoding gives exactly the serial result, in the same order, even if a worker dies."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachedoctor import parallel, reader, scan
+from cachedoctor.render.jsonout import dumps, scan_document
+
+
+@pytest.fixture
+def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
+    """The seed cache plus a truncated entry and an entry that is not compressed at all."""
+    d = copy_of(seed_cache)
+    entries = sorted(p for p in d.iterdir() if p.name.endswith("-cache"))
+    data = entries[0].read_bytes()
+    (d / f"jit_cut-{'a' * 64}-cache").write_bytes(data[: len(data) // 3])
+    (d / f"jit_raw-{'b' * 64}-cache").write_bytes(b"not an entry")
+    return d
+
+
+_PARENT = os.getpid()
+_REAL_DECODE_BATCH = parallel._decode_batch
+
+
+def _dying(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+    """Decode in this process; die at once in a worker (module level: workers unpickle it)."""
+    if os.getpid() != _PARENT:
+        os._exit(9)
+    return _REAL_DECODE_BATCH(jobs, max_decompressed)
+
+
+@pytest.fixture
+def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry per batch and no minimum, so a handful of entries really uses the pool."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ENTRIES", 0)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
+
+
+def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
+    listing = reader.list_cache(cache)
+    serial = list(reader.iter_entries(listing))
+    pooled = list(parallel.decode_entries(listing, workers=2))
+    assert pooled == serial
+    assert len(serial) == len(listing.entries) and any(e.problems for e in serial)
+
+
+def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
+    a = scan.scan_directory(cache, now=2e9, use_index=False, workers=1)
+    b = scan.scan_directory(cache, now=2e9, use_index=False, workers=2)
+    assert dumps(scan_document(a)) == dumps(scan_document(b))
+
+
+def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
+    listing = reader.list_cache(cache)
+    counts: list[int] = []
+    list(parallel.decode_entries(listing, workers=2, progress=counts.append))
+    assert sum(counts) == len(listing.entries)
+
+
+def test_a_dead_worker_is_replaced_by_serial_decoding(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan."""
+    monkeypatch.setattr(parallel, "_decode_batch", _dying)  # forked workers inherit it
+    listing = reader.list_cache(cache)
+    got = list(parallel.decode_entries(listing, workers=2))
+    assert got == list(reader.iter_entries(listing))
+
+
+def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.WORKERS_ENV, "3")
+    assert parallel.default_workers() == 3
+    monkeypatch.setenv(parallel.WORKERS_ENV, "zero")
+    assert parallel.default_workers() == len(os.sched_getaffinity(0))
