@@ -85,7 +85,9 @@ def docs(session: nox.Session) -> None:
 def compat(session: nox.Session, jax: str) -> None:
     """Reader tests against caches written by one JAX release, in its own venv."""
     session.install(".[test]", f"jax=={jax}", f"jaxlib=={jax}")
-    session.run("pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs)
+    session.run(
+        "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
+    )
 
 
 @nox.session(python="3.11")

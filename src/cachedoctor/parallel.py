@@ -70,10 +70,15 @@ def _batches(jobs: Sequence[Job], sizes: Sequence[int], parts: int = 1) -> list[
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    # fork starts workers in milliseconds with the reader already imported; elsewhere (macOS,
-    # Windows) the platform default is the safe choice
+    # fork starts workers in milliseconds with the reader already imported; but forking a
+    # process that runs other threads (JAX's, when cachedoctor is used from a JAX program) can
+    # deadlock the child, so then, and off Linux, use forkserver/spawn
+    import threading
+
     if sys.platform.startswith("linux"):
-        return multiprocessing.get_context("fork")
+        if threading.active_count() == 1 and "jax" not in sys.modules:
+            return multiprocessing.get_context("fork")
+        return multiprocessing.get_context("forkserver")
     return multiprocessing.get_context()
 
 
