@@ -331,6 +331,11 @@ def _instability_cause(group: list[EntryInfo], identical: bool) -> str:
 def _same_dir(path_in_entry: str, root: str) -> bool:
     parent = os.path.normpath(os.path.dirname(path_in_entry.rstrip("/")))
     candidates = {os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)}
+    from cachedoctor.storage import subcache_dir_for
+
+    local = subcache_dir_for(root)  # a bucket's sub-caches are kept locally (`enable`)
+    if local is not None:
+        candidates.add(os.path.normpath(local))
     return parent in candidates
 
 
