@@ -74,10 +74,15 @@ def activate() -> dict[str, object]:
         values = settings.load()
         import jax
 
+        local_subcaches = _keep_subcaches_local(values)
+        if local_subcaches:
+            state["xla_flags"] = local_subcaches
         for opt in settings.OPTIONS:
             if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
                 continue
             value = opt.kind(settings.jax_value(opt.key, values[opt.key]))
+            if opt.key == "xla_caches" and local_subcaches:
+                value = "none"  # XLA_FLAGS names local ones instead
             try:
                 jax.config.update(opt.jax_name, value)  # type: ignore[no-untyped-call]
                 applied[opt.jax_name] = value
@@ -95,3 +100,20 @@ def activate() -> dict[str, object]:
     except Exception as exc:
         errors.append(f"{type(exc).__name__}: {exc}")
     return state
+
+
+def _keep_subcaches_local(values: dict[str, object]) -> list[str]:
+    """A ``gs://`` / ``s3://`` cache dir: point XLA's sub-caches at a local path via XLA_FLAGS.
+
+    Runs right after ``import jax``, before any backend exists, so XLA reads these flags.
+    Nothing happens when the environment sets the cache dir or the sub-caches itself.
+    """
+    from cachedoctor import settings as s
+
+    env_names = (s.OPTION_BY_KEY["cache_dir"].env, s.OPTION_BY_KEY["xla_caches"].env)
+    if any(os.environ.get(name) for name in env_names):
+        return []
+    flags = s.url_subcache_flags(values)
+    if flags:
+        os.environ["XLA_FLAGS"] = s.merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
+    return flags
