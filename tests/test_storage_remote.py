@@ -491,3 +491,103 @@ def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> No
         assert fh.read() == b'{"v": 2}'
     with pytest.raises(FileNotFoundError), store.open_read("cachedoctor-manifests/no.json") as fh:
         fh.read()
+
+
+# --- commands on a bucket: diff, prune ---------------------------------------------------------
+
+
+def _cli(servers: Servers, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args],
+        env={**cli_env(), **servers.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _versions(url: str) -> dict[str, str | None]:
+    """Every object under the prefix with its generation / ETag (a fresh listing)."""
+    store = storage.open_store(url)
+    assert isinstance(store, RemoteStore)
+    found = store.fs.find(store.path_of(), detail=True)
+    key = "generation" if store.scheme == "gs" else "ETag"
+    return {name: str(info.get(key)) for name, info in found.items()}
+
+
+def _no_mtime(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != "mtime_ns"}
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_diff_of_bucket_entries_matches_local(
+    scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
+) -> None:
+    url, local = uploaded[scheme], str(local_cache)
+    keys = sorted(p.name.removesuffix("-cache") for p in local_cache.glob("*-cache"))
+    seed = [k for k in keys if reader.module_of(k) == "jit_f"]
+    assert len(seed) == 2  # the seed program twice under two keys (its unstable key)
+
+    def doc(run: subprocess.CompletedProcess[str], root: str) -> Any:
+        """The document with the directory named DIR and no file times (upload times differ)."""
+        assert run.returncode in (0, 1), run.stderr
+        return json.loads(run.stdout.replace(root, "DIR"), object_hook=_no_mtime), run.returncode
+
+    a, b = seed[0][:20], seed[1][:20]  # unique key prefixes
+    remote = doc(_cli(servers, "diff", "--json", a, b, "--dir", url), url)
+    assert remote == doc(_cli(servers, "diff", "--json", a, b, "--dir", local), local)
+    assert remote[0]["verdict"]["kind"] == "same-executable"  # what an unstable key gives
+    by_url = _cli(servers, "diff", "--json", f"{url}/{seed[0]}-cache", f"{url}/{seed[1]}-cache")
+    assert doc(by_url, url) == remote
+    module = str(reader.module_of(seed[0]))
+    remote_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", url), url)
+    local_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", local), local)
+
+    def covered(d: dict[str, Any]) -> tuple[Any, ...]:  # "latest" follows upload times here
+        keys = {d["latest"]} | {x[side]["key"] for x in d["diffs"] for side in ("a", "b")}
+        return d["equivalent"], sorted(keys), sorted(x["verdict"]["kind"] for x in d["diffs"])
+
+    assert remote_mod[1] == local_mod[1]
+    assert covered(remote_mod[0]) == covered(local_mod[0]) and set(covered(local_mod[0])[1]) == set(
+        seed
+    )
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_prune_a_bucket_dry_run_then_apply(
+    scheme: str, servers: Servers, local_cache: Path
+) -> None:
+    from cachedoctor.maintenance import PruneOptions, Status, apply, plan_prune
+
+    url = servers.url(scheme, "prune-cli/cache")
+    _upload(url, local_cache)
+    before = _versions(url)
+    dry = _cli(servers, "prune", "--module", "*", "--json", url)
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    entries = len(list(local_cache.glob("*-cache")))
+    assert len(planned["actions"]) == entries >= 3
+    assert _versions(url) == before  # a dry run changes nothing
+    assert any("conditional delete" in n for n in planned["notes"])
+
+    plan = plan_prune(url, PruneOptions(module="*", selectors=("module *",)))
+    assert sorted(a.name for a in plan.actions) == sorted(a["name"] for a in planned["actions"])
+    assert all(a.files[0].version for a in plan.actions)
+    rewritten = plan.actions[0].name + "-cache"
+    store = storage.open_store(url)
+    assert isinstance(store, RemoteStore)
+    store.fs.pipe_file(store.path_of(rewritten), b"another host wrote this after the plan")
+    result = apply(plan)
+    status = {o.action.name + "-cache": (o.status, o.detail) for o in result.outcomes}
+    assert status.pop(rewritten) == (Status.SKIPPED, "changed since the plan")
+    assert set(status.values()) == {(Status.DONE, "")}
+    after = _versions(url)
+    assert [name.rsplit("/", 1)[-1] for name in after] == [rewritten]
+    assert after != {k: v for k, v in before.items() if k in after}  # the rewrite, kept
+
+    applied = _cli(servers, "prune", "--module", "*", "--apply", url)
+    assert applied.returncode == 0, applied.stderr
+    assert "applied: 1 done" in applied.stdout
+    with pytest.raises(FileNotFoundError):
+        storage.open_store(url).list()
