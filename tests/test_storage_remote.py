@@ -591,3 +591,43 @@ def test_prune_a_bucket_dry_run_then_apply(
     assert "applied: 1 done" in applied.stdout
     with pytest.raises(FileNotFoundError):
         storage.open_store(url).list()
+
+
+# --- the hook's manifests in a bucket --------------------------------------------------------
+
+
+def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
+    """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
+    from cachedoctor import manifest
+    from cachedoctor.programs import program_path
+    from cachedoctor.runner import program_env, run_command
+
+    url = servers.url("s3", "hooked/cache")
+    argv = [
+        sys.executable,
+        "-m",
+        "cachedoctor.hook",
+        "--mode",
+        "stable",
+        str(program_path("plain")),
+    ]
+    run = run_command(argv, program_env(url, NO_XLA_CACHES))
+    assert run.returncode == 0, run.stderr[-2000:]
+    store = storage.open_store(url)
+    keys = sorted(i.key for i in reader.list_cache(store).entries if i.key)
+    assert keys
+    objects = {i.name for i in store.list(manifest.MANIFEST_DIRNAME)}
+    assert {f"{k}.json" for k in keys} <= objects  # JAX wrote each entry under its stable key
+    found = {m.key: m for m in manifest.iter_manifests(url)}
+    for key in keys:
+        m = manifest.load_manifest(url, key)
+        assert m is not None and m == found[key] and m.mode == "stable"
+        assert manifest.recompute_key(m) == key
+    assert manifest.manifest_exists(url, keys[0])
+    assert not manifest.manifest_exists(url, "jit_nothing-" + "0" * 64)
+
+    # diff reads them from the bucket as from a local directory
+    shown = _cli(servers, "diff", "--json", keys[0], keys[-1], "--dir", url)
+    assert shown.returncode in (0, 1), shown.stderr
+    section = json.loads(shown.stdout)["manifest"]
+    assert section["available"] and section["stable_keys"] == [keys[0], keys[-1]]
