@@ -77,12 +77,11 @@ def activate() -> dict[str, object]:
         local_subcaches = _keep_subcaches_local(values)
         if local_subcaches:
             state["xla_flags"] = local_subcaches
+            values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
         for opt in settings.OPTIONS:
             if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
                 continue
             value = opt.kind(settings.jax_value(opt.key, values[opt.key]))
-            if opt.key == "xla_caches" and local_subcaches:
-                value = "none"  # XLA_FLAGS names local ones instead
             try:
                 jax.config.update(opt.jax_name, value)  # type: ignore[no-untyped-call]
                 applied[opt.jax_name] = value
@@ -106,14 +105,15 @@ def _keep_subcaches_local(values: dict[str, object]) -> list[str]:
     """A ``gs://`` / ``s3://`` cache dir: point XLA's sub-caches at a local path via XLA_FLAGS.
 
     Runs right after ``import jax``, before any backend exists, so XLA reads these flags.
-    Nothing happens when the environment sets the cache dir or the sub-caches itself.
+    The cache dir is the effective one (the environment's, else the file's); nothing happens
+    when the environment chooses the sub-caches itself.
     """
     from cachedoctor import settings as s
 
-    env_names = (s.OPTION_BY_KEY["cache_dir"].env, s.OPTION_BY_KEY["xla_caches"].env)
-    if any(os.environ.get(name) for name in env_names):
+    if os.environ.get(s.OPTION_BY_KEY["xla_caches"].env):
         return []
-    flags = s.url_subcache_flags(values)
+    env_dir = os.environ.get(s.OPTION_BY_KEY["cache_dir"].env)
+    flags = s.url_subcache_flags({**values, **({"cache_dir": env_dir} if env_dir else {})})
     if flags:
         os.environ["XLA_FLAGS"] = s.merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
     return flags
