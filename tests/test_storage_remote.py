@@ -631,3 +631,43 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     assert shown.returncode in (0, 1), shown.stderr
     section = json.loads(shown.stdout)["manifest"]
     assert section["available"] and section["stable_keys"] == [keys[0], keys[-1]]
+
+
+def test_enable_with_a_bucket_keeps_xla_subcaches_local(
+    servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `enable --dir s3://…`, JAX's compile options name the local sub-cache path."""
+    import sysconfig
+
+    from cachedoctor.runner import program_env, run_command
+
+    startup = Path(sysconfig.get_paths()["purelib"]) / "cachedoctor_startup.pth"
+    if not startup.exists():
+        pytest.skip("cachedoctor is not installed in this interpreter (pip install -e .)")
+    url = servers.url("s3", "enabled/cache")
+    monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("CACHEDOCTOR_XLA_SUBCACHE_ROOT", str(tmp_path / "subcaches"))
+    enabled = _cli(servers, "enable", "--dir", url, "--xla-caches", "autotune", "--mode", "off")
+    assert enabled.returncode == 0, enabled.stderr
+    local = storage.subcache_dir_for(url)
+    assert local is not None and local.startswith(str(tmp_path))
+    assert f"XLA sub-caches kept locally at {local} (XLA cannot write gs:// or s3://)" in (
+        enabled.stdout
+    )
+    env = program_env(url)
+    env.pop("PYTHONPATH", None)
+    run = run_command(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, cachedoctor.programs as p; "
+            "runpy.run_path(str(p.program_path('plain')), run_name='__main__')",
+        ],
+        env,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = scan_directory(url, now=0.0)
+    assert report.entries
+    autotune = f"{local}/xla_gpu_per_fusion_autotune_cache_dir"
+    assert {e.autotune_dir for e in report.entries} == {autotune}
+    assert FindingKind.RELOCATED not in {f.kind for f in report.findings}
