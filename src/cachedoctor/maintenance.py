@@ -273,7 +273,13 @@ def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
     manifests: list[ManifestFile] = []
     others: list[DirItem] = []
     with folder:
-        for name in folder.listdir():
+        names = folder.listdir()
+        raws: dict[str, bytes | None] = {}
+        if isinstance(folder, StoreDir):  # one GET each: read them concurrently
+            wanted = [n for n in names if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")]
+            found = folder.store.map(lambda n: folder.read_small(n, limit=64 << 20), wanted)
+            raws = dict(zip(wanted, found, strict=True))
+        for name in names:
             st = folder.lstat(name)
             if st is None:
                 continue
@@ -282,7 +288,7 @@ def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
                 data = None
                 if not is_link:
                     with contextlib.suppress(ValueError, TypeError):
-                        raw = folder.read_small(name, limit=64 << 20)
+                        raw = raws[name] if name in raws else folder.read_small(name, 64 << 20)
                         loaded = json.loads(raw) if raw else None
                         data = loaded if isinstance(loaded, dict) else None
                 key = name[: -len(MANIFEST_SUFFIX)]
@@ -984,9 +990,15 @@ Progress = Callable[[Outcome], None]
 def apply(
     plan: Plan, *, lock_timeout: float = 30.0, progress: Progress | None = None
 ) -> ApplyReport:
-    """Carry out a plan, one unit at a time under JAX's lock; re-check every file first."""
+    """Carry out a plan, one unit at a time under JAX's lock; re-check every file first.
+
+    On a bucket there is no lock to serialise on, and every delete is conditional on its own
+    object, so the units run concurrently on the store's bounded pool.
+    """
     outcomes = []
     with storage.one_line_errors(plan.cache_dir), _open_dir(plan.cache_dir) as cd:
+        if isinstance(cd, StoreDir):
+            return ApplyReport(plan, tuple(_apply_remote(cd, plan, progress)), False)
         locked_any = cd.lstat(fsops.LOCKFILE) is not None
         for action in plan.actions:
             try:
@@ -1002,6 +1014,26 @@ def apply(
             if progress is not None:
                 progress(outcome)
     return ApplyReport(plan, tuple(outcomes), locked_any)
+
+
+def _apply_remote(cd: StoreDir, plan: Plan, progress: Progress | None) -> list[Outcome]:
+    import threading
+
+    lock = threading.Lock()
+
+    def one(action: Action) -> Outcome:
+        try:
+            outcome = _APPLY[action.op](cd, action)
+        except OSError as exc:
+            outcome = Outcome(action, Status.FAILED, f"{exc.strerror or exc}")
+        except CachedoctorError as exc:  # throttled past the retry budget
+            outcome = Outcome(action, Status.FAILED, str(exc))
+        if progress is not None:
+            with lock:
+                progress(outcome)
+        return outcome
+
+    return list(cd.store.map(one, list(plan.actions)))
 
 
 @contextlib.contextmanager
