@@ -632,6 +632,13 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     section = json.loads(shown.stdout)["manifest"]
     assert section["available"] and section["stable_keys"] == [keys[0], keys[-1]]
 
+    # prune takes each entry's manifest object with it
+    pruned = _cli(servers, "prune", "--module", "*", "--apply", url)
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"applied: {len(keys)} done, 0 skipped, 0 failed" in pruned.stdout
+    with pytest.raises(FileNotFoundError):
+        store.list()
+
 
 def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
