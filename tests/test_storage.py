@@ -214,9 +214,7 @@ def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> N
         (["rekey", "s3://b/cache"], "rekey works on local cache directories only"),
     ],
 )
-def test_commands_that_need_a_local_directory_refuse_a_bucket(
-    args: list[str], reason: str
-) -> None:
+def test_commands_that_need_a_local_directory_refuse_a_bucket(args: list[str], reason: str) -> None:
     """Refused before any request: no server (or credentials) needed."""
     proc = subprocess.run(
         [sys.executable, "-m", "cachedoctor", *args],

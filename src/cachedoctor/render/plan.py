@@ -125,8 +125,7 @@ def render_plan(
             Text(
                 f"applied: {result.count(Status.DONE)} done, {result.count(Status.SKIPPED)} "
                 f"skipped, {result.count(Status.FAILED)} failed; reclaimed "
-                f"{human_bytes(result.bytes_reclaimed)}"
-                + _lock_note(plan, result.locked),
+                f"{human_bytes(result.bytes_reclaimed)}" + _lock_note(plan, result.locked),
                 style="bold",
             )
         )
