@@ -127,10 +127,14 @@ def test_preflight_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert not activation.preflight(
         {"cache_dir": str(tmp_path), "xla_caches": "kernel"}, check_jax=False
     )
+    # gs:// and s3:// get local sub-caches (XLA_FLAGS); another URL scheme only a warning
+    assert not activation.preflight(
+        {"cache_dir": "gs://b/c", "xla_caches": "autotune"}, check_jax=False
+    )
     codes = {
         w.code
         for w in activation.preflight(
-            {"cache_dir": "gs://b/c", "xla_caches": "autotune"}, check_jax=False
+            {"cache_dir": "hdfs://b/c", "xla_caches": "autotune"}, check_jax=False
         )
     }
     assert codes == {"url-cache-dir"}
@@ -233,3 +237,61 @@ def test_warm_cache_keeps_hitting_after_enable(config: Path, tmp_path: Path) -> 
     assert MISS_RE.findall(run.stderr) == [], run.stderr[-2000:]
     now = entries(cache)
     assert set(jax_keys) < set(now) and len(now) == 2 * len(jax_keys)  # re-keyed, old kept
+
+
+# -- a bucket as the cache dir: XLA's sub-caches stay local ------------------------------------
+
+_LOCAL = "/tmp/cachedoctor-xla-subcaches/gs/team-bucket/jax/cache"
+_AUTOTUNE = (
+    f"--xla_gpu_per_fusion_autotune_cache_dir={_LOCAL}/xla_gpu_per_fusion_autotune_cache_dir"
+)
+_KERNEL = f"--xla_gpu_kernel_cache_file={_LOCAL}/xla_gpu_kernel_cache_file"
+
+
+@pytest.mark.parametrize(
+    ("which", "flags"),
+    [("autotune", [_AUTOTUNE]), ("all", [_AUTOTUNE, _KERNEL]), ("kernel", [_KERNEL]), ("none", [])],
+)
+def test_print_env_for_a_bucket_keeps_subcaches_local(
+    config: Path, monkeypatch: pytest.MonkeyPatch, which: str, flags: list[str]
+) -> None:
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/d {_KERNEL}x")  # replaced, not doubled
+    url = "gs://team-bucket/jax/cache"
+    code, out, err = _invoke(
+        "enable", "--dir", url, "--xla-caches", which, "--print-env", "--shell", "dotenv"
+    )
+    assert code == 0 and not config.exists()
+    env = dict(line.split("=", 1) for line in out.splitlines())
+    assert env["JAX_COMPILATION_CACHE_DIR"] == f'"{url}"'
+    if not flags:
+        assert "XLA_FLAGS" not in env and env["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] == '"none"'
+        assert "locally" not in err
+        return
+    assert env["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] == '"none"'
+    assert env["XLA_FLAGS"].strip('"').split() == [
+        "--xla_dump_to=/tmp/d",
+        *([f"{_KERNEL}x"] if which == "autotune" else []),
+        *flags,
+    ]
+    assert f"XLA sub-caches kept locally at {_LOCAL} (XLA cannot write gs://" in err
+
+
+@needs_pth
+def test_enable_with_a_bucket_sets_local_subcaches_in_fresh_interpreters(config: Path) -> None:
+    code, out, _ = _invoke("enable", "--dir", "gs://team-bucket/jax/cache", "--xla-caches", "all")
+    assert code == 0, out
+    assert f"XLA sub-caches kept locally at {_LOCAL}" in out
+    assert f"XLA_FLAGS += {_AUTOTUNE}" in out and f"XLA_FLAGS += {_KERNEL}" in out
+    ask = (
+        "import json, os, jax; from jax._src import config; "
+        "print(json.dumps([config.compilation_cache_dir.value, "
+        "config.persistent_cache_enable_xla_caches.value, os.environ.get('XLA_FLAGS')]))"
+    )
+    cache_dir, xla_caches, xla_flags = json.loads(
+        _fresh(ask, {"XLA_FLAGS": "--xla_dump_to=/x"}).stdout
+    )
+    assert (cache_dir, xla_caches) == ("gs://team-bucket/jax/cache", "none")
+    assert xla_flags.split() == ["--xla_dump_to=/x", _AUTOTUNE, _KERNEL]
+    # the user's own choice in the environment wins: no flags are added
+    overridden = _fresh(ask, {"JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}).stdout
+    assert json.loads(overridden)[2] is None

@@ -205,3 +205,25 @@ def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> N
     direct = scan_directory(seed_cache, now=0.0)
     assert via_store.findings == direct.findings
     assert via_store.entries == direct.entries
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["prune", "--repair", "gs://b/cache"], "--repair works on local cache directories only"),
+        (["rekey", "s3://b/cache"], "rekey works on local cache directories only"),
+    ],
+)
+def test_commands_that_need_a_local_directory_refuse_a_bucket(args: list[str], reason: str) -> None:
+    """Refused before any request: no server (or credentials) needed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("cachedoctor: usage: ") and reason in line

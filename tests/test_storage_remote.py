@@ -491,3 +491,190 @@ def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> No
         assert fh.read() == b'{"v": 2}'
     with pytest.raises(FileNotFoundError), store.open_read("cachedoctor-manifests/no.json") as fh:
         fh.read()
+
+
+# --- commands on a bucket: diff, prune ---------------------------------------------------------
+
+
+def _cli(servers: Servers, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args],
+        env={**cli_env(), **servers.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _versions(url: str) -> dict[str, str | None]:
+    """Every object under the prefix with its generation / ETag (a fresh listing)."""
+    store = storage.open_store(url)
+    assert isinstance(store, RemoteStore)
+    found = store.fs.find(store.path_of(), detail=True)
+    key = "generation" if store.scheme == "gs" else "ETag"
+    return {name: str(info.get(key)) for name, info in found.items()}
+
+
+def _no_mtime(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != "mtime_ns"}
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_diff_of_bucket_entries_matches_local(
+    scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
+) -> None:
+    url, local = uploaded[scheme], str(local_cache)
+    keys = sorted(p.name.removesuffix("-cache") for p in local_cache.glob("*-cache"))
+    seed = [k for k in keys if reader.module_of(k) == "jit_f"]
+    assert len(seed) == 2  # the seed program twice under two keys (its unstable key)
+
+    def doc(run: subprocess.CompletedProcess[str], root: str) -> Any:
+        """The document with the directory named DIR and no file times (upload times differ)."""
+        assert run.returncode in (0, 1), run.stderr
+        return json.loads(run.stdout.replace(root, "DIR"), object_hook=_no_mtime), run.returncode
+
+    a, b = seed[0][:20], seed[1][:20]  # unique key prefixes
+    remote = doc(_cli(servers, "diff", "--json", a, b, "--dir", url), url)
+    assert remote == doc(_cli(servers, "diff", "--json", a, b, "--dir", local), local)
+    assert remote[0]["verdict"]["kind"] == "same-executable"  # what an unstable key gives
+    by_url = _cli(servers, "diff", "--json", f"{url}/{seed[0]}-cache", f"{url}/{seed[1]}-cache")
+    assert doc(by_url, url) == remote
+    module = str(reader.module_of(seed[0]))
+    remote_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", url), url)
+    local_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", local), local)
+
+    def covered(d: dict[str, Any]) -> tuple[Any, ...]:  # "latest" follows upload times here
+        keys = {d["latest"]} | {x[side]["key"] for x in d["diffs"] for side in ("a", "b")}
+        return d["equivalent"], sorted(keys), sorted(x["verdict"]["kind"] for x in d["diffs"])
+
+    assert remote_mod[1] == local_mod[1]
+    assert covered(remote_mod[0]) == covered(local_mod[0]) and set(covered(local_mod[0])[1]) == set(
+        seed
+    )
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_prune_a_bucket_dry_run_then_apply(
+    scheme: str, servers: Servers, local_cache: Path
+) -> None:
+    from cachedoctor.maintenance import PruneOptions, Status, apply, plan_prune
+
+    url = servers.url(scheme, "prune-cli/cache")
+    _upload(url, local_cache)
+    before = _versions(url)
+    dry = _cli(servers, "prune", "--module", "*", "--json", url)
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    entries = len(list(local_cache.glob("*-cache")))
+    assert len(planned["actions"]) == entries >= 3
+    assert _versions(url) == before  # a dry run changes nothing
+    assert any("conditional delete" in n for n in planned["notes"])
+
+    plan = plan_prune(url, PruneOptions(module="*", selectors=("module *",)))
+    assert sorted(a.name for a in plan.actions) == sorted(a["name"] for a in planned["actions"])
+    assert all(a.files[0].version for a in plan.actions)
+    rewritten = plan.actions[0].name + "-cache"
+    store = storage.open_store(url)
+    assert isinstance(store, RemoteStore)
+    store.fs.pipe_file(store.path_of(rewritten), b"another host wrote this after the plan")
+    result = apply(plan)
+    status = {o.action.name + "-cache": (o.status, o.detail) for o in result.outcomes}
+    assert status.pop(rewritten) == (Status.SKIPPED, "changed since the plan")
+    assert set(status.values()) == {(Status.DONE, "")}
+    after = _versions(url)
+    assert [name.rsplit("/", 1)[-1] for name in after] == [rewritten]
+    assert after != {k: v for k, v in before.items() if k in after}  # the rewrite, kept
+
+    applied = _cli(servers, "prune", "--module", "*", "--apply", url)
+    assert applied.returncode == 0, applied.stderr
+    assert "applied: 1 done" in applied.stdout
+    with pytest.raises(FileNotFoundError):
+        storage.open_store(url).list()
+
+
+# --- the hook's manifests in a bucket --------------------------------------------------------
+
+
+def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
+    """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
+    from cachedoctor import manifest
+    from cachedoctor.programs import program_path
+    from cachedoctor.runner import program_env, run_command
+
+    url = servers.url("s3", "hooked/cache")
+    argv = [
+        sys.executable,
+        "-m",
+        "cachedoctor.hook",
+        "--mode",
+        "stable",
+        str(program_path("plain")),
+    ]
+    run = run_command(argv, program_env(url, NO_XLA_CACHES))
+    assert run.returncode == 0, run.stderr[-2000:]
+    store = storage.open_store(url)
+    keys = sorted(i.key for i in reader.list_cache(store).entries if i.key)
+    assert keys
+    objects = {i.name for i in store.list(manifest.MANIFEST_DIRNAME)}
+    assert {f"{k}.json" for k in keys} <= objects  # JAX wrote each entry under its stable key
+    found = {m.key: m for m in manifest.iter_manifests(url)}
+    for key in keys:
+        m = manifest.load_manifest(url, key)
+        assert m is not None and m == found[key] and m.mode == "stable"
+        assert manifest.recompute_key(m) == key
+    assert manifest.manifest_exists(url, keys[0])
+    assert not manifest.manifest_exists(url, "jit_nothing-" + "0" * 64)
+
+    # diff reads them from the bucket as from a local directory
+    shown = _cli(servers, "diff", "--json", keys[0], keys[-1], "--dir", url)
+    assert shown.returncode in (0, 1), shown.stderr
+    section = json.loads(shown.stdout)["manifest"]
+    assert section["available"] and section["stable_keys"] == [keys[0], keys[-1]]
+
+    # prune takes each entry's manifest object with it
+    pruned = _cli(servers, "prune", "--module", "*", "--apply", url)
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"applied: {len(keys)} done, 0 skipped, 0 failed" in pruned.stdout
+    with pytest.raises(FileNotFoundError):
+        store.list()
+
+
+def test_enable_with_a_bucket_keeps_xla_subcaches_local(
+    servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `enable --dir s3://…`, JAX's compile options name the local sub-cache path."""
+    import sysconfig
+
+    from cachedoctor.runner import program_env, run_command
+
+    startup = Path(sysconfig.get_paths()["purelib"]) / "cachedoctor_startup.pth"
+    if not startup.exists():
+        pytest.skip("cachedoctor is not installed in this interpreter (pip install -e .)")
+    url = servers.url("s3", "enabled/cache")
+    monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("CACHEDOCTOR_XLA_SUBCACHE_ROOT", str(tmp_path / "subcaches"))
+    enabled = _cli(servers, "enable", "--dir", url, "--xla-caches", "autotune", "--mode", "off")
+    assert enabled.returncode == 0, enabled.stderr
+    local = storage.subcache_dir_for(url)
+    assert local is not None and local.startswith(str(tmp_path))
+    assert f"XLA sub-caches kept locally at {local} (XLA cannot write gs:// or s3://)" in (
+        enabled.stdout
+    )
+    env = program_env(url)
+    env.pop("PYTHONPATH", None)
+    run = run_command(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, cachedoctor.programs as p; "
+            "runpy.run_path(str(p.program_path('plain')), run_name='__main__')",
+        ],
+        env,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = scan_directory(url, now=0.0)
+    assert report.entries
+    autotune = f"{local}/xla_gpu_per_fusion_autotune_cache_dir"
+    assert {e.autotune_dir for e in report.entries} == {autotune}
+    assert FindingKind.RELOCATED not in {f.kind for f in report.findings}

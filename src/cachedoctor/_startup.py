@@ -74,6 +74,10 @@ def activate() -> dict[str, object]:
         values = settings.load()
         import jax
 
+        local_subcaches = _keep_subcaches_local(values)
+        if local_subcaches:
+            state["xla_flags"] = local_subcaches
+            values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
         for opt in settings.OPTIONS:
             if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
                 continue
@@ -95,3 +99,21 @@ def activate() -> dict[str, object]:
     except Exception as exc:
         errors.append(f"{type(exc).__name__}: {exc}")
     return state
+
+
+def _keep_subcaches_local(values: dict[str, object]) -> list[str]:
+    """A ``gs://`` / ``s3://`` cache dir: point XLA's sub-caches at a local path via XLA_FLAGS.
+
+    Runs right after ``import jax``, before any backend exists, so XLA reads these flags.
+    The cache dir is the effective one (the environment's, else the file's); nothing happens
+    when the environment chooses the sub-caches itself.
+    """
+    from cachedoctor import settings as s
+
+    if os.environ.get(s.OPTION_BY_KEY["xla_caches"].env):
+        return []
+    env_dir = os.environ.get(s.OPTION_BY_KEY["cache_dir"].env)
+    flags = s.url_subcache_flags({**values, **({"cache_dir": env_dir} if env_dir else {})})
+    if flags:
+        os.environ["XLA_FLAGS"] = s.merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
+    return flags

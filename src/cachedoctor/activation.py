@@ -36,6 +36,7 @@ class EnableReport:
     values: dict[str, Any]
     warnings: list[Warning_]
     created_cache_dir: bool
+    local_subcaches: str | None = None  # a URL cache dir: where XLA's sub-caches go instead
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning
                 "install the CUDA toolkit (nvlink) or use --xla-caches=autotune",
             )
         )
-    if "://" in cache_dir and xla != "none":
+    if "://" in cache_dir and xla != "none" and not settings.url_subcache_flags(values):
         out.append(
             Warning_(
                 "url-cache-dir",
@@ -226,7 +227,16 @@ def enable(values: dict[str, Any]) -> EnableReport:
         raise ConfigError(
             f"cannot write {path}: {exc.strerror} (set {settings.CONFIG_ENV} to another file)"
         ) from exc
-    return EnableReport(path, values, warnings, created)
+    return EnableReport(path, values, warnings, created, local_subcaches(values))
+
+
+def local_subcaches(values: dict[str, Any]) -> str | None:
+    """The local folder of XLA's sub-caches for a URL cache dir (None: JAX's own layout)."""
+    if not settings.url_subcache_flags(values):
+        return None
+    from cachedoctor.storage import subcache_dir_for
+
+    return subcache_dir_for(str(values["cache_dir"]))
 
 
 def disable() -> DisableReport:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cachedoctor import hlo as hlo_mod
-from cachedoctor import optionschema, reader, wire
+from cachedoctor import optionschema, reader, storage, wire
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.reader import EntryDetail, EntryInfo
 
@@ -254,11 +254,36 @@ def load_detail(path: str | os.PathLike[str]) -> EntryDetail:
         raise EntryNotFoundError(f"not a cache entry file: {p}")
     detail = reader.decode_entry(os.path.abspath(p), detail=True)
     assert isinstance(detail, EntryDetail)
+    return _usable(detail, str(p))
+
+
+def load_from_store(ref: str, cache_dir: str | None) -> EntryDetail:
+    """Decode an entry in a bucket: ``ref`` is its URL, or a key/prefix in ``cache_dir`` (a URL)."""
+    store, item = storage.locate_in_store(ref, cache_dir)
+    return _load_item(store, item)
+
+
+def _load_item(store: storage.Store, item: reader.DirItem) -> EntryDetail:
+    url = store.url_of(item.name)
+    with storage.one_line_errors(url):
+        detail = storage.decode_item(store, item, detail=True)
+    assert isinstance(detail, EntryDetail)
+    return _usable(detail, url)
+
+
+def _usable(detail: EntryDetail, where: str) -> EntryDetail:
     if detail.info.problems:
         problem = detail.info.problems[0]
         slug = "unsupported" if problem.kind == "unsupported" else "corrupt"
-        raise CachedoctorError(f"cannot diff {p}: {problem.kind}: {problem.message}", slug=slug)
+        raise CachedoctorError(f"cannot diff {where}: {problem.kind}: {problem.message}", slug=slug)
     return detail
+
+
+def _parent(path: str) -> str:
+    """The cache directory of an entry path or URL (``Path`` would collapse ``gs://``)."""
+    if storage.is_url(path):
+        return path.rstrip("/").rpartition("/")[0]
+    return str(Path(path).parent)
 
 
 def _side(info: EntryInfo) -> EntrySide:
@@ -266,7 +291,7 @@ def _side(info: EntryInfo) -> EntrySide:
         key=info.key,
         module=info.module,
         path=info.path,
-        cache_dir=str(Path(info.path).parent),
+        cache_dir=_parent(info.path),
         format=info.format_label,
         platform=info.platform,
         size=info.size,
@@ -848,7 +873,7 @@ def _verdict(
             return Verdict(
                 VerdictKind.IDENTICAL,
                 f"identical: same key and byte-identical payloads (sha256 {digest}…)",
-                (f"A is in {Path(ia.path).parent}, B in {Path(ib.path).parent}",),
+                (f"A is in {_parent(ia.path)}, B in {_parent(ib.path)}",),
                 None,
                 True,
             )
@@ -1077,10 +1102,13 @@ def diff_details(
     raw_hlo: bool = False,
 ) -> DiffReport:
     """Compare two decoded entries (see :func:`diff_entries`)."""
-    try:
-        same_file = os.path.samefile(a.info.path, b.info.path)
-    except OSError:
-        same_file = False
+    if storage.is_url(a.info.path) or storage.is_url(b.info.path):
+        same_file = a.info.path == b.info.path
+    else:
+        try:
+            same_file = os.path.samefile(a.info.path, b.info.path)
+        except OSError:
+            same_file = False
     side_a, side_b = _side(a.info), _side(b.info)
     options = _options_section(a, b)
     hlo = _hlo_section(a, b, context, raw_hlo)
@@ -1109,9 +1137,17 @@ def diff_module(
     raw_hlo: bool = False,
 ) -> ModuleDiffReport:
     """Every entry of ``module`` against the most recently written one."""
-    root = os.path.abspath(os.fspath(cache_dir))
+    store: storage.Store | None = None
+    if storage.is_url(cache_dir):
+        root = str(cache_dir)
+        store = storage.open_store(root)
+    else:
+        root = os.path.abspath(os.fspath(cache_dir))
     try:
-        listing = reader.list_cache(root)
+        with storage.one_line_errors(root):
+            listing = reader.list_cache(store if store is not None else root)
+    except FileNotFoundError as exc:
+        raise CachedoctorError(f"no such directory: {root}", slug="no-such-dir") from exc
     except OSError as exc:
         raise CachedoctorError(f"cannot read {root}: {exc.strerror or exc}") from exc
     items = [
@@ -1127,11 +1163,13 @@ def diff_module(
         raise EntryNotFoundError(f"no entries of module {module!r} in {root}{hint}")
     items.sort(key=lambda i: (i.mtime_ns, i.name))
     latest = items[-1]
-    latest_detail = load_detail(listing.path(latest))
+
+    def load(item: reader.DirItem) -> EntryDetail:
+        return _load_item(store, item) if store is not None else load_detail(listing.path(item))
+
+    latest_detail = load(latest)
     reports = tuple(
-        diff_details(
-            load_detail(listing.path(item)), latest_detail, context=context, raw_hlo=raw_hlo
-        )
+        diff_details(load(item), latest_detail, context=context, raw_hlo=raw_hlo)
         for item in items[:-1]
     )
     return ModuleDiffReport(module, root, latest.key, reports)

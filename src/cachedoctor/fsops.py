@@ -22,9 +22,12 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from cachedoctor.storage import Store
 
 LOCKFILE = ".lockfile"
 OWN_LOCKFILE = ".cachedoctor-lock"
@@ -37,20 +40,42 @@ class LockTimeout(OSError):
     """JAX's lock could not be taken in time (a JAX process holds it for long)."""
 
 
+class Stat(Protocol):
+    """What the planners read of a file: an ``os.stat_result``, or an object's ``ObjectStat``."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class FileId:
-    """What a file was when a plan was made: a removal is refused when any of it changed."""
+    """What a file was when a plan was made: a removal is refused when any of it changed.
+
+    ``version`` is an object's GCS generation or S3 ETag (None for a local file): on a bucket
+    it alone decides, and the server enforces it on the delete.
+    """
 
     name: str
     ino: int
     size: int
     mtime_ns: int
+    version: str | None = None
 
     @classmethod
-    def of(cls, name: str, st: os.stat_result) -> FileId:
-        return cls(name, st.st_ino, st.st_size, st.st_mtime_ns)
+    def of(cls, name: str, st: Stat) -> FileId:
+        return cls(name, st.st_ino, st.st_size, st.st_mtime_ns, getattr(st, "version", None))
 
-    def matches(self, st: os.stat_result) -> bool:
+    def matches(self, st: Stat) -> bool:
+        if self.version is not None:
+            return getattr(st, "version", None) == self.version
         return (st.st_ino, st.st_size, st.st_mtime_ns) == (self.ino, self.size, self.mtime_ns)
 
 
@@ -97,6 +122,11 @@ class CacheDir:
         return CacheDir(fd, os.path.join(self.path, name))
 
     # --- looking ------------------------------------------------------------------------------
+
+    is_remote = False
+
+    def listdir(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
 
     def lstat(self, name: str) -> os.stat_result | None:
         try:
@@ -286,6 +316,134 @@ class CacheDir:
 
     def _temp_name(self) -> str:
         return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True)
+class ObjectStat:
+    """An object's metadata in the shape of the ``os.stat_result`` fields the planners read."""
+
+    st_size: int
+    st_mtime_ns: int
+    version: str | None
+    st_mode: int = stat.S_IFREG | 0o644
+    st_ino: int = 0
+    st_uid: int = -1
+
+
+_OUTCOME = {"deleted": "removed", "changed": "changed", "gone": "missing"}
+
+
+class StoreDir:
+    """``CacheDir``'s calls over a bucket prefix (a ``storage.Store``): prune on gs:// and s3://.
+
+    A bucket has no links, modes or locks (JAX takes no lock there either), so ``lock`` holds
+    nothing. What makes a removal safe next to writers on other hosts is the conditional
+    delete: ``unlink_if`` sends the generation/ETag the plan saw, and an object rewritten
+    since then is kept ("changed"). Metadata from a listing is remembered for planning
+    (``lstat`` of a listed folder costs no request); removals always re-check on the server.
+    """
+
+    is_remote = True
+
+    def __init__(self, store: Store, rel: str = "") -> None:
+        self.store = store
+        self.rel = rel.strip("/")
+        self.path = store.url_of(self.rel) if self.rel else store.url
+        self.fd = -1
+        self._seen: dict[str, ObjectStat] = {}
+        self._listed = False
+        self._subs: dict[str, StoreDir] = {}
+
+    @classmethod
+    def open(cls, url: str) -> StoreDir:
+        from cachedoctor.storage import open_store
+
+        return cls(open_store(url))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> StoreDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _name(self, name: str) -> str:
+        return f"{self.rel}/{name}" if self.rel else name
+
+    def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None:
+        """A listing of this folder: (name, size, mtime_ns, version, is_dir) of every member."""
+        for name, size, mtime_ns, version, is_dir in items:
+            mode = stat.S_IFDIR | 0o755 if is_dir else stat.S_IFREG | 0o644
+            self._seen[name] = ObjectStat(size, mtime_ns, version, mode)
+        self._listed = True
+
+    def listdir(self) -> list[str]:
+        try:
+            items = self.store.list(self.rel)
+        except FileNotFoundError:
+            items = []
+        self.remember((i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in items)
+        return sorted(i.name for i in items)
+
+    def subdir(self, name: str, *, create: bool = False) -> StoreDir | None:
+        """A prefix below this one. Object stores have no empty folders: it always "exists"."""
+        known = self._seen.get(name)
+        if known is not None and not stat.S_ISDIR(known.st_mode):
+            return None
+        if name not in self._subs:
+            self._subs[name] = StoreDir(self.store, self._name(name))
+        return self._subs[name]
+
+    def lstat(self, name: str) -> ObjectStat | None:
+        known = self._seen.get(name)
+        if known is not None or self._listed:
+            return known
+        item = self.store.stat(self._name(name))
+        if item is None:
+            return None
+        return ObjectStat(item.size, item.mtime_ns, item.version)
+
+    def regular(self, name: str) -> ObjectStat | None:
+        st = self.lstat(name)
+        return st if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
+        try:
+            with self.store.open_read(self._name(name)) as fh:
+                return fh.read(limit)
+        except OSError:
+            return None
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 30.0) -> Iterator[bool]:
+        """Nothing to take: see the class docstring (conditional deletes instead)."""
+        yield False
+
+    def unlink_if(self, expected: FileId | None, name: str | None = None) -> str:
+        """Delete the object if it is still the version the plan saw (server-enforced)."""
+        name = name or (expected.name if expected else None)
+        assert name is not None
+        version = expected.version if expected is not None else None
+        result = self.store.delete_if_unchanged(self._name(name), version)
+        self._seen.pop(name, None)
+        return _OUTCOME[result.outcome.value]
+
+    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+        if self.store.stat(self._name(name)) is not None:
+            return False
+        self.store.write_atomic(self._name(name), data)
+        return True
+
+    def link_noreplace(self, src: str, dst: str) -> bool:
+        raise OSError(errno.ENOTSUP, "no links in a bucket", self.path)
+
+    def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str:
+        return "not-a-file"  # objects have no modes
+
+    def fsync(self) -> None:
+        pass
 
 
 def _release(fd: int | None) -> None:

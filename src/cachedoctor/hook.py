@@ -177,12 +177,17 @@ def _strips_partitioning(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return getattr(value, "name", "NO") != "NO"
 
 
-def _local_cache_dir() -> Path | None:
+def _local_cache_dir() -> Path | str | None:
+    """JAX's cache dir: a Path, a ``gs://`` / ``s3://`` URL (manifests as objects), or None."""
     from jax._src import config
 
     value = config.compilation_cache_dir.value
-    if not value or "://" in str(value):
+    if not value:
         return None
+    if "://" in str(value):
+        from cachedoctor.storage import is_url
+
+        return str(value) if is_url(value) else None
     return Path(value)
 
 
@@ -221,7 +226,10 @@ def _get_cache_key(
         )
     jax_key: str | None = None
     migrated_from = None
-    if cache_dir is not None and not (cache_dir / f"{result.key}-cache").exists():
+    if isinstance(cache_dir, str):  # a bucket: no re-keying (no rename or link), manifests only
+        if _state.manifests and not _manifest_exists(cache_dir, result.key):
+            _record(cache_dir, result, mode, result.key, jax_key, backend, None)
+    elif cache_dir is not None and not (cache_dir / f"{result.key}-cache").exists():
         if _state.migrate and result.sound:
             # An entry that JAX wrote with its own key for this very compilation?
             if not result.changed:
@@ -246,14 +254,17 @@ def _has_partitioning(result: Any) -> bool:
     return any(v.field.startswith("custom_call[") for v in result.volatile)
 
 
-def _manifest_exists(cache_dir: Path, key: str) -> bool:
-    from cachedoctor.manifest import manifest_path
+def _manifest_exists(cache_dir: Path | str, key: str) -> bool:
+    from cachedoctor.manifest import manifest_exists
 
-    return manifest_path(cache_dir, key).exists()
+    try:
+        return manifest_exists(cache_dir, key)
+    except Exception:  # a bucket that cannot be reached: _record will count the error
+        return False
 
 
 def _record(
-    cache_dir: Path,
+    cache_dir: Path | str,
     result: Any,
     mode: str,
     stored_under: str,
@@ -273,7 +284,7 @@ def _record(
             migrated_from=migrated_from,
         )
         manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
-    except OSError as exc:  # a read-only cache must not stop compilation
+    except Exception as exc:  # a read-only cache or an unreachable bucket must not stop compiling
         _state.stats["manifest_errors"] += 1
         _state.last_error = f"manifest: {exc}"
 

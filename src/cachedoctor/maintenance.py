@@ -26,11 +26,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from cachedoctor import fsops, reader, scan, subcaches
+from cachedoctor import fsops, reader, scan, storage, subcaches
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.fsops import CacheDir, FileId
+from cachedoctor.fsops import CacheDir, FileId, Stat, StoreDir
 from cachedoctor.jaxenv import JaxInfo, installed_jax
 from cachedoctor.reader import DirItem, EntryInfo, FileKind
+
+Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
 
 SCHEMA_VERSION = 1
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
@@ -263,7 +265,7 @@ class ManifestFile:
         return str(value) if value else None
 
 
-def read_manifests(cd: CacheDir) -> tuple[list[ManifestFile], list[DirItem]]:
+def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
     """Manifests (``<key>.json``) and the other files of the manifests folder."""
     folder = cd.subdir(manifest_dirname())
     if folder is None:
@@ -271,7 +273,13 @@ def read_manifests(cd: CacheDir) -> tuple[list[ManifestFile], list[DirItem]]:
     manifests: list[ManifestFile] = []
     others: list[DirItem] = []
     with folder:
-        for name in sorted(os.listdir(folder.fd)):
+        names = folder.listdir()
+        raws: dict[str, bytes | None] = {}
+        if isinstance(folder, StoreDir):  # one GET each: read them concurrently
+            wanted = [n for n in names if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")]
+            found = folder.store.map(lambda n: folder.read_small(n, limit=64 << 20), wanted)
+            raws = dict(zip(wanted, found, strict=True))
+        for name in names:
             st = folder.lstat(name)
             if st is None:
                 continue
@@ -280,7 +288,7 @@ def read_manifests(cd: CacheDir) -> tuple[list[ManifestFile], list[DirItem]]:
                 data = None
                 if not is_link:
                     with contextlib.suppress(ValueError, TypeError):
-                        raw = folder.read_small(name, limit=64 << 20)
+                        raw = raws[name] if name in raws else folder.read_small(name, 64 << 20)
                         loaded = json.loads(raw) if raw else None
                         data = loaded if isinstance(loaded, dict) else None
                 key = name[: -len(MANIFEST_SUFFIX)]
@@ -382,6 +390,19 @@ def _open_cache(cache_dir: str | os.PathLike[str]) -> CacheDir:
         raise CachedoctorError(f"cannot open {cache_dir}: {exc.strerror}", slug="io") from exc
 
 
+def _open_dir(cache_dir: str | os.PathLike[str]) -> Dir:
+    if storage.is_url(cache_dir):
+        return StoreDir.open(str(cache_dir))
+    return _open_cache(cache_dir)
+
+
+BUCKET_NOTE = (
+    "a bucket has no locks: each object is deleted only if its generation/ETag is still the one "
+    "this plan saw (a conditional delete), so an object rewritten after the plan is kept and "
+    "reported"
+)
+
+
 def plan_prune(
     cache_dir: str | os.PathLike[str],
     options: PruneOptions,
@@ -396,22 +417,35 @@ def plan_prune(
             "--corrupt, --orphans, --relocated, --stale-jax, --module, --xla-subcaches, --repair",
             slug="usage",
         )
+    if options.repair and storage.is_url(cache_dir):
+        raise CachedoctorError(
+            "--repair works on local cache directories only: it recreates -atime files for "
+            "JAX's LRU eviction and fixes file modes, and a gs:// or s3:// cache has neither",
+            slug="usage",
+        )
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
-    with _open_cache(cache_dir) as cd:
+    with storage.one_line_errors(str(cache_dir)), _open_dir(cache_dir) as cd:
         return _Planner(cd, options, now, jax_info).plan()
 
 
 class _Planner:
-    def __init__(self, cd: CacheDir, options: PruneOptions, now: float, jax_info: JaxInfo) -> None:
+    def __init__(self, cd: Dir, options: PruneOptions, now: float, jax_info: JaxInfo) -> None:
         self.cd = cd
         self.o = options
         self.now = now
         self.jax = jax_info
-        self.listing = reader.list_cache(cd.path)
         self.actions: list[Action] = []
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
+        if isinstance(cd, StoreDir):
+            self.listing = reader.list_cache(cd.store)
+            cd.remember(
+                (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
+            )
+            self.notes.append(BUCKET_NOTE)
+        else:
+            self.listing = reader.list_cache(cd.path)
         self.manifests, self.manifest_others = read_manifests(cd)
         items = self.listing.items
         self.eviction_in_use = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in items)
@@ -445,7 +479,7 @@ class _Planner:
                 if ast is not None:
                     e.atime_item = atime
                     e.atime_id = FileId.of(atime.name, ast)
-                    value = reader.read_atime(os.path.join(self.cd.path, atime.name))
+                    value = self._read_atime(atime.name)
                     if value is not None:
                         e.last_used_ns, e.used_from_atime = value, True
             m = manifests.get(item.key)
@@ -455,6 +489,12 @@ class _Planner:
             out[item.key] = e
         return out
 
+    def _read_atime(self, name: str) -> int | None:
+        if not isinstance(self.cd, StoreDir):
+            return reader.read_atime(os.path.join(self.cd.path, name))
+        data = self.cd.read_small(name, 9)  # the reader's layout: 8 bytes, little-endian ns
+        return int.from_bytes(data, "little") if data is not None and len(data) == 8 else None
+
     def _needs_decode(self) -> bool:
         o = self.o
         return o.duplicates or o.corrupt or o.relocated or o.stale_jax
@@ -463,7 +503,13 @@ class _Planner:
         """Decode entries and build scan's report, so rules reuse scan's findings verbatim."""
         if not self._needs_decode():
             return None
-        infos = []
+        infos: list[EntryInfo] = []
+        if isinstance(self.cd, StoreDir):  # concurrent ranged reads, the same decoder
+            decoded = storage.decode_entries(self.cd.store, [e.item for e in entries.values()])
+            for e, done in zip(entries.values(), decoded, strict=True):
+                e.info = done
+                infos.append(done)
+            return scan.build_report(self.listing, infos, self.jax, self.now)
         for e in entries.values():
             info = reader.decode_entry(self.cd.path + os.sep + e.item.name, key=e.key)
             assert isinstance(info, EntryInfo)
@@ -660,7 +706,7 @@ class _Planner:
         return self.now - mtime_ns / 1e9
 
     def _remove_file(
-        self, item_name: str, st: os.stat_result, rule: Rule, reason: str, folder: str = ""
+        self, item_name: str, st: Stat, rule: Rule, reason: str, folder: str = ""
     ) -> None:
         self.actions.append(
             Action(
@@ -854,7 +900,12 @@ class _Planner:
         if not subs:
             return
         if not self.o.xla_subcaches:
-            total = sum(scan._tree_size(self.listing.path(i)) if i.is_dir else i.size for i in subs)
+            total = sum(
+                scan._tree_size(self.listing.path(i))
+                if i.is_dir and not self.listing.remote
+                else i.size  # a bucket's listing gives a prefix's total
+                for i in subs
+            )
             self.notes.append(
                 f"XLA sub-caches ({', '.join(i.name for i in subs)}, {total} bytes) are not "
                 "touched without --xla-subcaches"
@@ -877,7 +928,7 @@ class _Planner:
         if folder is None:
             return
         with folder:
-            for child in sorted(os.listdir(folder.fd)):
+            for child in folder.listdir():
                 st = folder.lstat(child)
                 if st is None:
                     continue
@@ -893,7 +944,7 @@ class _Planner:
                     if tmp is None:
                         continue
                     with tmp:
-                        for t in sorted(os.listdir(tmp.fd)):
+                        for t in tmp.listdir():
                             tst = tmp.regular(t)
                             if (
                                 tst is not None
@@ -939,9 +990,15 @@ Progress = Callable[[Outcome], None]
 def apply(
     plan: Plan, *, lock_timeout: float = 30.0, progress: Progress | None = None
 ) -> ApplyReport:
-    """Carry out a plan, one unit at a time under JAX's lock; re-check every file first."""
+    """Carry out a plan, one unit at a time under JAX's lock; re-check every file first.
+
+    On a bucket there is no lock to serialise on, and every delete is conditional on its own
+    object, so the units run concurrently on the store's bounded pool.
+    """
     outcomes = []
-    with _open_cache(plan.cache_dir) as cd:
+    with storage.one_line_errors(plan.cache_dir), _open_dir(plan.cache_dir) as cd:
+        if isinstance(cd, StoreDir):
+            return ApplyReport(plan, tuple(_apply_remote(cd, plan, progress)), False)
         locked_any = cd.lstat(fsops.LOCKFILE) is not None
         for action in plan.actions:
             try:
@@ -959,14 +1016,34 @@ def apply(
     return ApplyReport(plan, tuple(outcomes), locked_any)
 
 
+def _apply_remote(cd: StoreDir, plan: Plan, progress: Progress | None) -> list[Outcome]:
+    import threading
+
+    lock = threading.Lock()
+
+    def one(action: Action) -> Outcome:
+        try:
+            outcome = _APPLY[action.op](cd, action)
+        except OSError as exc:
+            outcome = Outcome(action, Status.FAILED, f"{exc.strerror or exc}")
+        except CachedoctorError as exc:  # throttled past the retry budget
+            outcome = Outcome(action, Status.FAILED, str(exc))
+        if progress is not None:
+            with lock:
+                progress(outcome)
+        return outcome
+
+    return list(cd.store.map(one, list(plan.actions)))
+
+
 @contextlib.contextmanager
-def _folder(cd: CacheDir, rel: str) -> Iterator[CacheDir | None]:
+def _folder(cd: Dir, rel: str) -> Iterator[Dir | None]:
     """Open a (nested) folder without following links; None when absent."""
     if not rel:
         yield cd
         return
-    opened: list[CacheDir] = []
-    current: CacheDir | None = cd
+    opened: list[Dir] = []
+    current: Dir | None = cd
     try:
         for part in rel.split("/"):
             assert current is not None
@@ -980,7 +1057,7 @@ def _folder(cd: CacheDir, rel: str) -> Iterator[CacheDir | None]:
             d.close()
 
 
-def remove_companions(cd: CacheDir, key: str) -> int:
+def remove_companions(cd: Dir, key: str) -> int:
     """Remove ``<key>-atime`` and the manifest files of a key whose ``-cache`` is gone."""
     freed = 0
     st = cd.regular(key + reader.ATIME_SUFFIX)
@@ -995,7 +1072,7 @@ def remove_companions(cd: CacheDir, key: str) -> int:
     return freed
 
 
-def _apply_remove_entry(cd: CacheDir, a: Action) -> Outcome:
+def _apply_remove_entry(cd: Dir, a: Action) -> Outcome:
     cache_id = a.files[0]
     for fid in a.files[1:]:  # the -atime of a use-sensitive rule: used since the plan?
         st = cd.lstat(fid.name)
@@ -1024,7 +1101,7 @@ def _orphan_key(a: Action) -> str | None:
     return None
 
 
-def _apply_remove_file(cd: CacheDir, a: Action) -> Outcome:
+def _apply_remove_file(cd: Dir, a: Action) -> Outcome:
     if a.rules[0] is Rule.ORPHANS:
         key = _orphan_key(a)
         if key is not None and cd.lstat(key + reader.CACHE_SUFFIX) is not None:
@@ -1038,7 +1115,7 @@ def _apply_remove_file(cd: CacheDir, a: Action) -> Outcome:
     return Outcome(a, Status.SKIPPED, {"missing": "already gone"}.get(result, result))
 
 
-def _apply_recreate_atime(cd: CacheDir, a: Action) -> Outcome:
+def _apply_recreate_atime(cd: Dir, a: Action) -> Outcome:
     st = cd.regular(a.files[0].name)
     if st is None:
         return Outcome(a, Status.SKIPPED, "entry is gone")
@@ -1048,20 +1125,23 @@ def _apply_recreate_atime(cd: CacheDir, a: Action) -> Outcome:
     return Outcome(a, Status.DONE)
 
 
-def _apply_fix_mode(cd: CacheDir, a: Action) -> Outcome:
+def _apply_fix_mode(cd: Dir, a: Action) -> Outcome:
     result = cd.chmod_nofollow(a.files[0].name, WRITE_BITS, a.files[0])
     return Outcome(
         a, Status.DONE if result == "done" else Status.SKIPPED, "" if result == "done" else result
     )
 
 
-def _apply_rekey(cd: CacheDir, a: Action) -> Outcome:
+def _apply_rekey(cd: Dir, a: Action) -> Outcome:
     from cachedoctor import rekey
+
+    if not isinstance(cd, CacheDir):
+        return Outcome(a, Status.FAILED, "rekey works on local cache directories only")
 
     return rekey.apply_action(cd, a)
 
 
-_APPLY: dict[Op, Callable[[CacheDir, Action], Outcome]] = {
+_APPLY: dict[Op, Callable[[Dir, Action], Outcome]] = {
     Op.REMOVE_ENTRY: _apply_remove_entry,
     Op.REMOVE_FILE: _apply_remove_file,
     Op.RECREATE_ATIME: _apply_recreate_atime,

@@ -8,6 +8,10 @@ these.
 
 Writes are atomic (unique temp file in the same directory, fsync, ``os.replace``), so any number of
 processes and hosts may write at once: a reader sees a whole old file or a whole new one.
+
+A ``gs://`` / ``s3://`` cache dir gets the same layout as objects
+(``<url>/cachedoctor-manifests/<key>.json``): one PUT per manifest, which an object store
+publishes whole or not at all, so no rename is needed. One store per process serves them all.
 """
 
 from __future__ import annotations
@@ -19,13 +23,17 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.keys import HASHER_VERSION, KeyResult, combine
+
+if TYPE_CHECKING:
+    from cachedoctor.storage import Store
 
 SCHEMA_VERSION = 1
 MANIFEST_DIRNAME = "cachedoctor-manifests"
@@ -79,6 +87,45 @@ def manifest_dir(cache_dir: str | os.PathLike[str]) -> Path:
 
 def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
     return manifest_dir(cache_dir) / f"{key}{_SUFFIX}"
+
+
+# --- gs:// and s3:// cache dirs ----------------------------------------------------------------
+
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
+    """The process's one store for a bucket cache dir; None for a local directory."""
+    from cachedoctor import storage
+
+    if not storage.is_url(cache_dir):
+        return None
+    url = str(cache_dir).rstrip("/")
+    with _STORES_LOCK:
+        if url not in _STORES:
+            _STORES[url] = storage.open_store(url)
+        return _STORES[url]
+
+
+def _object(key: str, suffix: str = _SUFFIX) -> str:
+    return f"{MANIFEST_DIRNAME}/{key}{suffix}"
+
+
+def _read_object(store: Store, name: str) -> bytes | None:
+    try:
+        with store.open_read(name) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def manifest_exists(cache_dir: str | os.PathLike[str], key: str) -> bool:
+    """Whether ``key`` has a manifest (one metadata request on a bucket)."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        return store.stat(_object(key)) is not None
+    return manifest_path(cache_dir, key).exists()
 
 
 def from_key_result(
@@ -158,15 +205,28 @@ def _umask() -> int:
 
 def write_manifest(
     cache_dir: str | os.PathLike[str], manifest: Manifest, *, ir_text: str | None = None
-) -> Path:
-    """Write (or replace) a manifest atomically; with ``ir_text``, its compressed module too."""
-    path = manifest_path(cache_dir, manifest.key)
+) -> Path | str:
+    """Write (or replace) a manifest atomically; with ``ir_text``, its compressed module too.
+
+    Returns the file's path, or its URL for a bucket cache dir.
+    """
+    store = _store_for(cache_dir)
+    path = manifest_path(cache_dir, manifest.key) if store is None else None
     if ir_text is not None:
-        _atomic_write(path.with_name(manifest.key + _IR_SUFFIX), gzip.compress(ir_text.encode(), 6))
+        ir = gzip.compress(ir_text.encode(), 6)
+        if store is not None:
+            store.write_atomic(_object(manifest.key, _IR_SUFFIX), ir)
+        else:
+            assert path is not None
+            _atomic_write(path.with_name(manifest.key + _IR_SUFFIX), ir)
         if not manifest.has_ir:
             manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
-    data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode()
-    _atomic_write(path, data + b"\n")
+    data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
+    if store is not None:
+        store.write_atomic(_object(manifest.key), data)
+        return store.url_of(_object(manifest.key))
+    assert path is not None
+    _atomic_write(path, data)
     return path
 
 
@@ -175,6 +235,10 @@ def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | Non
 
     Raises :class:`ManifestError` when the file exists but cannot be parsed.
     """
+    store = _store_for(cache_dir)
+    if store is not None:
+        found = _read_object(store, _object(key))
+        return None if found is None else _parse(store.url_of(_object(key)), found)
     path = manifest_path(cache_dir, key)
     try:
         raw = path.read_bytes()
@@ -183,7 +247,7 @@ def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | Non
     return _parse(path, raw)
 
 
-def _parse(path: Path, raw: bytes) -> Manifest:
+def _parse(path: Path | str, raw: bytes) -> Manifest:
     try:
         data = json.loads(raw)
         if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
@@ -195,6 +259,10 @@ def _parse(path: Path, raw: bytes) -> Manifest:
 
 def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
     """All readable manifests of a cache directory, sorted by key; unreadable ones are skipped."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        yield from _iter_objects(store)
+        return
     folder = manifest_dir(cache_dir)
     if not folder.is_dir():
         return
@@ -207,8 +275,36 @@ def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
             continue
 
 
+def _iter_objects(store: Store) -> Iterator[Manifest]:
+    """A bucket's manifests: one listing, then the objects read concurrently."""
+    try:
+        items = store.list(MANIFEST_DIRNAME)
+    except FileNotFoundError:
+        return
+    names = [
+        _object(i.name.removesuffix(_SUFFIX))
+        for i in items
+        if i.name.endswith(_SUFFIX) and not i.name.startswith(".") and not i.is_dir
+    ]
+
+    def read(name: str) -> Manifest | None:
+        try:
+            raw = _read_object(store, name)
+            return None if raw is None else _parse(store.url_of(name), raw)
+        except (OSError, ManifestError):
+            return None
+
+    for found in store.map(read, names):
+        if found is not None:
+            yield found
+
+
 def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
     """The canonical module text recorded with ``record_ir``, or None."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        raw = _read_object(store, _object(key, _IR_SUFFIX))
+        return None if raw is None else gzip.decompress(raw).decode()
     try:
         data = (manifest_dir(cache_dir) / (key + _IR_SUFFIX)).read_bytes()
     except FileNotFoundError:

@@ -92,6 +92,14 @@ def plan_rekey(
     jax_info: JaxInfo | None = None,
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing."""
+    from cachedoctor.storage import is_url
+
+    if is_url(cache_dir):
+        raise CachedoctorError(
+            "rekey works on local cache directories only: a bucket has no atomic rename or "
+            "link, so a re-key would be a copy of every entry; run it on a local copy",
+            slug="usage",
+        )
     hasher = hasher or default_hasher()
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()

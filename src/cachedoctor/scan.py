@@ -374,8 +374,17 @@ def _same_dir(path_in_entry: str, root: str) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _root_spellings(root: str) -> frozenset[str]:
-    """The ways an entry may name ``root`` (realpath costs a syscall per component: once)."""
-    return frozenset({os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)})
+    """The ways an entry may name ``root`` (realpath costs a syscall per component: once).
+
+    For a bucket, its sub-caches live at a local path (`enable`), which counts as ``root`` too.
+    """
+    from cachedoctor.storage import subcache_dir_for
+
+    spellings = {os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)}
+    local = subcache_dir_for(root)
+    if local is not None:
+        spellings.add(os.path.normpath(local))
+    return frozenset(spellings)
 
 
 def _relocated(root: str, entries: list[EntryInfo], jax_info: JaxInfo) -> list[Finding]:

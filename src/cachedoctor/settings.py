@@ -178,7 +178,12 @@ def resolve(file_values: dict[str, Any] | None = None) -> list[Resolved]:
 
 
 def environment(values: dict[str, Any]) -> dict[str, str]:
-    """Environment variables equivalent to a settings table (for ``enable --print-env``)."""
+    """Environment variables equivalent to a settings table (for ``enable --print-env``).
+
+    For a URL cache dir with XLA's sub-caches on, JAX's own sub-caches are turned off and
+    ``XLA_FLAGS`` (this process's, plus ours) points XLA at local ones: see
+    :func:`url_subcache_flags`.
+    """
     env = {}
     for opt in OPTIONS:
         value = values.get(opt.key)
@@ -188,7 +193,42 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, bool):
             value = "1" if value else "0"
         env[opt.env] = str(value)
+    flags = url_subcache_flags(values)
+    if flags:
+        env[OPTION_BY_KEY["xla_caches"].env] = "none"
+        env["XLA_FLAGS"] = merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
     return env
+
+
+def url_subcache_flags(values: dict[str, Any]) -> list[str]:
+    """XLA flags that keep a ``gs://`` / ``s3://`` cache's sub-caches on a local path.
+
+    JAX would put them inside the cache dir, and XLA opens them with plain file I/O: it cannot
+    write a URL. Empty for a local cache dir or ``xla_caches = "none"``. The local path is
+    ``storage.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
+    """
+    from cachedoctor.storage import is_url, subcache_dir_for
+
+    cache_dir = str(values.get("cache_dir") or "")
+    which = str(values.get("xla_caches") or "autotune")
+    local = subcache_dir_for(cache_dir) if is_url(cache_dir) else None
+    if local is None or which == "none":
+        return []
+    flags = []
+    if which in ("all", "autotune"):
+        autotune = XLA_CACHE_CHOICES["autotune"]
+        flags.append(f"--{autotune}={os.path.join(local, autotune)}")
+    if which in ("all", "kernel"):
+        kernel = XLA_CACHE_CHOICES["kernel"]
+        flags.append(f"--{kernel}={os.path.join(local, kernel)}")
+    return flags
+
+
+def merge_xla_flags(existing: str, flags: list[str]) -> str:
+    """``existing`` XLA_FLAGS with ``flags`` appended; an earlier value of the same flag goes."""
+    names = {f.split("=", 1)[0] for f in flags}
+    kept = [f for f in existing.split() if f.split("=", 1)[0] not in names]
+    return " ".join([*kept, *flags])
 
 
 def configured_cache_dir() -> str | None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from cachedoctor.cli._common import stdout_console
 from cachedoctor.errors import ExitCode
+
+if TYPE_CHECKING:
+    from cachedoctor.reader import EntryDetail
 
 
 @click.command()
@@ -43,7 +47,8 @@ def diff(
 ) -> None:
     """Explain why two cache entries are different entries.
 
-    A and B are keys, unique key prefixes or paths to -cache files (in one directory or two).
+    A and B are keys, unique key prefixes or paths to -cache files (in one directory or two),
+    or gs:// / s3:// URLs of entries; --dir may be a bucket prefix too.
     The verdict comes first: the same executable under two keys, the same program with other
     compile options, different programs, or a different JAX, platform or topology.
 
@@ -73,11 +78,16 @@ def diff(
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
     from cachedoctor.locate import locate_entry
+    from cachedoctor.storage import is_url
 
     cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    path_a = locate_entry(a, cache_dir)
-    path_b = locate_entry(b, cache_dir)
-    result = core.diff_entries(path_a, path_b, context=hlo_context, raw_hlo=raw_hlo)
+
+    def load(ref: str) -> EntryDetail:
+        if is_url(ref) or (is_url(cache_dir) and not os.path.exists(ref)):
+            return core.load_from_store(ref, cache_dir)
+        return core.load_detail(locate_entry(ref, cache_dir))
+
+    result = core.diff_details(load(a), load(b), context=hlo_context, raw_hlo=raw_hlo)
     if as_json:
         from cachedoctor.render.diffjson import diff_document
         from cachedoctor.render.jsonout import dumps

@@ -58,9 +58,12 @@ def enable(
         hook=mode,
         record_ir=record_ir,
     )
+    local = activation.local_subcaches(values)
     if print_env:
         for w in activation.preflight(values):
             _warn(w)
+        if local:
+            click.echo(_local_note(local), err=True)
         click.echo(activation.format_env(settings.environment(values), shell), nl=False)
         return
     report = activation.enable(values)
@@ -72,8 +75,19 @@ def enable(
             click.echo(f"  {key} = {value}")
     if report.created_cache_dir:
         click.echo(f"  created {report.values['cache_dir']}")
+    if report.local_subcaches:
+        click.echo(f"  {_local_note(report.local_subcaches)}")
+        for flag in settings.url_subcache_flags(report.values):
+            click.echo(f"    XLA_FLAGS += {flag}")
     click.echo("new Python processes of this environment use it; check: `cachedoctor status`")
 
 
 def _warn(w: activation.Warning_) -> None:
     click.echo(f"warning: {w.code}: {w.message}\n  fix: {w.fix}", err=True)
+
+
+def _local_note(local: str) -> str:
+    return (
+        f"XLA sub-caches kept locally at {local} (XLA cannot write gs:// or s3://); "
+        "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none, the paths go in XLA_FLAGS"
+    )

@@ -86,6 +86,8 @@ def prune(
     Selectors combine: an entry is removed when any selected rule matches, and the plan says
     which rule took it. Without --apply nothing changes. With it, each entry goes with its
     -atime file and manifest, under JAX's own lock, re-checked right before removal.
+    DIR may be gs://bucket/prefix or s3://bucket/prefix: there, each delete is conditional on
+    the object's generation/ETag at planning time (an object rewritten since is kept).
     Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
     """
     from cachedoctor.maintenance import PruneOptions, apply, parse_duration, parse_size, plan_prune

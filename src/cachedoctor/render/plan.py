@@ -125,11 +125,18 @@ def render_plan(
             Text(
                 f"applied: {result.count(Status.DONE)} done, {result.count(Status.SKIPPED)} "
                 f"skipped, {result.count(Status.FAILED)} failed; reclaimed "
-                f"{human_bytes(result.bytes_reclaimed)}"
-                + ("" if result.locked else " (no .lockfile: JAX's LRU eviction is off)"),
+                f"{human_bytes(result.bytes_reclaimed)}" + _lock_note(plan, result.locked),
                 style="bold",
             )
         )
+
+
+def _lock_note(plan: Plan, locked: bool) -> str:
+    from cachedoctor.storage import is_url
+
+    if is_url(plan.cache_dir):
+        return " (conditional deletes: a bucket has no locks)"
+    return "" if locked else " (no .lockfile: JAX's LRU eviction is off)"
 
 
 def _action_dict(a: Action) -> dict[str, Any]:
