@@ -78,6 +78,33 @@ def test_move_takes_entry_atime_and_manifest_together(
     assert plan_rekey(root, hasher=hasher).actions == ()
 
 
+def test_next_run_finishes_a_move_killed_before_the_old_manifest_went(
+    copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
+) -> None:
+    """A kill after the entry moved but before the old manifest was removed leaves only that
+    manifest behind; the next rekey removes it instead of calling it an orphan."""
+    root = copy_of(request.getfixturevalue("evict_cache"))
+    old = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
+    new = "jit_g-" + "bb" * 32
+    write_manifest(root, old)
+    hasher = MapHasher({old: new})
+    apply(plan_rekey(root, hasher=hasher))
+    # put back the state of a kill between "entry renamed" and "old manifest removed"
+    moved = root / MANIFEST_DIRNAME / f"{new}.json"
+    (root / MANIFEST_DIRNAME / f"{old}.json").write_bytes(moved.read_bytes())
+    data = json.loads(moved.read_text())
+    data["key"] = data["stable_key"] = old
+    (root / MANIFEST_DIRNAME / f"{old}.json").write_text(json.dumps(data))
+    plan = plan_rekey(root, hasher=hasher)
+    assert [(a.op, a.name) for a in plan.actions] == [
+        (Op.REMOVE_FILE, f"{MANIFEST_DIRNAME}/{old}.json")
+    ]
+    assert "interrupted move" in plan.actions[0].reason
+    apply(plan)
+    assert {p.stem for p in (root / MANIFEST_DIRNAME).glob("*.json")} == {new}
+    assert plan_rekey(root, hasher=hasher).actions == ()
+
+
 def test_same_executable_at_the_new_key_drops_the_source(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:

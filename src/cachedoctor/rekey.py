@@ -26,6 +26,7 @@ from cachedoctor.maintenance import (
     MANIFEST_IR_SUFFIX,
     MANIFEST_SUFFIX,
     Action,
+    ManifestFile,
     Op,
     Outcome,
     Plan,
@@ -138,7 +139,13 @@ def plan_rekey(
                 continue
             src = cd.regular(m.key + reader.CACHE_SUFFIX)
             if src is None:
-                skipped.append(Skip(m.key, "manifest without entry (prune --orphans)", Rule.REKEY))
+                leftover = _interrupted_move(cd, m, hasher, folder)
+                if leftover is not None:
+                    actions.append(leftover)
+                else:
+                    skipped.append(
+                        Skip(m.key, "manifest without entry (prune --orphans)", Rule.REKEY)
+                    )
                 continue
             try:
                 new = hasher.recompute(m.data)
@@ -206,6 +213,34 @@ def plan_rekey(
         eviction_in_use=eviction,
         jax_version=jax_info.jax_version,
         jaxlib_version=jax_info.jaxlib_version,
+    )
+
+
+def _interrupted_move(
+    cd: CacheDir, m: ManifestFile, hasher: KeyHasher, folder: str
+) -> Action | None:
+    """The source manifest a killed move left behind: its entry and manifest already stand
+    under the new key, so removing it finishes the move (the next run's job)."""
+    try:
+        new = hasher.recompute(m.data or {})
+    except ValueError:
+        return None
+    mdir = cd.subdir(folder)
+    if new == m.key or mdir is None:
+        return None
+    if cd.regular(new + reader.CACHE_SUFFIX) is None or mdir.regular(new + MANIFEST_SUFFIX) is None:
+        return None
+    st = mdir.regular(m.file)
+    if st is None:
+        return None
+    return Action(
+        op=Op.REMOVE_FILE,
+        name=f"{folder}/{m.file}",
+        rules=(Rule.REKEY,),
+        reason=f"left by an interrupted move to {new}: the entry and its manifest are there",
+        bytes=st.st_size,
+        files=(FileId.of(m.file, st),),
+        folder=folder,
     )
 
 
