@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from cachedoctor.cli._common import stdout_console
 from cachedoctor.errors import ExitCode
 
 FORMATS = ("text", "json", "github", "junit")
@@ -93,31 +92,6 @@ def check(
 
 
 def _render(report: object, fmt: str, *, to_file: bool) -> str:
-    from cachedoctor.check import CheckReport
+    from cachedoctor.render.ci import render_ci
 
-    assert isinstance(report, CheckReport)
-    if fmt == "json":
-        from cachedoctor.render.ci import check_document
-        from cachedoctor.render.jsonout import dumps
-
-        return dumps(check_document(report)) + "\n"
-    if fmt == "github":
-        from cachedoctor.render.github import check_lines
-
-        return "\n".join(check_lines(report)) + "\n"
-    if fmt == "junit":
-        from cachedoctor.render.junit import check_xml
-
-        return check_xml(report)
-    from cachedoctor.render.ci import render_check
-
-    if to_file:
-        from io import StringIO
-
-        from rich.console import Console
-
-        buf = StringIO()
-        render_check(report, Console(file=buf, width=120, no_color=True, highlight=False))
-        return buf.getvalue()
-    render_check(report, stdout_console())
-    return ""
+    return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli._common import SEVERITY_CHOICE, stdout_console
+from cachedoctor.cli._common import SEVERITY_CHOICE
 from cachedoctor.dirs import resolve_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.scan import Severity
@@ -83,31 +83,6 @@ def lint(
 
 
 def _render(report: object, fmt: str, *, to_file: bool) -> str:
-    from cachedoctor.lint import LintReport
+    from cachedoctor.render.ci import render_ci
 
-    assert isinstance(report, LintReport)
-    if fmt == "json":
-        from cachedoctor.render.ci import lint_document
-        from cachedoctor.render.jsonout import dumps
-
-        return dumps(lint_document(report)) + "\n"
-    if fmt == "github":
-        from cachedoctor.render.github import lint_lines
-
-        return "\n".join(lint_lines(report)) + "\n"
-    if fmt == "junit":
-        from cachedoctor.render.junit import lint_xml
-
-        return lint_xml(report)
-    from cachedoctor.render.ci import render_lint
-
-    if to_file:
-        from io import StringIO
-
-        from rich.console import Console
-
-        buf = StringIO()
-        render_lint(report, Console(file=buf, width=120, no_color=True, highlight=False))
-        return buf.getvalue()
-    render_lint(report, stdout_console())
-    return ""
+    return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]
