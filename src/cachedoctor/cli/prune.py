@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from cachedoctor.cli._common import stdout_console
 from cachedoctor.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
+
+if TYPE_CHECKING:
+    from cachedoctor.maintenance import ApplyReport, Plan
 
 
 def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def]
@@ -90,7 +96,7 @@ def prune(
     the object's generation/ETag at planning time (an object rewritten since is kept).
     Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
     """
-    from cachedoctor.maintenance import PruneOptions, apply, parse_duration, parse_size, plan_prune
+    from cachedoctor.maintenance import PruneOptions, parse_duration, parse_size, plan_prune
 
     selectors = []
     for flag, value in (
@@ -126,8 +132,22 @@ def prune(
         selectors=tuple(selectors),
     )
     cache_dir = resolve_cache_dir(directory)
+    plan, result = plan_and_apply(
+        lambda: plan_prune(cache_dir, options), cache_dir, do_apply, lock_timeout
+    )
+    _render(plan, result, as_json)
+    failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
+    ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+
+
+def plan_and_apply(
+    make_plan: Callable[[], Plan], cache_dir: str, do_apply: bool, lock_timeout: float
+) -> tuple[Plan, ApplyReport | None]:
+    """Build a plan and, only when told, apply it; shared by ``prune`` and ``rekey``."""
+    from cachedoctor.maintenance import apply
+
     try:
-        plan = plan_prune(cache_dir, options)
+        plan = make_plan()
         result = (
             apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
             if do_apply
@@ -137,9 +157,7 @@ def prune(
         raise CachedoctorError(
             f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
         ) from exc
-    _render(plan, result, as_json)
-    failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
-    ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+    return plan, result
 
 
 def apply_progress(total: int):  # type: ignore[no-untyped-def]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli.prune import _render, apply_progress
+from cachedoctor.cli.prune import _render, plan_and_apply
 from cachedoctor.dirs import resolve_cache_dir
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import ExitCode
 
 
 @click.command()
@@ -27,21 +27,11 @@ def rekey(
     kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
     2 usage or I/O error.
     """
-    from cachedoctor.maintenance import Status, apply
+    from cachedoctor.maintenance import Status
     from cachedoctor.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
-    try:
-        plan = plan_rekey(cache_dir)
-        result = (
-            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
-            if do_apply
-            else None
-        )
-    except OSError as exc:
-        raise CachedoctorError(
-            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
-        ) from exc
+    plan, result = plan_and_apply(lambda: plan_rekey(cache_dir), cache_dir, do_apply, lock_timeout)
     _render(plan, result, as_json)
     failed = bool(plan.conflicts) or (
         result is not None and any(o.status is Status.FAILED for o in result.outcomes)
