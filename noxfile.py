@@ -93,5 +93,5 @@ def compat(session: nox.Session, jax: str) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks (not part of the test suite): see docs/performance.md."""
-    session.install("-e", ".")
+    session.install("-e", ".", "filelock")  # filelock: JAX's own LRU eviction pass, the baseline
     session.run("python", "benchmarks/run.py", *session.posargs)
