@@ -241,14 +241,9 @@ class CacheDir:
         On filesystems without hard links: a complete copy under a temp name, renamed into
         place after checking that ``dst`` is absent (the caller holds the lock).
         """
-        try:
-            os.link(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
-            return True
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            if exc.errno not in _NO_LINKS:
-                raise
+        linked = self._link_no_clobber(src, dst)
+        if linked is not None:
+            return linked
         if self.lstat(dst) is not None:
             return False
         tmp = self._temp_name()
@@ -274,16 +269,23 @@ class CacheDir:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _publish(self, tmp: str, name: str) -> bool:
-        """Give a complete temp file its final name, unless that name exists."""
+    def _link_no_clobber(self, src: str, dst: str) -> bool | None:
+        """Hard-link ``src`` as ``dst`` unless ``dst`` exists (False); None: no hard links here."""
         try:
-            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+            os.link(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
             return True
         except FileExistsError:
             return False
         except OSError as exc:
             if exc.errno not in _NO_LINKS:
                 raise
+        return None
+
+    def _publish(self, tmp: str, name: str) -> bool:
+        """Give a complete temp file its final name, unless that name exists."""
+        linked = self._link_no_clobber(tmp, name)
+        if linked is not None:
+            return linked
         if self.lstat(name) is not None:
             return False
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
