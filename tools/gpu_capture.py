@@ -242,8 +242,10 @@ def main() -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
 
     lines = [f"python {sys.version}", f"platform {platform.platform()}"]
-    for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv"],
-                [sys.executable, "-m", "pip", "list", "--format=freeze"]):
+    for cmd in (
+        ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv"],
+        [sys.executable, "-m", "pip", "list", "--format=freeze"],
+    ):
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
             text = res.stdout
@@ -262,8 +264,10 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--program", name, "--cache", str(cache)]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
             now = {p.name for p in cache.glob("*-cache")}
-            log.write(f"=== {name} run {attempt}: rc={res.returncode} "
-                      f"{time.perf_counter() - t0:.1f}s new entries={sorted(now - before)}\n")
+            log.write(
+                f"=== {name} run {attempt}: rc={res.returncode} "
+                f"{time.perf_counter() - t0:.1f}s new entries={sorted(now - before)}\n"
+            )
             log.write(res.stdout[-4000:] + res.stderr[-12000:] + "\n")
             print(f"{name} run {attempt}: rc={res.returncode}, {len(now - before)} new", flush=True)
             before = now
@@ -283,10 +287,17 @@ def main() -> int:
     for p in entries[:3]:
         runs += [["show", str(p)], ["show", "--json", "--hlo", str(p)]]
     for argv in runs:
-        res = subprocess.run([sys.executable, "-m", "cachedoctor", *argv], capture_output=True,
-                             text=True, env=env, timeout=120)
-        cli.write(f"$ cachedoctor {' '.join(argv)}\nrc={res.returncode}\n{res.stdout[-20000:]}\n"
-                  f"--- stderr\n{res.stderr[-4000:]}\n")
+        res = subprocess.run(
+            [sys.executable, "-m", "cachedoctor", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        cli.write(
+            f"$ cachedoctor {' '.join(argv)}\nrc={res.returncode}\n{res.stdout[-20000:]}\n"
+            f"--- stderr\n{res.stderr[-4000:]}\n"
+        )
     (out / "cli.txt").write_text(cli.getvalue())
 
     # A few MB of real files for fixtures: the smallest entry of each program, every autotune
