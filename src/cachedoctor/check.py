@@ -33,8 +33,8 @@ from typing import IO, Any
 from cachedoctor import reader
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.scan import FindingKind, ScanReport, scan_directory
+from cachedoctor.settings import HOOK_ENV  # the hook's activation variable
 
-HOOK_ENV = "CACHEDOCTOR_HOOK"  # the hook's activation variable: stable | observe | off
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
 BOOT_DIR = Path(__file__).parent / "_check_boot"
 # JAX raises CacheVerificationError with this text when a cached executable differs.

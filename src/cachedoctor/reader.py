@@ -513,9 +513,9 @@ def canonical_compile_options(buf: wire.Buffer) -> bytes:
             for n2, wt2, v2 in wire.iter_fields(value):
                 if n2 == 3 and wt2 == wire.LEN and not isinstance(v2, int):
                     v2 = memoryview(_canonical_debug_options(v2))
-                inner += _encode_field(n2, wt2, v2)
+                inner += wire.encode_field(n2, wt2, v2)
             value = memoryview(bytes(inner))
-        f_out += _encode_field(number, wt, value)
+        f_out += wire.encode_field(number, wt, value)
     return bytes(f_out)
 
 
@@ -540,35 +540,8 @@ def _canonical_debug_options(buf: wire.Buffer) -> bytes:
         if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
             values = sorted(values, key=lambda item: bytes(item[1]))
         for wt, value in values:
-            out += _encode_field(number, wt, value)
+            out += wire.encode_field(number, wt, value)
     return bytes(out)
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _encode_field(number: int, wt: int, value: wire.FieldValue) -> bytes:
-    tag = _encode_varint(number << 3 | wt)
-    if wt == wire.VARINT:
-        assert isinstance(value, int)
-        return tag + _encode_varint(value)
-    if wt == wire.I64:
-        assert isinstance(value, int)
-        return tag + value.to_bytes(8, "little")
-    if wt == wire.I32:
-        assert isinstance(value, int)
-        return tag + value.to_bytes(4, "little")
-    assert not isinstance(value, int)
-    return tag + _encode_varint(len(value)) + bytes(value)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from cachedoctor import riegeli
 from cachedoctor.formaterrors import CorruptFormat, TooLarge, UnsupportedFormat
-from cachedoctor.wire import LEN, VARINT, WireError, iter_fields
+from cachedoctor.wire import LEN, VARINT, WireError, encode_field, iter_fields
 
 Buffer = bytes | bytearray | memoryview
 
@@ -55,20 +55,9 @@ class SplitProto:
     problems: tuple[str, ...]
 
 
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if not value:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
 def encode_len_field(number: int, payload: bytes) -> bytes:
     """Tag and length prefix for a LEN field, then the payload."""
-    return _varint_bytes(number << 3 | LEN) + _varint_bytes(len(payload)) + payload
+    return encode_field(number, LEN, payload)
 
 
 def _manifest_record(raw: memoryview) -> ManifestRecord:

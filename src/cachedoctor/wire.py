@@ -150,6 +150,34 @@ def packed_varints(value: FieldValue) -> list[int]:
     return out
 
 
+def encode_varint(value: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if not value:
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
+def encode_field(number: int, wire_type: int, value: FieldValue | bytes) -> bytes:
+    """One field (tag and value) in wire format; the inverse of what ``iter_fields`` yields."""
+    tag = encode_varint(number << 3 | wire_type)
+    if wire_type == VARINT:
+        assert isinstance(value, int)
+        return tag + encode_varint(value)
+    if wire_type == I64:
+        assert isinstance(value, int)
+        return tag + value.to_bytes(8, "little")
+    if wire_type == I32:
+        assert isinstance(value, int)
+        return tag + value.to_bytes(4, "little")
+    assert not isinstance(value, int)
+    return tag + encode_varint(len(value)) + bytes(value)
+
+
 # --- streaming ------------------------------------------------------------------------------
 
 

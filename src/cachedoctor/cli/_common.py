@@ -10,6 +10,7 @@ from rich.console import Console
 
 from cachedoctor.scan import Severity
 
+CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output formats
 SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
 
 

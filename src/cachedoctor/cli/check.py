@@ -6,9 +6,8 @@ import sys
 
 import click
 
+from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.errors import ExitCode
-
-FORMATS = ("text", "json", "github", "junit")
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE
 from cachedoctor.dirs import resolve_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.scan import Severity
-
-FORMATS = ("text", "json", "github", "junit")
 
 
 @click.command()
