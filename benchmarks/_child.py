@@ -50,13 +50,14 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
 
 def op_deep(args: dict[str, Any]) -> dict[str, Any]:
     """Decode every entry (serial or parallel) and group them modulo volatile fields."""
-    from cachedoctor import reader, scan
+    from cachedoctor.cache import reader
+    from cachedoctor.commands import scan
 
     workers = args.get("workers")
     t0 = time.perf_counter()
     listing = reader.list_cache(args["dir"])
     try:
-        from cachedoctor import parallel
+        from cachedoctor.cache import parallel
     except ImportError:  # before parallel decode existed
         parallel = None  # type: ignore[assignment]
     if parallel is not None and workers != 1:

@@ -24,7 +24,7 @@ _CHILD = r"""
 import json, os, runpy, statistics, sys, time
 repeat, prog = int(sys.argv[1]), sys.argv[2]
 from jax._src import compilation_cache as cc
-from cachedoctor import hook, keys
+from cachedoctor.stablekeys import hook, keys
 captured = []
 original = cc.get_cache_key
 def capture(*args, **kwargs):

@@ -169,7 +169,7 @@ def drop_index(d: str) -> None:
     """Remove whatever scan index exists for ``d`` (first-scan measurements start cold)."""
     shutil.rmtree(os.path.join(d, "cachedoctor-index"), ignore_errors=True)
     try:
-        from cachedoctor import index
+        from cachedoctor.cache import index
     except ImportError:
         return
     for path in index.index_locations(d):
@@ -440,8 +440,9 @@ def markdown(results: Result) -> str:
 def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
     """cProfile top entries, in this process: a first scan decoded serially (so the decoding
     shows up, not the wait on workers), a repeated scan, and the deep grouping, serially."""
-    from cachedoctor import reader, scan
+    from cachedoctor.cache import reader
     from cachedoctor.cli import main
+    from cachedoctor.commands import scan
 
     def cli_scan() -> None:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):

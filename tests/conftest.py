@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.runner import Run, run_program
+from cachedoctor.commands.runner import Run, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
 

@@ -29,10 +29,10 @@ _RUNNER = r"""
 import atexit, json, os, runpy, sys
 mode, prog = sys.argv[1], sys.argv[2]
 if mode != "none":
-    from cachedoctor import hook
+    from cachedoctor.stablekeys import hook
     ok = hook.install(mode, record_ir=os.environ.get("CACHEDOCTOR_RECORD_IR") == "1")
     if os.environ.get("CACHEDOCTOR_TEST_BREAK_HASHER"):
-        import cachedoctor.keys as k
+        import cachedoctor.stablekeys.keys as k
         def boom(*a, **kw):
             raise RuntimeError("simulated hasher failure")
         k.stable_key = boom

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.check import hook_available, jax_has_verify_option
+from cachedoctor.commands.check import hook_available, jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.conftest import cli_env, make_cache
 
@@ -56,12 +56,14 @@ def test_seed_program_is_unstable() -> None:
         assert "runtime hook is not part of this installation" in out
         assert re.search(r"verdict \((entries|diff)\)", out), out
     if importlib.util.find_spec(
-        "cachedoctor.diff"
+        "cachedoctor.commands.diff"
     ):  # cachedoctor diff's verdict, first and last key
         assert re.search(r"(verdict \(diff\)|\n  diff): same executable", out), out
 
 
-@pytest.mark.skipif(not hook_available(), reason="cachedoctor.hook (stable-keys branch) absent")
+@pytest.mark.skipif(
+    not hook_available(), reason="cachedoctor.stablekeys.hook (stable-keys branch) absent"
+)
 def test_seed_with_manifests_json() -> None:
     proc = cachedoctor("check", "--quiet", "--format", "json", "--", *SEED)
     assert proc.returncode == 1, proc.stderr
@@ -74,7 +76,9 @@ def test_seed_with_manifests_json() -> None:
     assert len(set(change["values"])) == 2 and change["canonical_same"] is True
 
 
-@pytest.mark.skipif(not hook_available(), reason="cachedoctor.hook (stable-keys branch) absent")
+@pytest.mark.skipif(
+    not hook_available(), reason="cachedoctor.stablekeys.hook (stable-keys branch) absent"
+)
 def test_seed_is_stable_with_the_stable_hook() -> None:
     """CACHEDOCTOR_HOOK=stable (the user's choice) is kept: check then proves the fix works."""
     proc = cachedoctor(

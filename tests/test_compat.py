@@ -11,9 +11,9 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from cachedoctor import reader
-from cachedoctor.jaxenv import installed_jax
-from cachedoctor.scan import FindingKind, scan_directory
+from cachedoctor.cache import reader
+from cachedoctor.cache.jaxenv import installed_jax
+from cachedoctor.commands.scan import FindingKind, scan_directory
 from tests.conftest import make_cache
 
 

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import diff, optionschema, reader
-from cachedoctor.jaxenv import installed_jax
+from cachedoctor.cache import reader
+from cachedoctor.cache.jaxenv import installed_jax
+from cachedoctor.cache.reader import EntryInfo
+from cachedoctor.commands import diff
+from cachedoctor.commands.runner import program_env, run_command
 from cachedoctor.programs import program_path
-from cachedoctor.reader import EntryInfo
-from cachedoctor.runner import program_env, run_command
+from cachedoctor.xla import optionschema
 from conftest import cli_env, make_cache
 
 AUTOTUNE_FIELD = "executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir"
@@ -300,12 +302,12 @@ def test_installed_jaxlib_descriptors_agree_with_the_static_table() -> None:
 
 # --- manifests (the stable-key hook's layer; optional) -------------------------------------
 
-_HAS_HOOK = importlib.util.find_spec("cachedoctor.hook") is not None
-_HAS_MANIFEST = importlib.util.find_spec("cachedoctor.manifest") is not None
+_HAS_HOOK = importlib.util.find_spec("cachedoctor.stablekeys.hook") is not None
+_HAS_MANIFEST = importlib.util.find_spec("cachedoctor.stablekeys.manifest") is not None
 
 _HOOK_RUNNER = """
 import runpy, sys
-from cachedoctor import hook
+from cachedoctor.stablekeys import hook
 assert hook.install("observe", record_ir=True), "hook not installed"
 prog = sys.argv[1]
 sys.argv = [prog]
@@ -313,7 +315,9 @@ runpy.run_path(prog, run_name="__main__")
 """
 
 
-@pytest.mark.skipif(not _HAS_HOOK, reason="cachedoctor.hook (the stable-key branch) not installed")
+@pytest.mark.skipif(
+    not _HAS_HOOK, reason="cachedoctor.stablekeys.hook (the stable-key branch) not installed"
+)
 def test_manifests_name_the_backend_config_of_both_runs(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -334,12 +338,14 @@ def test_manifests_name_the_backend_config_of_both_runs(tmp_path: Path) -> None:
     assert m.backend_configs and all(t == "CustomSPMDPartitioning" for t, _, _ in m.backend_configs)
 
 
-@pytest.mark.skipif(not _HAS_MANIFEST, reason="cachedoctor.manifest (stable-key branch) absent")
+@pytest.mark.skipif(
+    not _HAS_MANIFEST, reason="cachedoctor.stablekeys.manifest (stable-key branch) absent"
+)
 def test_manifest_components_that_differ_are_named(
     seed_cache: Path, copy_of: Callable[[Path], Path]
 ) -> None:
     """Manifest files in the documented format, for two real entries; one input changed."""
-    from cachedoctor import manifest as mf
+    from cachedoctor.stablekeys import manifest as mf
 
     cache = copy_of(seed_cache)
     a, b, *_ = entries(cache, "jit_f")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachedoctor import activation, settings
 from cachedoctor.cli import cli
 from cachedoctor.programs import program_path
+from cachedoctor.stablekeys import activation, settings
 from hookrun import MISS_RE, entries
 
 
@@ -173,7 +173,7 @@ needs_pth = pytest.mark.skipif(
 )
 
 _ASK = (
-    "import json, jax; from jax._src import config; from cachedoctor import hook; "
+    "import json, jax; from jax._src import config; from cachedoctor.stablekeys import hook; "
     "print(json.dumps([config.compilation_cache_dir.value, "
     "config.persistent_cache_enable_xla_caches.value, hook.installed_mode()]))"
 )

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from cachedoctor import gpu
-from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
-from cachedoctor.wire import fields_by_number
+from cachedoctor.formats.errors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
+from cachedoctor.formats.wire import fields_by_number
+from cachedoctor.xla import gpu
 from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 
 HLO = (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import manifest
+from cachedoctor.stablekeys import manifest
 from hookrun import base_env, entries, run_program
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 from jax._src import cache_key as ck
 from jax._src import compilation_cache as cc
 
-from cachedoctor import hook, keys
+from cachedoctor.stablekeys import hook, keys
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import keys, manifest
+from cachedoctor.stablekeys import keys, manifest
 
 
 def _result(module: str = "jit_f", compile_options: bytes = b"opts") -> keys.KeyResult:

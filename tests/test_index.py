@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import index, parallel, reader, scan
+from cachedoctor.cache import index, parallel, reader
+from cachedoctor.commands import scan
 from cachedoctor.render.jsonout import dumps, scan_document
 
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text

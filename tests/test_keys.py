@@ -11,8 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from cachedoctor import keys
-from cachedoctor.fingerprint import Unfingerprintable, fingerprint
+from cachedoctor.stablekeys import keys
+from cachedoctor.stablekeys.fingerprint import Unfingerprintable, fingerprint
 
 
 def _module_with(source: str, name: str = "fpmod") -> types.ModuleType:
@@ -136,7 +136,7 @@ def test_stable_across_processes_and_hash_seeds(tmp_path) -> None:
         textwrap.dedent(
             """
             import sys
-            from cachedoctor.fingerprint import fingerprint
+            from cachedoctor.stablekeys.fingerprint import fingerprint
             NAMES = {"alpha", "beta", "gamma", "delta"}
             MAP = {"k": frozenset({"x", "y", "z"})}
             def f(x):

@@ -12,9 +12,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cachedoctor.cli import main
-from cachedoctor.lint import fingerprint, judge, lint_directory
+from cachedoctor.commands.lint import fingerprint, judge, lint_directory
+from cachedoctor.commands.scan import Finding, FindingKind, Severity, scan_directory
 from cachedoctor.render import github, junit
-from cachedoctor.scan import Finding, FindingKind, Severity, scan_directory
 from tests.conftest import make_cache
 
 ANNOTATION = re.compile(r"^::(error|warning|notice)(?: ([^:]*))?::(.*)$")
@@ -101,13 +101,13 @@ def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
     failed = [c for c in cases if c.find("failure") is not None]
     assert int(suite.get("failures", "0")) == 1
     assert [(c.get("classname"), c.get("name")) for c in failed] == [
-        ("cachedoctor.lint.unstable-key", "jit_f")
+        ("cachedoctor.commands.lint.unstable-key", "jit_f")
     ]
     failure = failed[0].find("failure")
     assert failure is not None and "jit_f" in (failure.get("message") or "")
     assert "fingerprint: unstable-key jit_f" in (failure.text or "")
     passing = {c.get("classname") for c in cases if c.find("failure") is None}
-    assert "cachedoctor.lint.corrupt" in passing
+    assert "cachedoctor.commands.lint.corrupt" in passing
 
     # below the threshold: passes, with the finding in system-out; --ignore: skipped
     code, out, _ = invoke("lint", str(seed_cache), "--format", "junit")
@@ -118,7 +118,7 @@ def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
     suite = ET.fromstring(out).find("testsuite")
     assert suite is not None
     skipped = [c for c in suite.findall("testcase") if c.find("skipped") is not None]
-    assert [c.get("classname") for c in skipped] == ["cachedoctor.lint.unstable-key"]
+    assert [c.get("classname") for c in skipped] == ["cachedoctor.commands.lint.unstable-key"]
 
 
 def test_junit_survives_control_characters(seed_cache: Path) -> None:

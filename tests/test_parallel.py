@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import parallel, reader, scan
+from cachedoctor.cache import parallel, reader
+from cachedoctor.commands import scan
 from cachedoctor.render.jsonout import dumps, scan_document
 
 

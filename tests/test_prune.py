@@ -16,20 +16,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachedoctor import fsops, reader, scan
+from cachedoctor.cache import reader
 from cachedoctor.cli import cli
-from cachedoctor.maintenance import (
-    MANIFEST_DIRNAME,
-    Op,
-    PruneOptions,
-    Rule,
-    Status,
-    apply,
-    parse_duration,
-    parse_size,
-    plan_prune,
-)
-from cachedoctor.runner import run_program
+from cachedoctor.commands import scan
+from cachedoctor.commands.apply import apply
+from cachedoctor.commands.maintenance import PruneOptions, parse_duration, parse_size, plan_prune
+from cachedoctor.commands.plan import MANIFEST_DIRNAME, Op, Rule, Status
+from cachedoctor.commands.runner import run_program
+from cachedoctor.storage import fsops
 from tests.conftest import make_cache
 
 EVICT = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(10**9)}
@@ -74,7 +68,7 @@ def set_atime(root: Path, key: str, ns: int) -> None:
 
 
 def write_manifest(root: Path, key: str, jaxlib: str = "0.10.2", mode: str = "stable") -> Path:
-    """A manifest in the format of cachedoctor.manifest (branch hook), schema 1."""
+    """A manifest in the format of cachedoctor.stablekeys.manifest (branch hook), schema 1."""
     folder = root / MANIFEST_DIRNAME
     folder.mkdir(exist_ok=True)
     module = key.rsplit("-", 1)[0]
@@ -558,9 +552,9 @@ def test_cli_usage_errors_are_one_line(tmp_path: Path) -> None:
 def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     from rich.console import Console
 
-    from cachedoctor.fsops import FileId
-    from cachedoctor.maintenance import Action, ApplyReport, Outcome, Plan, Skip
+    from cachedoctor.commands.plan import Action, ApplyReport, Outcome, Plan, Skip
     from cachedoctor.render.plan import plan_document, render_plan
+    from cachedoctor.storage.fsops import FileId
 
     key = "jit_f-" + "ab" * 32
     remove = Action(

@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
-from cachedoctor import reader, scan
-from cachedoctor.maintenance import MANIFEST_DIRNAME, PruneOptions, apply, plan_prune
-from cachedoctor.rekey import plan_rekey
-from cachedoctor.runner import Run, run_program
+from cachedoctor.cache import reader
+from cachedoctor.commands import scan
+from cachedoctor.commands.apply import apply
+from cachedoctor.commands.maintenance import PruneOptions, plan_prune
+from cachedoctor.commands.plan import MANIFEST_DIRNAME
+from cachedoctor.commands.rekey import plan_rekey
+from cachedoctor.commands.runner import Run, run_program
 from tests.conftest import cli_env
 from tests.test_prune import (
     EVICT,
@@ -199,8 +202,8 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
 
 REKEY_SCRIPT = """
 import hashlib, sys
-from cachedoctor.maintenance import apply
-from cachedoctor.rekey import plan_rekey
+from cachedoctor.commands.apply import apply
+from cachedoctor.commands.rekey import plan_rekey
 
 class Hasher:
     version = 2

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor import reader
-from cachedoctor.reader import EntryDetail, EntryInfo, FileKind
+from cachedoctor.cache import reader
+from cachedoctor.cache.reader import EntryDetail, EntryInfo, FileKind
 
 
 def _entries(cache: Path) -> list[EntryInfo]:

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor import gpu, reader
-from cachedoctor.reader import EntryInfo
-from cachedoctor.scan import FindingKind, scan_directory
+from cachedoctor.cache import reader
+from cachedoctor.cache.reader import EntryInfo
+from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.xla import gpu
 from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 from tests.test_gpu import BUFFERS, CC_H100, CUBIN, DNN, PTX, THUNKS
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from cachedoctor import reader
-from cachedoctor.maintenance import MANIFEST_DIRNAME, Op, Status, apply
-from cachedoctor.rekey import plan_rekey
+from cachedoctor.cache import reader
+from cachedoctor.commands.apply import apply
+from cachedoctor.commands.plan import MANIFEST_DIRNAME, Op, Status
+from cachedoctor.commands.rekey import plan_rekey
 from tests.test_prune import (
     assert_usable,
     entry_keys,
@@ -27,7 +28,10 @@ from tests.test_prune import (
     write_manifest,
 )
 
-HAS_HASHER = all(importlib.util.find_spec(m) for m in ("cachedoctor.keys", "cachedoctor.manifest"))
+HAS_HASHER = all(
+    importlib.util.find_spec(m)
+    for m in ("cachedoctor.stablekeys.keys", "cachedoctor.stablekeys.manifest")
+)
 
 
 class MapHasher:
@@ -186,12 +190,12 @@ def test_manifests_that_cannot_move_are_skipped_with_reasons(
 
 
 @pytest.mark.skipif(
-    not HAS_HASHER, reason="the stable hasher (cachedoctor.keys, branch hook) is absent"
+    not HAS_HASHER, reason="the stable hasher (cachedoctor.stablekeys.keys, branch hook) is absent"
 )
 def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
     copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
 ) -> None:
-    from cachedoctor import keys as stable  # type: ignore[attr-defined,unused-ignore]
+    from cachedoctor.stablekeys import keys as stable  # type: ignore[attr-defined,unused-ignore]
 
     root = copy_of(request.getfixturevalue("evict_cache"))
     old = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
@@ -215,25 +219,12 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
     assert (root / f"{expected}{reader.ATIME_SUFFIX}").exists()
 
 
-def test_without_the_hasher_rekey_says_what_is_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import cachedoctor
-    from cachedoctor.errors import CachedoctorError
-
-    monkeypatch.setitem(sys.modules, "cachedoctor.keys", None)  # as if not installed
-    monkeypatch.delattr(cachedoctor, "keys", raising=False)
-    with pytest.raises(CachedoctorError) as info:
-        plan_rekey(tmp_path)
-    assert info.value.slug == "no-hasher" and "cachedoctor.keys" in str(info.value)
-
-
 V2_RUNNER = """
 import runpy, sys
-import cachedoctor.keys as keys
+import cachedoctor.stablekeys.keys as keys
 keys.HASHER_VERSION = 2  # what a hasher upgrade does: a new combination step
 keys.combine.__defaults__ = (2,)
-from cachedoctor import hook
+from cachedoctor.stablekeys import hook
 assert hook.install("stable")
 prog = sys.argv[1]
 sys.argv = [prog]
@@ -241,13 +232,15 @@ runpy.run_path(prog, run_name="__main__")
 """
 
 
-@pytest.mark.skipif(not HAS_HASHER, reason="the stable hasher (cachedoctor.keys) is absent")
+@pytest.mark.skipif(
+    not HAS_HASHER, reason="the stable hasher (cachedoctor.stablekeys.keys) is absent"
+)
 def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Real manifests from the real hook; after rekey, a hook with the new hasher hits them."""
-    from cachedoctor import keys as stable  # type: ignore[attr-defined,unused-ignore]
     from cachedoctor.programs import program_path
+    from cachedoctor.stablekeys import keys as stable  # type: ignore[attr-defined,unused-ignore]
     from tests.hookrun import Run, base_env
     from tests.hookrun import run_program as run_hooked
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from cachedoctor import riegeli
-from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
+from cachedoctor.formats import riegeli
+from cachedoctor.formats.errors import CorruptFormat, FormatError, TooLarge, UnsupportedFormat
 from tests.gpu_vectors import BLOCK, RiegeliWriter, riegeli_file, simple_chunk_data, varint
 
 SPEC_SIGNATURE_HEX = """

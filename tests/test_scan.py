@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import reader
-from cachedoctor.jaxenv import JaxInfo, installed_jax
-from cachedoctor.reader import EntryInfo
-from cachedoctor.scan import FindingKind, Severity, build_report, scan_directory
+from cachedoctor.cache import reader
+from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
+from cachedoctor.cache.reader import EntryInfo
+from cachedoctor.commands.scan import FindingKind, Severity, build_report, scan_directory
 from tests.conftest import make_cache
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import snappy
-from cachedoctor.formaterrors import CorruptFormat, FormatError, TooLarge
+from cachedoctor.formats import snappy
+from cachedoctor.formats.errors import CorruptFormat, FormatError, TooLarge
 from tests.gpu_vectors import snappy_compress
 
 # Vectors worked out by hand from google/snappy format_description.txt (sections 1 and 2).

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from cachedoctor import splitproto
-from cachedoctor.formaterrors import CorruptFormat, TooLarge, UnsupportedFormat
-from cachedoctor.wire import fields_by_number
+from cachedoctor.formats import splitproto
+from cachedoctor.formats.errors import CorruptFormat, TooLarge, UnsupportedFormat
+from cachedoctor.formats.wire import fields_by_number
 from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 
 EAO = "xla.ExecutableAndOptionsProto"

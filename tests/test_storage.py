@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import reader, storage
-from cachedoctor.scan import scan_directory
-from cachedoctor.storage import (
+from cachedoctor.cache import reader
+from cachedoctor.commands.scan import scan_directory
+from cachedoctor.storage import stores
+from cachedoctor.storage.stores import (
     DeleteOutcome,
     IoStats,
     LocalStore,
@@ -40,13 +41,13 @@ class FakeClientError(Exception):
 
 
 def test_urls() -> None:
-    assert storage.is_url("gs://bucket/jax-cache")
-    assert storage.is_url("s3://bucket")
-    assert not storage.is_url("/tmp/cache")
-    assert not storage.is_url("file:///tmp/cache")
-    assert not storage.is_url("http://example/cache")
-    assert storage.split_url("s3://b/a/b/") == ("s3", "b", "a/b")
-    assert storage.split_url("gs://b") == ("gs", "b", "")
+    assert stores.is_url("gs://bucket/jax-cache")
+    assert stores.is_url("s3://bucket")
+    assert not stores.is_url("/tmp/cache")
+    assert not stores.is_url("file:///tmp/cache")
+    assert not stores.is_url("http://example/cache")
+    assert stores.split_url("s3://b/a/b/") == ("s3", "b", "a/b")
+    assert stores.split_url("gs://b") == ("gs", "b", "")
 
 
 def test_retry_counts_throttles_and_succeeds() -> None:
@@ -116,7 +117,7 @@ def test_transient_reason_sees_through_library_wrappers() -> None:
 
 def test_subcache_dir_is_local_and_the_same_on_every_host(monkeypatch: pytest.MonkeyPatch) -> None:
     assert subcache_dir_for("/data/jax-cache") is None
-    monkeypatch.delenv(storage.SUBCACHE_ROOT_ENV, raising=False)
+    monkeypatch.delenv(stores.SUBCACHE_ROOT_ENV, raising=False)
     monkeypatch.setenv("HOME", "/home/alice")
     monkeypatch.setenv("USER", "alice")
     first = subcache_dir_for("gs://team-bucket/jax/cache")
@@ -125,14 +126,14 @@ def test_subcache_dir_is_local_and_the_same_on_every_host(monkeypatch: pytest.Mo
     assert subcache_dir_for("gs://team-bucket/jax/cache/") == first
     assert first == "/tmp/cachedoctor-xla-subcaches/gs/team-bucket/jax/cache"
     assert subcache_dir_for("s3://b/../x") == "/tmp/cachedoctor-xla-subcaches/s3/b/__/x"
-    monkeypatch.setenv(storage.SUBCACHE_ROOT_ENV, "/scratch/xla")
+    monkeypatch.setenv(stores.SUBCACHE_ROOT_ENV, "/scratch/xla")
     assert subcache_dir_for("s3://b/p") == "/scratch/xla/s3/b/p"
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "s3fs", None)  # import s3fs -> ImportError
     with pytest.raises(MissingExtraError, match=r"pip install 'cachedoctor\[s3\]'"):
-        storage.open_store("s3://bucket/cache")
+        stores.open_store("s3://bucket/cache")
 
 
 def test_cli_without_the_extra_says_which(tmp_path: Path) -> None:

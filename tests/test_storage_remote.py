@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 
-from cachedoctor import reader, storage
-from cachedoctor.runner import run_program
-from cachedoctor.scan import FindingKind, ScanReport, scan_directory
-from cachedoctor.storage import DeleteOutcome, RemoteStore, RetryPolicy
+from cachedoctor.cache import reader
+from cachedoctor.commands.runner import run_program
+from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
+from cachedoctor.storage import stores
+from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
 from tests.conftest import cli_env
 
 pytestmark = pytest.mark.remote
@@ -281,11 +282,11 @@ def servers() -> Iterator[Servers]:
 
 
 def _fs(scheme: str) -> Any:
-    return storage._make_filesystem(scheme)
+    return stores._make_filesystem(scheme)
 
 
 def _upload(url: str, local: Path) -> None:
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     store.map(
         lambda path: store.write_atomic(path.name, path.read_bytes()),
@@ -426,7 +427,7 @@ def test_throttled_scan_completes_with_the_same_result(
 def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache: Path) -> None:
     url = servers.url(scheme, "prune/cache")
     _upload(url, local_cache)
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     plan = [i for i in reader.list_cache(store).entries]
     assert len(plan) >= 3 and all(i.version for i in plan)
     rewritten = plan[0]
@@ -453,7 +454,7 @@ def test_s3_server_refuses_a_delete_of_a_changed_object(
     """The race the pre-check cannot see: the object changes between check and delete."""
     url = servers.url("s3", "race/cache")
     _upload(url, local_cache)
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     item = store.list()[0]
     store.fs.pipe_file(store.path_of(item.name), b"rewritten")
@@ -479,7 +480,7 @@ def test_gcs_delete_is_sent_with_if_generation_match(
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> None:
-    store = storage.open_store(servers.url(scheme, "manifests"))
+    store = stores.open_store(servers.url(scheme, "manifests"))
     name = "cachedoctor-manifests/jit_f-abc.json"
     store.write_atomic(name, b'{"v": 1}')
     store.write_atomic(name, b'{"v": 2}')
@@ -509,7 +510,7 @@ def _cli(servers: Servers, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _versions(url: str) -> dict[str, str | None]:
     """Every object under the prefix with its generation / ETag (a fresh listing)."""
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     found = store.fs.find(store.path_of(), detail=True)
     key = "generation" if store.scheme == "gs" else "ETag"
@@ -558,7 +559,9 @@ def test_diff_of_bucket_entries_matches_local(
 def test_prune_a_bucket_dry_run_then_apply(
     scheme: str, servers: Servers, local_cache: Path
 ) -> None:
-    from cachedoctor.maintenance import PruneOptions, Status, apply, plan_prune
+    from cachedoctor.commands.apply import apply
+    from cachedoctor.commands.maintenance import PruneOptions, plan_prune
+    from cachedoctor.commands.plan import Status
 
     url = servers.url(scheme, "prune-cli/cache")
     _upload(url, local_cache)
@@ -575,7 +578,7 @@ def test_prune_a_bucket_dry_run_then_apply(
     assert sorted(a.name for a in plan.actions) == sorted(a["name"] for a in planned["actions"])
     assert all(a.files[0].version for a in plan.actions)
     rewritten = plan.actions[0].name + "-cache"
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     store.fs.pipe_file(store.path_of(rewritten), b"another host wrote this after the plan")
     result = apply(plan)
@@ -590,7 +593,7 @@ def test_prune_a_bucket_dry_run_then_apply(
     assert applied.returncode == 0, applied.stderr
     assert "applied: 1 done" in applied.stdout
     with pytest.raises(FileNotFoundError):
-        storage.open_store(url).list()
+        stores.open_store(url).list()
 
 
 # --- the hook's manifests in a bucket --------------------------------------------------------
@@ -598,22 +601,22 @@ def test_prune_a_bucket_dry_run_then_apply(
 
 def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
-    from cachedoctor import manifest
+    from cachedoctor.commands.runner import program_env, run_command
     from cachedoctor.programs import program_path
-    from cachedoctor.runner import program_env, run_command
+    from cachedoctor.stablekeys import manifest
 
     url = servers.url("s3", "hooked/cache")
     argv = [
         sys.executable,
         "-m",
-        "cachedoctor.hook",
+        "cachedoctor.stablekeys.hook",
         "--mode",
         "stable",
         str(program_path("plain")),
     ]
     run = run_command(argv, program_env(url, NO_XLA_CACHES))
     assert run.returncode == 0, run.stderr[-2000:]
-    store = storage.open_store(url)
+    store = stores.open_store(url)
     keys = sorted(i.key for i in reader.list_cache(store).entries if i.key)
     assert keys
     objects = {i.name for i in store.list(manifest.MANIFEST_DIRNAME)}
@@ -646,7 +649,7 @@ def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     """After `enable --dir s3://…`, JAX's compile options name the local sub-cache path."""
     import sysconfig
 
-    from cachedoctor.runner import program_env, run_command
+    from cachedoctor.commands.runner import program_env, run_command
 
     startup = Path(sysconfig.get_paths()["purelib"]) / "cachedoctor_startup.pth"
     if not startup.exists():
@@ -656,7 +659,7 @@ def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     monkeypatch.setenv("CACHEDOCTOR_XLA_SUBCACHE_ROOT", str(tmp_path / "subcaches"))
     enabled = _cli(servers, "enable", "--dir", url, "--xla-caches", "autotune", "--mode", "off")
     assert enabled.returncode == 0, enabled.stderr
-    local = storage.subcache_dir_for(url)
+    local = stores.subcache_dir_for(url)
     assert local is not None and local.startswith(str(tmp_path))
     assert f"XLA sub-caches kept locally at {local} (XLA cannot write gs:// or s3://)" in (
         enabled.stdout

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor import subcaches, textproto
-from cachedoctor.formaterrors import FormatError
+from cachedoctor.formats import textproto
+from cachedoctor.formats.errors import FormatError
+from cachedoctor.xla import subcaches
 from tests.gpu_vectors import f_bytes, f_varint
 
 MODEL = (

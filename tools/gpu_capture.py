@@ -144,7 +144,7 @@ def _decompress(raw: bytes) -> tuple[str, bytes]:
 
 def _split_ifrt_header(payload: bytes) -> tuple[bytes | None, bytes]:
     """jax >= 0.9.1: varint length + SerializedXlaExecutableMetadata, then the PjRt payload."""
-    from cachedoctor.wire import WireError, fields_by_number, read_varint
+    from cachedoctor.formats.wire import WireError, fields_by_number, read_varint
 
     try:
         n, pos = read_varint(payload, 0, len(payload))
@@ -159,7 +159,8 @@ def _split_ifrt_header(payload: bytes) -> tuple[bytes | None, bytes]:
 
 
 def decode_entry(path: Path) -> dict[str, object]:
-    from cachedoctor import gpu, riegeli
+    from cachedoctor.formats import riegeli
+    from cachedoctor.xla import gpu
 
     out: dict[str, object] = {"file": path.name, "size": path.stat().st_size}
     try:
@@ -177,7 +178,7 @@ def decode_entry(path: Path) -> dict[str, object]:
         out["client_name"] = entry.client_name
         out["executable"] = _jsonable(entry.executable)
         out["payload_problems"] = list(entry.payload.problems)
-        from cachedoctor.wire import fields_by_number
+        from cachedoctor.formats.wire import fields_by_number
 
         exe = bytes(fields_by_number(entry.payload.executable_and_options)[1][-1])
         out["executable_first_bytes"] = exe[:16].hex()
@@ -198,7 +199,7 @@ def decode_entry(path: Path) -> dict[str, object]:
 
 
 def decode_all(cache: Path) -> dict[str, object]:
-    from cachedoctor import subcaches
+    from cachedoctor.xla import subcaches
 
     entries = [decode_entry(path) for path in sorted(cache.glob("*-cache"))]
     result: dict[str, object] = {"entries": entries}
@@ -309,7 +310,7 @@ def main() -> int:
         if module not in seen and p.stat().st_size <= MAX_TAR_ENTRY_BYTES:
             seen.add(module)
             picked.append(p)
-    from cachedoctor import subcaches
+    from cachedoctor.xla import subcaches
 
     picked += sorted(p for p in (cache / subcaches.AUTOTUNE_DIR).rglob("*") if p.is_file())
     kc = cache / subcaches.KERNEL_CACHE_FILE

@@ -3,7 +3,7 @@
 It activates cachedoctor's runtime hook in the mode ``CACHEDOCTOR_HOOK`` names (``check`` sets
 ``observe``: JAX keeps its keys, the hook records key manifests) even where cachedoctor's
 start-up ``.pth`` is not installed, e.g. when running from a source checkout. With
-``cachedoctor._startup`` available it simply calls its ``startup()`` (idempotent, so a ``.pth``
+``stablekeys._startup`` available it simply calls its ``startup()`` (idempotent, so a ``.pth``
 that already ran is harmless); otherwise it installs the hook right after ``jax`` is imported,
 never importing jax itself. A hook already installed is left as it is. Then it runs the
 ``sitecustomize`` it shadows, if any. Silent and harmless when cachedoctor cannot be imported.
@@ -17,7 +17,7 @@ from typing import Any
 
 def _activate(mode: str) -> None:
     try:
-        from cachedoctor._startup import startup  # type: ignore[import-not-found,unused-ignore]
+        from cachedoctor.stablekeys._startup import startup  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         pass
     else:
@@ -39,7 +39,7 @@ def _activate(mode: str) -> None:
             def exec_module(module: Any) -> None:
                 original(module)
                 with contextlib.suppress(Exception):
-                    from cachedoctor import hook  # type: ignore[attr-defined,unused-ignore]
+                    from cachedoctor.stablekeys import hook  # type: ignore[attr-defined,unused-ignore]
 
                     if hook.installed_mode() is None:
                         hook.install(mode=mode)

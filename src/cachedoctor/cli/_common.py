@@ -6,22 +6,12 @@ import os
 import sys
 
 import click
-from rich.console import Console
 
-from cachedoctor.scan import Severity
+from cachedoctor.commands.scan import Severity
+from cachedoctor.render.console import stderr_console
 
 CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output formats
 SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
-
-
-def stdout_console() -> Console:
-    """Data goes to stdout; rich decides colour from the terminal and NO_COLOR."""
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(highlight=False, soft_wrap=False, width=width)
-
-
-def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
 
 
 def progress_to_stderr(enabled: bool):  # type: ignore[no-untyped-def]

@@ -58,7 +58,7 @@ def check(
     run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable, 1 an unstable key
     (or, with --verify, a stale entry), 2 usage error or CMD failed.
     """
-    from cachedoctor.check import run_check
+    from cachedoctor.commands.check import run_check
 
     machine_stdout = fmt in ("json", "junit") and output is None
     out = None if quiet else (sys.stderr.buffer if machine_stdout else sys.stdout.buffer)
@@ -82,7 +82,7 @@ def check(
     )
     text = _render(report, fmt, to_file=output is not None)
     if output is not None:
-        from cachedoctor.lint import write_text_atomic
+        from cachedoctor.commands.lint import write_text_atomic
 
         write_text_atomic(output, text)
     elif text:

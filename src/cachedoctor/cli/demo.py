@@ -13,11 +13,11 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from cachedoctor.cli._common import stdout_console
+from cachedoctor.commands.runner import Run, program_env, run_command
+from cachedoctor.commands.scan import FindingKind, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.programs import program_path
-from cachedoctor.runner import Run, program_env, run_command
-from cachedoctor.scan import FindingKind, scan_directory
+from cachedoctor.render.console import stdout_console
 
 _MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '(jit_f)'")
 
@@ -88,7 +88,7 @@ def demo(ctx: click.Context, runs: int, keep: bool) -> None:
             )
 
         console.print(Text("\n3. cachedoctor enable (for the demo's processes only)", style="bold"))
-        from cachedoctor import settings
+        from cachedoctor.stablekeys import settings
 
         config = os.path.join(workdir, "config.toml")
         settings.save({"cache_dir": cache, "hook": "stable"}, Path(config))

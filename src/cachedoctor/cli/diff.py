@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cli._common import stdout_console
 from cachedoctor.errors import ExitCode
+from cachedoctor.render.console import stdout_console
 
 if TYPE_CHECKING:
-    from cachedoctor.reader import EntryDetail
+    from cachedoctor.cache.reader import EntryDetail
 
 
 @click.command()
@@ -55,12 +55,12 @@ def diff(
     Exit status: 0 when the entries are identical modulo volatile fields, 1 when they differ,
     2 on errors.
     """
-    from cachedoctor import diff as core
+    from cachedoctor.commands import diff as core
 
     if module is not None:
         if a is not None or b is not None:
             raise click.UsageError("give either A and B, or --module NAME, not both")
-        from cachedoctor.dirs import resolve_cache_dir
+        from cachedoctor.commands.dirs import resolve_cache_dir
 
         report = core.diff_module(
             resolve_cache_dir(directory), module, context=hlo_context, raw_hlo=raw_hlo
@@ -77,8 +77,8 @@ def diff(
         ctx.exit(int(ExitCode.OK if report.equivalent else ExitCode.FINDINGS))
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
-    from cachedoctor.locate import locate_entry
-    from cachedoctor.storage import is_url
+    from cachedoctor.cache.locate import locate_entry
+    from cachedoctor.storage.stores import is_url
 
     cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor import activation
+from cachedoctor.stablekeys import activation
 
 
 @click.command("disable")

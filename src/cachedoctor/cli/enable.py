@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor import activation, settings
+from cachedoctor.stablekeys import activation, settings
 
 
 @click.command("enable")

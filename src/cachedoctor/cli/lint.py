@@ -6,9 +6,9 @@ import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE
-from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.commands.dirs import resolve_cache_dir
+from cachedoctor.commands.scan import Severity
 from cachedoctor.errors import ExitCode
-from cachedoctor.scan import Severity
 
 
 @click.command()
@@ -56,7 +56,7 @@ def lint(
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
     at --fail-on or above that is not in the baseline, 2 usage or I/O error.
     """
-    from cachedoctor import lint as core
+    from cachedoctor.commands import lint as core
 
     kinds = core.parse_kinds(ignore)
     report = core.lint_directory(

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cli._common import stdout_console
-from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.render.console import stdout_console
 
 if TYPE_CHECKING:
-    from cachedoctor.maintenance import ApplyReport, Plan
+    from cachedoctor.commands.plan import ApplyReport, Plan
 
 
 def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def]
@@ -96,7 +96,12 @@ def prune(
     the object's generation/ETag at planning time (an object rewritten since is kept).
     Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
     """
-    from cachedoctor.maintenance import PruneOptions, parse_duration, parse_size, plan_prune
+    from cachedoctor.commands.maintenance import (
+        PruneOptions,
+        parse_duration,
+        parse_size,
+        plan_prune,
+    )
 
     selectors = []
     for flag, value in (
@@ -144,7 +149,7 @@ def plan_and_apply(
     make_plan: Callable[[], Plan], cache_dir: str, do_apply: bool, lock_timeout: float
 ) -> tuple[Plan, ApplyReport | None]:
     """Build a plan and, only when told, apply it; shared by ``prune`` and ``rekey``."""
-    from cachedoctor.maintenance import apply
+    from cachedoctor.commands.apply import apply
 
     try:
         plan = make_plan()
@@ -167,7 +172,7 @@ def apply_progress(total: int):  # type: ignore[no-untyped-def]
 
     if total < 200 or not sys.stderr.isatty() or os.environ.get("CI"):
         return None
-    from cachedoctor.cli._common import stderr_console
+    from cachedoctor.render.console import stderr_console
 
     err = stderr_console()
     done = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cachedoctor.cli.prune import _render, plan_and_apply
-from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import ExitCode
 
 
@@ -27,8 +27,8 @@ def rekey(
     kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
     2 usage or I/O error.
     """
-    from cachedoctor.maintenance import Status
-    from cachedoctor.rekey import plan_rekey
+    from cachedoctor.commands.plan import Status
+    from cachedoctor.commands.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
     plan, result = plan_and_apply(lambda: plan_rekey(cache_dir), cache_dir, do_apply, lock_timeout)

@@ -6,15 +6,12 @@ import time
 
 import click
 
-from cachedoctor.cli._common import (
-    SEVERITY_CHOICE,
-    progress_to_stderr,
-    stdout_console,
-)
-from cachedoctor.dirs import resolve_cache_dir
+from cachedoctor.cli._common import SEVERITY_CHOICE, progress_to_stderr
+from cachedoctor.commands.dirs import resolve_cache_dir
+from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
-from cachedoctor.scan import ProgressCallback, ScanReport, Severity, scan_directory
-from cachedoctor.storage import is_url
+from cachedoctor.render.console import stdout_console
+from cachedoctor.storage.stores import is_url
 
 
 @click.command()
@@ -72,7 +69,7 @@ def scan(
 
 def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     """Scan a bucket prefix; the request and retry counts go to stderr."""
-    from cachedoctor.storage import open_store
+    from cachedoctor.storage.stores import open_store
 
     store = open_store(url)
     start = time.monotonic()

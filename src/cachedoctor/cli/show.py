@@ -6,11 +6,12 @@ import os
 
 import click
 
-from cachedoctor import reader
-from cachedoctor.cli._common import stdout_console
+from cachedoctor.cache import reader
+from cachedoctor.cache.locate import locate_entry, locate_in_store
+from cachedoctor.cache.reader import decode_item
 from cachedoctor.errors import CachedoctorError, ExitCode
-from cachedoctor.locate import locate_entry
-from cachedoctor.storage import decode_item, is_url, locate_in_store, one_line_errors
+from cachedoctor.render.console import stdout_console
+from cachedoctor.storage.stores import is_url, one_line_errors
 
 
 @click.command()
@@ -51,7 +52,7 @@ def show(
     assert isinstance(detail, reader.EntryDetail)
     hlo_text = None
     if hlo:
-        from cachedoctor.hlo import hlo_text as render_hlo
+        from cachedoctor.xla.hlo import hlo_text as render_hlo
 
         if detail.hlo_module is None:
             raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")

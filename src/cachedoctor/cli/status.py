@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import click
 
-from cachedoctor import activation
+from cachedoctor.stablekeys import activation
 
 
 @click.command("status")

@@ -8,11 +8,11 @@ from rich.console import Console
 from rich.text import Text
 
 from cachedoctor import __version__
-from cachedoctor.check import CheckReport
-from cachedoctor.lint import LintReport
+from cachedoctor.commands.check import CheckReport
+from cachedoctor.commands.lint import LintReport
+from cachedoctor.commands.scan import SCHEMA_VERSION
 from cachedoctor.render.jsonout import finding_dict, to_plain
 from cachedoctor.render.table import SEVERITY_STYLE
-from cachedoctor.scan import SCHEMA_VERSION
 
 
 def render_lint(report: LintReport, console: Console) -> None:
@@ -151,7 +151,7 @@ def render_ci(report: LintReport | CheckReport, fmt: str, *, to_file: bool) -> s
         buf = StringIO()
         render(report, Console(file=buf, width=120, no_color=True, highlight=False))  # type: ignore[arg-type]
         return buf.getvalue()
-    from cachedoctor.cli._common import stdout_console
+    from cachedoctor.render.console import stdout_console
 
     render(report, stdout_console())  # type: ignore[arg-type]
     return ""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from cachedoctor import __version__
-from cachedoctor.diff import DiffReport, ModuleDiffReport
+from cachedoctor.commands.diff import DiffReport, ModuleDiffReport
+from cachedoctor.commands.scan import SCHEMA_VERSION
 from cachedoctor.render.jsonout import to_plain
-from cachedoctor.scan import SCHEMA_VERSION
 
 
 def _report(report: DiffReport) -> dict[str, Any]:

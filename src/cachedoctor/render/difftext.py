@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.diff import DiffReport, EntrySide, ModuleDiffReport
-from cachedoctor.optionschema import FieldDiff
+from cachedoctor.commands.diff import DiffReport, EntrySide, ModuleDiffReport
 from cachedoctor.render.table import human_bytes
+from cachedoctor.xla.optionschema import FieldDiff
 
 MAX_OPTION_ROWS = 25
 MAX_DIFF_LINES = 200

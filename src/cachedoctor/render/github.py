@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from cachedoctor.check import CheckReport
-from cachedoctor.lint import LintReport
-from cachedoctor.scan import Severity
+from cachedoctor.commands.check import CheckReport
+from cachedoctor.commands.lint import LintReport
+from cachedoctor.commands.scan import Severity
 
 LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

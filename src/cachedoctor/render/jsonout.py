@@ -9,8 +9,8 @@ from pathlib import PurePath
 from typing import Any
 
 from cachedoctor import __version__
-from cachedoctor.reader import EntryDetail, EntryInfo
-from cachedoctor.scan import SCHEMA_VERSION, Finding, ScanReport
+from cachedoctor.cache.reader import EntryDetail, EntryInfo
+from cachedoctor.commands.scan import SCHEMA_VERSION, Finding, ScanReport
 
 
 def to_plain(value: Any) -> Any:

@@ -13,9 +13,9 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from cachedoctor.check import CheckReport
-from cachedoctor.lint import LintReport
-from cachedoctor.scan import FindingKind
+from cachedoctor.commands.check import CheckReport
+from cachedoctor.commands.lint import LintReport
+from cachedoctor.commands.scan import FindingKind
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -44,7 +44,7 @@ def lint_cases(report: LintReport) -> list[Case]:
         body = f"{f.message}\n→ {f.advice}\nfingerprint: {lf.fingerprint}"
         if f.entries:
             body += "\nentries:\n" + "\n".join(f"  {e}" for e in f.entries)
-        classname = f"cachedoctor.lint.{f.kind.value}"
+        classname = f"cachedoctor.commands.lint.{f.kind.value}"
         if lf.failing:
             cases.append(Case(classname, name, failure=(f"{f.severity.label}: {f.message}", body)))
         elif lf.baselined:
@@ -53,9 +53,11 @@ def lint_cases(report: LintReport) -> list[Case]:
             cases.append(Case(classname, name, output=f"{f.severity.label}: {body}"))
     for kind in FindingKind:
         if kind.value in report.ignored_kinds:
-            cases.append(Case(f"cachedoctor.lint.{kind.value}", "(all)", skipped="--ignore"))
+            cases.append(
+                Case(f"cachedoctor.commands.lint.{kind.value}", "(all)", skipped="--ignore")
+            )
         elif kind.value not in by_kind:
-            cases.append(Case(f"cachedoctor.lint.{kind.value}", "no finding"))
+            cases.append(Case(f"cachedoctor.commands.lint.{kind.value}", "no finding"))
     return cases
 
 
@@ -65,12 +67,12 @@ def check_cases(report: CheckReport) -> list[Case]:
     for module in report.modules:
         m = unstable.get(module)
         if m is None:
-            cases.append(Case("cachedoctor.check.stable-key", module))
+            cases.append(Case("cachedoctor.commands.check.stable-key", module))
         else:
             lines = m.explanation_lines()
             cases.append(
                 Case(
-                    "cachedoctor.check.stable-key",
+                    "cachedoctor.commands.check.stable-key",
                     module,
                     failure=(f"unstable cache key: {m.verdict}", "\n".join(lines)),
                 )
@@ -78,9 +80,11 @@ def check_cases(report: CheckReport) -> list[Case]:
     if report.verify is not None:
         for mm in report.verify.mismatches:
             if mm.stale is False:
-                cases.append(Case("cachedoctor.check.verify", mm.key, skipped=mm.detail))
+                cases.append(Case("cachedoctor.commands.check.verify", mm.key, skipped=mm.detail))
             else:
-                cases.append(Case("cachedoctor.check.verify", mm.key, failure=(mm.detail, mm.key)))
+                cases.append(
+                    Case("cachedoctor.commands.check.verify", mm.key, failure=(mm.detail, mm.key))
+                )
     return cases
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cachedoctor import __version__
-from cachedoctor.maintenance import SCHEMA_VERSION, Action, ApplyReport, Op, Plan, Status
+from cachedoctor.commands.plan import SCHEMA_VERSION, Action, ApplyReport, Op, Plan, Status
 from cachedoctor.render.jsonout import to_plain
 from cachedoctor.render.table import human_bytes
 
@@ -132,7 +132,7 @@ def render_plan(
 
 
 def _lock_note(plan: Plan, locked: bool) -> str:
-    from cachedoctor.storage import is_url
+    from cachedoctor.storage.stores import is_url
 
     if is_url(plan.cache_dir):
         return " (conditional deletes: a bucket has no locks)"

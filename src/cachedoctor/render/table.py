@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.reader import EntryDetail, EntryInfo
-from cachedoctor.scan import ScanReport, Severity
+from cachedoctor.cache.reader import EntryDetail, EntryInfo
+from cachedoctor.commands.scan import ScanReport, Severity
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

@@ -1,0 +1,75 @@
+"""Turn what a user types (a key, a unique key prefix, or a path) into one entry file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cachedoctor.cache import reader
+from cachedoctor.errors import CachedoctorError, EntryNotFoundError
+from cachedoctor.storage.stores import Store, StoreError, is_url, one_line_errors, open_store
+
+
+def locate_entry(ref: str, cache_dir: str | None) -> Path:
+    """Resolve ``ref`` to an entry path; raises EntryNotFoundError with the candidates."""
+    as_path = Path(ref)
+    looks_like_path = os.sep in ref or (ref.endswith(reader.CACHE_SUFFIX) and as_path.exists())
+    if looks_like_path or as_path.is_file():
+        if not as_path.exists() and not as_path.is_symlink():
+            raise EntryNotFoundError(f"no such file: {ref}")
+        return as_path
+    if cache_dir is None:
+        raise EntryNotFoundError(
+            f"{ref!r} is not a file; give --dir DIR (or set JAX_COMPILATION_CACHE_DIR)"
+        )
+    try:
+        listing = reader.list_cache(cache_dir)
+    except OSError as exc:
+        raise CachedoctorError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+    return listing.path(match_entry(ref, listing))
+
+
+def match_entry(ref: str, listing: reader.CacheListing) -> reader.DirItem:
+    """The one entry of ``listing`` that ``ref`` (key or unique prefix) names."""
+    key = ref.removesuffix(reader.CACHE_SUFFIX)
+    exact = [i for i in listing.entries if i.key == key]
+    if exact:
+        return exact[0]
+    matches = [
+        i
+        for i in listing.entries
+        if i.key and (i.key.startswith(key) or i.key.split("-")[-1].startswith(key))
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise EntryNotFoundError(f"no entry matches {ref!r} in {listing.root}")
+    names = ", ".join(sorted(m.name for m in matches)[:5])
+    more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+    raise EntryNotFoundError(f"{ref!r} matches {len(matches)} entries: {names}{more}")
+
+
+def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, reader.DirItem]:
+    """``show`` for buckets: ``ref`` is an entry URL, or a key/prefix looked up in ``cache_dir``."""
+
+    if is_url(ref):
+        parent, _, name = ref.rstrip("/").rpartition("/")
+        if not is_url(parent):
+            raise EntryNotFoundError(f"{ref} names a bucket, not an entry")
+        store = open_store(parent)
+        with one_line_errors(ref):
+            found = store.stat(name)
+        if found is None:
+            raise EntryNotFoundError(f"no such object: {ref}")
+        return store, reader.store_item(found)
+    if cache_dir is None:
+        raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
+    store = open_store(cache_dir)
+    try:
+        with one_line_errors(cache_dir):
+            listing = reader.list_cache(store)
+    except FileNotFoundError as exc:
+        raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+    return store, match_entry(ref, listing)

@@ -1,0 +1,183 @@
+"""Decode many cache entries on every core: a bounded process pool, results in input order.
+
+Decoding is CPU-bound (decompression, hashing, walking the protobufs, canonicalising HLO), so
+threads do not help; processes do. Entries are sent in batches of about ``BATCH_BYTES`` (or
+``BATCH_ENTRIES``), at most two batches per worker are in flight, and results come back in the
+order of the input, so the report is the same as a serial decode's. Small jobs are decoded in
+this process: starting workers costs more than it saves. If the pool cannot start or a worker
+dies, the remaining entries are decoded here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from cachedoctor.cache import reader
+from cachedoctor.cache.reader import CacheListing, DirItem, EntryInfo
+
+BATCH_BYTES = 8 << 20
+BATCH_ENTRIES = 256
+MIN_PARALLEL_ENTRIES = 64  # fewer entries than this...
+MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this process
+WORKERS_ENV = "CACHEDOCTOR_WORKERS"
+
+Job = tuple[str, str | None]  # path, key
+
+
+def default_workers() -> int:
+    """All cores this process may use (``CACHEDOCTOR_WORKERS`` overrides; 1 = no pool)."""
+    env = os.environ.get(WORKERS_ENV)
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _decode_batch(jobs: Sequence[Job], max_decompressed: int) -> list[EntryInfo]:
+    out = []
+    for path, key in jobs:
+        info = reader.decode_entry(path, key=key, max_decompressed=max_decompressed)
+        assert isinstance(info, EntryInfo)
+        out.append(info)
+    return out
+
+
+def _batches(jobs: Sequence[Job], sizes: Sequence[int], parts: int = 1) -> list[list[Job]]:
+    """Consecutive jobs cut into batches of at most BATCH_BYTES / BATCH_ENTRIES, and at least
+    ``parts`` batches when there are enough jobs (so that every worker gets work)."""
+    per_batch = max(1, min(BATCH_ENTRIES, -(-len(jobs) // max(1, parts))))
+    batches: list[list[Job]] = []
+    current: list[Job] = []
+    current_bytes = 0
+    for job, size in zip(jobs, sizes, strict=True):
+        current.append(job)
+        current_bytes += size
+        if current_bytes >= BATCH_BYTES or len(current) >= per_batch:
+            batches.append(current)
+            current, current_bytes = [], 0
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    # fork starts workers in milliseconds with the reader already imported; but forking a
+    # process that runs other threads (JAX's, when cachedoctor is used from a JAX program) can
+    # deadlock the child, so then, and off Linux, use forkserver/spawn
+    import threading
+
+    if sys.platform.startswith("linux"):
+        if threading.active_count() == 1 and "jax" not in sys.modules:
+            return multiprocessing.get_context("fork")
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context()
+
+
+def decode_items(
+    listing: CacheListing,
+    items: Sequence[DirItem],
+    *,
+    max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[EntryInfo]:
+    """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes.
+
+    ``progress(n)`` is called with the number of entries finished since the last call.
+    """
+    jobs = [(str(listing.path(i)), i.key) for i in items]
+    sizes = [i.size for i in items]
+    workers = default_workers() if workers is None else max(1, workers)
+    small = len(jobs) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
+    if workers == 1 or small or len(jobs) <= 1:
+        yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
+        return
+    # Copies of one executable (unstable keys) have the same module and size: send them to the
+    # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
+    order = sorted(range(len(jobs)), key=lambda n: (sizes[n], _module_of(jobs[n][1])))
+    batches = _batches([jobs[n] for n in order], [sizes[n] for n in order], parts=8 * workers)
+    found: list[EntryInfo | None] = [None] * len(jobs)
+    decoded = _pooled(batches, max_decompressed, min(workers, len(batches)), progress)
+    for n, info in zip(order, decoded, strict=True):
+        found[n] = info
+    for result in found:
+        assert result is not None
+        yield result
+
+
+def _module_of(key: str | None) -> str:
+    return (key or "").rpartition("-")[0]
+
+
+def decode_entries(
+    listing: CacheListing, *, workers: int | None = None, **kwargs: object
+) -> Iterator[EntryInfo]:
+    """Every entry of a listing, decoded on all cores, in name order (``iter_entries``'s order)."""
+    return decode_items(listing, listing.entries, workers=workers, **kwargs)  # type: ignore[arg-type]
+
+
+def _serial(
+    batches: Sequence[Sequence[Job]],
+    max_decompressed: int,
+    progress: Callable[[int], None] | None,
+) -> Iterator[EntryInfo]:
+    for batch in batches:
+        for job in batch:
+            yield from _decode_batch([job], max_decompressed)
+            if progress is not None:
+                progress(1)
+
+
+def _pooled(
+    batches: Sequence[Sequence[Job]],
+    max_decompressed: int,
+    workers: int,
+    progress: Callable[[int], None] | None,
+) -> Iterator[EntryInfo]:
+    done = 0
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    except (OSError, ValueError, NotImplementedError):
+        yield from _serial(batches, max_decompressed, progress)
+        return
+    broken = False
+    try:
+        pending: deque[Future[list[EntryInfo]]] = deque()
+        submitted = 0
+        while done < len(batches):
+            while submitted < len(batches) and len(pending) < 2 * workers:
+                pending.append(pool.submit(_decode_batch, batches[submitted], max_decompressed))
+                submitted += 1
+            result = pending.popleft().result()
+            done += 1
+            yield from result
+            if progress is not None:
+                progress(len(result))
+    except (BrokenProcessPool, OSError):
+        broken = True
+    finally:
+        if broken:
+            _abandon(pool)
+        else:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if broken:
+        # a worker died (killed, out of memory): finish here, from the first unfinished batch
+        yield from _serial(batches[done:], max_decompressed, progress)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Stop a broken pool without waiting on it (joining its threads can hang, CPython 3.11)."""
+    processes = dict(getattr(pool, "_processes", None) or {})
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes.values():
+        with contextlib.suppress(Exception):
+            proc.kill()

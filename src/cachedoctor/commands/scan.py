@@ -1,0 +1,618 @@
+"""The scan: read a cache directory and turn what it holds into a report with findings.
+
+``scan_directory`` returns a frozen ``ScanReport``; it never prints. Renderers (``render/``)
+turn the report into a table, JSON or CI formats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import os
+import stat
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachedoctor.cache import reader
+from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
+from cachedoctor.cache.reader import CacheListing, DirItem, EntryInfo, FileKind
+from cachedoctor.storage import stores
+from cachedoctor.xla import subcaches
+
+SCHEMA_VERSION = 1
+RECENT_WRITE_S = 60  # JAX writes entries in place; a very young truncated file may be mid-write
+
+
+class Severity(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.upper()]
+
+
+class FindingKind(enum.StrEnum):
+    UNSTABLE_KEY = "unstable-key"
+    RELOCATED = "relocated"
+    MISSING_ATIME = "missing-atime"
+    CORRUPT = "corrupt"
+    ORPHAN = "orphan"
+    INSECURE = "insecure"
+    MIXED_VERSIONS = "mixed-versions"
+    MIXED_PLATFORMS = "mixed-platforms"
+    UNKNOWN_FILE = "unknown-file"
+    SUBCACHE = "subcache"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    severity: Severity
+    message: str  # what is wrong, naming the module or file
+    advice: str  # one line: what the user should do
+    entries: tuple[str, ...] = ()  # keys (or file names for non-entries) involved
+    module: str | None = None
+
+
+@dataclass(frozen=True)
+class ModuleStats:
+    module: str
+    entries: int
+    programs: int  # distinct programs (modulo volatile fields) among the entries
+    bytes_on_disk: int
+    compile_seconds: int
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    entries: int
+    bytes_on_disk: int
+    decompressed_bytes: int
+    compile_seconds: int
+    modules: int
+    platforms: tuple[tuple[str, int], ...]
+    formats: tuple[tuple[str, int], ...]
+    corrupt: int
+    atime_files: int
+    eviction_in_use: bool
+    subcaches: tuple[tuple[str, int], ...]  # name, bytes on disk
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    cache_dir: str
+    scanned_at: float
+    jax: JaxInfo
+    summary: ScanSummary
+    modules: tuple[ModuleStats, ...]
+    entries: tuple[EntryInfo, ...]
+    findings: tuple[Finding, ...]
+    other_files: tuple[DirItem, ...] = field(default=())
+    subcaches: subcaches.SubcacheReport | None = None
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+    def fails(self, threshold: Severity, ignore: Iterable[str] = ()) -> bool:
+        ignored = set(ignore)
+        return any(f.severity >= threshold and f.kind not in ignored for f in self.findings)
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def scan_directory(
+    cache_dir: str | os.PathLike[str] | stores.Store,
+    *,
+    progress: ProgressCallback | None = None,
+    max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
+    jax_info: JaxInfo | None = None,
+    now: float | None = None,
+    use_index: bool = True,
+    workers: int | None = None,
+) -> ScanReport:
+    """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
+
+    A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
+    entries decoded concurrently (a bounded pool) by the same reader. A local directory's
+    unchanged entries come from the scan index (``index.py``); the rest are decoded on
+    ``workers`` processes (default: every core, see ``parallel.py``).
+    """
+    jax_info = jax_info or installed_jax()
+    now = time.time() if now is None else now
+    if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
+        cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+    if isinstance(cache_dir, stores.Store) or stores.is_url(cache_dir):
+        store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
+        with stores.one_line_errors(store.url):
+            listing = reader.list_cache(store)
+            remote_entries = reader.decode_store_entries(
+                store, listing.entries, progress=progress, max_decompressed=max_decompressed
+            )
+        return build_report(listing, remote_entries, jax_info, now)
+    root = os.fspath(cache_dir)
+    listing = reader.list_cache(root)
+    entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
+    sub = None
+    if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
+        sub = subcaches.scan_subcaches(Path(root))
+    return build_report(listing, entries, jax_info, now, sub)
+
+
+def _decode_entries(
+    listing: CacheListing,
+    progress: ProgressCallback | None,
+    max_decompressed: int,
+    use_index: bool,
+    workers: int | None,
+) -> list[EntryInfo]:
+    """Every entry of the listing, in order: from the index when unchanged, else decoded."""
+    from cachedoctor.cache import index as index_mod
+    from cachedoctor.cache import parallel
+
+    items = listing.entries
+    idx = index_mod.load(listing.root, (max_decompressed,)) if use_index else None
+    found: list[EntryInfo | None] = [None] * len(items)
+    todo: list[int] = []
+    for n, item in enumerate(items):
+        if item.is_symlink:
+            found[n] = EntryInfo(
+                key=item.key or item.name,
+                module=reader.module_of(item.key) if item.key else None,
+                path=str(listing.path(item)),
+                size=item.size,
+                mtime_ns=item.mtime_ns,
+                problems=(reader.Problem("symlink", "is a symbolic link; not followed"),),
+            )
+        elif idx is not None and (hit := idx.get(item)) is not None:
+            found[n] = hit
+        else:
+            todo.append(n)
+    done = len(items) - len(todo)
+    if progress is not None and done:
+        progress(done, len(items))
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, len(items))
+
+    decoded = parallel.decode_items(
+        listing,
+        [items[n] for n in todo],
+        max_decompressed=max_decompressed,
+        workers=workers,
+        progress=advance if progress is not None else None,
+    )
+    for n, info in zip(todo, decoded, strict=True):
+        found[n] = info
+    entries = [e for e in found if e is not None]
+    if idx is not None:
+        idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
+        idx.save()
+    return entries
+
+
+def build_report(
+    listing: CacheListing,
+    entries: list[EntryInfo],
+    jax_info: JaxInfo,
+    now: float,
+    sub: subcaches.SubcacheReport | None = None,
+) -> ScanReport:
+    """Findings and statistics from decoded entries (pure: no I/O)."""
+    findings: list[Finding] = []
+    findings += _subcache_findings(sub)
+    findings += _unstable_keys(entries)
+    findings += _relocated(listing.root, entries, jax_info)
+    findings += _atime_findings(listing)
+    findings += _corrupt(entries, now)
+    findings += _insecure(listing)
+    findings += _mixtures(entries)
+    findings += _unknown(listing)
+    findings.sort(key=lambda f: (-f.severity, f.kind, f.module or "", f.entries))
+    return ScanReport(
+        cache_dir=listing.root,
+        scanned_at=now,
+        jax=jax_info,
+        summary=_summary(listing, entries),
+        modules=_module_stats(entries),
+        entries=tuple(entries),
+        findings=tuple(findings),
+        other_files=tuple(i for i in listing.items if i.kind is not FileKind.ENTRY),
+        subcaches=sub,
+    )
+
+
+def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
+    if sub is None:
+        return []
+    findings = []
+    if sub.autotune.exists and sub.autotune.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.WARNING,
+                entries=(reader.AUTOTUNE_DIR,),
+                message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
+                advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
+            )
+        )
+    if sub.kernel_cache is not None and sub.kernel_cache.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
+                entries=(reader.KERNEL_CACHE_FILE,),
+                message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                advice=(
+                    "XLA cannot reuse a damaged kernel cache; "
+                    "`cachedoctor prune --xla-subcaches --apply` removes it"
+                ),
+            )
+        )
+    return findings
+
+
+def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
+    atimes = listing.of_kind(FileKind.ATIME)
+    subcaches: dict[str, int] = {}
+    for item in listing.items:
+        if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
+            local_dir = item.is_dir and not listing.remote  # a bucket lists totals already
+            subcaches[item.name] = _tree_size(listing.path(item)) if local_dir else item.size
+    return ScanSummary(
+        entries=len(entries),
+        bytes_on_disk=sum(e.size for e in entries),
+        decompressed_bytes=sum(e.decompressed_size or 0 for e in entries),
+        compile_seconds=sum(e.compile_time_s or 0 for e in entries),
+        modules=len({e.module for e in entries}),
+        platforms=tuple(Counter(e.platform for e in entries if e.ok).most_common()),
+        formats=tuple(Counter(e.format_label for e in entries if e.ok).most_common()),
+        corrupt=sum(1 for e in entries if _real_problems(e)),
+        atime_files=len(atimes),
+        eviction_in_use=bool(atimes) or any(i.kind is FileKind.LOCKFILE for i in listing.items),
+        subcaches=tuple(sorted(subcaches.items())),
+    )
+
+
+def _tree_size(path: os.PathLike[str] | str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _module_stats(entries: list[EntryInfo]) -> tuple[ModuleStats, ...]:
+    by_module: dict[str, list[EntryInfo]] = defaultdict(list)
+    for e in entries:
+        by_module[e.module or "(unnamed)"].append(e)
+    stats = [
+        ModuleStats(
+            module=module,
+            entries=len(group),
+            programs=len({e.program_digest or e.key for e in group}),
+            bytes_on_disk=sum(e.size for e in group),
+            compile_seconds=sum(e.compile_time_s or 0 for e in group),
+        )
+        for module, group in by_module.items()
+    ]
+    stats.sort(key=lambda s: (-s.bytes_on_disk, s.module))
+    return tuple(stats)
+
+
+def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
+    """Groups of entries holding the same program (modulo volatile fields) under several keys.
+
+    Entries are grouped by ``program_digest`` (see ``hlo.canonicalize``); within a group the
+    most recently written entry comes first. Shared by ``scan`` and ``prune --duplicates``.
+    """
+    groups: dict[tuple[str | None, str], list[EntryInfo]] = defaultdict(list)
+    for e in entries:
+        if e.program_digest is not None:
+            groups[(e.module, e.program_digest)].append(e)
+    out = [sorted(g, key=lambda e: -e.mtime_ns) for g in groups.values() if len(g) > 1]
+    out.sort(key=lambda g: (g[0].module or "", g[0].key))
+    return out
+
+
+def _unstable_keys(entries: list[EntryInfo]) -> list[Finding]:
+    findings = []
+    for group in duplicate_groups(entries):
+        module = group[0].module or "(unnamed)"
+        identical = len({e.executable_digest for e in group}) == 1
+        how = "identical executables" if identical else "the same program (modulo volatile fields)"
+        cause = _instability_cause(group, identical)
+        findings.append(
+            Finding(
+                kind=FindingKind.UNSTABLE_KEY,
+                severity=Severity.WARNING,
+                module=module,
+                entries=tuple(e.key for e in group),
+                message=f"{module}: {len(group)} entries hold {how} under different keys{cause}",
+                advice=(
+                    "the key is not stable across runs, so every run recompiles; run "
+                    f"`cachedoctor diff --module {module}` to see why, `cachedoctor enable` to fix"
+                ),
+            )
+        )
+    return findings
+
+
+def _instability_cause(group: list[EntryInfo], identical: bool) -> str:
+    """What the entries themselves say about why their keys differ (no guessing)."""
+    autotune = {e.autotune_dir for e in group}
+    kernel = {e.kernel_cache_file for e in group}
+    if len(autotune) > 1 or len(kernel) > 1:
+        return "; their compile options name different cache paths (a relocated cache)"
+    what = (
+        "nothing in the stored executables differs"
+        if identical
+        else "the stored programs differ only in ids, names or source metadata"
+    )
+    return (
+        f"; {what}, so a key input that never reaches the compiled code changed,"
+        " such as a custom_partitioning backend_config pointer"
+    )
+
+
+def _same_dir(path_in_entry: str, root: str) -> bool:
+    parent = os.path.normpath(os.path.dirname(path_in_entry.rstrip("/")))
+    return parent in _root_spellings(root)
+
+
+@functools.lru_cache(maxsize=8)
+def _root_spellings(root: str) -> frozenset[str]:
+    """The ways an entry may name ``root`` (realpath costs a syscall per component: once).
+
+    For a bucket, its sub-caches live at a local path (`enable`), which counts as ``root`` too.
+    """
+    from cachedoctor.storage.stores import subcache_dir_for
+
+    spellings = {os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)}
+    local = subcache_dir_for(root)
+    if local is not None:
+        spellings.add(os.path.normpath(local))
+    return frozenset(spellings)
+
+
+def _relocated(root: str, entries: list[EntryInfo], jax_info: JaxInfo) -> list[Finding]:
+    checks = (
+        ("autotune_dir", "xla_gpu_per_fusion_autotune_cache_dir", jax_info.hashes_autotune_dir),
+        ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
+    )
+    moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
+    for e in entries:
+        for attr, option, hashed in checks:
+            value = getattr(e, attr)
+            if value and not _same_dir(value, root) and hashed is not False:
+                moved[option].append((e, value))
+    findings = []
+    for option, pairs in moved.items():
+        hashed = dict((c[1], c[2]) for c in checks)[option]
+        elsewhere = sorted({os.path.dirname(v.rstrip("/")) for _, v in pairs})
+        certainty = "will never" if hashed else "may never"
+        findings.append(
+            Finding(
+                kind=FindingKind.RELOCATED,
+                severity=Severity.WARNING,
+                entries=tuple(e.key for e, _ in pairs),
+                message=(
+                    f"{len(pairs)} entries were written for a cache at {', '.join(elsewhere)}; "
+                    f"their keys hash {option} and JAX {jax_info.jax_version or '?'} "
+                    f"{certainty} hit them in {root}"
+                ),
+                advice=(
+                    "use the cache at its original path, or enable cachedoctor's stable keys "
+                    "(`cachedoctor enable`) and re-key; otherwise prune them (`--relocated`)"
+                ),
+            )
+        )
+    return findings
+
+
+def _atime_findings(listing: CacheListing) -> list[Finding]:
+    entry_keys = {i.key for i in listing.entries}
+    atime_keys = {i.key for i in listing.of_kind(FileKind.ATIME)}
+    findings = []
+    if atime_keys:
+        missing = sorted(k for k in entry_keys - atime_keys if k)
+        if missing:
+            findings.append(
+                Finding(
+                    kind=FindingKind.MISSING_ATIME,
+                    severity=Severity.ERROR,
+                    entries=tuple(missing),
+                    message=(
+                        f"{len(missing)} entries have no -atime file while LRU eviction is in use;"
+                        " JAX's eviction pass fails on them and stops all cache writes"
+                    ),
+                    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+                )
+            )
+    orphans = sorted(k for k in atime_keys - entry_keys if k)
+    if orphans:
+        findings.append(
+            Finding(
+                kind=FindingKind.ORPHAN,
+                severity=Severity.INFO,
+                entries=tuple(f"{k}{reader.ATIME_SUFFIX}" for k in orphans),
+                message=f"{len(orphans)} -atime files have no entry",
+                advice="harmless; `cachedoctor prune --orphans --apply` removes them",
+            )
+        )
+    temps = listing.of_kind(FileKind.TEMP)
+    if temps:
+        findings.append(
+            Finding(
+                kind=FindingKind.ORPHAN,
+                severity=Severity.INFO,
+                entries=tuple(i.name for i in temps),
+                message=f"{len(temps)} leftover temporary files",
+                advice="left by interrupted writers; `cachedoctor prune --orphans --apply`",
+            )
+        )
+    return findings
+
+
+def _real_problems(e: EntryInfo) -> list[reader.Problem]:
+    """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
+    return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
+
+
+def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
+    findings = []
+    for e in entries:
+        real = _real_problems(e)
+        if not real:
+            continue
+        young = now - e.mtime_ns / 1e9 < RECENT_WRITE_S and real[0].kind == "truncated"
+        findings.append(
+            Finding(
+                kind=FindingKind.CORRUPT,
+                severity=Severity.WARNING if young else Severity.ERROR,
+                module=e.module,
+                entries=(e.key,),
+                message=f"{e.key}: {real[0].message}"
+                + (" (written under a minute ago: may be a write in progress)" if young else ""),
+                advice=(
+                    "JAX fails to load this entry and recompiles; "
+                    "`cachedoctor prune --corrupt --apply` removes it"
+                ),
+            )
+        )
+    return findings
+
+
+def _insecure(listing: CacheListing) -> list[Finding]:
+    if listing.remote:
+        return []  # a bucket has no modes or owners; who may write it is IAM's business
+    findings = []
+    me = os.getuid()
+    if listing.root_mode & (stat.S_IWGRP | stat.S_IWOTH) and not listing.root_mode & stat.S_ISVTX:
+        findings.append(
+            Finding(
+                kind=FindingKind.INSECURE,
+                severity=Severity.ERROR,
+                entries=(listing.root,),
+                message=f"the cache directory is writable by {_who(listing.root_mode)}",
+                advice=(
+                    "whoever can write the cache can run code in your JAX processes; "
+                    f"`chmod go-w {listing.root}`"
+                ),
+            )
+        )
+    if listing.root_uid != me:
+        findings.append(
+            Finding(
+                kind=FindingKind.INSECURE,
+                severity=Severity.ERROR,
+                entries=(listing.root,),
+                message=f"the cache directory is owned by uid {listing.root_uid}, not you ({me})",
+                advice="use a cache directory you own, or make sure its owner is trusted",
+            )
+        )
+    writable = [
+        i.name
+        for i in listing.items
+        if not i.is_symlink and i.kind is FileKind.ENTRY and i.mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ]
+    if writable:
+        findings.append(
+            Finding(
+                kind=FindingKind.INSECURE,
+                severity=Severity.ERROR,
+                entries=tuple(writable),
+                message=f"{len(writable)} entries are writable by group or others",
+                advice="`cachedoctor prune --repair --apply` removes group/other write bits",
+            )
+        )
+    foreign = [i.name for i in listing.items if i.kind is FileKind.ENTRY and i.uid != me]
+    if foreign:
+        findings.append(
+            Finding(
+                kind=FindingKind.INSECURE,
+                severity=Severity.ERROR,
+                entries=tuple(foreign),
+                message=f"{len(foreign)} entries are owned by another user",
+                advice="another user's entries run in your process: remove them or trust that user",
+            )
+        )
+    links = [i.name for i in listing.items if i.is_symlink]
+    if links:
+        findings.append(
+            Finding(
+                kind=FindingKind.INSECURE,
+                severity=Severity.WARNING,
+                entries=tuple(links),
+                message=f"{len(links)} symbolic links in the cache directory (not followed)",
+                advice="a link can make JAX load or overwrite a file outside the cache; remove it",
+            )
+        )
+    return findings
+
+
+def _who(mode: int) -> str:
+    return " and ".join(
+        w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if mode & bit
+    )
+
+
+def _mixtures(entries: list[EntryInfo]) -> list[Finding]:
+    findings = []
+    ok = [e for e in entries if e.ok]
+    formats = Counter(e.format_label for e in ok)
+    if len(formats) > 1:
+        findings.append(
+            Finding(
+                kind=FindingKind.MIXED_VERSIONS,
+                severity=Severity.INFO,
+                message="entries in several JAX formats: "
+                + ", ".join(f"{n}× {f}" for f, n in formats.most_common()),
+                advice=(
+                    "entries from other JAX versions never hit after an upgrade; "
+                    "`cachedoctor prune --stale-jax` lists them"
+                ),
+                entries=tuple(e.key for e in ok if e.format_label != formats.most_common(1)[0][0]),
+            )
+        )
+    platforms = Counter(e.platform for e in ok)
+    if len(platforms) > 1:
+        findings.append(
+            Finding(
+                kind=FindingKind.MIXED_PLATFORMS,
+                severity=Severity.INFO,
+                message="entries for several platforms: "
+                + ", ".join(f"{n}× {p}" for p, n in platforms.most_common()),
+                advice="fine for a shared cache; size budgets count all of them",
+            )
+        )
+    return findings
+
+
+def _unknown(listing: CacheListing) -> list[Finding]:
+    unknown = [i.name for i in listing.of_kind(FileKind.UNKNOWN)]
+    if not unknown:
+        return []
+    return [
+        Finding(
+            kind=FindingKind.UNKNOWN_FILE,
+            severity=Severity.INFO,
+            entries=tuple(unknown),
+            message=f"{len(unknown)} files that are not part of a JAX cache",
+            advice="cachedoctor never touches them; move them out if they do not belong here",
+        )
+    ]

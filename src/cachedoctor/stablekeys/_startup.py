@@ -1,0 +1,119 @@
+"""Start-up activation, run by the static ``cachedoctor_startup.pth`` shipped in the wheel.
+
+The ``.pth`` line only checks, with no import, whether this environment has a config file (or
+``CACHEDOCTOR_HOOK`` is set); only then does it import this small module, which puts a one-shot
+watcher on ``sys.meta_path``. Nothing else happens until the process imports ``jax``: right after
+``jax`` has executed, the config file's settings are applied (environment variables win, since
+JAX reads them itself) and the hook is installed. Every step is guarded: a failure here must
+never stop a Python process from starting. Set ``CACHEDOCTOR_DISABLE=1`` to skip it all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# What activation did in this process, for `cachedoctor status` (None: not activated).
+STATE: dict[str, object] | None = None
+
+
+class _JaxWatcher:
+    """A meta-path finder that wraps the ``jax`` loader once, then removes itself."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != "jax":
+            return None
+        _remove_watcher()
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            exec_module = getattr(loader, "exec_module", None)
+            if spec is None or exec_module is None:
+                return spec
+
+            def exec_and_activate(module: object) -> None:
+                exec_module(module)
+                activate()
+
+            loader.exec_module = exec_and_activate  # type: ignore[union-attr]
+            return spec
+        except Exception:
+            return None
+
+
+def _remove_watcher() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxWatcher)]
+
+
+def startup() -> None:
+    """Entry point of the ``.pth`` line: cheap, idempotent, silent."""
+    if os.environ.get("CACHEDOCTOR_DISABLE") == "1":
+        return
+    if "jax" in sys.modules:
+        activate()
+        return
+    if not any(isinstance(f, _JaxWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _JaxWatcher())  # type: ignore[arg-type]
+
+
+def activate() -> dict[str, object]:
+    """Apply the config file to jax and install the hook; never raises."""
+    global STATE
+    if STATE is not None:
+        return STATE
+    applied: dict[str, object] = {}
+    errors: list[str] = []
+    state: dict[str, object] = {"applied": applied, "errors": errors, "hook": None}
+    STATE = state
+    try:
+        from cachedoctor.stablekeys import settings
+
+        state["config"] = str(settings.config_path())
+        values = settings.load()
+        import jax
+
+        local_subcaches = _keep_subcaches_local(values)
+        if local_subcaches:
+            state["xla_flags"] = local_subcaches
+            values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
+        for opt in settings.OPTIONS:
+            if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
+                continue
+            value = opt.kind(settings.jax_value(opt.key, values[opt.key]))
+            try:
+                jax.config.update(opt.jax_name, value)  # type: ignore[no-untyped-call]
+                applied[opt.jax_name] = value
+            except Exception as exc:  # an option this JAX lacks
+                errors.append(f"{opt.jax_name}: {exc}")
+        mode = os.environ.get(settings.HOOK_ENV) or str(values.get("hook", "stable"))
+        record_ir = os.environ.get("CACHEDOCTOR_RECORD_IR", "") in ("1", "true") or bool(
+            values.get("record_ir", False)
+        )
+        if mode != "off":
+            from cachedoctor.stablekeys import hook
+
+            if hook.install(mode, record_ir=record_ir):
+                state["hook"] = mode
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+    return state
+
+
+def _keep_subcaches_local(values: dict[str, object]) -> list[str]:
+    """A ``gs://`` / ``s3://`` cache dir: point XLA's sub-caches at a local path via XLA_FLAGS.
+
+    Runs right after ``import jax``, before any backend exists, so XLA reads these flags.
+    The cache dir is the effective one (the environment's, else the file's); nothing happens
+    when the environment chooses the sub-caches itself.
+    """
+    from cachedoctor.stablekeys import settings as s
+
+    if os.environ.get(s.OPTION_BY_KEY["xla_caches"].env):
+        return []
+    env_dir = os.environ.get(s.OPTION_BY_KEY["cache_dir"].env)
+    flags = s.url_subcache_flags({**values, **({"cache_dir": env_dir} if env_dir else {})})
+    if flags:
+        os.environ["XLA_FLAGS"] = s.merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
+    return flags

@@ -1,0 +1,356 @@
+"""Core of ``enable`` / ``disable`` / ``status``: returns reports, never prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachedoctor.errors import CachedoctorError
+from cachedoctor.stablekeys import settings
+
+
+class ConfigError(CachedoctorError):
+    slug = "config"
+
+
+@dataclass(frozen=True)
+class Warning_:
+    """A preflight finding: what is wrong, why it matters, how to fix it."""
+
+    code: str
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class EnableReport:
+    config_path: Path
+    values: dict[str, Any]
+    warnings: list[Warning_]
+    created_cache_dir: bool
+    local_subcaches: str | None = None  # a URL cache dir: where XLA's sub-caches go instead
+
+
+@dataclass(frozen=True)
+class DisableReport:
+    config_path: Path
+    removed: list[Path]
+    was_enabled: bool
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    config_path: Path
+    config_exists: bool
+    settings: list[settings.Resolved]
+    probe: dict[str, Any]  # what a fresh interpreter reports
+    roles: list[str]
+    warnings: list[Warning_] = field(default_factory=list)
+
+
+# -- preflight ------------------------------------------------------------------------------
+
+
+def _cuda_dirs() -> list[Path]:
+    dirs = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")]
+    out = [Path(d) for d in dirs if d]
+    out.append(Path("/usr/local/cuda"))
+    return out
+
+
+def find_nvlink() -> str | None:
+    """nvlink on PATH or in the usual CUDA directories (XLA's kernel cache links with it)."""
+    found = shutil.which("nvlink")
+    if found:
+        return found
+    for d in _cuda_dirs():
+        cand = d / "bin" / "nvlink"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def _jax_has_option(name: str) -> bool | None:
+    try:
+        from jax._src import config
+    except Exception:
+        return None
+    return hasattr(config, name.removeprefix("jax_")) or name in getattr(
+        config.config, "_value_holders", {}
+    )
+
+
+def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning_]:
+    """Warnings for a settings table, each with its reason and fix."""
+    out: list[Warning_] = []
+    cache_dir = str(values.get("cache_dir") or "")
+    xla = str(values.get("xla_caches") or "autotune")
+    if xla in ("all", "kernel") and find_nvlink() is None:
+        out.append(
+            Warning_(
+                "kernel-cache-without-nvlink",
+                "the XLA kernel cache is on but nvlink is not reachable (PATH, $CUDA_HOME/bin, "
+                "/usr/local/cuda/bin): on GPU, XLA needs it to link cached kernels and "
+                "compilation fails on machines without the CUDA SDK (pip CUDA has no nvlink)",
+                "install the CUDA toolkit (nvlink) or use --xla-caches=autotune",
+            )
+        )
+    if "://" in cache_dir and xla != "none" and not settings.url_subcache_flags(values):
+        out.append(
+            Warning_(
+                "url-cache-dir",
+                f"{cache_dir} is a URL: XLA's autotune and kernel sub-caches need a local "
+                "directory and will not work there",
+                "use --xla-caches=none with a URL cache dir, or a local/mounted path",
+            )
+        )
+    if cache_dir and "://" not in cache_dir:
+        path = Path(cache_dir)
+        probe = path if path.exists() else next((p for p in path.parents if p.exists()), None)
+        if probe is not None and not os.access(probe, os.W_OK | os.X_OK):
+            out.append(
+                Warning_(
+                    "not-writable",
+                    f"{probe} is not writable by this user: JAX will silently not cache",
+                    "choose a writable --dir or fix its permissions",
+                )
+            )
+        if path.exists():
+            mode = path.stat().st_mode
+            if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+                out.append(
+                    Warning_(
+                        "insecure-dir",
+                        f"{path} is writable by group/others: anyone who can write there can "
+                        "plant executables that this user's JAX will load and run",
+                        f"chmod go-w {shlex.quote(str(path))}",
+                    )
+                )
+    if check_jax:
+        for opt in settings.OPTIONS:
+            if opt.jax_name and opt.key in values and _jax_has_option(opt.jax_name) is False:
+                out.append(
+                    Warning_(
+                        "jax-lacks-option",
+                        f"the installed JAX has no {opt.jax_name}; the '{opt.key}' setting "
+                        "has no effect",
+                        "upgrade JAX (>= 0.4.36 has all options cachedoctor sets)",
+                    )
+                )
+    return out
+
+
+# -- enable / disable -----------------------------------------------------------------------
+
+
+def build_values(
+    *,
+    cache_dir: str | None,
+    xla_caches: str | None,
+    min_compile_time: float | None,
+    min_entry_size: int | None,
+    max_size: int | None,
+    hook: str,
+    record_ir: bool,
+) -> dict[str, Any]:
+    """The settings table ``enable`` writes (or prints), from its options."""
+    existing = settings.load()
+    cache_dir = (
+        cache_dir or existing.get("cache_dir") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    )
+    if not cache_dir:
+        raise ConfigError("no cache directory: pass --dir DIR (or set JAX_COMPILATION_CACHE_DIR)")
+    if "://" not in cache_dir:
+        cache_dir = str(Path(cache_dir).expanduser().absolute())
+    values: dict[str, Any] = {
+        "cache_dir": cache_dir,
+        "xla_caches": xla_caches or existing.get("xla_caches") or "autotune",
+        "hook": hook,
+        "record_ir": record_ir,
+    }
+    for key, value in (
+        ("min_compile_time_secs", min_compile_time),
+        ("min_entry_size_bytes", min_entry_size),
+        ("max_size", max_size),
+    ):
+        if value is not None:
+            values[key] = value
+        elif key in existing:
+            values[key] = existing[key]
+    return values
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    return list(reversed(missing))
+
+
+def enable(values: dict[str, Any]) -> EnableReport:
+    """Write the config file (activating every new Python process of this environment).
+
+    Folders it creates are listed in the file (``created_dirs``) so that ``disable`` can remove
+    exactly those again, when they are empty.
+    """
+    warnings = preflight(values)
+    path = settings.config_path()
+    previous = settings.load(path).get("created_dirs", "")
+    created_dirs = [Path(p) for p in str(previous).split(os.pathsep) if p]
+    cache_dir = str(values["cache_dir"])
+    created = False
+    if "://" not in cache_dir and not Path(cache_dir).exists():
+        created_dirs += _missing_dirs(Path(cache_dir))
+        try:
+            Path(cache_dir).mkdir(parents=True, mode=0o755)
+            created = True
+        except OSError as exc:
+            raise ConfigError(f"cannot create {cache_dir}: {exc.strerror}") from exc
+    created_dirs += _missing_dirs(path.parent)
+    values = {**values, "created_dirs": os.pathsep.join(dict.fromkeys(map(str, created_dirs)))}
+    if not values["created_dirs"]:
+        del values["created_dirs"]
+    try:
+        settings.save(values, path)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror} (set {settings.CONFIG_ENV} to another file)"
+        ) from exc
+    return EnableReport(path, values, warnings, created, local_subcaches(values))
+
+
+def local_subcaches(values: dict[str, Any]) -> str | None:
+    """The local folder of XLA's sub-caches for a URL cache dir (None: JAX's own layout)."""
+    if not settings.url_subcache_flags(values):
+        return None
+    from cachedoctor.storage.stores import subcache_dir_for
+
+    return subcache_dir_for(str(values["cache_dir"]))
+
+
+def disable() -> DisableReport:
+    """Remove what ``enable`` added: the config file, and the folders it created if empty."""
+    path = settings.config_path()
+    removed: list[Path] = []
+    if not path.exists():
+        return DisableReport(path, removed, False)
+    created = str(settings.load(path).get("created_dirs", ""))
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot remove {path}: {exc.strerror}") from exc
+    removed.append(path)
+    for folder in sorted((Path(p) for p in created.split(os.pathsep) if p), reverse=True):
+        try:
+            folder.rmdir()  # only when empty: cache entries are never deleted
+            removed.append(folder)
+        except OSError:
+            continue
+    return DisableReport(path, removed, True)
+
+
+SHELLS = ("sh", "fish", "github", "dotenv")
+
+
+def format_env(env: dict[str, str], shell: str) -> str:
+    """Environment assignments for a shell, GitHub Actions ($GITHUB_ENV) or a .env file."""
+    lines = []
+    for name, value in env.items():
+        if shell == "sh":
+            lines.append(f"export {name}={shlex.quote(value)}")
+        elif shell == "fish":
+            lines.append(f"set -gx {name} {shlex.quote(value)}")
+        elif shell == "github":
+            if "\n" in value:
+                raise ConfigError(f"{name} contains a newline; cannot write it to $GITHUB_ENV")
+            lines.append(f"{name}={value}")
+        elif shell == "dotenv":
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'{name}="{escaped}"')
+        else:
+            raise ConfigError(f"unknown shell {shell!r} (choose from {', '.join(SHELLS)})")
+    return "\n".join(lines) + "\n"
+
+
+# -- status ---------------------------------------------------------------------------------
+
+_PROBE = r"""
+import json, os, sys
+out = {"python": sys.executable}
+try:
+    import jax
+    from jax._src import config
+    out["jax"] = jax.__version__
+    vals = {}
+    for name in ("jax_compilation_cache_dir", "jax_persistent_cache_enable_xla_caches",
+                 "jax_persistent_cache_min_compile_time_secs",
+                 "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size"):
+        h = config.config._value_holders.get(name)
+        vals[name] = None if h is None else h.value
+    out["jax_config"] = vals
+except Exception as exc:
+    out["jax_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    from cachedoctor.stablekeys import _startup, hook
+    out["startup"] = _startup.STATE
+    out["hook"] = hook.installed_mode()
+    out["pth"] = [p for p in sys.path if os.path.exists(os.path.join(p, "cachedoctor_startup.pth"))]
+except Exception as exc:
+    out["cachedoctor_error"] = f"{type(exc).__name__}: {exc}"
+print("CACHEDOCTOR-PROBE " + json.dumps(out, default=str))
+"""
+
+ROLES = [
+    "process 0 writes cache entries and updates the autotune sub-cache (UPDATE mode)",
+    "processes 1..N-1 only read entries and the autotune sub-cache (READ mode)",
+    "the kernel cache file has no per-process mode: every process may append to it",
+]
+
+
+def probe(python: str | None = None, timeout: float = 120.0) -> dict[str, Any]:
+    """Start a fresh interpreter of this environment and ask what it has activated."""
+    try:
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"could not start a fresh interpreter: {exc}"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CACHEDOCTOR-PROBE "):
+            data: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+            return data
+    return {"error": f"fresh interpreter failed (exit {proc.returncode}): {proc.stderr[-500:]}"}
+
+
+def status(python: str | None = None) -> StatusReport:
+    path = settings.config_path()
+    values = settings.load(path)
+    resolved = settings.resolve(values)
+    fresh = probe(python)
+    jax_cfg = fresh.get("jax_config") or {}
+    filled = []
+    for r in resolved:
+        opt = settings.OPTION_BY_KEY[r.key]
+        if r.value is None and opt.jax_name:
+            filled.append(settings.Resolved(r.key, jax_cfg.get(opt.jax_name), r.source))
+        elif r.value is None and r.key == "hook":
+            filled.append(settings.Resolved(r.key, "stable" if values else "off", r.source))
+        else:
+            filled.append(r)
+    warnings = preflight(values, check_jax=False) if values else []
+    return StatusReport(path, path.exists(), filled, fresh, ROLES, warnings)

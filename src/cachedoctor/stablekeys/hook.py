@@ -1,0 +1,351 @@
+"""The runtime hook: make JAX's persistent cache use the stable key (:mod:`.keys`).
+
+It wraps one JAX function, ``jax._src.compilation_cache.get_cache_key``, which ``jax._src.compiler``
+calls through the module attribute. The wrapper keeps the original (``__cachedoctor_original__``),
+swallows its own errors and then calls the original, so JAX never sees a failure of ours. If the
+internals are not what we expect, :func:`install` warns once and leaves JAX untouched.
+
+Modes:
+- ``stable``: JAX stores and looks up entries under the stable key. On a miss, when the entry under
+  JAX's own key exists (a cache warmed without the hook), it is re-keyed: hard-linked (or copied)
+  under the stable key through a temp name and ``os.replace``, with its ``-atime`` file, so
+  processes without the hook keep hitting their entry and nothing is recompiled.
+- ``observe``: JAX's keys are kept; the manifest records what the stable key would have been.
+
+Known cost: with eviction on (``jax_compilation_cache_max_size``), a re-keyed entry is counted twice
+by JAX's size accounting although the hard link shares the bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("cachedoctor.stablekeys.hook")
+
+MODES = ("stable", "observe")
+
+
+@dataclass
+class _State:
+    mode: str | None = None
+    record_ir: bool = False
+    manifests: bool = True
+    migrate: bool = True
+    warned: bool = False
+    stats: dict[str, int] = field(
+        default_factory=lambda: {
+            "keys": 0,
+            "migrated": 0,
+            "fallbacks": 0,
+            "unsound": 0,
+            "manifest_errors": 0,
+        }
+    )
+    last_error: str | None = None
+
+
+_state = _State()
+_lock = threading.Lock()
+
+
+def _warn_once(message: str) -> None:
+    if not _state.warned:
+        _state.warned = True
+        warnings.warn(f"cachedoctor: {message}; the JAX cache keeps its own keys", stacklevel=3)
+
+
+def _check_compiler_calls_through_module() -> None:
+    """JAX must reach get_cache_key through the module attribute, or patching it does nothing."""
+    import types
+
+    from jax._src import compiler
+
+    from cachedoctor.stablekeys.keys import InternalsChanged
+
+    for obj in vars(compiler).values():
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType) and {"compilation_cache", "get_cache_key"} <= set(
+            code.co_names
+        ):
+            return
+    raise InternalsChanged("jax._src.compiler does not call compilation_cache.get_cache_key")
+
+
+def install(
+    mode: str = "stable", *, record_ir: bool = False, manifests: bool = True, migrate: bool = True
+) -> bool:
+    """Make this process's JAX use the stable key (``stable``) or record it (``observe``).
+
+    Idempotent; calling again changes the settings. Returns False (after one warning) when the
+    installed JAX's internals are not what the hook expects; JAX is then left untouched.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    from cachedoctor.stablekeys import keys
+
+    with _lock:
+        try:
+            keys.check_internals()
+            _check_compiler_calls_through_module()
+        except Exception as exc:
+            _state.last_error = str(exc)
+            _warn_once(f"unexpected JAX internals ({exc})")
+            return False
+        from jax._src import compilation_cache as cc
+
+        _state.mode, _state.record_ir = mode, record_ir
+        _state.manifests, _state.migrate = manifests, migrate
+        if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:
+            original = cc.get_cache_key
+
+            def get_cache_key(
+                module: Any,
+                devices: Any,
+                compile_options: Any,
+                backend: Any,
+                *args: Any,
+                **kwargs: Any,
+            ) -> str:
+                try:
+                    key = _get_cache_key(
+                        original, module, devices, compile_options, backend, args, kwargs
+                    )
+                except Exception as exc:  # never break JAX: fall back to its own key
+                    _state.stats["fallbacks"] += 1
+                    _state.last_error = f"{type(exc).__name__}: {exc}"
+                    logger.debug("stable key failed, using JAX's key", exc_info=True)
+                    key = None
+                if key is None:
+                    return str(original(module, devices, compile_options, backend, *args, **kwargs))
+                return key
+
+            get_cache_key.__cachedoctor_original__ = original  # type: ignore[attr-defined]
+            get_cache_key.__wrapped__ = original  # type: ignore[attr-defined]
+            cc.get_cache_key = get_cache_key
+        return True
+
+
+def uninstall() -> bool:
+    """Restore JAX's own ``get_cache_key``; returns whether the hook was installed."""
+    import sys
+
+    with _lock:
+        _state.mode = None
+        cc = sys.modules.get("jax._src.compilation_cache")
+        original = getattr(getattr(cc, "get_cache_key", None), "__cachedoctor_original__", None)
+        if cc is None or original is None:
+            return False
+        cc.get_cache_key = original  # type: ignore[attr-defined]
+        return True
+
+
+def installed_mode() -> str | None:
+    """``stable``, ``observe`` or None; also checks JAX still calls our wrapper."""
+    import sys
+
+    cc = sys.modules.get("jax._src.compilation_cache")
+    fn = getattr(cc, "get_cache_key", None)
+    if _state.mode is None or getattr(fn, "__cachedoctor_original__", None) is None:
+        return None
+    return _state.mode
+
+
+def stats() -> dict[str, Any]:
+    """Counters of this process (keys computed, migrations, fallbacks) and the last error."""
+    return {**_state.stats, "mode": installed_mode(), "last_error": _state.last_error}
+
+
+def _ignores_everything(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """JAX's FDO-profile sharing asks for IgnoreCallbacks.ALL: not a cache key, pass it through."""
+    value = args[0] if args else next(iter(kwargs.values()), None)
+    return value is not None and not isinstance(value, bool) and getattr(value, "name", "") == "ALL"
+
+
+def _strips_partitioning(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    value = args[0] if args else next(iter(kwargs.values()), None)
+    if isinstance(value, bool):
+        return value
+    return getattr(value, "name", "NO") != "NO"
+
+
+def _local_cache_dir() -> Path | str | None:
+    """JAX's cache dir: a Path, a ``gs://`` / ``s3://`` URL (manifests as objects), or None."""
+    from jax._src import config
+
+    value = config.compilation_cache_dir.value
+    if not value:
+        return None
+    if "://" in str(value):
+        from cachedoctor.storage.stores import is_url
+
+        return str(value) if is_url(value) else None
+    return Path(value)
+
+
+def _get_cache_key(
+    original: Any,
+    module: Any,
+    devices: Any,
+    options: Any,
+    backend: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> str | None:
+    from cachedoctor.stablekeys import keys
+
+    mode = _state.mode
+    if mode is None or _ignores_everything(args, kwargs):
+        return None
+    cache_dir = _local_cache_dir()
+    if mode == "observe":
+        own_key = str(original(module, devices, options, backend, *args, **kwargs))
+        with contextlib.suppress(Exception):
+            result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
+            _state.stats["keys"] += 1
+            if cache_dir is not None and _state.manifests:
+                _record(cache_dir, result, mode, own_key, own_key, backend, None)
+        return own_key
+
+    result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
+    _state.stats["keys"] += 1
+    if not result.sound:
+        _state.stats["unsound"] += 1
+        logger.info(
+            "%s: keeping a raw pointer in the key: %s",
+            result.module_name,
+            "; ".join(v.reason or "" for v in result.volatile if v.reason),
+        )
+    jax_key: str | None = None
+    migrated_from = None
+    if isinstance(cache_dir, str):  # a bucket: no re-keying (no rename or link), manifests only
+        if _state.manifests and not _manifest_exists(cache_dir, result.key):
+            _record(cache_dir, result, mode, result.key, jax_key, backend, None)
+    elif cache_dir is not None and not (cache_dir / f"{result.key}-cache").exists():
+        if _state.migrate and result.sound:
+            # An entry that JAX wrote with its own key for this very compilation?
+            if not result.changed:
+                jax_key = result.jax_equivalent_key
+            elif not (_strips_partitioning(args, kwargs) and _has_partitioning(result)):
+                # (never import an entry keyed with the pointer REMOVED: it may be stale)
+                jax_key = str(original(module, devices, options, backend, *args, **kwargs))
+            if jax_key is not None and _rekey_entry(cache_dir, jax_key, result.key):
+                migrated_from = jax_key
+                _state.stats["migrated"] += 1
+                logger.info("re-keyed %s as %s", jax_key, result.key)
+        # JAX may still decide not to write this entry (too small or too fast to compile):
+        # write its manifest once, not on every miss
+        if _state.manifests and (migrated_from or not _manifest_exists(cache_dir, result.key)):
+            _record(cache_dir, result, mode, result.key, jax_key, backend, migrated_from)
+    elif cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, result.key):
+        _record(cache_dir, result, mode, result.key, jax_key, backend, None)
+    return result.key
+
+
+def _has_partitioning(result: Any) -> bool:
+    return any(v.field.startswith("custom_call[") for v in result.volatile)
+
+
+def _manifest_exists(cache_dir: Path | str, key: str) -> bool:
+    from cachedoctor.stablekeys.manifest import manifest_exists
+
+    try:
+        return manifest_exists(cache_dir, key)
+    except Exception:  # a bucket that cannot be reached: _record will count the error
+        return False
+
+
+def _record(
+    cache_dir: Path | str,
+    result: Any,
+    mode: str,
+    stored_under: str,
+    jax_key: str | None,
+    backend: Any,
+    migrated_from: str | None,
+) -> None:
+    from cachedoctor.stablekeys import manifest
+
+    try:
+        m = manifest.from_key_result(
+            result,
+            mode=mode,
+            stored_under=stored_under,
+            jax_key=jax_key,
+            backend=backend,
+            migrated_from=migrated_from,
+        )
+        manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
+    except Exception as exc:  # a read-only cache or an unreachable bucket must not stop compiling
+        _state.stats["manifest_errors"] += 1
+        _state.last_error = f"manifest: {exc}"
+
+
+def rekey_entry(cache_dir: str | os.PathLike[str], old_key: str, new_key: str) -> bool:
+    """Make the entry ``old_key`` also available as ``new_key``, atomically; keeps the old one.
+
+    Hard-links (or copies) ``<old>-cache`` and its ``-atime`` file, if any, to temp names that
+    JAX ignores, then renames them into place. Returns False when ``old_key`` has no entry.
+    """
+    return _rekey_entry(Path(cache_dir), old_key, new_key)
+
+
+def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
+    src = cache_dir / f"{old_key}-cache"
+    if not src.exists():
+        return False
+    for suffix in ("-atime", "-cache"):  # the -cache file last: its presence means "complete"
+        s = cache_dir / f"{old_key}{suffix}"
+        if not s.exists():
+            continue
+        tmp = cache_dir / f".cachedoctor-rekey-{uuid.uuid4().hex}.tmp"
+        try:
+            try:
+                os.link(s, tmp)
+            except OSError:
+                shutil.copyfile(s, tmp)
+            os.replace(tmp, cache_dir / f"{new_key}{suffix}")
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if suffix == "-cache":
+                return False
+    return True
+
+
+def run_script(path: str, argv: list[str] | None = None, *, mode: str = "stable") -> None:
+    """Run a Python script as ``__main__`` with the hook installed (no ``.pth`` needed).
+
+    ``python -m cachedoctor.stablekeys.hook [--mode stable|observe] script.py [args...]``
+    does the same;
+    ``demo`` and ``check`` use it to run programs in fresh interpreters.
+    """
+    import runpy
+    import sys
+
+    install(mode)
+    sys.argv = [path, *(argv or [])]
+    runpy.run_path(path, run_name="__main__")
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through subprocesses
+    import sys as _sys
+
+    _args = _sys.argv[1:]
+    _mode = "stable"
+    if _args[:1] == ["--mode"]:
+        _mode, _args = _args[1], _args[2:]
+    if not _args:
+        _sys.exit(
+            "usage: python -m cachedoctor.stablekeys.hook"
+            " [--mode stable|observe] script.py [args...]"
+        )
+    run_script(_args[0], _args[1:], mode=_mode)

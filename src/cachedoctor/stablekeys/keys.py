@@ -1,0 +1,446 @@
+"""The stable cache-key hasher: JAX's own key, minus the parts that change from run to run.
+
+This is the one implementation of the stable key; the hook, the manifests and every offline
+command use it. It runs JAX's own key code (``compilation_cache.get_cache_key`` and
+``cache_key.get`` of the installed version, so a JAX upgrade keeps JAX's semantics) on
+canonicalised inputs, with exactly two canonicalisations:
+
+1. each ``CustomSPMDPartitioning`` custom call's ``backend_config`` (``str(id(obj))``) becomes a
+   fingerprint of what its registered callbacks will do (:mod:`.fingerprint`); if they
+   cannot be fingerprinted soundly the raw pointer stays (a miss, never a wrong hit);
+2. compile-option paths derived from the cache directory (the per-fusion autotune dir and the
+   kernel cache file) become relative to the cache directory.
+
+JAX feeds every key component into one SHA-256. We run the same code with a recording hash that
+keeps one digest per component; the stable digest is a SHA-256 over the hasher version and those
+component digests. That is what lets :func:`combine` recompute a key from a manifest offline.
+Keys keep JAX's format ``<module>-<64 hex>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachedoctor.stablekeys.fingerprint import Fingerprinter, Unfingerprintable
+
+HASHER_VERSION = 1
+CACHE_DIR_PLACEHOLDER = "<cachedoctor:cache_dir>"
+CP_TARGET = "CustomSPMDPartitioning"
+CP_PREFIX = f"cachedoctor-cp-v{HASHER_VERSION}:"
+# DebugOptions fields that JAX fills with paths under the cache directory.
+CACHE_DIR_FIELDS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_kernel_cache_file")
+_RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
+# jax config options that cannot change what a partition callback lowers to (the platform and
+# devices are hashed elsewhere); each may differ between processes sharing a cache.
+_CONFIG_EXCLUDE = (
+    "compilation_cache",
+    "persistent_cache",
+    "cache_key",
+    "log",
+    "explain",
+    "raise_persistent",
+    "platforms",
+    "platform_name",
+    "visible_devices",
+    "traceback",
+    "cross_host",
+    "distributed_debug",
+    "dump_ir",
+    "pprint",
+    "source_url",
+    "debug_leaked",
+    "transfer_guard",
+    "check_proxy",
+    "captured_constants",
+    "pjrt_client_create_options",
+    "preemption",
+    "recoverability",
+    "thread_guard",
+    "share_binary",
+    "pgle",
+    "async_dispatch",
+)
+
+
+class InternalsChanged(Exception):
+    """The installed JAX does not look like the versions this hasher was written against."""
+
+
+@dataclass(frozen=True)
+class VolatileField:
+    """A value that differs between processes or machines, and what the hasher did with it."""
+
+    field: str
+    raw: str
+    canonical: str
+    reason: str | None = None  # set when the value could not be canonicalised (kept raw)
+
+
+@dataclass
+class KeyResult:
+    """Everything the hasher learnt while computing one stable key."""
+
+    key: str
+    module_name: str
+    components: dict[str, str]  # component name -> hex digest, in JAX's hashing order
+    component_data: dict[str, str]  # component name -> base64 of the hashed bytes (small ones)
+    jax_equivalent_key: str  # JAX's formula over the canonical inputs
+    volatile: list[VolatileField] = field(default_factory=list)
+    canonical_ir: str | None = None
+    xla_flags: list[str] = field(default_factory=list)
+    cache_dir: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether a canonicalisation changed the inputs (so JAX's own key differs from ours)."""
+        return any(v.canonical != v.raw for v in self.volatile)
+
+    @property
+    def sound(self) -> bool:
+        """False when some volatile value had to be kept raw (the key will not be reused)."""
+        return all(v.reason is None for v in self.volatile)
+
+
+def combine(components: Sequence[tuple[str, str]], hasher_version: int = HASHER_VERSION) -> str:
+    """The stable digest (64 hex) from ``(component name, hex digest)`` pairs."""
+    h = hashlib.sha256(f"cachedoctor-stable-key\x00v{hasher_version}\x00".encode())
+    for name, digest in components:
+        h.update(name.encode() + b"\x00" + bytes.fromhex(digest))
+    return h.hexdigest()
+
+
+class _SplitHash:
+    """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part."""
+
+    def __init__(self) -> None:
+        self.total = hashlib.sha256()
+        self._cur = hashlib.sha256()
+        self._raw: list[bytes] = []
+        self._raw_len = 0
+        self.components: list[tuple[str, str]] = []
+        self.data: dict[str, str] = {}
+
+    def update(self, data: bytes) -> None:
+        self.total.update(data)
+        self._cur.update(data)
+        self._raw_len += len(data)
+        if self._raw_len <= _RAW_COMPONENT_LIMIT:
+            self._raw.append(bytes(data))
+
+    def mark(self, name: str) -> None:
+        self.components.append((name, self._cur.hexdigest()))
+        if name != "computation" and self._raw_len <= _RAW_COMPONENT_LIMIT:
+            self.data[name] = base64.b64encode(b"".join(self._raw)).decode()
+        self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
+
+    def digest(self) -> bytes:
+        return bytes.fromhex(combine(self.components))
+
+
+class _ModuleProxy:
+    """A module stand-in that overrides a few attributes and forwards the rest."""
+
+    def __init__(self, real: types.ModuleType, **overrides: Any) -> None:
+        self._real = real
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _rebind(fn: Any, new_globals: dict[str, Any]) -> Any:
+    clone = types.FunctionType(
+        fn.__code__, new_globals, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+def jax_get_cache_key() -> Any:
+    """JAX's own ``compilation_cache.get_cache_key``, even while the hook has wrapped it."""
+    from jax._src import compilation_cache as cc
+
+    fn = cc.get_cache_key
+    return getattr(fn, "__cachedoctor_original__", fn)
+
+
+_checked: set[tuple[int, int]] = set()
+
+
+def check_internals() -> None:
+    """Raise :class:`InternalsChanged` unless JAX's key code has the shape we rely on.
+
+    The result is remembered per pair of JAX functions, so the per-compile cost is a lookup.
+    """
+    try:
+        from jax._src import cache_key as ck
+
+        ident = (id(ck.get), id(jax_get_cache_key()))
+    except Exception:  # pragma: no cover - reported by the full check below
+        ident = (0, 0)
+    if ident in _checked:
+        return
+    _check_internals()
+    _checked.add(ident)
+
+
+def _check_internals() -> None:
+    try:
+        from jax._src import cache_key as ck
+        from jax._src import custom_partitioning as cp
+    except Exception as exc:  # pragma: no cover - depends on the installed jax
+        raise InternalsChanged(f"cannot import JAX's key modules: {exc}") from exc
+    names = getattr(getattr(ck.get, "__code__", None), "co_names", ())
+    if "hashlib" not in names or "_log_cache_key_hash" not in names:
+        raise InternalsChanged("jax._src.cache_key.get no longer hashes through hashlib.sha256")
+    get_cache_key = jax_get_cache_key()
+    if "cache_key" not in getattr(getattr(get_cache_key, "__code__", None), "co_names", ()):
+        raise InternalsChanged("compilation_cache.get_cache_key no longer calls cache_key.get")
+    import inspect
+
+    params = list(inspect.signature(get_cache_key).parameters)
+    if params[:4] != ["module", "devices", "compile_options", "backend"] or len(params) != 5:
+        raise InternalsChanged(f"unexpected get_cache_key signature {params}")
+    if not hasattr(cp, "_sharding_callbacks"):
+        raise InternalsChanged("jax._src.custom_partitioning._sharding_callbacks is gone")
+
+
+def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
+    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``."""
+    from jax._src import cache_key as ck
+
+    holder: dict[str, Any] = {}
+
+    def sha256() -> _SplitHash:
+        split = _SplitHash()
+        holder["hash"] = split
+        return split
+
+    get_globals = dict(ck.__dict__)
+    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
+    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
+    get = _rebind(ck.get, get_globals)
+    original = jax_get_cache_key()
+    cc_globals = dict(original.__globals__)
+    cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
+    return _rebind(original, cc_globals), holder
+
+
+# -- canonicalisation 1: custom_partitioning backend_config ------------------------------------
+
+
+_config_names: dict[int, list[str]] = {}
+
+
+def _config_snapshot() -> str:
+    """jax config values that may change how a partition callback lowers (x64, precision, ...)."""
+    from jax._src import config
+
+    holders = getattr(config.config, "_value_holders", {})
+    names = _config_names.get(len(holders))
+    if names is None:
+        names = [n for n in sorted(holders) if not any(p in n for p in _CONFIG_EXCLUDE)]
+        _config_names[len(holders)] = names
+    out: list[tuple[str, Any]] = []
+    for name in names:
+        try:
+            value = holders[name].value
+        except Exception:
+            continue
+        if isinstance(value, (bool, int, float, str, type(None))):
+            out.append((name, value))
+        else:
+            out.append((name, f"<{type(value).__qualname__}>"))
+    return json.dumps(out)  # one string: cheap to hash, and deterministic
+
+
+def fingerprint_partitioning(info: Any) -> str:
+    """Fingerprint of a ``_ShardingCallbackInfo``: everything XLA's partitioner will call back."""
+    fp = Fingerprinter()
+    fp.add(f"custom-partitioning-v{HASHER_VERSION}")
+    for attr in (
+        "partition",
+        "infer_sharding_from_operands",
+        "propagate_user_sharding",
+        "to_mesh_pspec_sharding",  # a JAX closure over mesh, devices and decode_shardings
+        "static_args",
+        "in_tree",
+        "out_tree",
+        "mesh",
+    ):
+        fp.add(attr)
+        fp.add(getattr(info, attr))
+    fp.add(_config_snapshot())
+    return fp.hexdigest()
+
+
+def _custom_partitioning_ops(module: Any) -> list[Any]:
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    found: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if (
+            op.name == "stablehlo.custom_call"
+            and "call_target_name" in op.attributes
+            and ir.StringAttr(op.attributes["call_target_name"]).value == CP_TARGET
+        ):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _clone(module: Any) -> Any:
+    try:
+        return module.operation.clone(ip=False)
+    except TypeError:  # jax < 0.12 bindings take no ip argument
+        return module.operation.clone()
+
+
+def canonical_module(module: Any) -> tuple[Any, list[VolatileField]]:
+    """The module with each custom_partitioning pointer replaced by its fingerprint.
+
+    Returns the original module untouched when it has no such call (the common case).
+    """
+    from jax._src import custom_partitioning as cp
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    with module.context:
+        if not _custom_partitioning_ops(module):
+            return module, []
+        clone = _clone(module)
+        clone_module = getattr(clone, "opview", clone)
+        holder = types.SimpleNamespace(operation=clone)
+        volatile: list[VolatileField] = []
+        for i, op in enumerate(_custom_partitioning_ops(holder)):
+            raw = ir.StringAttr(op.attributes["backend_config"]).value
+            info = cp._sharding_callbacks.get(raw.encode())
+            name = f"custom_call[{i}].backend_config"
+            if info is None:
+                volatile.append(VolatileField(name, raw, raw, "no callbacks registered"))
+                continue
+            try:
+                canonical = CP_PREFIX + fingerprint_partitioning(info)
+            except Unfingerprintable as exc:
+                volatile.append(VolatileField(name, raw, raw, str(exc)))
+                continue
+            except RecursionError:
+                volatile.append(VolatileField(name, raw, raw, "callbacks nest too deeply"))
+                continue
+            op.attributes["backend_config"] = ir.StringAttr.get(canonical)
+            volatile.append(VolatileField(name, raw, canonical))
+        return clone_module, volatile
+
+
+# -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
+
+
+def canonical_path(value: str, cache_dir: str | None) -> str:
+    """``value`` with a leading cache directory replaced by :data:`CACHE_DIR_PLACEHOLDER`."""
+    if not cache_dir or not value:
+        return value
+    base = str(pathlib.PurePath(cache_dir))
+    if value == base or value.startswith(base.rstrip("/") + "/"):
+        return CACHE_DIR_PLACEHOLDER + value[len(base) :]
+    return value
+
+
+def canonical_options(options: Any, cache_dir: str | None) -> tuple[Any, list[VolatileField]]:
+    """Compile options with cache-dir paths made relative; a copy only when something changes."""
+    debug = options.executable_build_options.debug_options
+    changes = []
+    for name in CACHE_DIR_FIELDS:
+        value = getattr(debug, name, None)
+        if isinstance(value, str) and value:
+            canonical = canonical_path(value, cache_dir)
+            if canonical != value:
+                changes.append((name, value, canonical))
+    if not changes:
+        return options, []
+    options = copy.deepcopy(options)
+    debug = options.executable_build_options.debug_options
+    for name, _, canonical in changes:
+        setattr(debug, name, canonical)
+    return options, [VolatileField(f"debug_options.{n}", v, c) for n, v, c in changes]
+
+
+def hashed_xla_flags() -> list[str]:
+    """The XLA flags JAX hashes into the key (same sources and exclusions as JAX)."""
+    from jax._src import cache_key as ck
+
+    flags: list[str] = []
+    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        flags.extend(os.environ.get(var, "").split())
+    prefixes = tuple(ck.get_flag_prefixes())
+    flags.extend(
+        a for a in sys.argv if a.startswith("--xla") or (prefixes and a.startswith(prefixes))
+    )
+    exclude = set(ck.xla_flags_to_exclude_from_cache_key)
+    return [f for f in sorted(flags) if f.split("=")[0] not in exclude]
+
+
+def _module_name(module: Any) -> str:
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    return str(ir.StringAttr(module.operation.attributes["sym_name"]).value)
+
+
+def module_text(module: Any) -> str:
+    """Canonical text of a module, without debug locations (what ``record_ir`` stores)."""
+    with module.context:
+        try:
+            return str(module.operation.get_asm(enable_debug_info=False))
+        except TypeError:  # pragma: no cover - very old bindings
+            return str(module)
+
+
+def stable_key(
+    module: Any,
+    devices: Any,
+    compile_options: Any,
+    backend: Any,
+    *,
+    cache_dir: str | None = None,
+    record_ir: bool = False,
+) -> KeyResult:
+    """Compute the stable key of one compilation (same arguments as JAX's ``get_cache_key``).
+
+    ``cache_dir`` defaults to ``jax_compilation_cache_dir``. Raises :class:`InternalsChanged`
+    when JAX's key code is not what this hasher expects.
+    """
+    check_internals()
+    if cache_dir is None:
+        from jax._src import config
+
+        cache_dir = config.compilation_cache_dir.value
+    canon_module, volatile = canonical_module(module)
+    canon_options, opt_volatile = canonical_options(compile_options, cache_dir)
+    get_cache_key, holder = _jax_key_functions()
+    key = get_cache_key(canon_module, devices, canon_options, backend)
+    split: _SplitHash | None = holder.get("hash")
+    if split is None or not split.components:
+        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+    module_name = key.rsplit("-", 1)[0]
+    return KeyResult(
+        key=key,
+        module_name=module_name,
+        components=dict(split.components),
+        component_data=dict(split.data),
+        jax_equivalent_key=f"{module_name}-{split.total.hexdigest()}",
+        volatile=volatile + opt_volatile,
+        canonical_ir=module_text(canon_module) if record_ir else None,
+        xla_flags=hashed_xla_flags(),
+        cache_dir=cache_dir,
+    )

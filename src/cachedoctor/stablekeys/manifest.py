@@ -1,0 +1,340 @@
+"""Key manifests: what went into each stable key, one small JSON file per cache entry.
+
+Location: ``<cache dir>/cachedoctor-manifests/<key>.json`` where ``<key>`` is the name the entry is
+stored under (the stable key in ``stable`` mode, JAX's key in ``observe`` mode). The optional
+canonical module text (``record_ir``) sits beside it as ``<key>.mlir.gz``. JAX's LRU eviction only
+looks at ``*-cache`` / ``*-atime`` files in the top directory, so it neither counts nor deletes
+these.
+
+Writes are atomic (unique temp file in the same directory, fsync, ``os.replace``), so any number of
+processes and hosts may write at once: a reader sees a whole old file or a whole new one.
+
+A ``gs://`` / ``s3://`` cache dir gets the same layout as objects
+(``<url>/cachedoctor-manifests/<key>.json``): one PUT per manifest, which an object store
+publishes whole or not at all, so no rename is needed. One store per process serves them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cachedoctor.stablekeys.keys import HASHER_VERSION, KeyResult, combine
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.stores import Store
+
+SCHEMA_VERSION = 1
+MANIFEST_DIRNAME = "cachedoctor-manifests"
+_SUFFIX = ".json"
+_IR_SUFFIX = ".mlir.gz"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One key manifest (see the module docstring for where it lives)."""
+
+    key: str  # the name the entry is stored under
+    stable_key: str
+    jax_key: str | None  # JAX's own key for the same compilation, when known
+    mode: str  # "stable" or "observe"
+    module_name: str
+    hasher_version: int
+    components: list[dict[str, Any]]  # [{"name", "digest", "data" (base64 or None)}] in order
+    volatile: list[dict[str, Any]]  # [{"field", "raw", "canonical", "reason"}]
+    sound: bool
+    xla_flags: list[str]
+    cache_dir: str | None
+    versions: dict[str, str]  # jax, jaxlib, python, cachedoctor
+    platform: dict[str, str]  # platform, platform_version
+    created: float
+    host: str
+    pid: int
+    migrated_from: str | None = None
+    has_ir: bool = False
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        known = {f for f in cls.__dataclass_fields__}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        return cls(**kwargs)
+
+
+class ManifestError(ValueError):
+    """A manifest file that cannot be read or does not verify."""
+
+
+def manifest_dir(cache_dir: str | os.PathLike[str]) -> Path:
+    """Folder that holds the manifests of a cache directory."""
+    return Path(cache_dir) / MANIFEST_DIRNAME
+
+
+def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
+    return manifest_dir(cache_dir) / f"{key}{_SUFFIX}"
+
+
+# --- gs:// and s3:// cache dirs ----------------------------------------------------------------
+
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
+    """The process's one store for a bucket cache dir; None for a local directory."""
+    from cachedoctor.storage import stores
+
+    if not stores.is_url(cache_dir):
+        return None
+    url = str(cache_dir).rstrip("/")
+    with _STORES_LOCK:
+        if url not in _STORES:
+            _STORES[url] = stores.open_store(url)
+        return _STORES[url]
+
+
+def _object(key: str, suffix: str = _SUFFIX) -> str:
+    return f"{MANIFEST_DIRNAME}/{key}{suffix}"
+
+
+def _read_object(store: Store, name: str) -> bytes | None:
+    try:
+        with store.open_read(name) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def manifest_exists(cache_dir: str | os.PathLike[str], key: str) -> bool:
+    """Whether ``key`` has a manifest (one metadata request on a bucket)."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        return store.stat(_object(key)) is not None
+    return manifest_path(cache_dir, key).exists()
+
+
+def from_key_result(
+    result: KeyResult,
+    *,
+    mode: str,
+    stored_under: str,
+    jax_key: str | None,
+    backend: Any = None,
+    migrated_from: str | None = None,
+) -> Manifest:
+    """Build a manifest from the hasher's result (done in the process that computed the key)."""
+    import platform as _platform
+
+    import cachedoctor
+
+    versions = {"python": _platform.python_version(), "cachedoctor": cachedoctor.__version__}
+    try:
+        import jax
+        from jax._src.lib import version_str as jaxlib_version
+
+        versions.update(jax=jax.__version__, jaxlib=str(jaxlib_version))
+    except Exception:  # informative only
+        pass
+    plat = {}
+    if backend is not None:
+        plat = {
+            "platform": str(getattr(backend, "platform", "")),
+            "platform_version": str(getattr(backend, "platform_version", "")),
+        }
+    return Manifest(
+        key=stored_under,
+        stable_key=result.key,
+        jax_key=jax_key,
+        mode=mode,
+        module_name=result.module_name,
+        hasher_version=HASHER_VERSION,
+        components=[
+            {"name": n, "digest": d, "data": result.component_data.get(n)}
+            for n, d in result.components.items()
+        ],
+        volatile=[asdict(v) for v in result.volatile],
+        sound=result.sound,
+        xla_flags=list(result.xla_flags),
+        cache_dir=result.cache_dir,
+        versions=versions,
+        platform=plat,
+        created=time.time(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        migrated_from=migrated_from,
+        has_ir=result.canonical_ir is not None,
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_manifest(
+    cache_dir: str | os.PathLike[str], manifest: Manifest, *, ir_text: str | None = None
+) -> Path | str:
+    """Write (or replace) a manifest atomically; with ``ir_text``, its compressed module too.
+
+    Returns the file's path, or its URL for a bucket cache dir.
+    """
+    store = _store_for(cache_dir)
+    path = manifest_path(cache_dir, manifest.key) if store is None else None
+    if ir_text is not None:
+        ir = gzip.compress(ir_text.encode(), 6)
+        if store is not None:
+            store.write_atomic(_object(manifest.key, _IR_SUFFIX), ir)
+        else:
+            assert path is not None
+            _atomic_write(path.with_name(manifest.key + _IR_SUFFIX), ir)
+        if not manifest.has_ir:
+            manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
+    data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
+    if store is not None:
+        store.write_atomic(_object(manifest.key), data)
+        return store.url_of(_object(manifest.key))
+    assert path is not None
+    _atomic_write(path, data)
+    return path
+
+
+def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | None:
+    """The manifest of ``key`` (the stored entry name), or None when there is none.
+
+    Raises :class:`ManifestError` when the file exists but cannot be parsed.
+    """
+    store = _store_for(cache_dir)
+    if store is not None:
+        found = _read_object(store, _object(key))
+        return None if found is None else _parse(store.url_of(_object(key)), found)
+    path = manifest_path(cache_dir, key)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return _parse(path, raw)
+
+
+def _parse(path: Path | str, raw: bytes) -> Manifest:
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise ManifestError(f"{path}: unknown manifest schema {data.get('schema_version')!r}")
+        return Manifest.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ManifestError(f"{path}: not a cachedoctor manifest: {exc}") from exc
+
+
+def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
+    """All readable manifests of a cache directory, sorted by key; unreadable ones are skipped."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        yield from _iter_objects(store)
+        return
+    folder = manifest_dir(cache_dir)
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob(f"*{_SUFFIX}")):
+        if path.name.startswith("."):
+            continue
+        try:
+            yield _parse(path, path.read_bytes())
+        except (OSError, ManifestError):
+            continue
+
+
+def _iter_objects(store: Store) -> Iterator[Manifest]:
+    """A bucket's manifests: one listing, then the objects read concurrently."""
+    try:
+        items = store.list(MANIFEST_DIRNAME)
+    except FileNotFoundError:
+        return
+    names = [
+        _object(i.name.removesuffix(_SUFFIX))
+        for i in items
+        if i.name.endswith(_SUFFIX) and not i.name.startswith(".") and not i.is_dir
+    ]
+
+    def read(name: str) -> Manifest | None:
+        try:
+            raw = _read_object(store, name)
+            return None if raw is None else _parse(store.url_of(name), raw)
+        except (OSError, ManifestError):
+            return None
+
+    for found in store.map(read, names):
+        if found is not None:
+            yield found
+
+
+def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
+    """The canonical module text recorded with ``record_ir``, or None."""
+    store = _store_for(cache_dir)
+    if store is not None:
+        raw = _read_object(store, _object(key, _IR_SUFFIX))
+        return None if raw is None else gzip.decompress(raw).decode()
+    try:
+        data = (manifest_dir(cache_dir) / (key + _IR_SUFFIX)).read_bytes()
+    except FileNotFoundError:
+        return None
+    return gzip.decompress(data).decode()
+
+
+def verify_components(manifest: Manifest) -> list[str]:
+    """Problems found re-hashing the recorded component bytes (empty when all digests match)."""
+    import hashlib
+
+    problems = []
+    for comp in manifest.components:
+        if comp.get("data") is None:
+            continue
+        digest = hashlib.sha256(base64.b64decode(comp["data"])).hexdigest()
+        if digest != comp["digest"]:
+            problems.append(f"component {comp['name']!r}: recorded bytes do not match its digest")
+    return problems
+
+
+def recompute_key(manifest: Manifest, *, hasher_version: int | None = None) -> str:
+    """The stable key for a manifest, recomputed offline with the same hasher.
+
+    With ``hasher_version`` (default: the manifest's), computes what that version of the
+    combination step gives; raises :class:`ManifestError` when recorded bytes do not verify.
+    """
+    problems = verify_components(manifest)
+    if problems:
+        raise ManifestError("; ".join(problems))
+    version = manifest.hasher_version if hasher_version is None else hasher_version
+    pairs = [(c["name"], c["digest"]) for c in manifest.components]
+    return f"{manifest.module_name}-{combine(pairs, version)}"

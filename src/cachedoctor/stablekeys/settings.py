@@ -1,0 +1,240 @@
+"""The one config file that ``cachedoctor enable`` writes, and effective-config resolution.
+
+Location: ``$CACHEDOCTOR_CONFIG`` if set, else ``<sys.prefix>/etc/cachedoctor/config.toml`` —
+per environment (a venv has its own ``sys.prefix``), like the static ``cachedoctor_startup.pth``
+that reads it. Format (TOML, written by ``enable``, removed by ``disable``)::
+
+    [cachedoctor]
+    cache_dir = "/data/jax-cache"   # jax_compilation_cache_dir
+    xla_caches = "autotune"         # all | autotune | kernel | none
+    min_compile_time_secs = 1.0     # optional: jax_persistent_cache_min_compile_time_secs
+    min_entry_size_bytes = 0        # optional: jax_persistent_cache_min_entry_size_bytes
+    max_size = -1                   # optional: jax_compilation_cache_max_size (bytes)
+    hook = "stable"                 # stable | observe | off
+    record_ir = false               # keep each module's canonical text for `diff`
+
+Precedence for every value: environment variable, then this file, then JAX's default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "CACHEDOCTOR_CONFIG"
+HOOK_ENV = "CACHEDOCTOR_HOOK"  # stable | observe | off; also activates the hook without a file
+SECTION = "cachedoctor"
+
+XLA_CACHE_CHOICES = {
+    "all": "all",
+    "autotune": "xla_gpu_per_fusion_autotune_cache_dir",
+    "kernel": "xla_gpu_kernel_cache_file",
+    "none": "none",
+}
+HOOK_CHOICES = ("stable", "observe", "off")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its key in the file, the jax config name and the environment variable."""
+
+    key: str
+    jax_name: str | None
+    env: str
+    kind: type
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("cache_dir", "jax_compilation_cache_dir", "JAX_COMPILATION_CACHE_DIR", str),
+    Option(
+        "xla_caches",
+        "jax_persistent_cache_enable_xla_caches",
+        "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES",
+        str,
+    ),
+    Option(
+        "min_compile_time_secs",
+        "jax_persistent_cache_min_compile_time_secs",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+        float,
+    ),
+    Option(
+        "min_entry_size_bytes",
+        "jax_persistent_cache_min_entry_size_bytes",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+        int,
+    ),
+    Option("max_size", "jax_compilation_cache_max_size", "JAX_COMPILATION_CACHE_MAX_SIZE", int),
+    Option("hook", None, HOOK_ENV, str),
+    Option("record_ir", None, "CACHEDOCTOR_RECORD_IR", bool),
+)
+OPTION_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+def config_path() -> Path:
+    """Where this environment's config file is (it may not exist)."""
+    override = os.environ.get(CONFIG_ENV)
+    if override:
+        return Path(override)
+    return Path(sys.prefix) / "etc" / "cachedoctor" / "config.toml"
+
+
+def load(path: Path | None = None) -> dict[str, Any]:
+    """The ``[cachedoctor]`` table of the config file, or {} when there is none."""
+    import tomllib
+
+    path = path or config_path()
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    table = data.get(SECTION, {})
+    return dict(table) if isinstance(table, dict) else {}
+
+
+def jax_value(key: str, value: Any) -> Any:
+    """The value handed to jax config / the environment for a file value."""
+    if key == "xla_caches":
+        return XLA_CACHE_CHOICES.get(str(value), str(value))
+    return value
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def dump(values: dict[str, Any]) -> str:
+    """TOML text for a settings table (only our simple scalar values)."""
+    lines = [
+        "# Written by `cachedoctor enable`; `cachedoctor disable` removes this file.",
+        "# Environment variables override every value here.",
+        f"[{SECTION}]",
+    ]
+    for opt in OPTIONS:
+        if opt.key in values and values[opt.key] is not None:
+            lines.append(f"{opt.key} = {_toml_value(values[opt.key])}")
+    for key, value in values.items():
+        if key not in OPTION_BY_KEY and value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def save(values: dict[str, Any], path: Path | None = None) -> Path:
+    """Write the config file atomically (temp file in the same folder, then rename)."""
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(dump(values))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An effective value and where it came from."""
+
+    key: str
+    value: Any
+    source: str  # "env NAME", "config file", "JAX default" / "default"
+
+
+def resolve(file_values: dict[str, Any] | None = None) -> list[Resolved]:
+    """Effective settings of this process's environment: env, then config file, then default.
+
+    The default's value is None here; ``status`` asks a fresh interpreter for JAX's actual value.
+    """
+    file_values = load() if file_values is None else file_values
+    out = []
+    for opt in OPTIONS:
+        env = os.environ.get(opt.env)
+        if env is not None:
+            out.append(Resolved(opt.key, env, f"env {opt.env}"))
+        elif opt.key in file_values:
+            out.append(Resolved(opt.key, jax_value(opt.key, file_values[opt.key]), "config file"))
+        else:
+            default = "JAX default" if opt.jax_name else "default"
+            out.append(Resolved(opt.key, None, default))
+    return out
+
+
+def environment(values: dict[str, Any]) -> dict[str, str]:
+    """Environment variables equivalent to a settings table (for ``enable --print-env``).
+
+    For a URL cache dir with XLA's sub-caches on, JAX's own sub-caches are turned off and
+    ``XLA_FLAGS`` (this process's, plus ours) points XLA at local ones: see
+    :func:`url_subcache_flags`.
+    """
+    env = {}
+    for opt in OPTIONS:
+        value = values.get(opt.key)
+        if value is None:
+            continue
+        value = jax_value(opt.key, value)
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        env[opt.env] = str(value)
+    flags = url_subcache_flags(values)
+    if flags:
+        env[OPTION_BY_KEY["xla_caches"].env] = "none"
+        env["XLA_FLAGS"] = merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
+    return env
+
+
+def url_subcache_flags(values: dict[str, Any]) -> list[str]:
+    """XLA flags that keep a ``gs://`` / ``s3://`` cache's sub-caches on a local path.
+
+    JAX would put them inside the cache dir, and XLA opens them with plain file I/O: it cannot
+    write a URL. Empty for a local cache dir or ``xla_caches = "none"``. The local path is
+    ``storage.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
+    """
+    from cachedoctor.storage.stores import is_url, subcache_dir_for
+
+    cache_dir = str(values.get("cache_dir") or "")
+    which = str(values.get("xla_caches") or "autotune")
+    local = subcache_dir_for(cache_dir) if is_url(cache_dir) else None
+    if local is None or which == "none":
+        return []
+    flags = []
+    if which in ("all", "autotune"):
+        autotune = XLA_CACHE_CHOICES["autotune"]
+        flags.append(f"--{autotune}={os.path.join(local, autotune)}")
+    if which in ("all", "kernel"):
+        kernel = XLA_CACHE_CHOICES["kernel"]
+        flags.append(f"--{kernel}={os.path.join(local, kernel)}")
+    return flags
+
+
+def merge_xla_flags(existing: str, flags: list[str]) -> str:
+    """``existing`` XLA_FLAGS with ``flags`` appended; an earlier value of the same flag goes."""
+    names = {f.split("=", 1)[0] for f in flags}
+    kept = [f for f in existing.split() if f.split("=", 1)[0] not in names]
+    return " ".join([*kept, *flags])
+
+
+def configured_cache_dir() -> str | None:
+    """The cache directory `cachedoctor enable` configured for this environment, if any."""
+    try:
+        value = load().get("cache_dir")
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None

@@ -1,0 +1,460 @@
+"""Safe filesystem primitives for commands that change a cache directory.
+
+Everything works relative to one open directory descriptor (``CacheDir``) and never follows a
+symbolic link: names are looked up with ``dir_fd`` + ``follow_symlinks=False`` / ``O_NOFOLLOW``,
+so a link planted in the cache cannot redirect a write or a removal outside it.
+
+Locking: JAX's LRU cache (``jax/_src/lru_cache.py``, jax 0.4.38 to 0.12) takes
+``filelock.FileLock(<dir>/.lockfile)`` around every get/put when eviction is on. On Linux that is
+``filelock.UnixFileLock``: ``fcntl.flock(fd, LOCK_EX | LOCK_NB)`` polled until a timeout, on a file
+that stays in place. ``CacheDir.lock`` takes the same ``flock`` on the same file, so JAX and
+cachedoctor exclude each other without depending on the ``filelock`` package. JAX waits at most
+10 s for the lock (``lock_timeout_secs``), so callers hold it for one small unit of work at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.stores import Store
+
+LOCKFILE = ".lockfile"
+OWN_LOCKFILE = ".cachedoctor-lock"
+TEMP_PREFIX = ".cachedoctor-tmp-"
+LOCK_POLL_S = 0.05
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
+
+
+class LockTimeout(OSError):
+    """JAX's lock could not be taken in time (a JAX process holds it for long)."""
+
+
+class Stat(Protocol):
+    """What the planners read of a file: an ``os.stat_result``, or an object's ``ObjectStat``."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class FileId:
+    """What a file was when a plan was made: a removal is refused when any of it changed.
+
+    ``version`` is an object's GCS generation or S3 ETag (None for a local file): on a bucket
+    it alone decides, and the server enforces it on the delete.
+    """
+
+    name: str
+    ino: int
+    size: int
+    mtime_ns: int
+    version: str | None = None
+
+    @classmethod
+    def of(cls, name: str, st: Stat) -> FileId:
+        return cls(name, st.st_ino, st.st_size, st.st_mtime_ns, getattr(st, "version", None))
+
+    def matches(self, st: Stat) -> bool:
+        if self.version is not None:
+            return getattr(st, "version", None) == self.version
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == (self.ino, self.size, self.mtime_ns)
+
+
+class CacheDir:
+    """An open cache directory (or a folder inside one) that refuses to follow links."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> CacheDir:
+        """Open ``path`` (the user's argument; a link *to* the cache itself is their choice)."""
+        real = os.path.realpath(path)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return cls(fd, real)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> CacheDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def subdir(self, name: str, *, create: bool = False) -> CacheDir | None:
+        """A folder inside this one; None when absent, or when a link or file stands there."""
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=self.fd)
+        try:
+            fd = os.open(
+                name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd
+            )
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None  # a link or a file where a folder should be: not ours to enter
+            raise
+        return CacheDir(fd, os.path.join(self.path, name))
+
+    # --- looking ------------------------------------------------------------------------------
+
+    is_remote = False
+
+    def listdir(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def regular(self, name: str) -> os.stat_result | None:
+        """lstat of ``name`` when it is a regular file (not a link, not a folder), else None."""
+        st = self.lstat(name)
+        return st if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(limit)
+
+    # --- locking ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 30.0) -> Iterator[bool]:
+        """Hold JAX's ``.lockfile`` flock; yields whether it exists (eviction in use).
+
+        ``.lockfile`` is never created: JAX creates it when eviction is turned on, and its
+        presence is what tells readers (``scan``) that eviction is in use. Our own
+        ``.cachedoctor-lock`` is always taken first, so two cachedoctor runs exclude each other
+        even where JAX takes no lock.
+        """
+        deadline = time.monotonic() + timeout
+        own = self._acquire(OWN_LOCKFILE, deadline, timeout, create=True)
+        try:
+            jax = self._acquire(LOCKFILE, deadline, timeout, create=False)
+            try:
+                yield jax is not None
+            finally:
+                _release(jax)
+        finally:
+            _release(own)
+
+    def _acquire(self, name: str, deadline: float, timeout: float, create: bool) -> int | None:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        if create:
+            flags |= os.O_CREAT
+        while True:
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=self.fd)
+            except FileNotFoundError:
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() > deadline:
+                    raise LockTimeout(
+                        errno.ETIMEDOUT, f"{name} is held by another process for over {timeout} s"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            # filelock does the same check: the file may have been replaced before flock won.
+            held = os.fstat(fd)
+            now = self.lstat(name)
+            if held.st_nlink > 0 and now is not None and os.path.samestat(held, now):
+                return fd
+            os.close(fd)
+
+    # --- changing -----------------------------------------------------------------------------
+
+    def unlink_if(self, expected: FileId | None, name: str | None = None) -> str:
+        """Remove a regular file if it is still what the plan saw.
+
+        Returns ``"removed"``, ``"missing"``, ``"changed"`` or ``"not-a-file"``. With
+        ``expected=None`` any regular file of that name is removed (companions such as a
+        ``-atime`` file whose entry is already gone).
+        """
+        name = name or (expected.name if expected else None)
+        assert name is not None
+        st = self.lstat(name)
+        if st is None:
+            return "missing"
+        if not stat.S_ISREG(st.st_mode):
+            return "not-a-file"
+        if expected is not None and not expected.matches(st):
+            return "changed"
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            return "missing"
+        return "removed"
+
+    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+        """Create ``name`` atomically: temp file in this folder, fsync, then link it into place.
+
+        An existing file wins (returns False): a concurrent writer's file is never overwritten.
+        """
+        tmp = self._temp_name()
+        try:
+            self._write_temp(tmp, data, mode)
+            return self._publish(tmp, name)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+
+    def link_noreplace(self, src: str, dst: str) -> bool:
+        """Give ``src`` the extra name ``dst`` unless ``dst`` exists (atomic). False if it does.
+
+        On filesystems without hard links: a complete copy under a temp name, renamed into
+        place after checking that ``dst`` is absent (the caller holds the lock).
+        """
+        linked = self._link_no_clobber(src, dst)
+        if linked is not None:
+            return linked
+        if self.lstat(dst) is not None:
+            return False
+        tmp = self._temp_name()
+        try:
+            src_fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            with os.fdopen(src_fd, "rb") as fin, self._open_temp(tmp, 0o644) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                fout.flush()
+                os.fsync(fout.fileno())
+            os.rename(tmp, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+
+    def _open_temp(self, tmp: str, mode: int) -> BinaryIO:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.fdopen(os.open(tmp, flags, mode, dir_fd=self.fd), "wb")
+
+    def _write_temp(self, tmp: str, data: bytes, mode: int) -> None:
+        with self._open_temp(tmp, mode) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _link_no_clobber(self, src: str, dst: str) -> bool | None:
+        """Hard-link ``src`` as ``dst`` unless ``dst`` exists (False); None: no hard links here."""
+        try:
+            os.link(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+        return None
+
+    def _publish(self, tmp: str, name: str) -> bool:
+        """Give a complete temp file its final name, unless that name exists."""
+        linked = self._link_no_clobber(tmp, name)
+        if linked is not None:
+            return linked
+        if self.lstat(name) is not None:
+            return False
+        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        return True
+
+    def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str:
+        """Clear permission bits on a regular file, through an O_NOFOLLOW descriptor."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "not-a-file"
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return "not-a-file"
+            if expected is not None and st.st_ino != expected.ino:
+                return "changed"
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~clear_bits)
+            return "done"
+        finally:
+            os.close(fd)
+
+    def fsync(self) -> None:
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
+    def _temp_name(self) -> str:
+        return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True)
+class ObjectStat:
+    """An object's metadata in the shape of the ``os.stat_result`` fields the planners read."""
+
+    st_size: int
+    st_mtime_ns: int
+    version: str | None
+    st_mode: int = stat.S_IFREG | 0o644
+    st_ino: int = 0
+    st_uid: int = -1
+
+
+_OUTCOME = {"deleted": "removed", "changed": "changed", "gone": "missing"}
+
+
+class StoreDir:
+    """``CacheDir``'s calls over a bucket prefix (a ``storage.Store``): prune on gs:// and s3://.
+
+    A bucket has no links, modes or locks (JAX takes no lock there either), so ``lock`` holds
+    nothing. What makes a removal safe next to writers on other hosts is the conditional
+    delete: ``unlink_if`` sends the generation/ETag the plan saw, and an object rewritten
+    since then is kept ("changed"). Metadata from a listing is remembered for planning
+    (``lstat`` of a listed folder costs no request); removals always re-check on the server.
+    """
+
+    is_remote = True
+
+    def __init__(self, store: Store, rel: str = "") -> None:
+        self.store = store
+        self.rel = rel.strip("/")
+        self.path = store.url_of(self.rel) if self.rel else store.url
+        self.fd = -1
+        self._seen: dict[str, ObjectStat] = {}
+        self._listed = False
+        self._subs: dict[str, StoreDir] = {}
+
+    @classmethod
+    def open(cls, url: str) -> StoreDir:
+        from cachedoctor.storage.stores import open_store
+
+        return cls(open_store(url))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> StoreDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _name(self, name: str) -> str:
+        return f"{self.rel}/{name}" if self.rel else name
+
+    def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None:
+        """A listing of this folder: (name, size, mtime_ns, version, is_dir) of every member."""
+        for name, size, mtime_ns, version, is_dir in items:
+            mode = stat.S_IFDIR | 0o755 if is_dir else stat.S_IFREG | 0o644
+            self._seen[name] = ObjectStat(size, mtime_ns, version, mode)
+        self._listed = True
+
+    def listdir(self) -> list[str]:
+        try:
+            items = self.store.list(self.rel)
+        except FileNotFoundError:
+            items = []
+        self.remember((i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in items)
+        return sorted(i.name for i in items)
+
+    def subdir(self, name: str, *, create: bool = False) -> StoreDir | None:
+        """A prefix below this one. Object stores have no empty folders: it always "exists"."""
+        known = self._seen.get(name)
+        if known is not None and not stat.S_ISDIR(known.st_mode):
+            return None
+        if name not in self._subs:
+            self._subs[name] = StoreDir(self.store, self._name(name))
+        return self._subs[name]
+
+    def lstat(self, name: str) -> ObjectStat | None:
+        known = self._seen.get(name)
+        if known is not None or self._listed:
+            return known
+        item = self.store.stat(self._name(name))
+        if item is None:
+            return None
+        return ObjectStat(item.size, item.mtime_ns, item.version)
+
+    def regular(self, name: str) -> ObjectStat | None:
+        st = self.lstat(name)
+        return st if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
+        try:
+            with self.store.open_read(self._name(name)) as fh:
+                return fh.read(limit)
+        except OSError:
+            return None
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 30.0) -> Iterator[bool]:
+        """Nothing to take: see the class docstring (conditional deletes instead)."""
+        yield False
+
+    def unlink_if(self, expected: FileId | None, name: str | None = None) -> str:
+        """Delete the object if it is still the version the plan saw (server-enforced)."""
+        name = name or (expected.name if expected else None)
+        assert name is not None
+        version = expected.version if expected is not None else None
+        result = self.store.delete_if_unchanged(self._name(name), version)
+        self._seen.pop(name, None)
+        return _OUTCOME[result.outcome.value]
+
+    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+        if self.store.stat(self._name(name)) is not None:
+            return False
+        self.store.write_atomic(self._name(name), data)
+        return True
+
+    def link_noreplace(self, src: str, dst: str) -> bool:
+        raise OSError(errno.ENOTSUP, "no links in a bucket", self.path)
+
+    def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str:
+        return "not-a-file"  # objects have no modes
+
+    def fsync(self) -> None:
+        pass
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def is_own_temp(name: str) -> bool:
+    """Temp names cachedoctor (and its hook) use inside a cache directory."""
+    return name.startswith((TEMP_PREFIX, ".cachedoctor-rekey-"))

@@ -1,0 +1,353 @@
+"""Read XLA ``HloModuleProto`` bytes: a summary for scans, and the canonical form used to tell
+whether two entries hold the same program modulo volatile fields.
+
+Normalisation lives here, once: ``scan`` groups entries by ``canonical_digest`` and ``diff`` shows
+the canonical lines and the list of differences that normalisation removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from cachedoctor.formats import wire
+
+# xla.PrimitiveType (xla/xla_data.proto); stable numbers.
+PRIMITIVE_TYPES = {
+    1: "pred",
+    2: "s8",
+    3: "s16",
+    4: "s32",
+    5: "s64",
+    6: "u8",
+    7: "u16",
+    8: "u32",
+    9: "u64",
+    10: "f16",
+    11: "f32",
+    12: "f64",
+    13: "tuple",
+    14: "opaque",
+    15: "c64",
+    16: "bf16",
+    17: "token",
+    18: "c128",
+    19: "f8e5m2",
+    20: "f8e4m3fn",
+    21: "s4",
+    22: "u4",
+    23: "f8e4m3b11fnuz",
+    24: "f8e5m2fnuz",
+    25: "f8e4m3fnuz",
+    26: "s2",
+    27: "u2",
+    28: "f8e4m3",
+    29: "f8e3m4",
+    30: "f8e8m0fnu",
+    31: "f4e2m1fn",
+    32: "s1",
+    33: "u1",
+}
+
+# Custom-call targets whose backend_config holds a process-local address or registry index.
+VOLATILE_CONFIG_TARGETS = frozenset(
+    {
+        "CustomSPMDPartitioning",
+        "xla_python_cpu_callback",
+        "xla_python_gpu_callback",
+        "xla_ffi_python_cpu_callback",
+        "xla_ffi_python_gpu_callback",
+        "xla_ffi_partitioned_python_cpu_callback",
+        "xla_ffi_partitioned_python_gpu_callback",
+    }
+)
+_ADDRESS_LIKE = re.compile(r"^\s*\d{9,20}\s*$")
+
+# HloInstructionProto fields that identify rather than define an instruction.
+_INSTR_NAME, _INSTR_OPCODE, _INSTR_SHAPE, _INSTR_METADATA = 1, 2, 3, 7
+_INSTR_CUSTOM_TARGET, _INSTR_ID, _INSTR_OPERANDS, _INSTR_CALLED = 28, 35, 36, 38
+_INSTR_CONTROL_PREDS = 37
+_INSTR_BACKEND_CONFIG = 43
+_INSTR_STATISTICS = 99  # never hashed: profiling payloads, see FORMATS.md
+_NOT_DEFINING = frozenset(
+    {
+        _INSTR_NAME,
+        _INSTR_OPCODE,
+        _INSTR_SHAPE,
+        _INSTR_METADATA,
+        _INSTR_ID,
+        _INSTR_OPERANDS,
+        _INSTR_CALLED,
+        _INSTR_CUSTOM_TARGET,
+        _INSTR_BACKEND_CONFIG,
+        _INSTR_CONTROL_PREDS,
+        _INSTR_STATISTICS,
+    }
+)  # fields left out of an instruction's ``attrs`` hash (they are in the line, or volatile)
+
+
+@dataclass(frozen=True, slots=True)
+class CustomCall:
+    target: str
+    backend_config: str
+    computation: str
+    instruction: str
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileField:
+    """A difference that normalisation removes, classified for ``diff`` and findings."""
+
+    category: str  # "backend_config-pointer" | "metadata" | "numbering"
+    where: str  # computation/instruction
+    detail: str  # e.g. the raw backend_config value
+
+
+@dataclass(frozen=True, slots=True)
+class HloSummary:
+    name: str
+    entry_computation: str
+    computations: int
+    instructions: int
+    parameters: tuple[str, ...]  # rendered shapes of the entry's parameters, in order
+    result: str
+    custom_calls: tuple[CustomCall, ...]
+    opcodes: tuple[tuple[str, int], ...]  # most common first
+    source_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CanonicalHlo:
+    """The module with names, ids and metadata removed and volatile configs masked."""
+
+    lines: tuple[str, ...]
+    digest: str
+    volatile: tuple[VolatileField, ...] = field(default=())
+
+
+def render_shape(buf: wire.Buffer) -> str:
+    """ShapeProto -> ``f32[8,4]{1,0}`` (tuples as ``(a, b)``)."""
+    f = wire.fields_by_number(buf)
+    etype = wire.as_int(wire.first(f, 2)) or 0
+    if etype == 13:  # TUPLE
+        parts = [render_shape(t) for t in f.get(4, []) if not isinstance(t, int)]
+        return "(" + ", ".join(parts) + ")"
+    dims: list[int] = []
+    for v in f.get(3, []):
+        dims.extend(wire.as_sint(d) for d in wire.packed_varints(v))
+    text = f"{PRIMITIVE_TYPES.get(etype, f'type{etype}')}[{','.join(map(str, dims))}]"
+    layout = wire.first(f, 5)
+    if layout is not None and not isinstance(layout, int):
+        lf = wire.fields_by_number(layout)
+        mtm: list[int] = []
+        for v in lf.get(1, []):
+            mtm.extend(wire.packed_varints(v))
+        if dims:
+            text += "{" + ",".join(map(str, mtm)) + "}"
+    return text
+
+
+def _program_shape(buf: wire.Buffer) -> tuple[tuple[str, ...], str]:
+    f = wire.fields_by_number(buf)
+    params = tuple(render_shape(p) for p in f.get(1, []) if not isinstance(p, int))
+    result = wire.first(f, 2)
+    return params, render_shape(result) if result is not None and not isinstance(
+        result, int
+    ) else ""
+
+
+def _is_volatile_config(target: str, config: str) -> bool:
+    return target in VOLATILE_CONFIG_TARGETS or bool(_ADDRESS_LIKE.match(config))
+
+
+def summarize(module: wire.Buffer) -> HloSummary:
+    """Summarise an HloModuleProto. Raises WireError on malformed bytes."""
+    f = wire.fields_by_number(module)
+    name = wire.as_str(wire.first(f, 1)) or ""
+    entry = wire.as_str(wire.first(f, 2)) or ""
+    opcodes: Counter[str] = Counter()
+    custom: list[CustomCall] = []
+    comps = f.get(3, [])
+    params: tuple[str, ...] = ()
+    result = ""
+    for comp in comps:
+        if isinstance(comp, int):
+            continue
+        cf = wire.fields_by_number(comp)
+        cname = wire.as_str(wire.first(cf, 1)) or ""
+        for instr in cf.get(2, []):
+            if isinstance(instr, int):
+                continue
+            inf = wire.fields_by_number(instr)
+            op = wire.as_str(wire.first(inf, _INSTR_OPCODE)) or "?"
+            opcodes[op] += 1
+            if op == "custom-call":
+                custom.append(
+                    CustomCall(
+                        target=wire.as_str(wire.first(inf, _INSTR_CUSTOM_TARGET)) or "",
+                        backend_config=wire.as_str(wire.first(inf, _INSTR_BACKEND_CONFIG)) or "",
+                        computation=cname,
+                        instruction=wire.as_str(wire.first(inf, _INSTR_NAME)) or "",
+                    )
+                )
+        if cname == entry:
+            ps = wire.first(cf, 4)
+            if ps is not None and not isinstance(ps, int):
+                params, result = _program_shape(ps)
+    if not params and not result:
+        host = wire.first(f, 4)
+        if host is not None and not isinstance(host, int):
+            params, result = _program_shape(host)
+    return HloSummary(
+        name=name,
+        entry_computation=entry,
+        computations=sum(1 for c in comps if not isinstance(c, int)),
+        instructions=sum(opcodes.values()),
+        parameters=params,
+        result=result,
+        custom_calls=tuple(custom),
+        opcodes=tuple(opcodes.most_common()),
+        source_files=_source_files(f),
+    )
+
+
+def _source_files(f: dict[int, list[wire.FieldValue]]) -> tuple[str, ...]:
+    """File names from the module's StackFrameIndexProto (field 17), if present."""
+    index = wire.first(f, 17)
+    if index is None or isinstance(index, int):
+        return ()
+    names = wire.fields_by_number(index).get(1, [])
+    return tuple(wire.as_str(n) or "" for n in names)
+
+
+def canonicalize(module: wire.Buffer) -> CanonicalHlo:
+    """Canonical lines of a module: one per instruction, in order, without names, ids, metadata.
+
+    Operands and called computations are written as positions, so renumbering between runs
+    disappears; volatile custom-call configs become ``<volatile>`` and are listed in ``volatile``.
+    """
+    f = wire.fields_by_number(module)
+    comps = [c for c in f.get(3, []) if not isinstance(c, int)]
+    comp_index: dict[int, int] = {}
+    parsed = []
+    for ci, comp in enumerate(comps):
+        cf = wire.fields_by_number(comp)
+        comp_index[wire.as_int(wire.first(cf, 5)) or -1 - ci] = ci
+        parsed.append(cf)
+    entry = wire.as_str(wire.first(f, 2)) or ""
+    lines: list[str] = []
+    volatile: list[VolatileField] = []
+    with_metadata = 0
+    named = 0
+    shapes: dict[bytes, str] = {}  # a module repeats few distinct shapes: render each once
+    for ci, cf in enumerate(parsed):
+        cname = wire.as_str(wire.first(cf, 1)) or ""
+        marker = " ENTRY" if cname == entry else ""
+        lines.append(f"computation c{ci}{marker}:")
+        # each instruction parsed once: (fields in order, fields by number)
+        instrs: list[
+            tuple[list[tuple[int, int, wire.FieldValue]], dict[int, list[wire.FieldValue]]]
+        ] = []
+        local: dict[int, int] = {}
+        for instr in cf.get(2, []):
+            if isinstance(instr, int):
+                continue
+            inf_list = list(wire.iter_fields(instr))
+            inf: dict[int, list[wire.FieldValue]] = {}
+            for number, _wt, value in inf_list:
+                inf.setdefault(number, []).append(value)
+            local[wire.as_int(wire.first(inf, _INSTR_ID)) or -1 - len(instrs)] = len(instrs)
+            instrs.append((inf_list, inf))
+        root_id = wire.as_int(wire.first(cf, 6))
+        for ii, (inf_list, inf) in enumerate(instrs):
+            iname = wire.as_str(wire.first(inf, _INSTR_NAME)) or ""
+            named += 1
+            where = f"{cname}/{iname}"
+            op = wire.as_str(wire.first(inf, _INSTR_OPCODE)) or "?"
+            shape_buf = wire.first(inf, _INSTR_SHAPE)
+            shape = ""
+            if shape_buf is not None and not isinstance(shape_buf, int):
+                shape_key = bytes(shape_buf)
+                shape = shapes.get(shape_key) or shapes.setdefault(
+                    shape_key, render_shape(shape_buf)
+                )
+            operands: list[str] = []
+            for v in inf.get(_INSTR_OPERANDS, []):
+                operands.extend(
+                    f"%{local.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v)
+                )
+            called: list[str] = []
+            for v in inf.get(_INSTR_CALLED, []):
+                called.extend(
+                    f"c{comp_index.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v)
+                )
+            target = wire.as_str(wire.first(inf, _INSTR_CUSTOM_TARGET)) or ""
+            config = wire.as_str(wire.first(inf, _INSTR_BACKEND_CONFIG)) or ""
+            if config and _is_volatile_config(target, config):
+                volatile.append(
+                    VolatileField("backend_config-pointer", where, f"{target}: {config}")
+                )
+                config = "<volatile>"
+            if _INSTR_METADATA in inf:
+                with_metadata += 1
+            rest: list[bytes] = []  # one hash of the concatenation == the incremental hash
+            for number, _wt, value in inf_list:
+                if number in _NOT_DEFINING:
+                    continue
+                rest.append(number.to_bytes(4, "little"))
+                rest.append(
+                    bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little")
+                )
+            root = " ROOT" if wire.as_int(wire.first(inf, _INSTR_ID)) == root_id else ""
+            line = f"  %{ii}{root} = {shape} {op}({', '.join(operands)})"
+            if called:
+                line += f" calls={','.join(called)}"
+            if target:
+                line += f" target={target!r}"
+            if config:
+                line += f" config={config!r}"
+            line += f" attrs={hashlib.sha256(b''.join(rest)).hexdigest()[:12]}"
+            lines.append(line)
+    lines.append(f"module attrs={_module_attrs_digest(module)}")
+    if with_metadata:
+        volatile.append(
+            VolatileField("metadata", "module", f"source metadata of {with_metadata} instructions")
+        )
+    if named:
+        volatile.append(
+            VolatileField("numbering", "module", f"names and ids of {named} instructions")
+        )
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return CanonicalHlo(lines=tuple(lines), digest=digest, volatile=tuple(volatile))
+
+
+# HloModuleProto fields left out of the canonical form: names and ids (1, 2, 5, 6, 23), the
+# computations (walked above), the schedule (instruction ids), stack frames (source metadata).
+_MODULE_IDENTITY_FIELDS = frozenset({1, 2, 3, 5, 6, 7, 17, 23})
+
+
+def _module_attrs_digest(module: wire.Buffer) -> str:
+    """Digest of module-level fields that change what runs: aliasing, donation, shapes..."""
+    digest = hashlib.sha256()
+    for number, _wt, value in wire.iter_fields(module):
+        if number in _MODULE_IDENTITY_FIELDS:
+            continue
+        digest.update(number.to_bytes(4, "little"))
+        digest.update(bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little"))
+    return digest.hexdigest()[:16]
+
+
+def hlo_text(module: bytes) -> str | None:
+    """Real HLO text through the installed jaxlib, or None when jaxlib cannot render it."""
+    try:
+        from jax._src.lib import (  # type: ignore[attr-defined]  # only when text is asked for
+            xla_client,
+        )
+    except Exception:
+        return None
+    try:
+        return str(xla_client.XlaComputation(module).as_hlo_text())
+    except Exception:
+        return None
