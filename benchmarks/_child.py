@@ -50,12 +50,12 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
 
 def op_deep(args: dict[str, Any]) -> dict[str, Any]:
     """Decode every entry (serial or parallel) and group them modulo volatile fields."""
-    from cachedoctor.cache import reader
+    from cachedoctor.cache import listdir, reader
     from cachedoctor.commands import scan
 
     workers = args.get("workers")
     t0 = time.perf_counter()
-    listing = reader.list_cache(args["dir"])
+    listing = listdir.list_cache(args["dir"])
     try:
         from cachedoctor.cache import parallel
     except ImportError:  # before parallel decode existed

@@ -440,7 +440,7 @@ def markdown(results: Result) -> str:
 def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
     """cProfile top entries, in this process: a first scan decoded serially (so the decoding
     shows up, not the wait on workers), a repeated scan, and the deep grouping, serially."""
-    from cachedoctor.cache import reader
+    from cachedoctor.cache import listdir, reader
     from cachedoctor.cli import main
     from cachedoctor.commands import scan
 
@@ -457,7 +457,7 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
             del os.environ["CACHEDOCTOR_WORKERS"]
 
     def deep() -> None:
-        scan.duplicate_groups(list(reader.iter_entries(reader.list_cache(d))))
+        scan.duplicate_groups(list(reader.iter_entries(listdir.list_cache(d))))
 
     texts = {}
     for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):

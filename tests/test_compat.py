@@ -11,7 +11,7 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.commands.scan import FindingKind, scan_directory
 from tests.conftest import make_cache
@@ -23,7 +23,7 @@ def _version() -> tuple[int, ...]:
 
 
 def test_payload_layout_matches_release(seed_cache: Path) -> None:
-    entries = list(reader.iter_entries(reader.list_cache(seed_cache)))
+    entries = list(reader.iter_entries(listdir.list_cache(seed_cache)))
     assert entries and all(e.ok for e in entries), [e.problems for e in entries]
     labels = {e.format_label for e in entries}
     # The pjrt_ifrt header exists from jax 0.9.1 (FORMATS.md §1).

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
-from cachedoctor.cache.reader import EntryInfo
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands import diff
 from cachedoctor.commands.runner import program_env, run_command
 from cachedoctor.programs import program_path
@@ -29,7 +29,7 @@ OLD_JAX = ("0.8.3", "0.4.38")  # other JAX versions to write "the same program" 
 
 def entries(cache: Path, module: str) -> list[EntryInfo]:
     out = []
-    for item in reader.list_cache(cache).entries:
+    for item in listdir.list_cache(cache).entries:
         info = reader.decode_entry(cache / item.name, key=item.key)
         assert isinstance(info, EntryInfo)
         if info.module == module:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import parallel, reader
+from cachedoctor.cache import listdir, parallel, reader
 from cachedoctor.commands import scan
 from cachedoctor.render.jsonout import dumps, scan_document
 
@@ -44,7 +44,7 @@ def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
-    listing = reader.list_cache(cache)
+    listing = listdir.list_cache(cache)
     serial = list(reader.iter_entries(listing))
     pooled = list(parallel.decode_entries(listing, workers=2))
     assert pooled == serial
@@ -58,7 +58,7 @@ def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> 
 
 
 def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
-    listing = reader.list_cache(cache)
+    listing = listdir.list_cache(cache)
     counts: list[int] = []
     list(parallel.decode_entries(listing, workers=2, progress=counts.append))
     assert sum(counts) == len(listing.entries)
@@ -69,7 +69,7 @@ def test_a_dead_worker_is_replaced_by_serial_decoding(
 ) -> None:
     """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan."""
     monkeypatch.setattr(parallel, "_decode_batch", _dying)  # forked workers inherit it
-    listing = reader.list_cache(cache)
+    listing = listdir.list_cache(cache)
     got = list(parallel.decode_entries(listing, workers=2))
     assert got == list(reader.iter_entries(listing))
 

@@ -16,13 +16,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
 from cachedoctor.commands import scan
 from cachedoctor.commands.apply import apply
 from cachedoctor.commands.maintenance import PruneOptions, parse_duration, parse_size, plan_prune
-from cachedoctor.commands.plan import MANIFEST_DIRNAME, Op, Rule, Status
+from cachedoctor.commands.plan import Op, Rule, Status
 from cachedoctor.commands.runner import run_program
+from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import fsops
 from tests.conftest import make_cache
 
@@ -59,7 +61,7 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
 
 
 def entry_keys(root: Path) -> set[str]:
-    return {i.key for i in reader.list_cache(root).entries if i.key}
+    return {i.key for i in listdir.list_cache(root).entries if i.key}
 
 
 def set_atime(root: Path, key: str, ns: int) -> None:
@@ -290,7 +292,7 @@ def test_orphans(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
     old_manifest = write_manifest(root, gone)
     age(old_manifest, 3 * 86400)
     compiling = write_manifest(root, "jit_compiling-" + "ef" * 32)  # the hook writes it first
-    for name in ("_temp_abc", fsops.TEMP_PREFIX + "1-aa"):
+    for name in ("_temp_abc", layout.TEMP_PREFIX + "1-aa"):
         (root / name).write_bytes(b"x")
         age(root / name, 2 * 86400)
     plan, result = prune(root, orphans=True)
@@ -299,7 +301,7 @@ def test_orphans(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
         f"{gone}-atime",
         f"{MANIFEST_DIRNAME}/{gone}.json",
         "_temp_abc",
-        fsops.TEMP_PREFIX + "1-aa",
+        layout.TEMP_PREFIX + "1-aa",
     }
     assert any("compiling" in s.name for s in plan.skipped)
     assert result.count(Status.DONE) == 4
@@ -376,7 +378,7 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
 
 def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)
-    sub = root / reader.AUTOTUNE_DIR
+    sub = root / layout.AUTOTUNE_DIR
     sub.mkdir(exist_ok=True)
     (sub / ("A" * 43 + ".textproto")).write_text("run_time { nanos: 5 }")
     (sub / "mine.txt").write_text("not XLA's")
@@ -387,13 +389,13 @@ def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cac
     assert not any(a.rules == (Rule.XLA_SUBCACHES,) for a in plan.actions)
     assert any("not touched without --xla-subcaches" in n for n in plan.notes)
     plan, result = prune(root, xla_subcaches=True)
-    assert [a.name for a in plan.actions] == [f"{reader.AUTOTUNE_DIR}/{'A' * 43}.textproto"]
+    assert [a.name for a in plan.actions] == [f"{layout.AUTOTUNE_DIR}/{'A' * 43}.textproto"]
     assert result.count(Status.DONE) == 1
     assert (sub / "mine.txt").exists() and (sub / ("B" * 43 + ".textproto")).is_symlink()
     assert outside.read_text() == "keep"
     skipped = {s.name: s.reason for s in plan.skipped}
-    assert "symbolic link" in skipped[f"{reader.AUTOTUNE_DIR}/{'B' * 43}.textproto"]
-    assert "not recognised" in skipped[f"{reader.AUTOTUNE_DIR}/mine.txt"]
+    assert "symbolic link" in skipped[f"{layout.AUTOTUNE_DIR}/{'B' * 43}.textproto"]
+    assert "not recognised" in skipped[f"{layout.AUTOTUNE_DIR}/mine.txt"]
 
 
 def test_links_and_foreign_files_are_left_alone_and_reported(
@@ -475,7 +477,7 @@ def test_repair_restores_a_cache_jax_can_write_again(
     assert (Op.FIX_MODE, f"{keys[1]}-cache") in ops
     assert (Op.REMOVE_FILE, "_temp_old") in ops
     assert result.count(Status.DONE) == len(plan.actions)
-    stamp = reader.read_atime(root / f"{keys[0]}-atime")
+    stamp = listdir.read_atime(root / f"{keys[0]}-atime")
     assert stamp == (root / f"{keys[0]}-cache").stat().st_mtime_ns
     assert not (root / f"{keys[1]}-cache").stat().st_mode & 0o022
     fixed = run_program("plain", str(root), {**EVICT, "CACHEDOCTOR_PLAIN_SIZE": "24"})
@@ -510,7 +512,7 @@ def test_no_jax_lockfile_is_created_and_our_runs_still_exclude_each_other(tmp_pa
         with other, pytest.raises(fsops.LockTimeout), other.lock(timeout=0.2):
             pass
     assert not (tmp_path / ".lockfile").exists()
-    assert reader.classify(fsops.OWN_LOCKFILE, False)[0] is reader.FileKind.CACHEDOCTOR
+    assert listdir.classify(layout.OWN_LOCKFILE, False)[0] is listdir.FileKind.CACHEDOCTOR
 
 
 # --- CLI -----------------------------------------------------------------------------------------

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir, reader
 from cachedoctor.commands import scan
 from cachedoctor.commands.apply import apply
 from cachedoctor.commands.maintenance import PruneOptions, plan_prune
-from cachedoctor.commands.plan import MANIFEST_DIRNAME
 from cachedoctor.commands.rekey import plan_rekey
 from cachedoctor.commands.runner import Run, run_program
+from cachedoctor.layout import MANIFEST_DIRNAME
 from tests.conftest import cli_env
 from tests.test_prune import (
     EVICT,
@@ -181,7 +181,7 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
         assert not [f for f in report.findings if f.kind is scan.FindingKind.CORRUPT]
         assert_usable(root)  # in particular: no -cache without its -atime
         names = set(os.listdir(root))
-        unknown = [i.name for i in reader.list_cache(root).of_kind(reader.FileKind.UNKNOWN)]
+        unknown = [i.name for i in listdir.list_cache(root).of_kind(listdir.FileKind.UNKNOWN)]
         assert not unknown, unknown  # nothing half-written under a name JAX could pick up
         assert all(f"{k}-atime" in names for k in entry_keys(root))
     print("kills that landed while entries were being removed:", killed_mid_apply)

@@ -10,16 +10,18 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor.cache import reader
-from cachedoctor.cache.reader import EntryDetail, EntryInfo, FileKind
+from cachedoctor import layout
+from cachedoctor.cache import decompress, listdir, reader
+from cachedoctor.cache.listdir import FileKind
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 
 
 def _entries(cache: Path) -> list[EntryInfo]:
-    return list(reader.iter_entries(reader.list_cache(cache)))
+    return list(reader.iter_entries(listdir.list_cache(cache)))
 
 
 def test_listing_classifies_every_file(seed_cache: Path, tmp_path: Path) -> None:
-    listing = reader.list_cache(seed_cache)
+    listing = listdir.list_cache(seed_cache)
     kinds = {i.kind for i in listing.items}
     assert FileKind.ENTRY in kinds
     assert {i.key for i in listing.entries} == {
@@ -44,11 +46,11 @@ def test_listing_classifies_every_file(seed_cache: Path, tmp_path: Path) -> None
     ],
 )
 def test_classify(name: str, kind: FileKind) -> None:
-    assert reader.classify(name, is_dir=False)[0] is kind
+    assert listdir.classify(name, is_dir=False)[0] is kind
 
 
 def test_autotune_dir_is_a_subcache() -> None:
-    assert reader.classify(reader.AUTOTUNE_DIR, is_dir=True)[0] is FileKind.AUTOTUNE_SUBCACHE
+    assert listdir.classify(layout.AUTOTUNE_DIR, is_dir=True)[0] is FileKind.AUTOTUNE_SUBCACHE
 
 
 def test_decodes_real_entries(seed_cache: Path) -> None:
@@ -62,7 +64,7 @@ def test_decodes_real_entries(seed_cache: Path) -> None:
         assert e.num_partitions == 8
         assert e.hlo is not None and e.hlo.name == "jit_f"
         assert e.hlo.instructions > 0
-        assert e.autotune_dir == os.path.join(str(seed_cache), reader.AUTOTUNE_DIR)
+        assert e.autotune_dir == os.path.join(str(seed_cache), layout.AUTOTUNE_DIR)
         assert e.decompressed_size and e.decompressed_size > e.size
     # the seed symptom: one program, three keys
     assert len({e.key for e in f_entries}) == 3
@@ -73,7 +75,7 @@ def test_decodes_real_entries(seed_cache: Path) -> None:
 
 
 def test_detail_and_extract_agree(seed_cache: Path, tmp_path: Path) -> None:
-    item = next(i for i in reader.list_cache(seed_cache).entries)
+    item = next(i for i in listdir.list_cache(seed_cache).entries)
     path = seed_cache / item.name
     detail = reader.decode_entry(path, detail=True)
     assert isinstance(detail, EntryDetail)
@@ -89,7 +91,7 @@ def test_detail_and_extract_agree(seed_cache: Path, tmp_path: Path) -> None:
 
 def test_zlib_entries_decode_like_zstd(seed_cache: Path, tmp_path: Path) -> None:
     """JAX falls back to zlib without zstandard: same content, other compression."""
-    item = next(i for i in reader.list_cache(seed_cache).entries if i.name.startswith("jit_g"))
+    item = next(i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_g"))
     raw = zstandard.ZstdDecompressor().decompress((seed_cache / item.name).read_bytes())
     zpath = tmp_path / item.name
     zpath.write_bytes(zlib.compress(raw))
@@ -105,13 +107,13 @@ def test_zlib_entries_decode_like_zstd(seed_cache: Path, tmp_path: Path) -> None
 
 
 def _real_payload(seed_cache: Path) -> bytes:
-    item = next(i for i in reader.list_cache(seed_cache).entries if i.name.startswith("jit_g"))
+    item = next(i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_g"))
     return zstandard.ZstdDecompressor().decompress((seed_cache / item.name).read_bytes())
 
 
 def _huge_frame() -> bytes:
     """A valid zstd frame header that declares 2**60 bytes, followed by a tiny raw block."""
-    magic = reader.ZSTD_MAGIC
+    magic = decompress.ZSTD_MAGIC
     fhd = bytes([0b11000000 | 0b00100000])  # 8-byte content size, single segment
     size = (1 << 60).to_bytes(8, "little")
     block = bytes([0x01 | (4 << 3), 0, 0]) + b"abcd"  # last raw block of 4 bytes
@@ -178,6 +180,6 @@ def test_unreadable_entry(seed_cache: Path, tmp_path: Path) -> None:
 def test_atime_file_format(tmp_path: Path) -> None:
     p = tmp_path / "k-atime"
     p.write_bytes((1234567890123).to_bytes(8, "little"))
-    assert reader.read_atime(p) == 1234567890123
+    assert listdir.read_atime(p) == 1234567890123
     p.write_bytes(b"short")
-    assert reader.read_atime(p) is None
+    assert listdir.read_atime(p) is None

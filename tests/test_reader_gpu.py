@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor.cache import reader
-from cachedoctor.cache.reader import EntryInfo
+from cachedoctor import layout
+from cachedoctor.cache import model, reader
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import FindingKind, scan_directory
 from cachedoctor.xla import gpu
 from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
@@ -25,7 +26,7 @@ from tests.test_gpu import BUFFERS, CC_H100, CUBIN, DNN, PTX, THUNKS
 def real_hlo_with_config(seed_cache: Path) -> bytes:
     path = next(seed_cache.glob("jit_g-*-cache"))
     detail = reader.decode_entry(path, detail=True)
-    assert isinstance(detail, reader.EntryDetail) and detail.hlo_module and detail.hlo_config
+    assert isinstance(detail, model.EntryDetail) and detail.hlo_module and detail.hlo_config
     return f_bytes(1, detail.hlo_module) + f_bytes(2, detail.hlo_config)
 
 
@@ -105,16 +106,16 @@ def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ign
     from tests.test_subcaches import GEMM, TRITON, file_name, key
 
     cache = copy_of(seed_cache)
-    tune = cache / reader.AUTOTUNE_DIR
+    tune = cache / layout.AUTOTUNE_DIR
     tune.mkdir()
     (tune / file_name(key("fusion.1"))).write_text(TRITON)
     (tune / file_name(key("fusion.2"))).write_text(GEMM)
-    (cache / reader.KERNEL_CACHE_FILE).write_bytes(b"\x0a\xff\xff\xff\x0f garbage")
+    (cache / layout.KERNEL_CACHE_FILE).write_bytes(b"\x0a\xff\xff\xff\x0f garbage")
     report = scan_directory(cache)
     assert report.subcaches is not None
     assert len(report.subcaches.autotune.entries) == 2
     (finding,) = [f for f in report.findings if f.kind is FindingKind.SUBCACHE]
-    assert finding.entries == (reader.KERNEL_CACHE_FILE,)
+    assert finding.entries == (layout.KERNEL_CACHE_FILE,)
     assert "does not parse" in finding.message
     from cachedoctor.render.jsonout import dumps, scan_document
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
 from cachedoctor.commands.apply import apply
-from cachedoctor.commands.plan import MANIFEST_DIRNAME, Op, Status
+from cachedoctor.commands.plan import Op, Status
 from cachedoctor.commands.rekey import plan_rekey
+from cachedoctor.layout import MANIFEST_DIRNAME
 from tests.test_prune import (
     assert_usable,
     entry_keys,
@@ -216,7 +217,7 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
     doc = json.loads(proc.stdout)
     assert doc["result"]["done"] == 1
     assert expected in entry_keys(root) and old not in entry_keys(root)
-    assert (root / f"{expected}{reader.ATIME_SUFFIX}").exists()
+    assert (root / f"{expected}{layout.ATIME_SUFFIX}").exists()
 
 
 V2_RUNNER = """

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.cache.reader import EntryInfo
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import FindingKind, Severity, build_report, scan_directory
 from tests.conftest import make_cache
 
@@ -166,7 +166,7 @@ def _fake(key: str, fmt: str, platform: str, ifrt: int | None = None) -> EntryIn
 
 def test_mixtures_from_report_logic(tmp_path: Path) -> None:
     """Mixed formats/platforms need entries no single CPU JAX writes: test the pure logic."""
-    listing = reader.list_cache(tmp_path)
+    listing = listdir.list_cache(tmp_path)
     entries = [
         _fake("jit_a-" + "1" * 64, "pjrt", "cpu"),
         _fake("jit_b-" + "2" * 64, "ifrt", "cpu", 3),

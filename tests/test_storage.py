@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir, reader
 from cachedoctor.commands.scan import scan_directory
 from cachedoctor.storage import stores
 from cachedoctor.storage.stores import (
@@ -186,7 +186,7 @@ def test_local_delete_only_what_was_planned(tmp_path: Path) -> None:
 
 
 def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
-    listing = reader.list_cache(seed_cache)
+    listing = listdir.list_cache(seed_cache)
     assert listing.entries
     for item in listing.entries:
         path = listing.path(item)
@@ -201,7 +201,7 @@ def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
 
 def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
-    assert reader.list_cache(store) == reader.list_cache(seed_cache)
+    assert listdir.list_cache(store) == listdir.list_cache(seed_cache)
     via_store = scan_directory(store, now=0.0)
     direct = scan_directory(seed_cache, now=0.0)
     assert via_store.findings == direct.findings

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir
 from cachedoctor.commands.runner import run_program
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
 from cachedoctor.storage import stores
@@ -428,7 +429,7 @@ def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache
     url = servers.url(scheme, "prune/cache")
     _upload(url, local_cache)
     store = stores.open_store(url)
-    plan = [i for i in reader.list_cache(store).entries]
+    plan = [i for i in listdir.list_cache(store).entries]
     assert len(plan) >= 3 and all(i.version for i in plan)
     rewritten = plan[0]
     new_bytes = (local_cache / plan[1].name).read_bytes()  # another writer, after the plan
@@ -527,7 +528,7 @@ def test_diff_of_bucket_entries_matches_local(
 ) -> None:
     url, local = uploaded[scheme], str(local_cache)
     keys = sorted(p.name.removesuffix("-cache") for p in local_cache.glob("*-cache"))
-    seed = [k for k in keys if reader.module_of(k) == "jit_f"]
+    seed = [k for k in keys if listdir.module_of(k) == "jit_f"]
     assert len(seed) == 2  # the seed program twice under two keys (its unstable key)
 
     def doc(run: subprocess.CompletedProcess[str], root: str) -> Any:
@@ -541,7 +542,7 @@ def test_diff_of_bucket_entries_matches_local(
     assert remote[0]["verdict"]["kind"] == "same-executable"  # what an unstable key gives
     by_url = _cli(servers, "diff", "--json", f"{url}/{seed[0]}-cache", f"{url}/{seed[1]}-cache")
     assert doc(by_url, url) == remote
-    module = str(reader.module_of(seed[0]))
+    module = str(listdir.module_of(seed[0]))
     remote_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", url), url)
     local_mod = doc(_cli(servers, "diff", "--json", "--module", module, "--dir", local), local)
 
@@ -617,9 +618,9 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     run = run_command(argv, program_env(url, NO_XLA_CACHES))
     assert run.returncode == 0, run.stderr[-2000:]
     store = stores.open_store(url)
-    keys = sorted(i.key for i in reader.list_cache(store).entries if i.key)
+    keys = sorted(i.key for i in listdir.list_cache(store).entries if i.key)
     assert keys
-    objects = {i.name for i in store.list(manifest.MANIFEST_DIRNAME)}
+    objects = {i.name for i in store.list(layout.MANIFEST_DIRNAME)}
     assert {f"{k}.json" for k in keys} <= objects  # JAX wrote each entry under its stable key
     found = {m.key: m for m in manifest.iter_manifests(url)}
     for key in keys:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor import layout
 from cachedoctor.formats import textproto
 from cachedoctor.formats.errors import FormatError
 from cachedoctor.xla import subcaches
@@ -118,7 +119,7 @@ def key(hlo: str) -> str:
 
 
 def make_dir(root: Path, files: dict[str, str | bytes]) -> Path:
-    d = root / subcaches.AUTOTUNE_DIR
+    d = root / layout.AUTOTUNE_DIR
     d.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         p = d / name
@@ -330,7 +331,7 @@ def test_kernel_cache(tmp_path: Path) -> None:
     cubin = b"\x7fELF" + bytes(3 << 20)
     data = kernel_entry("loop_add_fusion", cubin) + kernel_entry("triton_gemm", b"x" * 10)
     data += f_varint(2, 3)
-    path = tmp_path / subcaches.KERNEL_CACHE_FILE
+    path = tmp_path / layout.KERNEL_CACHE_FILE
     path.write_bytes(data)
     report = subcaches.read_kernel_cache(path)
     assert report.parsed and report.problems == ()
@@ -387,11 +388,11 @@ def test_kernel_cache_mutations_never_escape() -> None:
 def test_scan_subcaches(tmp_path: Path) -> None:
     assert subcaches.scan_subcaches(tmp_path).paths == ()
     make_dir(tmp_path, {file_name("a"): TRITON})
-    (tmp_path / subcaches.KERNEL_CACHE_FILE).write_bytes(kernel_entry("k", b"cubin"))
+    (tmp_path / layout.KERNEL_CACHE_FILE).write_bytes(kernel_entry("k", b"cubin"))
     report = subcaches.scan_subcaches(tmp_path)
     assert len(report.autotune.entries) == 1
     assert report.kernel_cache is not None and report.kernel_cache.total_binary_bytes == 5
     assert report.paths == (
-        tmp_path / subcaches.AUTOTUNE_DIR,
-        tmp_path / subcaches.KERNEL_CACHE_FILE,
+        tmp_path / layout.AUTOTUNE_DIR,
+        tmp_path / layout.KERNEL_CACHE_FILE,
     )

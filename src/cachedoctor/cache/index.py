@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from cachedoctor.cache.reader import DirItem, EntryInfo
+from cachedoctor.cache.listdir import DirItem
+from cachedoctor.cache.model import EntryInfo
 
 FORMAT = b"cachedoctor-index-v1\n"
 KEY_FILE = "index.key"
@@ -50,9 +51,9 @@ DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
 Identity = tuple[int, int, int, int]  # size, mtime_ns, inode, ctime_ns
 
 _ALLOWED = {
-    ("cachedoctor.cache.reader", "EntryInfo"),
-    ("cachedoctor.cache.reader", "Problem"),
-    ("cachedoctor.cache.reader", "Section"),
+    ("cachedoctor.cache.model", "EntryInfo"),
+    ("cachedoctor.cache.model", "Problem"),
+    ("cachedoctor.cache.model", "Section"),
     ("cachedoctor.xla.hlo", "HloSummary"),
     ("cachedoctor.xla.hlo", "CustomCall"),
     ("cachedoctor.xla.hlo", "VolatileField"),
@@ -79,18 +80,18 @@ def enabled() -> bool:
 
 
 def _code_fingerprint() -> bytes:
-    """Hash of the modules whose code decides what an EntryInfo holds."""
+    """Hash of every module that can shape an EntryInfo: the cache, xla and formats layers."""
     from cachedoctor import __version__
-    from cachedoctor.cache import reader
-    from cachedoctor.formats import wire
-    from cachedoctor.xla import hlo
 
+    package = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(__version__.encode())
-    for mod in (reader, hlo, wire):
-        try:
-            h.update(Path(str(mod.__file__)).read_bytes())
-        except OSError:
-            h.update(os.urandom(16))  # cannot tell: never match
+    for layer in ("cache", "xla", "formats"):
+        for path in sorted((package / layer).glob("*.py")):
+            try:
+                h.update(path.name.encode() + b"\0" + path.read_bytes())
+            except OSError:
+                h.update(os.urandom(16))  # cannot tell: never match
+    h.update((package / "layout.py").read_bytes())
     return h.digest()
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.storage.stores import Store, StoreError, is_url, one_line_errors, open_store
 
@@ -13,7 +14,7 @@ from cachedoctor.storage.stores import Store, StoreError, is_url, one_line_error
 def locate_entry(ref: str, cache_dir: str | None) -> Path:
     """Resolve ``ref`` to an entry path; raises EntryNotFoundError with the candidates."""
     as_path = Path(ref)
-    looks_like_path = os.sep in ref or (ref.endswith(reader.CACHE_SUFFIX) and as_path.exists())
+    looks_like_path = os.sep in ref or (ref.endswith(layout.CACHE_SUFFIX) and as_path.exists())
     if looks_like_path or as_path.is_file():
         if not as_path.exists() and not as_path.is_symlink():
             raise EntryNotFoundError(f"no such file: {ref}")
@@ -23,15 +24,15 @@ def locate_entry(ref: str, cache_dir: str | None) -> Path:
             f"{ref!r} is not a file; give --dir DIR (or set JAX_COMPILATION_CACHE_DIR)"
         )
     try:
-        listing = reader.list_cache(cache_dir)
+        listing = listdir.list_cache(cache_dir)
     except OSError as exc:
         raise CachedoctorError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
     return listing.path(match_entry(ref, listing))
 
 
-def match_entry(ref: str, listing: reader.CacheListing) -> reader.DirItem:
+def match_entry(ref: str, listing: listdir.CacheListing) -> listdir.DirItem:
     """The one entry of ``listing`` that ``ref`` (key or unique prefix) names."""
-    key = ref.removesuffix(reader.CACHE_SUFFIX)
+    key = ref.removesuffix(layout.CACHE_SUFFIX)
     exact = [i for i in listing.entries if i.key == key]
     if exact:
         return exact[0]
@@ -49,7 +50,7 @@ def match_entry(ref: str, listing: reader.CacheListing) -> reader.DirItem:
     raise EntryNotFoundError(f"{ref!r} matches {len(matches)} entries: {names}{more}")
 
 
-def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, reader.DirItem]:
+def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, listdir.DirItem]:
     """``show`` for buckets: ``ref`` is an entry URL, or a key/prefix looked up in ``cache_dir``."""
 
     if is_url(ref):
@@ -61,13 +62,13 @@ def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, reader.DirI
             found = store.stat(name)
         if found is None:
             raise EntryNotFoundError(f"no such object: {ref}")
-        return store, reader.store_item(found)
+        return store, listdir.store_item(found)
     if cache_dir is None:
         raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
     store = open_store(cache_dir)
     try:
         with one_line_errors(cache_dir):
-            listing = reader.list_cache(store)
+            listing = listdir.list_cache(store)
     except FileNotFoundError as exc:
         raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
     except OSError as exc:

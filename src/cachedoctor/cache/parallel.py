@@ -20,7 +20,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from cachedoctor.cache import reader
-from cachedoctor.cache.reader import CacheListing, DirItem, EntryInfo
+from cachedoctor.cache.listdir import CacheListing, DirItem
+from cachedoctor.cache.model import EntryInfo
 
 BATCH_BYTES = 8 << 20
 BATCH_ENTRIES = 256

@@ -1,4 +1,4 @@
-"""The one place that reads JAX's persistent compilation cache: the directory and its entries.
+"""The one place that decodes JAX's cache entries (cache/listdir.py lists the directory).
 
 Layout (see docs/format.md): ``<module>-<sha256 hex>-cache`` files, each zstd or zlib of
 ``[4-byte big-endian compile seconds][payload]``; the payload is an ``ExecutableAndOptionsProto``,
@@ -14,40 +14,40 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import errno
 import hashlib
 import io
 import os
-import re
-import stat
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 try:
     import zstandard
 except ImportError:  # a declared dependency, but JAX itself runs without it (zlib entries)
     zstandard = None  # type: ignore[assignment]
 
+from cachedoctor.cache.decompress import DecodeFailure, Decompressor, detect_compression
+from cachedoctor.cache.listdir import CacheListing, DirItem, parse_key
+from cachedoctor.cache.model import (
+    EntryDetail,
+    EntryInfo,
+    FieldDigest,
+    GpuSummary,
+    Problem,
+    Section,
+)
 from cachedoctor.formats import wire
 from cachedoctor.formats.errors import FormatError
-from cachedoctor.storage.stores import Store, StoreItem, local_version
+from cachedoctor.layout import (
+    CACHE_SUFFIX,
+)
+from cachedoctor.storage.stores import Store
 from cachedoctor.xla import gpu
 from cachedoctor.xla import hlo as hlo_mod
+from cachedoctor.xla.compile_options import canonical_compile_options, decode_compile_options
 
-CACHE_SUFFIX = "-cache"
-ATIME_SUFFIX = "-atime"
-LOCKFILE = ".lockfile"
-AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
-KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
-CACHEDOCTOR_PREFIX = "cachedoctor"  # our own files and folders (manifests, index) start with it
-
-ZstdError: type[Exception] = zstandard.ZstdError if zstandard is not None else zlib.error
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
 
 DEFAULT_MAX_DECOMPRESSED = 8 << 30  # a bigger entry is reported, not decoded
@@ -56,487 +56,13 @@ MAX_OPTIONS_BYTES = 64 << 20
 MAX_HEADER_BYTES = 64 << 20
 SMALL_FIELD = 64 << 10  # executable sub-fields kept whole for interpretation
 
-_KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
-_JAX_TEMP_RE = re.compile(r"^_temp_|\.tmp$|^tmp[._]")
-_HASH_RE = re.compile(r"[0-9a-f]{64}")
-
-# DebugOptions field numbers (xla/xla.proto), see FORMATS.md §4.
-DEBUG_DEVICE_COUNT = 102
-DEBUG_DUMP_TO = 109
-DEBUG_KERNEL_CACHE_FILE = 306
-DEBUG_AUTOTUNE_DIR = 310
-DEBUG_AUTOTUNE_MODE = 324
-DEBUG_AUTOTUNER_CACHE_DIR = 407
-AUTOTUNE_MODES = {0: "unspecified", 1: "update", 2: "read"}
-
-
-class FileKind(enum.StrEnum):
-    ENTRY = "entry"
-    ATIME = "atime"
-    LOCKFILE = "lockfile"
-    TEMP = "temp"
-    AUTOTUNE_SUBCACHE = "autotune-subcache"
-    KERNEL_SUBCACHE = "kernel-subcache"
-    CACHEDOCTOR = "cachedoctor"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class DirItem:
-    """One name in the cache directory, classified, with its lstat facts (links not followed)."""
-
-    name: str
-    kind: FileKind
-    key: str | None
-    size: int
-    mtime_ns: int
-    mode: int
-    uid: int
-    is_symlink: bool
-    is_dir: bool
-    version: str | None = None  # a store's generation/ETag, for conditional deletes
-    ino: int = 0  # with ctime_ns: the file's identity for the scan index (see index.py)
-    ctime_ns: int = 0
-
-
-@dataclass(frozen=True)
-class CacheListing:
-    root: str
-    items: tuple[DirItem, ...]
-    root_mode: int
-    root_uid: int
-    remote: bool = False  # a bucket: no POSIX modes or owners, sub-cache sizes are totals
-
-    def of_kind(self, kind: FileKind) -> list[DirItem]:
-        return [i for i in self.items if i.kind is kind]
-
-    @property
-    def entries(self) -> list[DirItem]:
-        return self.of_kind(FileKind.ENTRY)
-
-    def path(self, item: DirItem) -> Path:
-        return Path(self.root) / item.name
-
-
-def module_of(key: str) -> str | None:
-    """The module name in a key (``jit_f`` of ``jit_f-<hex>``), or None."""
-    parsed = parse_key(key)
-    return parsed[1] if parsed else None
-
-
-def parse_key(name: str) -> tuple[str, str | None] | None:
-    """``jit_f-<64hex>`` -> (key, module); None when the name is not a JAX cache key."""
-    if (
-        len(name) > 65
-        and name[-65] == "-"
-        and "\n" not in name
-        and _HASH_RE.fullmatch(name, -64 + len(name))
-    ):
-        return name, name[:-65]  # the common case, without the backtracking of _KEY_RE
-    m = _KEY_RE.match(name)
-    if not m:
-        return None
-    return name, m.group("module")
-
-
-def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
-    """Kind of a directory member, and its cache key when it belongs to an entry."""
-    if name.startswith(CACHEDOCTOR_PREFIX) or name.startswith("." + CACHEDOCTOR_PREFIX):
-        return FileKind.CACHEDOCTOR, None
-    if name == AUTOTUNE_DIR:
-        return FileKind.AUTOTUNE_SUBCACHE, None
-    if name.startswith(KERNEL_CACHE_FILE):
-        return FileKind.KERNEL_SUBCACHE, None
-    if is_dir:
-        return FileKind.UNKNOWN, None
-    if name == LOCKFILE:
-        return FileKind.LOCKFILE, None
-    if name.startswith(("_temp_", "tmp.", "tmp_")) or name.endswith(".tmp"):  # _JAX_TEMP_RE
-        return FileKind.TEMP, None
-    for suffix, kind in ((CACHE_SUFFIX, FileKind.ENTRY), (ATIME_SUFFIX, FileKind.ATIME)):
-        if name.endswith(suffix):
-            parsed = parse_key(name[: -len(suffix)])
-            if parsed:
-                return kind, parsed[0]
-    parsed = parse_key(name)
-    if parsed:  # jax <= 0.4.29 wrote entries without a suffix
-        return FileKind.ENTRY, parsed[0]
-    return FileKind.UNKNOWN, None
-
-
-def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
-    """List and classify a cache directory. Raises OSError when the directory cannot be read.
-
-    ``root`` may also be a ``storage.Store`` (a bucket prefix): its listing is classified the
-    same way; items get the store's version (generation/ETag) and no mode or owner.
-    """
-    if not isinstance(root, (str, os.PathLike)):
-        if not root.is_local:
-            return _list_store(root)
-        root = root.url  # a LocalStore: the directory listing below, with modes and owners
-    root_path = Path(root)
-    root_stat = root_path.stat()
-    if not stat.S_ISDIR(root_stat.st_mode):
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
-    items = []
-    with os.scandir(root_path) as it:
-        for de in it:
-            try:
-                st = de.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished between listing and stat (a concurrent JAX eviction)
-            is_link = stat.S_ISLNK(st.st_mode)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            kind, key = classify(de.name, is_dir)
-            items.append(
-                DirItem(
-                    name=de.name,
-                    kind=kind,
-                    key=key,
-                    size=st.st_size,
-                    mtime_ns=st.st_mtime_ns,
-                    mode=st.st_mode,
-                    uid=st.st_uid,
-                    is_symlink=is_link,
-                    is_dir=is_dir,
-                    version=local_version(st),
-                    ino=st.st_ino,
-                    ctime_ns=st.st_ctime_ns,
-                )
-            )
-    items.sort(key=lambda i: i.name)
-    return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
-
-
-def store_item(si: StoreItem) -> DirItem:
-    """Classify one member of a store's listing (no mode or owner: uid -1)."""
-    kind, key = classify(si.name, si.is_dir)
-    return DirItem(
-        name=si.name,
-        kind=kind,
-        key=key,
-        size=si.size,
-        mtime_ns=si.mtime_ns,
-        mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
-        uid=-1,
-        is_symlink=False,
-        is_dir=si.is_dir,
-        version=si.version,
-    )
-
-
-def _list_store(store: Store) -> CacheListing:
-    items = sorted((store_item(si) for si in store.list()), key=lambda i: i.name)
-    return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
-
-
-def read_atime(path: str | os.PathLike[str]) -> int | None:
-    """The nanosecond timestamp in a ``-atime`` file (8 bytes, little-endian), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(9)
-    return int.from_bytes(data, "little") if len(data) == 8 else None
-
 
 # --- entries -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Why an entry could not be (fully) decoded. ``kind`` is a stable slug."""
-
-    kind: str  # unreadable | symlink | not-compressed | truncated | decompress | too-large |
-    #            header | protobuf | unsupported
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A part of the serialized executable, by size (object code, PTX, cubin, thunks...)."""
-
-    name: str
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSummary:
-    """GPU executable facts (FORMATS.md §2); see gpu.py for the layouts."""
-
-    layout: str
-    payload_split: bool  # the PjRt payload was a Riegeli split proto (jax >= 0.9.1)
-    executable_split: bool  # the GPU executable itself was split (jax >= 0.10.1)
-    compute_capability: str | None
-    ptx_size: int
-    cubin_size: int
-    cudnn_graphs: int
-    thunks: int
-
-
-@dataclass(frozen=True, slots=True)
-class EntryInfo:
-    """What a summary scan knows about one entry: plain data, no payloads."""
-
-    key: str
-    module: str | None
-    path: str
-    size: int
-    mtime_ns: int
-    compression: str | None = None  # "zstd" | "zlib"
-    decompressed_size: int | None = None
-    compile_time_s: int | None = None
-    payload_format: str | None = None  # "pjrt" | "ifrt"
-    ifrt_version: int | None = None
-    runtime_name: str | None = None
-    platform: str = "unknown"  # cpu | gpu | tpu | unknown
-    pjrt_client_name: str | None = None
-    cpu_triple: str | None = None
-    cpu_name: str | None = None
-    num_replicas: int | None = None
-    num_partitions: int | None = None
-    use_spmd_partitioning: bool | None = None
-    use_shardy: bool | None = None
-    process_index: int | None = None
-    process_count: int | None = None
-    host_device_count: int | None = None
-    autotune_dir: str | None = None
-    kernel_cache_file: str | None = None
-    autotune_mode: str | None = None
-    hlo: hlo_mod.HloSummary | None = None
-    gpu: GpuSummary | None = None
-    sections: tuple[Section, ...] = ()
-    executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
-    program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
-    volatile: tuple[hlo_mod.VolatileField, ...] = ()
-    problems: tuple[Problem, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def format_label(self) -> str:
-        """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
-        label = self.payload_format or "unknown"
-        if self.payload_format == "ifrt":
-            label = f"ifrt-v{self.ifrt_version}"
-        if self.gpu is not None and self.gpu.payload_split:
-            label += "+split"
-        return label
-
-
-@dataclass(frozen=True)
-class FieldDigest:
-    """One top-level field of the serialized executable: size and SHA-256 (``diff`` compares them
-    to say which sections differ without holding large sections in memory)."""
-
-    number: int
-    size: int  # bytes of a LEN field; 0 for a scalar
-    sha256: str
-    value: int | None = None  # a scalar field's value
-
-
-@dataclass(frozen=True)
-class EntryDetail:
-    """An entry decoded for ``show`` and ``diff``: the summary plus the parts worth comparing."""
-
-    info: EntryInfo
-    hlo_module: bytes | None
-    hlo_config: bytes | None
-    compile_options: bytes | None
-    ifrt_header: bytes | None
-    small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
-    executable_fields: tuple[FieldDigest, ...] = ()  # every executable sub-field, in order
-
-
-class _DecodeFailure(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.problem = Problem(kind, message)
-
-
-class _Decompressor:
-    """A bounded, hashing, read()-able view of a zstd or zlib stream.
-
-    Output beyond ``cap`` raises; truncation is detected at the end (zstd's declared content
-    size, zlib's end-of-stream marker) because python-zstandard's stream reader hides it.
-    """
-
-    def __init__(self, fh: BinaryIO, compression: str, cap: int, hash_from: int) -> None:
-        self.compression = compression
-        self.cap = cap
-        self.produced = 0
-        self._hash_from = hash_from
-        self.hasher = hashlib.sha256()
-        self._fh = fh
-        self._zlib = zlib.decompressobj() if compression == "zlib" else None
-        self._zlib_buf = b""
-        self.declared_size: int | None = None
-        self._zstd: IO[bytes] | None = None
-        if compression == "zstd":
-            if zstandard is None:
-                raise _DecodeFailure(
-                    "unsupported", "a zstd entry, but the zstandard package is not installed"
-                )
-            head = fh.read(18)
-            try:
-                params = zstandard.get_frame_parameters(head)
-            except zstandard.ZstdError as exc:
-                raise _DecodeFailure("decompress", f"bad zstd frame header: {exc}") from exc
-            if params.content_size != zstandard.CONTENTSIZE_UNKNOWN:
-                self.declared_size = params.content_size
-                if params.content_size > cap:
-                    raise _DecodeFailure(
-                        "too-large",
-                        f"zstd frame declares {params.content_size} bytes, over the {cap}-byte"
-                        " cap; not decoded",
-                    )
-            fh.seek(0)
-            self._zstd = zstandard.ZstdDecompressor().stream_reader(
-                fh, read_size=1 << 20, read_across_frames=False
-            )
-
-    def read(self, n: int = -1) -> bytes:
-        if n < 0:
-            n = 1 << 20
-        try:
-            data = self._zstd.read(n) if self._zstd is not None else self._read_zlib(n)
-        except (ZstdError, zlib.error) as exc:
-            raise _DecodeFailure(
-                "decompress", f"{self.compression} data is damaged: {exc}"
-            ) from exc
-        if data:
-            start = self.produced
-            self.produced += len(data)
-            if self.produced > self.cap:
-                raise _DecodeFailure(
-                    "too-large",
-                    f"decompresses to more than {self.cap} bytes (the cap); not decoded",
-                )
-            if self.produced > self._hash_from:
-                skip = max(0, self._hash_from - start)
-                self.hasher.update(memoryview(data)[skip:])
-        return data
-
-    def _read_zlib(self, n: int) -> bytes:
-        assert self._zlib is not None
-        while True:
-            if self._zlib.unconsumed_tail:
-                return self._zlib.decompress(self._zlib.unconsumed_tail, n)
-            if self._zlib.eof:
-                return b""
-            chunk = self._fh.read(1 << 16)
-            if not chunk:
-                return self._zlib.flush(n) if not self._zlib.eof else b""
-            out = self._zlib.decompress(chunk, n)
-            if out:
-                return out
-
-    def drain(self) -> None:
-        while self.read(1 << 20):
-            pass
-
-    def check_complete(self) -> None:
-        if self.compression == "zlib":
-            assert self._zlib is not None
-            if not self._zlib.eof:
-                raise _DecodeFailure("truncated", "zlib stream ends early (file cut short)")
-        elif self.declared_size is not None and self.produced != self.declared_size:
-            raise _DecodeFailure(
-                "truncated",
-                f"zstd frame declares {self.declared_size} bytes but holds {self.produced}"
-                " (file cut short, or a forged size)",
-            )
-
-
-def detect_compression(head: bytes) -> str | None:
-    """'zstd' or 'zlib' from the magic bytes, else None."""
-    if head.startswith(ZSTD_MAGIC):
-        return "zstd"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
-        return "zlib"
-    return None
 
 
 def _open_nofollow(path: str) -> BinaryIO:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     return os.fdopen(fd, "rb")
-
-
-def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:
-    f = wire.fields_by_number(buf)
-    out["host_device_count"] = wire.as_int(wire.first(f, DEBUG_DEVICE_COUNT))
-    out["autotune_dir"] = wire.as_str(wire.first(f, DEBUG_AUTOTUNE_DIR)) or None
-    out["kernel_cache_file"] = wire.as_str(wire.first(f, DEBUG_KERNEL_CACHE_FILE)) or None
-    mode = wire.as_int(wire.first(f, DEBUG_AUTOTUNE_MODE))
-    out["autotune_mode"] = AUTOTUNE_MODES.get(mode, str(mode)) if mode is not None else None
-
-
-def decode_compile_options(buf: wire.Buffer) -> dict[str, object]:
-    """The fields of CompileOptionsProto that matter to findings (FORMATS.md §1)."""
-    out: dict[str, object] = {}
-    f = wire.fields_by_number(buf)
-    ebo = wire.first(f, 3)
-    if ebo is None or isinstance(ebo, int):
-        return out
-    ef = wire.fields_by_number(ebo)
-    out["num_replicas"] = wire.as_int(wire.first(ef, 4))
-    out["num_partitions"] = wire.as_int(wire.first(ef, 5))
-    spmd = wire.as_int(wire.first(ef, 6))
-    out["use_spmd_partitioning"] = bool(spmd) if spmd is not None else None
-    shardy = wire.as_int(wire.first(ef, 19))
-    out["use_shardy"] = bool(shardy) if shardy is not None else None
-    out["process_index"] = wire.as_int(wire.first(ef, 22))
-    out["process_count"] = wire.as_int(wire.first(ef, 23))
-    debug = wire.first(ef, 3)
-    if debug is not None and not isinstance(debug, int):
-        _decode_debug_options(debug, out)
-    return out
-
-
-def canonical_compile_options(buf: wire.Buffer) -> bytes:
-    """Compile options with cache-dir-derived paths reduced to their last component.
-
-    This is what makes a relocated entry compare equal to the original in ``program_digest``.
-    """
-    f_out = bytearray()
-    for number, wt, value in wire.iter_fields(buf):
-        if number == 3 and wt == wire.LEN and not isinstance(value, int):
-            inner = bytearray()
-            for n2, wt2, v2 in wire.iter_fields(value):
-                if n2 == 3 and wt2 == wire.LEN and not isinstance(v2, int):
-                    v2 = memoryview(_canonical_debug_options(v2))
-                inner += wire.encode_field(n2, wt2, v2)
-            value = memoryview(bytes(inner))
-        f_out += wire.encode_field(number, wt, value)
-    return bytes(f_out)
-
-
-def _canonical_debug_options(buf: wire.Buffer) -> bytes:
-    """DebugOptions in a canonical encoding: map entries sorted, cache paths reduced.
-
-    Map fields (e.g. 357, latency-estimator options) serialize in hash order, so two runs of
-    the same program can differ only in map order (seen with jax 0.6.2).
-    """
-    grouped: dict[int, list[tuple[int, wire.FieldValue]]] = {}
-    for number, wt, value in wire.iter_fields(buf):
-        if number in (DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE):
-            continue  # JAX clears these before hashing too
-        if number in (DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR) and (
-            not isinstance(value, int)
-        ):
-            value = memoryview(os.path.basename(bytes(value).rstrip(b"/")))
-        grouped.setdefault(number, []).append((wt, value))
-    out = bytearray()
-    for number in sorted(grouped):
-        values = grouped[number]
-        if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
-            values = sorted(values, key=lambda item: bytes(item[1]))
-        for wt, value in values:
-            out += wire.encode_field(number, wt, value)
-    return bytes(out)
 
 
 @dataclass
@@ -568,7 +94,7 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
         try:
             decoded = gpu.decode_gpu_executable(data, max_bytes=MAX_HLO_BYTES)
         except FormatError as exc:
-            raise _DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
+            raise DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
         walk.gpu_executable = decoded
         walk.hlo_module = decoded.hlo_module
         return
@@ -724,30 +250,28 @@ def _decode_open_file(
     fh: BinaryIO, info: EntryInfo, walk: _Walk, problems: list[Problem], cap: int
 ) -> EntryInfo:
     """Decode an open entry file into ``walk``; problems are appended, never raised."""
-    dec: _Decompressor | None = None
+    dec: Decompressor | None = None
     found: dict[str, Any] = {}  # applied once at the end: each replace() costs ~20 us
     try:
         head = fh.read(4)
         fh.seek(0)
         if not head:
-            raise _DecodeFailure("truncated", "empty file")
+            raise DecodeFailure("truncated", "empty file")
         compression = detect_compression(head)
         if compression is None:
-            raise _DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
+            raise DecodeFailure("not-compressed", "neither zstd nor zlib (bad magic bytes)")
         found["compression"] = compression
-        dec = _Decompressor(fh, compression, cap, hash_from=4)
+        dec = Decompressor(fh, compression, cap, hash_from=4)
         stream = wire.ByteStream(dec)
         try:
             prefix = stream.read_exact(4)
         except wire.StreamEnd as exc:
-            raise _DecodeFailure(
-                "truncated", "shorter than the 4-byte compile-time prefix"
-            ) from exc
+            raise DecodeFailure("truncated", "shorter than the 4-byte compile-time prefix") from exc
         found["compile_time_s"] = int.from_bytes(prefix, "big")
         _walk_payload(stream, walk)
         dec.drain()
         dec.check_complete()
-    except _DecodeFailure as failure:
+    except DecodeFailure as failure:
         problems.append(failure.problem)
     except wire.StreamEnd as exc:
         problems.append(Problem("truncated", f"payload ends early: {exc}"))
@@ -761,7 +285,7 @@ def _decode_open_file(
         try:  # a malformed payload is often a file cut short: say so when it is
             dec.drain()
             dec.check_complete()
-        except _DecodeFailure as failure:
+        except DecodeFailure as failure:
             if failure.problem.kind != problems[0].kind or len(problems) == 1:
                 problems.insert(0, failure.problem)
         except (OSError, ValueError):
@@ -775,12 +299,12 @@ def _decode_open_file(
 def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
     first = stream.peek_byte()
     if first is None:
-        raise _DecodeFailure("truncated", "no executable after the compile-time prefix")
+        raise DecodeFailure("truncated", "no executable after the compile-time prefix")
     fmt = "pjrt"
     if first != 0x0A and first != RIEGELI_MAGIC[0]:
         length = stream.read_varint()
         if length > MAX_HEADER_BYTES:
-            raise _DecodeFailure("header", f"pjrt_ifrt header claims {length} bytes")
+            raise DecodeFailure("header", f"pjrt_ifrt header claims {length} bytes")
         header = stream.read_exact(length)
         hf = wire.fields_by_number(header)
         walk.ifrt_header = header
@@ -869,7 +393,7 @@ def _unsplit_payload(stream: wire.ByteStream, walk: _Walk) -> wire.ByteStream:
     try:
         unwrapped = gpu.unwrap_pjrt_payload(b"".join(parts), max_bytes=DEFAULT_MAX_DECOMPRESSED)
     except FormatError as exc:
-        raise _DecodeFailure(_format_problem_kind(exc), f"split-proto payload: {exc}") from exc
+        raise DecodeFailure(_format_problem_kind(exc), f"split-proto payload: {exc}") from exc
     walk.payload_split = True
     return wire.ByteStream(io.BytesIO(unwrapped.executable_and_options))
 
@@ -977,7 +501,7 @@ def extract_payload(
             fh.seek(0)
             if compression is None:
                 raise ValueError("neither zstd nor zlib (bad magic bytes)")
-            dec = _Decompressor(fh, compression, max_decompressed, hash_from=4)
+            dec = Decompressor(fh, compression, max_decompressed, hash_from=4)
             prefix = dec.read(4)
             while len(prefix) < 4:
                 more = dec.read(4 - len(prefix))
@@ -993,7 +517,7 @@ def extract_payload(
                 written += len(chunk)
             dec.check_complete()
             return written
-    except _DecodeFailure as failure:
+    except DecodeFailure as failure:
         raise ValueError(failure.problem.message) from failure
 
 

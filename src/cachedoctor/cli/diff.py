@@ -11,7 +11,7 @@ from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 
 if TYPE_CHECKING:
-    from cachedoctor.cache.reader import EntryDetail
+    from cachedoctor.cache.model import EntryDetail
 
 
 @click.command()

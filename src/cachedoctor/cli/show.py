@@ -6,7 +6,7 @@ import os
 
 import click
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import model, reader
 from cachedoctor.cache.locate import locate_entry, locate_in_store
 from cachedoctor.cache.reader import decode_item
 from cachedoctor.errors import CachedoctorError, ExitCode
@@ -49,7 +49,7 @@ def show(
     else:
         path = str(locate_entry(entry, cache_dir))
         detail = reader.decode_entry(path, detail=True)
-    assert isinstance(detail, reader.EntryDetail)
+    assert isinstance(detail, model.EntryDetail)
     hlo_text = None
     if hlo:
         from cachedoctor.xla.hlo import hlo_text as render_hlo

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
 from cachedoctor.commands import rekey
 from cachedoctor.commands.plan import (
-    MANIFEST_IR_SUFFIX,
-    MANIFEST_SUFFIX,
     WRITE_BITS,
     Action,
     ApplyReport,
@@ -19,11 +17,11 @@ from cachedoctor.commands.plan import (
     Rule,
     Status,
     _folder,
-    manifest_dirname,
     open_dir,
     remove_companions,
 )
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import fsops, stores
 from cachedoctor.storage.fsops import CacheDir, StoreDir
 
@@ -42,7 +40,7 @@ def apply(
     with stores.one_line_errors(plan.cache_dir), open_dir(plan.cache_dir) as cd:
         if isinstance(cd, StoreDir):
             return ApplyReport(plan, tuple(_apply_remote(cd, plan, progress)), False)
-        locked_any = cd.lstat(fsops.LOCKFILE) is not None
+        locked_any = cd.lstat(LOCKFILE) is not None
         for action in plan.actions:
             try:
                 with cd.lock(lock_timeout) as locked:
@@ -100,9 +98,9 @@ def _apply_remove_entry(cd: Dir, a: Action) -> Outcome:
 def _orphan_key(a: Action) -> str | None:
     """The key a planned orphan (an -atime file or a manifest) belongs to."""
     name = a.files[0].name
-    for suffix in (reader.ATIME_SUFFIX, MANIFEST_SUFFIX, MANIFEST_IR_SUFFIX):
+    for suffix in (layout.ATIME_SUFFIX, MANIFEST_SUFFIX, MANIFEST_IR_SUFFIX):
         if name.endswith(suffix) and (
-            a.folder == manifest_dirname() or suffix == reader.ATIME_SUFFIX
+            a.folder == MANIFEST_DIRNAME or suffix == layout.ATIME_SUFFIX
         ):
             return name[: -len(suffix)]
     return None
@@ -111,7 +109,7 @@ def _orphan_key(a: Action) -> str | None:
 def _apply_remove_file(cd: Dir, a: Action) -> Outcome:
     if a.rules[0] is Rule.ORPHANS:
         key = _orphan_key(a)
-        if key is not None and cd.lstat(key + reader.CACHE_SUFFIX) is not None:
+        if key is not None and cd.lstat(key + layout.CACHE_SUFFIX) is not None:
             return Outcome(a, Status.SKIPPED, "its entry exists again")
     with _folder(cd, a.folder) as folder:
         if folder is None:
@@ -127,7 +125,7 @@ def _apply_recreate_atime(cd: Dir, a: Action) -> Outcome:
     if st is None:
         return Outcome(a, Status.SKIPPED, "entry is gone")
     stamp = st.st_mtime_ns.to_bytes(8, "little")
-    if not cd.write_new(a.name + reader.ATIME_SUFFIX, stamp):
+    if not cd.write_new(a.name + layout.ATIME_SUFFIX, stamp):
         return Outcome(a, Status.SKIPPED, "an -atime file appeared meanwhile")
     return Outcome(a, Status.DONE)
 

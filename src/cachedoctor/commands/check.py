@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir, model, reader
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
@@ -290,14 +291,14 @@ def _run_once(
 
 def _keys(cache_dir: str) -> list[str]:
     try:
-        listing = reader.list_cache(cache_dir)
+        listing = listdir.list_cache(cache_dir)
     except FileNotFoundError:
         return []
     return [i.key for i in listing.entries if i.key]
 
 
 def _module(key: str) -> str:
-    parsed = reader.parse_key(key)
+    parsed = listdir.parse_key(key)
     return (parsed[1] if parsed else None) or "(unnamed)"
 
 
@@ -470,10 +471,10 @@ def _cold_programs(
     log.write(f"=== cold run exited with {code}\n".encode())
     programs: dict[str, set[str]] = {}
     with contextlib.suppress(OSError):
-        listing = reader.list_cache(fresh)
+        listing = listdir.list_cache(fresh)
         for item in listing.entries:
             info = reader.decode_entry(listing.path(item), key=item.key)
-            if isinstance(info, reader.EntryInfo) and info.program_digest:
+            if isinstance(info, model.EntryInfo) and info.program_digest:
                 programs.setdefault(_module(item.key or ""), set()).add(info.program_digest)
     return code, programs
 
@@ -709,8 +710,8 @@ def _diff_verdict(cache: str, key_a: str, key_b: str) -> str | None:
         return None
     try:
         result = diff_entries(
-            Path(cache) / f"{key_a}{reader.CACHE_SUFFIX}",
-            Path(cache) / f"{key_b}{reader.CACHE_SUFFIX}",
+            Path(cache) / f"{key_a}{layout.CACHE_SUFFIX}",
+            Path(cache) / f"{key_b}{layout.CACHE_SUFFIX}",
         )
         line = result.verdict.line
     except Exception:  # an optional layer: the entries' own verdict stands

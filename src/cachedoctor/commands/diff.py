@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.cache import locate, reader
-from cachedoctor.cache.reader import EntryDetail, EntryInfo
+from cachedoctor.cache import listdir, locate, reader
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.formats import wire
 from cachedoctor.storage import stores
+from cachedoctor.xla import compile_options, optionschema
 from cachedoctor.xla import hlo as hlo_mod
-from cachedoctor.xla import optionschema
 
 DEFAULT_CONTEXT = 3
 MAX_EXAMPLES = 50  # removed-value differences kept per kind (the count is always exact)
@@ -42,12 +42,12 @@ ENABLE_ADVICE = "`cachedoctor enable` keys entries by a stable hash of what the 
 # DebugOptions fields derived from the cache directory (FORMATS.md §4): a different value with
 # the same last component means the cache was moved or copied.
 CACHE_PATH_FIELDS = {
-    reader.DEBUG_AUTOTUNE_DIR,
-    reader.DEBUG_KERNEL_CACHE_FILE,
-    reader.DEBUG_AUTOTUNER_CACHE_DIR,
+    compile_options.DEBUG_AUTOTUNE_DIR,
+    compile_options.DEBUG_KERNEL_CACHE_FILE,
+    compile_options.DEBUG_AUTOTUNER_CACHE_DIR,
 }
 # DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see FORMATS.md §4.
-CLEARED_BY_JAX = {reader.DEBUG_DUMP_TO, reader.DEBUG_AUTOTUNE_MODE, 61}
+CLEARED_BY_JAX = {compile_options.DEBUG_DUMP_TO, compile_options.DEBUG_AUTOTUNE_MODE, 61}
 _DEBUG_PATHS = {(3, 3): "compile_options", (14,): "module_config"}
 
 # Top-level fields of the serialized executable (FORMATS.md §2, §3).
@@ -266,7 +266,7 @@ def load_from_store(ref: str, cache_dir: str | None) -> EntryDetail:
     return _load_item(store, item)
 
 
-def _load_item(store: stores.Store, item: reader.DirItem) -> EntryDetail:
+def _load_item(store: stores.Store, item: listdir.DirItem) -> EntryDetail:
     url = store.url_of(item.name)
     with stores.one_line_errors(url):
         detail = reader.decode_item(store, item, detail=True)
@@ -1148,7 +1148,7 @@ def diff_module(
         root = os.path.abspath(os.fspath(cache_dir))
     try:
         with stores.one_line_errors(root):
-            listing = reader.list_cache(store if store is not None else root)
+            listing = listdir.list_cache(store if store is not None else root)
     except FileNotFoundError as exc:
         raise CachedoctorError(f"no such directory: {root}", slug="no-such-dir") from exc
     except OSError as exc:
@@ -1156,18 +1156,22 @@ def diff_module(
     items = [
         i
         for i in listing.entries
-        if i.key and reader.parse_key(i.key) and reader.parse_key(i.key)[1] == module  # type: ignore[index]
+        if i.key and listdir.parse_key(i.key) and listdir.parse_key(i.key)[1] == module  # type: ignore[index]
     ]
     if not items:
         known = sorted(
-            {m for i in listing.entries if i.key and (p := reader.parse_key(i.key)) and (m := p[1])}
+            {
+                m
+                for i in listing.entries
+                if i.key and (p := listdir.parse_key(i.key)) and (m := p[1])
+            }
         )
         hint = f"; modules here: {', '.join(known[:8])}" if known else ""
         raise EntryNotFoundError(f"no entries of module {module!r} in {root}{hint}")
     items.sort(key=lambda i: (i.mtime_ns, i.name))
     latest = items[-1]
 
-    def load(item: reader.DirItem) -> EntryDetail:
+    def load(item: listdir.DirItem) -> EntryDetail:
         return _load_item(store, item) if store is not None else load_detail(listing.path(item))
 
     latest_detail = load(latest)

@@ -11,12 +11,13 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.cache.reader import DirItem, EntryInfo, FileKind
+from cachedoctor.cache.listdir import DirItem, FileKind
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands import scan
 from cachedoctor.commands.plan import (
-    MANIFEST_IR_SUFFIX,
     WRITE_BITS,
     Action,
     Dir,
@@ -25,11 +26,11 @@ from cachedoctor.commands.plan import (
     Plan,
     Rule,
     Skip,
-    manifest_dirname,
     open_dir,
     read_manifests,
 )
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.storage import fsops, stores
 from cachedoctor.storage.fsops import FileId, Stat, StoreDir
 from cachedoctor.xla import subcaches
@@ -155,7 +156,7 @@ class _Entry:
 
     @property
     def module(self) -> str | None:
-        parsed = reader.parse_key(self.key)
+        parsed = listdir.parse_key(self.key)
         return parsed[1] if parsed else None
 
     @property
@@ -246,13 +247,13 @@ class _Planner:
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
         if isinstance(cd, StoreDir):
-            self.listing = reader.list_cache(cd.store)
+            self.listing = listdir.list_cache(cd.store)
             cd.remember(
                 (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
             )
             self.notes.append(BUCKET_NOTE)
         else:
-            self.listing = reader.list_cache(cd.path)
+            self.listing = listdir.list_cache(cd.path)
         self.manifests, self.manifest_others = read_manifests(cd)
         items = self.listing.items
         self.eviction_in_use = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in items)
@@ -263,7 +264,7 @@ class _Planner:
         atimes = {i.key: i for i in self.listing.of_kind(FileKind.ATIME) if i.key}
         manifests = {m.key: m for m in self.manifests}
         irs = {}
-        folder = self.cd.subdir(manifest_dirname())
+        folder = self.cd.subdir(MANIFEST_DIRNAME)
         if folder is not None:
             with folder:
                 for key in manifests:
@@ -298,7 +299,7 @@ class _Planner:
 
     def _read_atime(self, name: str) -> int | None:
         if not isinstance(self.cd, StoreDir):
-            return reader.read_atime(os.path.join(self.cd.path, name))
+            return listdir.read_atime(os.path.join(self.cd.path, name))
         data = self.cd.read_small(name, 9)  # the reader's layout: 8 bytes, little-endian ns
         return int.from_bytes(data, "little") if data is not None and len(data) == 8 else None
 
@@ -537,7 +538,7 @@ class _Planner:
         for item in self.listing.of_kind(FileKind.ATIME):
             if item.key in entry_keys:
                 continue
-            parsed = reader.parse_key(item.key or "")
+            parsed = listdir.parse_key(item.key or "")
             module = parsed[1] if parsed else None
             if self.o.module is not None and not fnmatch.fnmatchcase(module or "", self.o.module):
                 continue
@@ -554,7 +555,7 @@ class _Planner:
     def _orphans(self) -> None:
         entry_keys = {i.key for i in self.listing.entries}
         self._stale_temps(Rule.ORPHANS)
-        folder_name = manifest_dirname()
+        folder_name = MANIFEST_DIRNAME
         folder = self.cd.subdir(folder_name)
         if folder is None:
             return
@@ -687,9 +688,9 @@ class _Planner:
             blockers = [
                 i.name
                 for i in self.listing.items
-                if i.name.endswith(reader.CACHE_SUFFIX)
+                if i.name.endswith(layout.CACHE_SUFFIX)
                 and (i.is_symlink or i.kind is not FileKind.ENTRY)
-                and self.cd.lstat(i.name[: -len(reader.CACHE_SUFFIX)] + reader.ATIME_SUFFIX) is None
+                and self.cd.lstat(i.name[: -len(layout.CACHE_SUFFIX)] + layout.ATIME_SUFFIX) is None
             ]
             if blockers:
                 self.notes.append(
@@ -780,12 +781,12 @@ class _Planner:
         for m in self.manifests:
             if m.is_symlink:
                 self.skipped.append(
-                    Skip(f"{manifest_dirname()}/{m.file}", "symbolic link: never followed")
+                    Skip(f"{MANIFEST_DIRNAME}/{m.file}", "symbolic link: never followed")
                 )
         for item in self.manifest_others:
             if item.is_symlink:
                 self.skipped.append(
-                    Skip(f"{manifest_dirname()}/{item.name}", "symbolic link: never followed")
+                    Skip(f"{MANIFEST_DIRNAME}/{item.name}", "symbolic link: never followed")
                 )
 
 

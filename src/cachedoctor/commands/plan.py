@@ -24,9 +24,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cachedoctor.cache import reader
-from cachedoctor.cache.reader import DirItem, FileKind
+from cachedoctor import layout
+from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import stores
 from cachedoctor.storage.fsops import CacheDir, FileId, StoreDir
 
@@ -34,17 +35,6 @@ Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
 
 
 SCHEMA_VERSION = 1
-
-
-MANIFEST_DIRNAME = (
-    "cachedoctor-manifests"  # cachedoctor.stablekeys.manifest.MANIFEST_DIRNAME (branch hook)
-)
-
-
-MANIFEST_SUFFIX = ".json"
-
-
-MANIFEST_IR_SUFFIX = ".mlir.gz"
 
 
 WRITE_BITS = stat.S_IWGRP | stat.S_IWOTH
@@ -149,15 +139,6 @@ class ApplyReport:
         return sum(1 for o in self.outcomes if o.status is status)
 
 
-def manifest_dirname() -> str:
-    try:
-        from cachedoctor.stablekeys import manifest  # type: ignore[attr-defined,unused-ignore]
-
-        return str(getattr(manifest, "MANIFEST_DIRNAME", MANIFEST_DIRNAME))
-    except ImportError:
-        return MANIFEST_DIRNAME
-
-
 @dataclass(frozen=True)
 class ManifestFile:
     """A manifest as JSON data (the fields prune needs are read defensively)."""
@@ -178,7 +159,7 @@ class ManifestFile:
 
 def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
     """Manifests (``<key>.json``) and the other files of the manifests folder."""
-    folder = cd.subdir(manifest_dirname())
+    folder = cd.subdir(MANIFEST_DIRNAME)
     if folder is None:
         return [], []
     manifests: list[ManifestFile] = []
@@ -262,10 +243,10 @@ def _folder(cd: Dir, rel: str) -> Iterator[Dir | None]:
 def remove_companions(cd: Dir, key: str) -> int:
     """Remove ``<key>-atime`` and the manifest files of a key whose ``-cache`` is gone."""
     freed = 0
-    st = cd.regular(key + reader.ATIME_SUFFIX)
-    if st is not None and cd.unlink_if(None, key + reader.ATIME_SUFFIX) == "removed":
+    st = cd.regular(key + layout.ATIME_SUFFIX)
+    if st is not None and cd.unlink_if(None, key + layout.ATIME_SUFFIX) == "removed":
         freed += st.st_size
-    with _folder(cd, manifest_dirname()) as mdir:
+    with _folder(cd, MANIFEST_DIRNAME) as mdir:
         if mdir is not None:
             for suffix in (MANIFEST_SUFFIX, MANIFEST_IR_SUFFIX):
                 mst = mdir.regular(key + suffix)

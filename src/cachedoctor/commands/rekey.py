@@ -18,12 +18,12 @@ import time
 from dataclasses import replace
 from typing import Any, Protocol
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.cache.reader import EntryInfo, FileKind
+from cachedoctor.cache.listdir import FileKind
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.plan import (
-    MANIFEST_IR_SUFFIX,
-    MANIFEST_SUFFIX,
     Action,
     ManifestFile,
     Op,
@@ -32,14 +32,14 @@ from cachedoctor.commands.plan import (
     Rule,
     Skip,
     Status,
-    manifest_dirname,
     open_cache,
     read_manifests,
     remove_companions,
 )
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
-from cachedoctor.storage.fsops import LOCKFILE, CacheDir, FileId
+from cachedoctor.storage.fsops import CacheDir, FileId
 
 
 class KeyHasher(Protocol):
@@ -71,7 +71,7 @@ def default_hasher() -> KeyHasher:
 
 
 def _digest(cd: CacheDir, key: str) -> str | None:
-    info = reader.decode_entry(os.path.join(cd.path, key + reader.CACHE_SUFFIX), key=key)
+    info = reader.decode_entry(os.path.join(cd.path, key + layout.CACHE_SUFFIX), key=key)
     assert isinstance(info, EntryInfo)
     return info.executable_digest
 
@@ -100,10 +100,10 @@ def plan_rekey(
     conflicts: list[Skip] = []
     current = 0
     with open_cache(cache_dir) as cd:
-        listing = reader.list_cache(cd.path)
+        listing = listdir.list_cache(cd.path)
         eviction = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in listing.items)
         manifests, _ = read_manifests(cd)
-        folder = manifest_dirname()
+        folder = MANIFEST_DIRNAME
         targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
         for m in manifests:
             label = f"{folder}/{m.file}"
@@ -128,7 +128,7 @@ def plan_rekey(
                     )
                 )
                 continue
-            src = cd.regular(m.key + reader.CACHE_SUFFIX)
+            src = cd.regular(m.key + layout.CACHE_SUFFIX)
             if src is None:
                 leftover = _interrupted_move(cd, m, hasher, folder)
                 if leftover is not None:
@@ -146,29 +146,29 @@ def plan_rekey(
             if new == m.key:
                 current += 1
                 continue
-            parsed = reader.parse_key(m.key)
+            parsed = listdir.parse_key(m.key)
             base = Action(
                 op=Op.MOVE_ENTRY,
                 name=m.key,
                 rules=(Rule.REKEY,),
                 reason=f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}",
                 module=parsed[1] if parsed else None,
-                files=(FileId.of(m.key + reader.CACHE_SUFFIX, src),),
+                files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
                 new_key=new,
             )
             # who holds (or will hold, after an earlier move) the new key, and its file
             holder = targets.get(new)
             if holder is None:
-                target = cd.regular(new + reader.CACHE_SUFFIX)
+                target = cd.regular(new + layout.CACHE_SUFFIX)
                 if target is not None:
-                    holder = (new, FileId.of(new + reader.CACHE_SUFFIX, target))
+                    holder = (new, FileId.of(new + layout.CACHE_SUFFIX, target))
             if holder is None:
                 targets[new] = (m.key, base.files[0])
                 actions.append(base)
                 continue
             ours = _digest(cd, m.key)
             if ours is not None and ours == _digest(cd, holder[0]):
-                atime = cd.regular(m.key + reader.ATIME_SUFFIX)
+                atime = cd.regular(m.key + layout.ATIME_SUFFIX)
                 actions.append(
                     replace(
                         base,
@@ -219,7 +219,7 @@ def _interrupted_move(
     mdir = cd.subdir(folder)
     if new == m.key or mdir is None:
         return None
-    if cd.regular(new + reader.CACHE_SUFFIX) is None or mdir.regular(new + MANIFEST_SUFFIX) is None:
+    if cd.regular(new + layout.CACHE_SUFFIX) is None or mdir.regular(new + MANIFEST_SUFFIX) is None:
         return None
     st = mdir.regular(m.file)
     if st is None:
@@ -255,12 +255,12 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
         return Outcome(a, Status.SKIPPED, "already gone")
     if not a.files[0].matches(st):
         return Outcome(a, Status.SKIPPED, "changed since the plan")
-    target = cd.regular(new + reader.CACHE_SUFFIX)
+    target = cd.regular(new + layout.CACHE_SUFFIX)
     if a.op is Op.DROP_DUPLICATE or target is not None:
         return _drop_if_same(cd, a, old, new)
-    mdir = cd.subdir(manifest_dirname(), create=True)
+    mdir = cd.subdir(MANIFEST_DIRNAME, create=True)
     if mdir is None:
-        return Outcome(a, Status.FAILED, f"{manifest_dirname()} is not a folder (a link?)")
+        return Outcome(a, Status.FAILED, f"{MANIFEST_DIRNAME} is not a folder (a link?)")
     with mdir:
         raw = mdir.read_small(old + MANIFEST_SUFFIX, limit=64 << 20)
         moved = _moved_manifest(raw, old, new) if raw else None
@@ -268,14 +268,14 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
             mdir.write_new(new + MANIFEST_SUFFIX, moved)
         if mdir.regular(old + MANIFEST_IR_SUFFIX) is not None:
             mdir.link_noreplace(old + MANIFEST_IR_SUFFIX, new + MANIFEST_IR_SUFFIX)
-    if cd.regular(old + reader.ATIME_SUFFIX) is not None:
-        cd.link_noreplace(old + reader.ATIME_SUFFIX, new + reader.ATIME_SUFFIX)
+    if cd.regular(old + layout.ATIME_SUFFIX) is not None:
+        cd.link_noreplace(old + layout.ATIME_SUFFIX, new + layout.ATIME_SUFFIX)
     elif cd.lstat(LOCKFILE) is not None:
-        cd.write_new(new + reader.ATIME_SUFFIX, st.st_mtime_ns.to_bytes(8, "little"))
-    if not cd.link_noreplace(old + reader.CACHE_SUFFIX, new + reader.CACHE_SUFFIX):
+        cd.write_new(new + layout.ATIME_SUFFIX, st.st_mtime_ns.to_bytes(8, "little"))
+    if not cd.link_noreplace(old + layout.CACHE_SUFFIX, new + layout.CACHE_SUFFIX):
         return _drop_if_same(cd, a, old, new)  # a JAX process wrote the new key meanwhile
     cd.fsync()
-    cd.unlink_if(None, old + reader.CACHE_SUFFIX)
+    cd.unlink_if(None, old + layout.CACHE_SUFFIX)
     remove_companions(cd, old)
     return Outcome(a, Status.DONE, f"now {new}")
 
@@ -286,7 +286,7 @@ def _drop_if_same(cd: CacheDir, a: Action, old: str, new: str) -> Outcome:
     The plan compared the two files; when the target is still that very file (inode, size,
     mtime) nothing is decoded here, under JAX's lock.
     """
-    target = cd.lstat(new + reader.CACHE_SUFFIX)
+    target = cd.lstat(new + layout.CACHE_SUFFIX)
     compared = len(a.files) > 1 and target is not None and a.files[1].matches(target)
     if not compared:
         ours, theirs = _digest(cd, old), _digest(cd, new)

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachedoctor.cache import reader
+from cachedoctor import layout
+from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.cache.reader import CacheListing, DirItem, EntryInfo, FileKind
+from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.storage import stores
 from cachedoctor.xla import subcaches
 
@@ -135,13 +137,13 @@ def scan_directory(
     if isinstance(cache_dir, stores.Store) or stores.is_url(cache_dir):
         store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
         with stores.one_line_errors(store.url):
-            listing = reader.list_cache(store)
+            listing = listdir.list_cache(store)
             remote_entries = reader.decode_store_entries(
                 store, listing.entries, progress=progress, max_decompressed=max_decompressed
             )
         return build_report(listing, remote_entries, jax_info, now)
     root = os.fspath(cache_dir)
-    listing = reader.list_cache(root)
+    listing = listdir.list_cache(root)
     entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
@@ -168,11 +170,11 @@ def _decode_entries(
         if item.is_symlink:
             found[n] = EntryInfo(
                 key=item.key or item.name,
-                module=reader.module_of(item.key) if item.key else None,
+                module=listdir.module_of(item.key) if item.key else None,
                 path=str(listing.path(item)),
                 size=item.size,
                 mtime_ns=item.mtime_ns,
-                problems=(reader.Problem("symlink", "is a symbolic link; not followed"),),
+                problems=(model.Problem("symlink", "is a symbolic link; not followed"),),
             )
         elif idx is not None and (hit := idx.get(item)) is not None:
             found[n] = hit
@@ -244,7 +246,7 @@ def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
             Finding(
                 kind=FindingKind.SUBCACHE,
                 severity=Severity.WARNING,
-                entries=(reader.AUTOTUNE_DIR,),
+                entries=(layout.AUTOTUNE_DIR,),
                 message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
                 advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
             )
@@ -254,7 +256,7 @@ def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
             Finding(
                 kind=FindingKind.SUBCACHE,
                 severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
-                entries=(reader.KERNEL_CACHE_FILE,),
+                entries=(layout.KERNEL_CACHE_FILE,),
                 message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
                 advice=(
                     "XLA cannot reuse a damaged kernel cache; "
@@ -449,7 +451,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
             Finding(
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
-                entries=tuple(f"{k}{reader.ATIME_SUFFIX}" for k in orphans),
+                entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in orphans),
                 message=f"{len(orphans)} -atime files have no entry",
                 advice="harmless; `cachedoctor prune --orphans --apply` removes them",
             )
@@ -468,7 +470,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
     return findings
 
 
-def _real_problems(e: EntryInfo) -> list[reader.Problem]:
+def _real_problems(e: EntryInfo) -> list[model.Problem]:
     """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
     return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
 

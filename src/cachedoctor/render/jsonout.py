@@ -9,7 +9,7 @@ from pathlib import PurePath
 from typing import Any
 
 from cachedoctor import __version__
-from cachedoctor.cache.reader import EntryDetail, EntryInfo
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.scan import SCHEMA_VERSION, Finding, ScanReport
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.cache.reader import EntryDetail, EntryInfo
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.scan import ScanReport, Severity
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}

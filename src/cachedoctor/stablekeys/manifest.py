@@ -30,15 +30,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys.keys import HASHER_VERSION, KeyResult, combine
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
 
 SCHEMA_VERSION = 1
-MANIFEST_DIRNAME = "cachedoctor-manifests"
-_SUFFIX = ".json"
-_IR_SUFFIX = ".mlir.gz"
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,7 @@ def manifest_dir(cache_dir: str | os.PathLike[str]) -> Path:
 
 
 def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
-    return manifest_dir(cache_dir) / f"{key}{_SUFFIX}"
+    return manifest_dir(cache_dir) / f"{key}{MANIFEST_SUFFIX}"
 
 
 # --- gs:// and s3:// cache dirs ----------------------------------------------------------------
@@ -108,7 +106,7 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
         return _STORES[url]
 
 
-def _object(key: str, suffix: str = _SUFFIX) -> str:
+def _object(key: str, suffix: str = MANIFEST_SUFFIX) -> str:
     return f"{MANIFEST_DIRNAME}/{key}{suffix}"
 
 
@@ -215,10 +213,10 @@ def write_manifest(
     if ir_text is not None:
         ir = gzip.compress(ir_text.encode(), 6)
         if store is not None:
-            store.write_atomic(_object(manifest.key, _IR_SUFFIX), ir)
+            store.write_atomic(_object(manifest.key, MANIFEST_IR_SUFFIX), ir)
         else:
             assert path is not None
-            _atomic_write(path.with_name(manifest.key + _IR_SUFFIX), ir)
+            _atomic_write(path.with_name(manifest.key + MANIFEST_IR_SUFFIX), ir)
         if not manifest.has_ir:
             manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
     data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
@@ -266,7 +264,7 @@ def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
     folder = manifest_dir(cache_dir)
     if not folder.is_dir():
         return
-    for path in sorted(folder.glob(f"*{_SUFFIX}")):
+    for path in sorted(folder.glob(f"*{MANIFEST_SUFFIX}")):
         if path.name.startswith("."):
             continue
         try:
@@ -282,9 +280,9 @@ def _iter_objects(store: Store) -> Iterator[Manifest]:
     except FileNotFoundError:
         return
     names = [
-        _object(i.name.removesuffix(_SUFFIX))
+        _object(i.name.removesuffix(MANIFEST_SUFFIX))
         for i in items
-        if i.name.endswith(_SUFFIX) and not i.name.startswith(".") and not i.is_dir
+        if i.name.endswith(MANIFEST_SUFFIX) and not i.name.startswith(".") and not i.is_dir
     ]
 
     def read(name: str) -> Manifest | None:
@@ -303,10 +301,10 @@ def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
     """The canonical module text recorded with ``record_ir``, or None."""
     store = _store_for(cache_dir)
     if store is not None:
-        raw = _read_object(store, _object(key, _IR_SUFFIX))
+        raw = _read_object(store, _object(key, MANIFEST_IR_SUFFIX))
         return None if raw is None else gzip.decompress(raw).decode()
     try:
-        data = (manifest_dir(cache_dir) / (key + _IR_SUFFIX)).read_bytes()
+        data = (manifest_dir(cache_dir) / (key + MANIFEST_IR_SUFFIX)).read_bytes()
     except FileNotFoundError:
         return None
     return gzip.decompress(data).decode()

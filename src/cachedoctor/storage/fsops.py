@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
 
-LOCKFILE = ".lockfile"
-OWN_LOCKFILE = ".cachedoctor-lock"
-TEMP_PREFIX = ".cachedoctor-tmp-"
+from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
+
 LOCK_POLL_S = 0.05
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
 

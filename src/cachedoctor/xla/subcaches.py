@@ -33,9 +33,7 @@ from cachedoctor.formats.wire import (
     fields_by_number,
     iter_stream_fields,
 )
-
-AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
-KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
+from cachedoctor.layout import AUTOTUNE_DIR, KERNEL_CACHE_FILE
 
 MAX_AUTOTUNE_FILE_BYTES = 4 << 20
 MAX_AUTOTUNE_FILES = 200_000

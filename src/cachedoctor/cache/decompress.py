@@ -1,0 +1,126 @@
+"""Streaming decompression of an entry: zstd or zlib by magic bytes, capped, truncation-aware."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import IO, BinaryIO
+
+try:
+    import zstandard
+except ImportError:  # a declared dependency, but JAX itself runs without it (zlib entries)
+    zstandard = None  # type: ignore[assignment]
+
+from cachedoctor.cache.model import Problem
+
+ZstdError: type[Exception] = zstandard.ZstdError if zstandard is not None else zlib.error
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class DecodeFailure(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(kind, message)
+
+
+class Decompressor:
+    """A bounded, hashing, read()-able view of a zstd or zlib stream.
+
+    Output beyond ``cap`` raises; truncation is detected at the end (zstd's declared content
+    size, zlib's end-of-stream marker) because python-zstandard's stream reader hides it.
+    """
+
+    def __init__(self, fh: BinaryIO, compression: str, cap: int, hash_from: int) -> None:
+        self.compression = compression
+        self.cap = cap
+        self.produced = 0
+        self._hash_from = hash_from
+        self.hasher = hashlib.sha256()
+        self._fh = fh
+        self._zlib = zlib.decompressobj() if compression == "zlib" else None
+        self._zlib_buf = b""
+        self.declared_size: int | None = None
+        self._zstd: IO[bytes] | None = None
+        if compression == "zstd":
+            if zstandard is None:
+                raise DecodeFailure(
+                    "unsupported", "a zstd entry, but the zstandard package is not installed"
+                )
+            head = fh.read(18)
+            try:
+                params = zstandard.get_frame_parameters(head)
+            except zstandard.ZstdError as exc:
+                raise DecodeFailure("decompress", f"bad zstd frame header: {exc}") from exc
+            if params.content_size != zstandard.CONTENTSIZE_UNKNOWN:
+                self.declared_size = params.content_size
+                if params.content_size > cap:
+                    raise DecodeFailure(
+                        "too-large",
+                        f"zstd frame declares {params.content_size} bytes, over the {cap}-byte"
+                        " cap; not decoded",
+                    )
+            fh.seek(0)
+            self._zstd = zstandard.ZstdDecompressor().stream_reader(
+                fh, read_size=1 << 20, read_across_frames=False
+            )
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = 1 << 20
+        try:
+            data = self._zstd.read(n) if self._zstd is not None else self._read_zlib(n)
+        except (ZstdError, zlib.error) as exc:
+            raise DecodeFailure("decompress", f"{self.compression} data is damaged: {exc}") from exc
+        if data:
+            start = self.produced
+            self.produced += len(data)
+            if self.produced > self.cap:
+                raise DecodeFailure(
+                    "too-large",
+                    f"decompresses to more than {self.cap} bytes (the cap); not decoded",
+                )
+            if self.produced > self._hash_from:
+                skip = max(0, self._hash_from - start)
+                self.hasher.update(memoryview(data)[skip:])
+        return data
+
+    def _read_zlib(self, n: int) -> bytes:
+        assert self._zlib is not None
+        while True:
+            if self._zlib.unconsumed_tail:
+                return self._zlib.decompress(self._zlib.unconsumed_tail, n)
+            if self._zlib.eof:
+                return b""
+            chunk = self._fh.read(1 << 16)
+            if not chunk:
+                return self._zlib.flush(n) if not self._zlib.eof else b""
+            out = self._zlib.decompress(chunk, n)
+            if out:
+                return out
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+    def check_complete(self) -> None:
+        if self.compression == "zlib":
+            assert self._zlib is not None
+            if not self._zlib.eof:
+                raise DecodeFailure("truncated", "zlib stream ends early (file cut short)")
+        elif self.declared_size is not None and self.produced != self.declared_size:
+            raise DecodeFailure(
+                "truncated",
+                f"zstd frame declares {self.declared_size} bytes but holds {self.produced}"
+                " (file cut short, or a forged size)",
+            )
+
+
+def detect_compression(head: bytes) -> str | None:
+    """'zstd' or 'zlib' from the magic bytes, else None."""
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return None

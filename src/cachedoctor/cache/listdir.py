@@ -1,0 +1,200 @@
+"""Listing a cache directory or bucket prefix: every name classified, nothing opened or followed."""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachedoctor.layout import (
+    ATIME_SUFFIX,
+    AUTOTUNE_DIR,
+    CACHE_SUFFIX,
+    CACHEDOCTOR_PREFIX,
+    KERNEL_CACHE_FILE,
+    LOCKFILE,
+)
+from cachedoctor.storage.stores import Store, StoreItem, local_version
+
+_KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
+
+
+_JAX_TEMP_RE = re.compile(r"^_temp_|\.tmp$|^tmp[._]")
+
+
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class FileKind(enum.StrEnum):
+    ENTRY = "entry"
+    ATIME = "atime"
+    LOCKFILE = "lockfile"
+    TEMP = "temp"
+    AUTOTUNE_SUBCACHE = "autotune-subcache"
+    KERNEL_SUBCACHE = "kernel-subcache"
+    CACHEDOCTOR = "cachedoctor"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class DirItem:
+    """One name in the cache directory, classified, with its lstat facts (links not followed)."""
+
+    name: str
+    kind: FileKind
+    key: str | None
+    size: int
+    mtime_ns: int
+    mode: int
+    uid: int
+    is_symlink: bool
+    is_dir: bool
+    version: str | None = None  # a store's generation/ETag, for conditional deletes
+    ino: int = 0  # with ctime_ns: the file's identity for the scan index (see index.py)
+    ctime_ns: int = 0
+
+
+@dataclass(frozen=True)
+class CacheListing:
+    root: str
+    items: tuple[DirItem, ...]
+    root_mode: int
+    root_uid: int
+    remote: bool = False  # a bucket: no POSIX modes or owners, sub-cache sizes are totals
+
+    def of_kind(self, kind: FileKind) -> list[DirItem]:
+        return [i for i in self.items if i.kind is kind]
+
+    @property
+    def entries(self) -> list[DirItem]:
+        return self.of_kind(FileKind.ENTRY)
+
+    def path(self, item: DirItem) -> Path:
+        return Path(self.root) / item.name
+
+
+def module_of(key: str) -> str | None:
+    """The module name in a key (``jit_f`` of ``jit_f-<hex>``), or None."""
+    parsed = parse_key(key)
+    return parsed[1] if parsed else None
+
+
+def parse_key(name: str) -> tuple[str, str | None] | None:
+    """``jit_f-<64hex>`` -> (key, module); None when the name is not a JAX cache key."""
+    if (
+        len(name) > 65
+        and name[-65] == "-"
+        and "\n" not in name
+        and _HASH_RE.fullmatch(name, -64 + len(name))
+    ):
+        return name, name[:-65]  # the common case, without the backtracking of _KEY_RE
+    m = _KEY_RE.match(name)
+    if not m:
+        return None
+    return name, m.group("module")
+
+
+def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
+    """Kind of a directory member, and its cache key when it belongs to an entry."""
+    if name.startswith(CACHEDOCTOR_PREFIX) or name.startswith("." + CACHEDOCTOR_PREFIX):
+        return FileKind.CACHEDOCTOR, None
+    if name == AUTOTUNE_DIR:
+        return FileKind.AUTOTUNE_SUBCACHE, None
+    if name.startswith(KERNEL_CACHE_FILE):
+        return FileKind.KERNEL_SUBCACHE, None
+    if is_dir:
+        return FileKind.UNKNOWN, None
+    if name == LOCKFILE:
+        return FileKind.LOCKFILE, None
+    if name.startswith(("_temp_", "tmp.", "tmp_")) or name.endswith(".tmp"):  # _JAX_TEMP_RE
+        return FileKind.TEMP, None
+    for suffix, kind in ((CACHE_SUFFIX, FileKind.ENTRY), (ATIME_SUFFIX, FileKind.ATIME)):
+        if name.endswith(suffix):
+            parsed = parse_key(name[: -len(suffix)])
+            if parsed:
+                return kind, parsed[0]
+    parsed = parse_key(name)
+    if parsed:  # jax <= 0.4.29 wrote entries without a suffix
+        return FileKind.ENTRY, parsed[0]
+    return FileKind.UNKNOWN, None
+
+
+def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
+    """List and classify a cache directory. Raises OSError when the directory cannot be read.
+
+    ``root`` may also be a ``storage.Store`` (a bucket prefix): its listing is classified the
+    same way; items get the store's version (generation/ETag) and no mode or owner.
+    """
+    if not isinstance(root, (str, os.PathLike)):
+        if not root.is_local:
+            return _list_store(root)
+        root = root.url  # a LocalStore: the directory listing below, with modes and owners
+    root_path = Path(root)
+    root_stat = root_path.stat()
+    if not stat.S_ISDIR(root_stat.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
+    items = []
+    with os.scandir(root_path) as it:
+        for de in it:
+            try:
+                st = de.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished between listing and stat (a concurrent JAX eviction)
+            is_link = stat.S_ISLNK(st.st_mode)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            kind, key = classify(de.name, is_dir)
+            items.append(
+                DirItem(
+                    name=de.name,
+                    kind=kind,
+                    key=key,
+                    size=st.st_size,
+                    mtime_ns=st.st_mtime_ns,
+                    mode=st.st_mode,
+                    uid=st.st_uid,
+                    is_symlink=is_link,
+                    is_dir=is_dir,
+                    version=local_version(st),
+                    ino=st.st_ino,
+                    ctime_ns=st.st_ctime_ns,
+                )
+            )
+    items.sort(key=lambda i: i.name)
+    return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+
+
+def store_item(si: StoreItem) -> DirItem:
+    """Classify one member of a store's listing (no mode or owner: uid -1)."""
+    kind, key = classify(si.name, si.is_dir)
+    return DirItem(
+        name=si.name,
+        kind=kind,
+        key=key,
+        size=si.size,
+        mtime_ns=si.mtime_ns,
+        mode=stat.S_IFDIR if si.is_dir else stat.S_IFREG,
+        uid=-1,
+        is_symlink=False,
+        is_dir=si.is_dir,
+        version=si.version,
+    )
+
+
+def _list_store(store: Store) -> CacheListing:
+    items = sorted((store_item(si) for si in store.list()), key=lambda i: i.name)
+    return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
+
+
+def read_atime(path: str | os.PathLike[str]) -> int | None:
+    """The nanosecond timestamp in a ``-atime`` file (8 bytes, little-endian), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(9)
+    return int.from_bytes(data, "little") if len(data) == 8 else None

@@ -1,0 +1,114 @@
+"""What a decoded entry is: plain data that every command reads, whatever the entry's layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachedoctor.xla import hlo as hlo_mod
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why an entry could not be (fully) decoded. ``kind`` is a stable slug."""
+
+    kind: str  # unreadable | symlink | not-compressed | truncated | decompress | too-large |
+    #            header | protobuf | unsupported
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A part of the serialized executable, by size (object code, PTX, cubin, thunks...)."""
+
+    name: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """GPU executable facts (FORMATS.md §2); see gpu.py for the layouts."""
+
+    layout: str
+    payload_split: bool  # the PjRt payload was a Riegeli split proto (jax >= 0.9.1)
+    executable_split: bool  # the GPU executable itself was split (jax >= 0.10.1)
+    compute_capability: str | None
+    ptx_size: int
+    cubin_size: int
+    cudnn_graphs: int
+    thunks: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """What a summary scan knows about one entry: plain data, no payloads."""
+
+    key: str
+    module: str | None
+    path: str
+    size: int
+    mtime_ns: int
+    compression: str | None = None  # "zstd" | "zlib"
+    decompressed_size: int | None = None
+    compile_time_s: int | None = None
+    payload_format: str | None = None  # "pjrt" | "ifrt"
+    ifrt_version: int | None = None
+    runtime_name: str | None = None
+    platform: str = "unknown"  # cpu | gpu | tpu | unknown
+    pjrt_client_name: str | None = None
+    cpu_triple: str | None = None
+    cpu_name: str | None = None
+    num_replicas: int | None = None
+    num_partitions: int | None = None
+    use_spmd_partitioning: bool | None = None
+    use_shardy: bool | None = None
+    process_index: int | None = None
+    process_count: int | None = None
+    host_device_count: int | None = None
+    autotune_dir: str | None = None
+    kernel_cache_file: str | None = None
+    autotune_mode: str | None = None
+    hlo: hlo_mod.HloSummary | None = None
+    gpu: GpuSummary | None = None
+    sections: tuple[Section, ...] = ()
+    executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
+    program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
+    volatile: tuple[hlo_mod.VolatileField, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def format_label(self) -> str:
+        """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
+        label = self.payload_format or "unknown"
+        if self.payload_format == "ifrt":
+            label = f"ifrt-v{self.ifrt_version}"
+        if self.gpu is not None and self.gpu.payload_split:
+            label += "+split"
+        return label
+
+
+@dataclass(frozen=True)
+class FieldDigest:
+    """One top-level field of the serialized executable: size and SHA-256 (``diff`` compares them
+    to say which sections differ without holding large sections in memory)."""
+
+    number: int
+    size: int  # bytes of a LEN field; 0 for a scalar
+    sha256: str
+    value: int | None = None  # a scalar field's value
+
+
+@dataclass(frozen=True)
+class EntryDetail:
+    """An entry decoded for ``show`` and ``diff``: the summary plus the parts worth comparing."""
+
+    info: EntryInfo
+    hlo_module: bytes | None
+    hlo_config: bytes | None
+    compile_options: bytes | None
+    ifrt_header: bytes | None
+    small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
+    executable_fields: tuple[FieldDigest, ...] = ()  # every executable sub-field, in order

@@ -1,0 +1,102 @@
+"""XLA's CompileOptionsProto in an entry: the fields cachedoctor reads, and a canonical form."""
+
+from __future__ import annotations
+
+import os
+
+from cachedoctor.formats import wire
+
+# DebugOptions field numbers (xla/xla.proto), see FORMATS.md §4.
+DEBUG_DEVICE_COUNT = 102
+
+
+DEBUG_DUMP_TO = 109
+
+
+DEBUG_KERNEL_CACHE_FILE = 306
+
+
+DEBUG_AUTOTUNE_DIR = 310
+
+
+DEBUG_AUTOTUNE_MODE = 324
+
+
+DEBUG_AUTOTUNER_CACHE_DIR = 407
+
+
+AUTOTUNE_MODES = {0: "unspecified", 1: "update", 2: "read"}
+
+
+def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:
+    f = wire.fields_by_number(buf)
+    out["host_device_count"] = wire.as_int(wire.first(f, DEBUG_DEVICE_COUNT))
+    out["autotune_dir"] = wire.as_str(wire.first(f, DEBUG_AUTOTUNE_DIR)) or None
+    out["kernel_cache_file"] = wire.as_str(wire.first(f, DEBUG_KERNEL_CACHE_FILE)) or None
+    mode = wire.as_int(wire.first(f, DEBUG_AUTOTUNE_MODE))
+    out["autotune_mode"] = AUTOTUNE_MODES.get(mode, str(mode)) if mode is not None else None
+
+
+def decode_compile_options(buf: wire.Buffer) -> dict[str, object]:
+    """The fields of CompileOptionsProto that matter to findings (FORMATS.md §1)."""
+    out: dict[str, object] = {}
+    f = wire.fields_by_number(buf)
+    ebo = wire.first(f, 3)
+    if ebo is None or isinstance(ebo, int):
+        return out
+    ef = wire.fields_by_number(ebo)
+    out["num_replicas"] = wire.as_int(wire.first(ef, 4))
+    out["num_partitions"] = wire.as_int(wire.first(ef, 5))
+    spmd = wire.as_int(wire.first(ef, 6))
+    out["use_spmd_partitioning"] = bool(spmd) if spmd is not None else None
+    shardy = wire.as_int(wire.first(ef, 19))
+    out["use_shardy"] = bool(shardy) if shardy is not None else None
+    out["process_index"] = wire.as_int(wire.first(ef, 22))
+    out["process_count"] = wire.as_int(wire.first(ef, 23))
+    debug = wire.first(ef, 3)
+    if debug is not None and not isinstance(debug, int):
+        _decode_debug_options(debug, out)
+    return out
+
+
+def canonical_compile_options(buf: wire.Buffer) -> bytes:
+    """Compile options with cache-dir-derived paths reduced to their last component.
+
+    This is what makes a relocated entry compare equal to the original in ``program_digest``.
+    """
+    f_out = bytearray()
+    for number, wt, value in wire.iter_fields(buf):
+        if number == 3 and wt == wire.LEN and not isinstance(value, int):
+            inner = bytearray()
+            for n2, wt2, v2 in wire.iter_fields(value):
+                if n2 == 3 and wt2 == wire.LEN and not isinstance(v2, int):
+                    v2 = memoryview(_canonical_debug_options(v2))
+                inner += wire.encode_field(n2, wt2, v2)
+            value = memoryview(bytes(inner))
+        f_out += wire.encode_field(number, wt, value)
+    return bytes(f_out)
+
+
+def _canonical_debug_options(buf: wire.Buffer) -> bytes:
+    """DebugOptions in a canonical encoding: map entries sorted, cache paths reduced.
+
+    Map fields (e.g. 357, latency-estimator options) serialize in hash order, so two runs of
+    the same program can differ only in map order (seen with jax 0.6.2).
+    """
+    grouped: dict[int, list[tuple[int, wire.FieldValue]]] = {}
+    for number, wt, value in wire.iter_fields(buf):
+        if number in (DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE):
+            continue  # JAX clears these before hashing too
+        if number in (DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR) and (
+            not isinstance(value, int)
+        ):
+            value = memoryview(os.path.basename(bytes(value).rstrip(b"/")))
+        grouped.setdefault(number, []).append((wt, value))
+    out = bytearray()
+    for number in sorted(grouped):
+        values = grouped[number]
+        if len(values) > 1 and all(wt == wire.LEN for wt, _ in values):
+            values = sorted(values, key=lambda item: bytes(item[1]))
+        for wt, value in values:
+            out += wire.encode_field(number, wt, value)
+    return bytes(out)
