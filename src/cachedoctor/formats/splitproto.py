@@ -170,16 +170,17 @@ def reassemble(
     )
 
 
-def is_split_proto(data: Buffer) -> bool:
+def is_split_proto(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bool:
     """True if ``data`` is a Riegeli file whose first record is a split-proto manifest.
 
     Like XLA's ``IsSplitProto`` this never raises: anything unreadable is simply not a split
-    proto. Only the first chunk is decoded, within a small limit.
+    proto. Only the first chunk is decoded, but it may hold the manifest together with megabytes
+    of the records after it (Riegeli cuts chunks by size), so the limit is that of a whole file.
     """
     if not riegeli.is_riegeli(data):
         return False
     try:
-        first = riegeli.read_first_record(data, max_bytes=1 << 20)
+        first = riegeli.read_first_record(data, max_bytes=max_bytes)
         if first is None:
             return False
         parse_manifest(first)
