@@ -250,22 +250,28 @@ def read_descriptors(
     enums: dict[str, dict[int, str]] = {}
     found: list[str] = []
     with open(library, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        size = len(mm)
         for name in files:
-            encoded = name.encode()
-            # A FileDescriptorProto starts with field 1 (name), then field 2 (package "xla...").
-            needle = b"\n" + bytes([len(encoded)]) + encoded + b"\x12"
-            at = mm.find(needle)
-            while at != -1:
-                window = mm[at : min(size, at + _MAX_DESCRIPTOR)]
-                end = _descriptor_extent(window, 0, len(window))
+            for candidate in descriptor_candidates(mm, name):
                 try:
-                    parse_file_descriptor(window[:end], messages, enums)
+                    parse_file_descriptor(candidate, messages, enums)
                     found.append(name)
                     break
                 except wire.WireError:
-                    at = mm.find(needle, at + 1)
+                    continue
     return messages, enums, found
+
+
+def descriptor_candidates(library: mmap.mmap | bytes, name: str) -> Iterator[bytes]:
+    """Each stretch of a shared library's bytes that may be the serialized FileDescriptorProto
+    of ``name``, cut where it stops parsing; the caller takes the first that parses fully."""
+    encoded = name.encode()
+    # A FileDescriptorProto starts with field 1 (name), then field 2 (package).
+    needle = b"\n" + bytes([len(encoded)]) + encoded + b"\x12"
+    at = library.find(needle)
+    while at != -1:
+        window = library[at : min(len(library), at + _MAX_DESCRIPTOR)]
+        yield window[: _descriptor_extent(window, 0, len(window))]
+        at = library.find(needle, at + 1)
 
 
 def _reachable(

@@ -143,7 +143,11 @@ def _result_info(
     failure_msg = None
     failure = textproto.first_message(result, "failure")
     if failure is not None:
-        reason = _str(textproto.first_scalar(failure, "kind")) or "UNKNOWN"
+        kind_value = textproto.first_scalar(failure, "kind")
+        # The name, or the number of a value the printer's schema lacked; absent is UNKNOWN (0).
+        reason = _str(kind_value) or (
+            str(kind_value) if _int(kind_value) is not None else "UNKNOWN"
+        )
         text = _str(textproto.first_scalar(failure, "msg"))
         failure_msg = f"{reason}: {text}" if text else reason
         kind = "failure"
@@ -172,7 +176,7 @@ def parse_autotune_text(text: str) -> AutotuneResultInfo:
     else:
         entry = msg
         count = 1
-    if "result" in entry or "device" in entry or "hlo" in entry:
+    if results or "result" in entry or "device" in entry or "hlo" in entry:
         inner = textproto.first_message(entry, "result") or {}
         return _result_info(
             inner,
