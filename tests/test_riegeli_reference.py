@@ -21,10 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cachedoctor.cache import reader
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.formats import riegeli, splitproto
 from cachedoctor.formats.errors import UnsupportedFormat
 from cachedoctor.formats.wire import fields_by_number
-from tests.gpu_vectors import manifest
+from cachedoctor.xla import gpu
+from tests.gpu_vectors import f_bytes, manifest
+from tests.test_gpu import BUFFERS, CC_H100, CUBIN, DNN, PTX, THUNKS
+from tests.test_reader_gpu import _entry, _options, real_hlo_with_config  # noqa: F401 (fixture)
 
 if not (sys.platform == "linux" or (sys.platform == "darwin" and platform.machine() == "arm64")):
     pytest.skip(
@@ -61,6 +66,14 @@ def _int(fields: dict[int, list[object]], number: int) -> int:
     value = fields.get(number, [0])[-1]
     assert isinstance(value, int)
     return value
+
+
+def riegeli_records_file(path: Path, records: list[bytes], options: str) -> bytes:
+    """What Riegeli's own RecordWriter writes (no ArrayRecord footer): the file cut before the
+    footer chunk, a chunk boundary, where a Riegeli file may end."""
+    data = write(path, records, options)
+    footer_offset = _int(fields_by_number(riegeli.read_records(data).records[-1]), 1)
+    return data[:footer_offset]
 
 
 def check_against_the_writer(data: bytes, records: list[bytes], compression: str) -> None:
@@ -111,6 +124,18 @@ def test_many_records(tmp_path: Path, options: str) -> None:
     records = [rng.randbytes(rng.randrange(40)) + b"x" * rng.randrange(200) for _ in range(5000)]
     data = write(tmp_path / "f", records, f"group_size:37,{options}")
     assert len(data) > 2 * BLOCK  # so chunks meet block headers
+    check_against_the_writer(data, records, COMPRESSIONS[options])
+
+
+@pytest.mark.parametrize("options", ["snappy", "zstd:3"])
+def test_chunk_of_more_records_than_bytes_is_padded(tmp_path: Path, options: str) -> None:
+    # 5000 empty records compress to a few dozen bytes; a chunk must still span at least as many
+    # bytes as it has records, so the writer pads it and the next chunk begins after the padding.
+    records = [b""] * 5000 + [b"after"]
+    data = write(tmp_path / "f", records, f"group_size:5000,{options}")
+    f = riegeli.read_records(data)
+    first, second = f.chunks[0], f.chunks[1]
+    assert 40 + first.data_size < first.num_records <= second.offset - first.offset
     check_against_the_writer(data, records, COMPRESSIONS[options])
 
 
@@ -180,3 +205,38 @@ def test_transposed_chunks_are_refused_clearly(tmp_path: Path, options: str) -> 
     with pytest.raises(UnsupportedFormat, match=r"transposed .* \(at byte 64\)"):
         riegeli.read_records(data)
     assert not splitproto.is_split_proto(data)
+
+
+@pytest.mark.parametrize("options", ["snappy", "uncompressed", "zstd:3"])
+def test_gpu_entry_from_the_reference_writer_through_the_reader(
+    tmp_path: Path,
+    real_hlo_with_config: bytes,  # noqa: F811 (the fixture imported above)
+    options: str,
+) -> None:
+    """The jax >= 0.10.1 layout (payload and executable both split protos), with every Riegeli
+    byte from the reference writer; XLA's own writer uses snappy."""
+    rest = f_bytes(1, real_hlo_with_config) + f_bytes(2, BUFFERS) + CC_H100 + b"".join(THUNKS)
+    executable = riegeli_records_file(
+        tmp_path / "executable",
+        [manifest(gpu.GPU_EXECUTABLE, [3, 4, "merge", "merge"]), PTX, CUBIN, b"".join(DNN), rest],
+        f"group_size:2,{options}",
+    )
+    tail = f_bytes(2, _options(tmp_path)) + f_bytes(3, gpu.GPU_CLIENT_NAME)
+    payload = riegeli_records_file(
+        tmp_path / "payload",
+        [manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), executable, tail],
+        f"group_size:1,{options}",
+    )
+    assert splitproto.is_split_proto(payload) and splitproto.is_split_proto(executable)
+    info = reader.decode_entry(_entry(tmp_path, payload, header=True, name="r"))
+    assert isinstance(info, EntryInfo)
+    assert info.ok, info.problems
+    assert info.platform == "gpu" and info.format_label == "ifrt-v3+split"
+    assert info.gpu is not None and info.gpu.executable_split and info.gpu.payload_split
+    assert (info.gpu.layout, info.gpu.thunks) == ("gpu_executable_thunks", len(THUNKS))
+    assert (info.gpu.ptx_size, info.gpu.cubin_size, info.gpu.compute_capability) == (
+        len(PTX),
+        len(CUBIN),
+        "9.0",
+    )
+    assert info.hlo is not None and info.hlo.name == "jit_g"
