@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Capture real GPU cache entries and XLA sub-cache files for cachedoctor's tests (issue 8).
+"""Capture real GPU cache entries and XLA sub-cache files for cachedoctor's tests (issue 15).
 
 Run once on a GPU machine, from the repository root, with the Python that has jax[cuda]. The
 device image has click and rich but no zstandard, which cachedoctor's reader imports: carry a
@@ -21,6 +21,10 @@ cachedoctor's own decoders (gpu, riegeli, splitproto, subcaches) and writes ``de
 MB of entries and sub-cache files into ``capture.tar.gz``. At most 8 files land in --out, as the
 device tool returns no more. Nothing here needs network access; zstandard is optional (without
 it JAX writes zlib entries, and we read both).
+
+Without a GPU, ``JAX_PLATFORMS=cpu python tools/gpu_capture.py --out /tmp/capture`` runs every
+step in about 90 s (the CPU entries then fail the GPU decoding, so it exits 1): a check that the
+script still runs after the package moves. ``tests/test_gpu_capture.py`` runs step 2.
 """
 
 from __future__ import annotations
@@ -199,21 +203,22 @@ def decode_entry(path: Path) -> dict[str, object]:
 
 
 def decode_all(cache: Path) -> dict[str, object]:
+    from cachedoctor.layout import AUTOTUNE_DIR, KERNEL_CACHE_FILE
     from cachedoctor.xla import subcaches
 
     entries = [decode_entry(path) for path in sorted(cache.glob("*-cache"))]
     result: dict[str, object] = {"entries": entries}
     t0 = time.perf_counter()
-    autotune = subcaches.scan_autotune_dir(cache / subcaches.AUTOTUNE_DIR)
+    autotune = subcaches.scan_autotune_dir(cache / AUTOTUNE_DIR)
     result["autotune"] = _jsonable(autotune)
     result["autotune_seconds"] = round(time.perf_counter() - t0, 3)
     # Check the name rule against the first file's content is impossible (the key is hashed),
     # so keep a few raw files verbatim for the fixtures instead.
     result["autotune_samples"] = {
-        e.name: (cache / subcaches.AUTOTUNE_DIR / e.name).read_text(errors="replace")[:2000]
+        e.name: (cache / AUTOTUNE_DIR / e.name).read_text(errors="replace")[:2000]
         for e in autotune.entries[:6]
     }
-    kc = cache / subcaches.KERNEL_CACHE_FILE
+    kc = cache / KERNEL_CACHE_FILE
     result["kernel_cache"] = _jsonable(subcaches.read_kernel_cache(kc)) if kc.exists() else None
     result["listing"] = sorted(
         f"{p.relative_to(cache)} {p.stat().st_size}" for p in cache.rglob("*") if p.is_file()
@@ -310,10 +315,10 @@ def main() -> int:
         if module not in seen and p.stat().st_size <= MAX_TAR_ENTRY_BYTES:
             seen.add(module)
             picked.append(p)
-    from cachedoctor.xla import subcaches
+    from cachedoctor.layout import AUTOTUNE_DIR, KERNEL_CACHE_FILE
 
-    picked += sorted(p for p in (cache / subcaches.AUTOTUNE_DIR).rglob("*") if p.is_file())
-    kc = cache / subcaches.KERNEL_CACHE_FILE
+    picked += sorted(p for p in (cache / AUTOTUNE_DIR).rglob("*") if p.is_file())
+    kc = cache / KERNEL_CACHE_FILE
     if kc.exists() and kc.stat().st_size <= MAX_KERNEL_CACHE_COPY:
         picked.append(kc)
     tar_path = out / "capture.tar.gz"
