@@ -1,29 +1,28 @@
 """The schema-less text-format parser and the autotune interpretation, checked against protobuf's
 own ``text_format`` printer with XLA's real ``AutotuneResults`` schema.
 
-The schema is the one the installed jaxlib was built with: its shared library embeds the
-serialized ``FileDescriptorProto`` of ``xla/autotune_results.proto`` and its imports, found the
-way ``optionschema`` finds ``xla/xla.proto``. Hypothesis fills messages of that schema at random;
-protobuf prints them in each of its text styles, and what we parse must be what was printed.
+The schema is the one the installed jaxlib was built with (``tests/jaxlib_schema.py``).
+Hypothesis fills messages of that schema at random; protobuf prints them in each of its text
+styles, and what we parse must be what was printed.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import mmap
 import struct
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+from google.protobuf import message_factory, text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachedoctor.formats import textproto
-from cachedoctor.xla import optionschema, subcaches
+from cachedoctor.xla import subcaches
+from tests.jaxlib_schema import message_class
 
 ROOT_FILE = "xla/autotune_results.proto"
 MAX_DEPTH = 5
@@ -42,39 +41,12 @@ _INT_RANGES = {
 }
 
 
-def _embedded_file(library: mmap.mmap, name: str) -> descriptor_pb2.FileDescriptorProto:
-    for candidate in optionschema.descriptor_candidates(library, name):
-        try:
-            proto = descriptor_pb2.FileDescriptorProto.FromString(candidate)
-        except DecodeError:
-            continue
-        if proto.name == name:
-            return proto
-    raise AssertionError(f"the installed jaxlib embeds no descriptor of {name}")
-
-
 @functools.cache
 def message_classes() -> tuple[type[Message], type[Message]]:
     """``xla.AutotuneResults`` and ``xla.AutotuneResult`` from jaxlib's embedded schema."""
-    libraries = optionschema.jaxlib_libraries()
-    assert libraries, "jaxlib is installed with the package; its libraries must be found"
-    pool = descriptor_pool.DescriptorPool()
-    with open(libraries[0], "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        added: set[str] = set()
-
-        def add(name: str) -> None:
-            if name in added:
-                return
-            proto = _embedded_file(mm, name)
-            for dependency in proto.dependency:
-                add(dependency)
-            pool.Add(proto)
-            added.add(name)
-
-        add(ROOT_FILE)
     return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("xla.AutotuneResults")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("xla.AutotuneResult")),
+        message_class(ROOT_FILE, "xla.AutotuneResults"),
+        message_class(ROOT_FILE, "xla.AutotuneResult"),
     )
 
 

@@ -60,6 +60,10 @@ def encode_len_field(number: int, payload: bytes) -> bytes:
     return encode_field(number, LEN, payload)
 
 
+# FieldPathPart's oneof besides field_number (split_proto.proto, as embedded in jaxlib 0.10.2).
+_PATH_PART_FIELDS = {2: "a repeated_field_index", 3: "a string_map_key", 4: "an int_map_key"}
+
+
 def _manifest_record(raw: memoryview) -> ManifestRecord:
     kind = "unknown"
     path: tuple[int, ...] = ()
@@ -85,9 +89,10 @@ def _override(raw: memoryview) -> tuple[tuple[int, ...], int]:
                     assert isinstance(pval, int)
                     part = pval
                 else:
+                    what = _PATH_PART_FIELDS.get(pnum, f"field {pnum}")
                     raise UnsupportedFormat(
-                        f"field override path part has field {pnum} (an index into a repeated "
-                        "field?); only plain field numbers are supported"
+                        f"field override path part has {what}; only plain field numbers are "
+                        "supported"
                     )
             if part is None or not 0 < part < 1 << 29:
                 raise CorruptFormat(f"field override path part has no valid field number: {part}")
