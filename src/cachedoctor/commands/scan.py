@@ -54,6 +54,8 @@ class FindingKind(enum.StrEnum):
     MIXED_PLATFORMS = "mixed-platforms"
     UNKNOWN_FILE = "unknown-file"
     SUBCACHE = "subcache"
+    NEVER_HIT = "never-hit"  # from the stats records (commands/stats.py)
+    STATS_RECORD = "stats-record"  # an unreadable file in cachedoctor-stats/
 
 
 @dataclass(frozen=True)
