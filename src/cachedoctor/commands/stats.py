@@ -193,7 +193,7 @@ def _counters(raw: object) -> Counters:
 def parse_record(file: str, data: bytes) -> Record:
     """A record from its bytes; ValueError says why it is not one."""
     if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"{len(data)} bytes, larger than any record")
+        raise ValueError(f"over {MAX_RECORD_BYTES} bytes, larger than any record")
     doc = json.loads(data)
     if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
         raise ValueError(f"not a {RECORD_FORMAT} record")
