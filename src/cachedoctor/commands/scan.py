@@ -22,6 +22,7 @@ from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.storage import stores
 from cachedoctor.xla import subcaches
 
@@ -93,7 +94,7 @@ class ScanSummary:
 
 
 @dataclass(frozen=True)
-class ScanReport:
+class ScanReport(ToDict):
     cache_dir: str
     scanned_at: float
     jax: JaxInfo
