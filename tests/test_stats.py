@@ -129,10 +129,10 @@ def test_a_failed_write_warns_once_and_never_breaks_the_program(tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def recorded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The seed program run twice with stats recording."""
+    """The seed program run three times with stats recording."""
     cache = tmp_path_factory.mktemp("stats") / "cache"
     cache.mkdir()
-    for _ in range(2):
+    for _ in range(3):
         run_recorded(cache, "stats")
     return cache
 
@@ -151,14 +151,14 @@ def test_torn_and_foreign_files_are_findings(
     assert "Traceback" not in out.err
     for name in ("torn.json", "foreign.json", "huge.json"):
         assert re.search(rf"stats-record .*{name} is not a readable stats record", out.out)
-    assert re.search(r"processes\s+2\b", out.out)
+    assert re.search(r"processes\s+3\b", out.out)
 
 
 def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
     cache = copy_of(recorded_cache)
     assert stats_json(cache, "--module", "jit_iota")["modules"][0]["module"] == "jit_iota"
     assert [m["module"] for m in stats_json(cache, "--module", "jit_i*")["modules"]] == ["jit_iota"]
-    assert stats_json(cache, "--since", "1d")["processes"] == 2
+    assert stats_json(cache, "--since", "1d")["processes"] == 3
     assert stats_json(cache, "--since", "2999-01-01")["processes"] == 0
     dry = subprocess.run(
         [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--zero"],
@@ -166,18 +166,18 @@ def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
         text=True,
         env=base_env(None),
     )
-    assert "would archive and remove 2 records" in dry.stdout
-    assert stats_json(cache)["processes"] == 2
+    assert "would archive and remove 3 records" in dry.stdout
+    assert stats_json(cache)["processes"] == 3
     applied = subprocess.run(
         [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--zero", "--apply"],
         capture_output=True,
         text=True,
         env=base_env(None),
     )
-    assert "archived 2 records" in applied.stdout, applied.stderr
+    assert "archived 3 records" in applied.stdout, applied.stderr
     assert stats_json(cache)["processes"] == 0
     (archive,) = (cache / STATS_DIRNAME / "archive").glob("*.jsonl")
-    assert len(archive.read_text().splitlines()) == 2
+    assert len(archive.read_text().splitlines()) == 3
 
 
 def test_bad_since_is_one_line_usage_error(recorded_cache: Path) -> None:
@@ -189,3 +189,24 @@ def test_bad_since_is_one_line_usage_error(recorded_cache: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--since 'soon'" in proc.stderr
+
+
+def test_lint_reports_a_module_that_never_hit(recorded_cache: Path) -> None:
+    """jit_f (custom_partitioning, JAX's keys) compiled in 3 processes and never hit."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", str(recorded_cache), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    findings = json.loads(proc.stdout)["findings"]
+    never = [f for f in findings if f["kind"] == "never-hit"]
+    assert [f["module"] for f in never] == ["jit_f"], proc.stdout
+    assert "3 processes" in never[0]["message"] and "unstable key" in never[0]["message"]
+    failing = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", str(recorded_cache), "--fail-on", "warning"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    assert failing.returncode == 1

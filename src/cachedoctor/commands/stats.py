@@ -380,6 +380,13 @@ def collect_stats(
     return summarise(cache_dir, records, problems, scanned, since=since, module=module)
 
 
+def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:
+    """For ``lint``: unreadable records, and modules that compiled in
+    :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons from ``scan``)."""
+    records, problems = read_records(store or open_store(scan.cache_dir))
+    return list(summarise(scan.cache_dir, records, problems, scan).findings)
+
+
 def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
     """Archive every readable record into one file under ``cachedoctor-stats/archive/``, then
     delete each record that is unchanged since it was read (a process writing now keeps its)."""
