@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -210,3 +211,41 @@ def test_lint_reports_a_module_that_never_hit(recorded_cache: Path) -> None:
         env=base_env(None),
     )
     assert failing.returncode == 1
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="needs Debian's chromium to render the page (`apt-get install -y chromium`; .ci/run "
+    "installs it when it runs as root)",
+)
+def test_html_page_renders_in_headless_chromium(recorded_cache: Path, tmp_path: Path) -> None:
+    page = tmp_path / "stats.html"
+    report = stats_json(recorded_cache, "--html", str(page))
+    html_text = page.read_text()
+    assert not re.search(r"""(src|href)=["']?https?:""", html_text)  # nothing fetched
+    proc = subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    dom = proc.stdout
+    assert "<svg" in dom, proc.stderr[-2000:]
+    rate = f"{report['totals']['hit_rate']:.0%}"
+    assert re.search(rf'id="kpi-processes"><b>{report["processes"]}</b>', dom)
+    assert re.search(rf'id="kpi-hit-rate"><b>{rate}</b>', dom)
+    bars = re.findall(r'<rect class="day" data-day="([\d-]+)" data-rate="(\d+%)"', dom)
+    assert bars == [(d["name"], f"{d['hit_rate']:.0%}") for d in report["days"]]
+    never = re.findall(r'<tr class="never"><td>([^<]+)</td>', dom)
+    assert never == [m["module"] for m in report["modules"] if m["never_hit"]] == ["jit_f"]
