@@ -8,6 +8,7 @@ exactly those.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -177,7 +178,7 @@ def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
     )
     assert "archived 3 records" in applied.stdout, applied.stderr
     assert stats_json(cache)["processes"] == 0
-    (archive,) = (cache / STATS_DIRNAME / "archive").glob("*.jsonl")
+    (archive,) = (cache / STATS_DIRNAME).glob("archive-*.jsonl")
     assert len(archive.read_text().splitlines()) == 3
 
 
@@ -249,3 +250,33 @@ def test_html_page_renders_in_headless_chromium(recorded_cache: Path, tmp_path: 
     assert bars == [(d["name"], f"{d['hit_rate']:.0%}") for d in report["days"]]
     never = re.findall(r'<tr class="never"><td>([^<]+)</td>', dom)
     assert never == [m["module"] for m in report["modules"] if m["never_hit"]] == ["jit_f"]
+
+
+def test_prune_keeps_the_stats_folder_bounded(recorded_cache: Path, copy_of) -> None:
+    """An old archive that takes the folder over its bound goes first; the records stay."""
+    cache = copy_of(recorded_cache)
+    folder = cache / STATS_DIRNAME
+    records = sorted(p.name for p in folder.glob("*.json"))
+    archive = folder / "archive-20200101T000000Z.jsonl"
+    archive.write_bytes(b"{}\n" * (11 << 20))  # 33 MiB, over the 32 MiB bound
+    os.utime(archive, (1_577_836_800, 1_577_836_800))
+    dry = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "prune", str(cache), "--orphans", "--json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    plan = json.loads(dry.stdout)
+    doc = json.dumps(plan)
+    assert f"{STATS_DIRNAME}/archive-20200101T000000Z.jsonl" in doc, doc[:2000]
+    assert "stats-bound" in doc and f"{STATS_DIRNAME}/: {len(records) + 1} files" in doc
+    assert archive.exists()  # a dry run
+    subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "prune", str(cache), "--orphans", "--apply"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        check=True,
+    )
+    assert not archive.exists()
+    assert sorted(p.name for p in folder.glob("*.json")) == records

@@ -62,6 +62,7 @@ class Rule(enum.StrEnum):
     XLA_SUBCACHES = "xla-subcaches"
     REPAIR = "repair"
     REKEY = "rekey"
+    STATS_BOUND = "stats-bound"  # cachedoctor-stats/ over its size bound (commands/stats.py)
 
 
 @dataclass(frozen=True)

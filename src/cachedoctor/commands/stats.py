@@ -20,14 +20,18 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cachedoctor.commands.plan import Action, Dir, Op, Rule
 from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import COUNTERS, RECORD_FORMAT, RECORD_SUFFIX
 from cachedoctor.storage import fsops
+from cachedoctor.storage.fsops import FileId
 from cachedoctor.storage.stores import Store, open_store
 
-ARCHIVE_DIRNAME = "archive"  # inside cachedoctor-stats/: one file per --zero
+ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
+ARCHIVE_SUFFIX = ".jsonl"
+MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest files go first)
 MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything larger is not one of ours
 NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
 
@@ -388,7 +392,7 @@ def record_findings(scan: ScanReport, store: Store | None = None) -> list[Findin
 
 
 def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
-    """Archive every readable record into one file under ``cachedoctor-stats/archive/``, then
+    """Archive every record into one file ``cachedoctor-stats/archive-<time>.jsonl``, then
     delete each record that is unchanged since it was read (a process writing now keeps its)."""
     store = open_store(cache_dir)
     names = _record_files(store)
@@ -400,8 +404,47 @@ def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
         with store.open_read(f"{STATS_DIRNAME}/{name}") as fh:
             lines.append(fh.read(MAX_RECORD_BYTES + 1).decode("utf-8", "replace").strip())
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    archive = f"{STATS_DIRNAME}/{ARCHIVE_DIRNAME}/{stamp}.jsonl"
+    archive = f"{STATS_DIRNAME}/{ARCHIVE_PREFIX}{stamp}{ARCHIVE_SUFFIX}"
     store.write_atomic(archive, ("\n".join(lines) + "\n").encode())
     for name in names:
         store.delete_if_unchanged(f"{STATS_DIRNAME}/{name}", versions.get(name))
     return ZeroReport(store.url_of(archive), tuple(names), applied=True)
+
+
+def plan_folder_bound(
+    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
+) -> tuple[list[Action], str | None]:
+    """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
+    the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""
+    folder = cd.subdir(STATS_DIRNAME)
+    if folder is None:
+        return [], None
+    with folder:
+        files = []
+        for name in folder.listdir():
+            st = folder.regular(name)
+            if st is not None:
+                files.append((st.st_mtime_ns, name, st))
+    total = sum(st.st_size for _, _, st in files)
+    actions = []
+    over = total - max_bytes
+    for _, name, st in sorted(files, key=lambda f: (f[0], f[1])):
+        if over <= 0:
+            break
+        over -= st.st_size
+        actions.append(
+            Action(
+                op=Op.REMOVE_FILE,
+                name=f"{STATS_DIRNAME}/{name}",
+                rules=(Rule.STATS_BOUND,),
+                reason=f"oldest stats file while {STATS_DIRNAME}/ is over {max_bytes} bytes",
+                bytes=st.st_size,
+                files=(FileId.of(name, st),),
+                folder=STATS_DIRNAME,
+            )
+        )
+    note = (
+        f"{STATS_DIRNAME}/: {len(files)} files, {total} bytes (kept under {max_bytes} bytes; "
+        "`cachedoctor stats --zero` archives the records)"
+    )
+    return actions, note
