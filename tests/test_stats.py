@@ -280,3 +280,24 @@ def test_prune_keeps_the_stats_folder_bounded(recorded_cache: Path, copy_of) -> 
     )
     assert not archive.exists()
     assert sorted(p.name for p in folder.glob("*.json")) == records
+
+
+def test_enable_stats_only_records_through_the_config_file(tmp_path: Path) -> None:
+    """`enable --stats-only` writes hook = "stats"; a process with only that file records."""
+    cache, config = tmp_path / "cache", tmp_path / "config.toml"
+    env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
+    subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "enable", "--dir", str(cache), "--stats-only"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    assert 'hook = "stats"' in config.read_text()
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the config file names the cache dir
+    proc = subprocess.run(
+        [sys.executable, str(program_path("plain"))], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = stats_json(cache)
+    assert report["processes"] == 1 and report["totals"]["requests"] >= 1
+    assert not (cache / "cachedoctor-manifests").exists()  # no hook: no manifests
