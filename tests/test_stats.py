@@ -100,7 +100,7 @@ def test_stats_mode_changes_no_key(tmp_path: Path) -> None:
 def test_concurrent_processes_lose_no_record(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    env = base_env(cache, CACHEDOCTOR_HOOK="stats")
+    env = base_env(cache, CACHEDOCTOR_HOOK="stats", JAX_LOG_COMPILES="1")  # log hits too
     procs = [
         subprocess.Popen(
             [sys.executable, str(program_path("plain"))],
