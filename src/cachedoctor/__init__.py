@@ -1,3 +1,33 @@
-"""cachedoctor: inspect, explain and repair JAX's persistent compilation cache."""
+"""cachedoctor: inspect, explain and repair JAX's persistent compilation cache.
+
+The Python API (docs/api.md) is loaded on first use, so ``import cachedoctor`` stays cheap and
+imports neither jax nor the commands::
+
+    import cachedoctor
+    report = cachedoctor.scan("/data/jax-cache")
+    print(report.summary.entries, [f.kind for f in report.findings])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["CachedoctorError", "__version__", "diff", "prune_plan", "scan", "stats"]
+
+if TYPE_CHECKING:
+    from cachedoctor.api import diff, prune_plan, scan, stats
+    from cachedoctor.errors import CachedoctorError
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CachedoctorError":
+        from cachedoctor.errors import CachedoctorError
+
+        return CachedoctorError
+    if name in ("diff", "prune_plan", "scan", "stats"):
+        from cachedoctor import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'cachedoctor' has no attribute {name!r}")

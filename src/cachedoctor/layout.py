@@ -15,6 +15,7 @@ KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
 CACHEDOCTOR_PREFIX = "cachedoctor"
 MANIFEST_DIRNAME = "cachedoctor-manifests"  # one key manifest per entry, written by the hook
 MANIFEST_SUFFIX = ".json"
+STATS_DIRNAME = "cachedoctor-stats"  # one record per process, written at exit (stablekeys/stats)
 MANIFEST_IR_SUFFIX = ".mlir.gz"
 OWN_LOCKFILE = ".cachedoctor-lock"
 TEMP_PREFIX = ".cachedoctor-tmp-"

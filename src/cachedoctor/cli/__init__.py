@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("status", "status", "Show effective cache settings and whether the hook is active."),
     "prune": ("prune", "prune", "Remove entries by rule (dry run unless --apply); --repair fixes."),
     "rekey": ("rekey", "rekey", "Move manifest-bearing entries to their current stable key."),
+    "stats": ("stats", "stats", "Hit rate and compile time saved, from per-process records."),
 }
 
 

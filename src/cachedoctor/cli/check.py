@@ -37,6 +37,9 @@ from cachedoctor.errors import ExitCode
     help="Report format (json and junit keep stdout for the report: CMD's stdout goes to stderr).",
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE."
+)
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -50,6 +53,7 @@ def check(
     no_observe: bool,
     fmt: str,
     output: str | None,
+    junit_file: str | None,
 ) -> None:
     """Run CMD several times against one cache and report modules whose key is unstable.
 
@@ -81,9 +85,11 @@ def check(
         progress=progress,
     )
     text = _render(report, fmt, to_file=output is not None)
-    if output is not None:
-        from cachedoctor.commands.lint import write_text_atomic
+    from cachedoctor.commands.lint import write_text_atomic
 
+    if junit_file:
+        write_text_atomic(junit_file, _render(report, "junit", to_file=True))
+    if output is not None:
         write_text_atomic(output, text)
     elif text:
         click.echo(text, nl=not text.endswith("\n"))

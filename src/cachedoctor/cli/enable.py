@@ -22,8 +22,10 @@ from cachedoctor.stablekeys import activation, settings
     type=click.Choice(settings.HOOK_CHOICES),
     default="stable",
     show_default=True,
-    help="stable: use stable keys; observe: keep JAX's keys, record stable ones; off: no hook.",
+    help="stable: use stable keys; observe: keep JAX's keys, record stable ones; stats: only "
+    "record hits and misses (`cachedoctor stats`); off: no hook.",
 )
+@click.option("--stats-only", is_flag=True, help="Same as --mode stats: keys stay JAX's own.")
 @click.option("--record-ir", is_flag=True, help="Keep each module's canonical text (for diff).")
 @click.option("--print-env", is_flag=True, help="Print the environment instead of installing.")
 @click.option(
@@ -40,6 +42,7 @@ def enable(
     min_entry_size: int | None,
     max_size: int | None,
     mode: str,
+    stats_only: bool,
     record_ir: bool,
     print_env: bool,
     shell: str,
@@ -55,7 +58,7 @@ def enable(
         min_compile_time=min_compile_time,
         min_entry_size=min_entry_size,
         max_size=max_size,
-        hook=mode,
+        hook="stats" if stats_only else mode,
         record_ir=record_ir,
     )
     local = activation.local_subcaches(values)

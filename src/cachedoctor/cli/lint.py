@@ -40,6 +40,9 @@ from cachedoctor.errors import ExitCode
     help="Record today's findings in FILE (exit 0); later runs pass it to --baseline.",
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE."
+)
 @click.pass_context
 def lint(
     ctx: click.Context,
@@ -50,6 +53,7 @@ def lint(
     baseline: str | None,
     write_baseline: str | None,
     output: str | None,
+    junit_file: str | None,
 ) -> None:
     """Check a cache directory in CI: findings as annotations or JUnit, with baselines.
 
@@ -66,6 +70,8 @@ def lint(
         baseline_path=baseline,
     )
     text = _render(report, fmt, to_file=output is not None)
+    if junit_file:
+        core.write_text_atomic(junit_file, _render(report, "junit", to_file=True))
     if output is not None:
         core.write_text_atomic(output, text)
     elif text:

@@ -24,6 +24,7 @@ from typing import Any
 
 from cachedoctor.cache import listdir, locate, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo
+from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.formats import wire
 from cachedoctor.storage import stores
@@ -217,7 +218,7 @@ class BytesSection:
 
 
 @dataclass(frozen=True)
-class DiffReport:
+class DiffReport(ToDict):
     verdict: Verdict
     a: EntrySide
     b: EntrySide
@@ -232,7 +233,7 @@ class DiffReport:
 
 
 @dataclass(frozen=True)
-class ModuleDiffReport:
+class ModuleDiffReport(ToDict):
     """Every entry of one module against the most recent one."""
 
     module: str

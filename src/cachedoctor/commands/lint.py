@@ -1,5 +1,9 @@
 """`lint`: the scan's findings judged for CI, with baselines of accepted findings.
 
+Besides the scan's findings, lint reads the hook's stats records (commands/stats.py): a module
+that compiled in several processes and never hit is a ``never-hit`` finding, an unreadable
+record a ``stats-record`` one.
+
 A baseline records *fingerprints*: strings that name a finding's cause, not its instance, so the
 same problem keeps the same fingerprint from one CI run to the next. The unstable-key finding of
 ``jit_f`` names a new random key and a larger entry count on every run; its fingerprint is only
@@ -10,6 +14,7 @@ which is that file's identity.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from cachedoctor import __version__
 from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
+from cachedoctor.commands.stats import record_findings
 from cachedoctor.errors import CachedoctorError
 
 BASELINE_SCHEMA_VERSION = 1
@@ -91,7 +97,7 @@ def parse_kinds(names: Iterable[str]) -> tuple[FindingKind, ...]:
 def fingerprint(finding: Finding, cache_dir: str) -> str:
     """A string that stays the same while the finding's cause stays the same."""
     head = f"{finding.kind.value} {finding.module or '-'}"
-    if finding.kind is FindingKind.UNSTABLE_KEY:
+    if finding.kind in (FindingKind.UNSTABLE_KEY, FindingKind.NEVER_HIT):
         return head  # each run adds a key and changes the count: the module is the identity
     if finding.kind is FindingKind.CORRUPT and finding.entries:
         return f"{head} {finding.entries[0]}"  # the damaged file itself
@@ -232,6 +238,12 @@ def lint_directory(
     except OSError as exc:
         message = f"cannot read {cache_dir}: {exc.strerror or exc}"
         raise CachedoctorError(message, slug="io") from None
+    try:
+        from_records = record_findings(scan)
+    except OSError as exc:
+        message = f"cannot read the stats records of {cache_dir}: {exc.strerror or exc}"
+        raise CachedoctorError(message, slug="io") from None
+    scan = dataclasses.replace(scan, findings=scan.findings + tuple(from_records))
     return judge(
         scan, fail_on=fail_on, ignore=ignore, baseline=baseline, baseline_path=baseline_path
     )

@@ -29,6 +29,7 @@ from cachedoctor.commands.plan import (
     open_dir,
     read_manifests,
 )
+from cachedoctor.commands.stats import plan_folder_bound
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.storage import fsops, stores
@@ -355,6 +356,9 @@ class _Planner:
             self._repair(entries, removed)
         self._subcaches()
         self._report_foreign()
+        stats_actions, stats_note = plan_folder_bound(self.cd)
+        self.actions += stats_actions
+        self.notes += [stats_note] if stats_note else []
         self.actions.sort(key=lambda a: (list(Op).index(a.op), a.name))
         return Plan(
             command="prune",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from cachedoctor import layout
 from cachedoctor.cache.listdir import DirItem, FileKind
+from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import stores
@@ -61,6 +62,7 @@ class Rule(enum.StrEnum):
     XLA_SUBCACHES = "xla-subcaches"
     REPAIR = "repair"
     REKEY = "rekey"
+    STATS_BOUND = "stats-bound"  # cachedoctor-stats/ over its size bound (commands/stats.py)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Skip:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(ToDict):
     command: str  # "prune" | "rekey"
     cache_dir: str
     created_at: float

@@ -22,6 +22,7 @@ from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.storage import stores
 from cachedoctor.xla import subcaches
 
@@ -54,6 +55,8 @@ class FindingKind(enum.StrEnum):
     MIXED_PLATFORMS = "mixed-platforms"
     UNKNOWN_FILE = "unknown-file"
     SUBCACHE = "subcache"
+    NEVER_HIT = "never-hit"  # from the stats records (commands/stats.py)
+    STATS_RECORD = "stats-record"  # an unreadable file in cachedoctor-stats/
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class ScanSummary:
 
 
 @dataclass(frozen=True)
-class ScanReport:
+class ScanReport(ToDict):
     cache_dir: str
     scanned_at: float
     jax: JaxInfo

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
-from cachedoctor.commands.scan import ScanReport, Severity
+from cachedoctor.commands.scan import Finding, ScanReport, Severity
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -93,11 +94,16 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
 
 
 def render_findings(report: ScanReport, console: Console) -> None:
-    if not report.findings:
+    render_finding_list(report.findings, console)
+
+
+def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
+    """One line per finding and one line of advice (scan's, and the stats records')."""
+    if not findings:
         console.print(Text("no findings", style="green"))
         return
-    console.print(Text(f"{len(report.findings)} findings", style="bold"))
-    for f in report.findings:
+    console.print(Text(f"{len(findings)} findings", style="bold"))
+    for f in findings:
         line = Text()
         line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
         line.append(f"{f.kind.value:15} ", style="bold")

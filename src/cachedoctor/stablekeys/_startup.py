@@ -92,6 +92,10 @@ def activate() -> dict[str, object]:
             values.get("record_ir", False)
         )
         if mode != "off":
+            from cachedoctor.stablekeys import stats
+
+            state["stats"] = stats.start(mode)
+        if mode not in ("off", "stats"):
             from cachedoctor.stablekeys import hook
 
             if hook.install(mode, record_ir=record_ir):

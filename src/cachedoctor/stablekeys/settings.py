@@ -10,7 +10,7 @@ that reads it. Format (TOML, written by ``enable``, removed by ``disable``)::
     min_compile_time_secs = 1.0     # optional: jax_persistent_cache_min_compile_time_secs
     min_entry_size_bytes = 0        # optional: jax_persistent_cache_min_entry_size_bytes
     max_size = -1                   # optional: jax_compilation_cache_max_size (bytes)
-    hook = "stable"                 # stable | observe | off
+    hook = "stable"                 # stable | observe | stats | off
     record_ir = false               # keep each module's canonical text for `diff`
 
 Precedence for every value: environment variable, then this file, then JAX's default.
@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_ENV = "CACHEDOCTOR_CONFIG"
-HOOK_ENV = "CACHEDOCTOR_HOOK"  # stable | observe | off; also activates the hook without a file
+HOOK_ENV = (
+    "CACHEDOCTOR_HOOK"  # stable | observe | stats | off; also activates the hook without a file
+)
 SECTION = "cachedoctor"
 
 XLA_CACHE_CHOICES = {
@@ -36,7 +38,7 @@ XLA_CACHE_CHOICES = {
     "kernel": "xla_gpu_kernel_cache_file",
     "none": "none",
 }
-HOOK_CHOICES = ("stable", "observe", "off")
+HOOK_CHOICES = ("stable", "observe", "stats", "off")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""Cost of stats recording on a warm start: many modules, every one a persistent-cache hit.
+
+A program jits ``--modules`` distinct small functions. One run warms the cache; then fresh
+interpreters alternate between no activation (the baseline) and ``CACHEDOCTOR_HOOK=stats``,
+``--reps`` times each, against the same warm cache. Two times per run: the program's own loop
+(all compiles, i.e. cache hits) and the whole process (which includes writing the record at
+exit). The result is the ratio of medians, beside the baseline's own spread (max/min): the
+recording is within noise when its ratio is inside that spread.
+
+    python benchmarks/bench_stats.py [--modules 200] [--reps 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_PROGRAM = r"""
+import os, sys, time
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax, jax.numpy as jnp
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+n = int(sys.argv[1])
+x = jnp.arange(8, dtype=jnp.float32)
+start = time.perf_counter()
+for i in range(n):
+    def f(v, i=i):
+        return jnp.sin(v) * i + jnp.cos(v * (i + 1))
+    f.__name__ = f.__qualname__ = f"f{i}"
+    jax.jit(f)(x).block_until_ready()
+print("LOOP", time.perf_counter() - start)
+"""
+
+
+def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEDOCTOR_", "JAX_"))}
+    env |= {"JAX_COMPILATION_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
+    env["CACHEDOCTOR_CONFIG"] = os.path.join(cache, "no-config.toml")
+    if mode is not None:
+        env["CACHEDOCTOR_HOOK"] = mode
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, str(modules)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    whole = time.perf_counter() - start
+    loop = float(next(x for x in out.stdout.splitlines() if x.startswith("LOOP")).split()[1])
+    return loop, whole
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    runs: dict[str, list[tuple[float, float]]] = {"baseline": [], "stats": []}
+    with tempfile.TemporaryDirectory() as cache:
+        one_run(cache, args.modules, None)  # warm the cache: every later compile is a hit
+        for _ in range(args.reps):  # interleaved, so that load on the machine hits both
+            runs["baseline"].append(one_run(cache, args.modules, None))
+            runs["stats"].append(one_run(cache, args.modules, "stats"))
+        records = len(list(Path(cache, "cachedoctor-stats").glob("*.json")))
+    result: dict[str, object] = {"modules": args.modules, "reps": args.reps, "records": records}
+    for i, what in enumerate(("loop", "process")):
+        base = [r[i] for r in runs["baseline"]]
+        stats = [r[i] for r in runs["stats"]]
+        result[what] = {
+            "baseline_median_s": statistics.median(base),
+            "stats_median_s": statistics.median(stats),
+            "ratio": statistics.median(stats) / statistics.median(base),
+            "baseline_spread": max(base) / min(base),
+        }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

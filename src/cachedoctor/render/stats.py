@@ -1,0 +1,242 @@
+"""``cachedoctor stats`` output: a terminal summary with a hit-rate chart, and a standalone page.
+
+The HTML page holds everything it shows (inline CSS and SVG, no script, no network), so it can be
+attached to a CI run or mailed and still open.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cachedoctor.commands.stats import Counters, Group, StatsReport, ZeroReport
+from cachedoctor.render.table import render_finding_list
+
+BAR_WIDTH = 40  # characters of the terminal chart's full bar
+
+
+def _rate(c: Counters) -> str:
+    rate = c.hit_rate
+    return "-" if rate is None else f"{rate:.0%}"
+
+
+def _secs(value: float) -> str:
+    return f"{value:.1f} s" if abs(value) < 100 else f"{value / 60:.1f} min"
+
+
+def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25) -> None:
+    t = report.totals
+    console.print(Text(f"cache {report.cache_dir}", style="bold"))
+    if report.processes == 0:
+        console.print(
+            "no stats records: run JAX with the hook (`cachedoctor enable`, or "
+            "`cachedoctor enable --stats-only` to record without changing keys)"
+        )
+        render_finding_list(report.findings, console)
+        return
+    scope = []
+    if report.since is not None:
+        scope.append(f"since {time.strftime('%Y-%m-%d %H:%M', time.gmtime(report.since))} UTC")
+    if report.module_filter:
+        scope.append(f"module {report.module_filter}")
+    if scope:
+        console.print("  " + ", ".join(scope))
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="dim")
+    summary.add_column()
+    for name, value in (
+        ("processes", str(report.processes)),
+        ("requests", str(t.requests)),
+        ("hits", str(t.hits)),
+        ("misses", str(t.misses)),
+        ("hit rate", _rate(t)),
+        ("entries written", str(t.writes)),
+        ("compile time saved", _secs(t.saved_secs)),
+        ("compile time spent", _secs(t.compile_secs) + " (on misses)"),
+        ("retrieval time", _secs(t.retrieval_secs)),
+    ):
+        summary.add_row(name, value)
+    console.print(summary)
+    _render_chart(report.days, console)
+    modules = Table(title="modules (never hit first)", title_justify="left", show_edge=False)
+    for col in ("module", "processes", "requests", "hits", "misses", "hit rate", "spent s"):
+        modules.add_column(col, justify="left" if col == "module" else "right")
+    modules.add_column("why it never hit")
+    for m in report.modules[:max_modules]:
+        c = m.counters
+        modules.add_row(
+            m.module,
+            str(m.processes),
+            str(c.requests),
+            str(c.hits),
+            str(c.misses),
+            _rate(c),
+            f"{c.compile_secs:.2f}",
+            m.reason or "",
+            style="yellow" if m.never_hit else None,
+        )
+    if len(report.modules) > max_modules:
+        modules.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
+    console.print(modules)
+    _render_groups("hosts", report.hosts, console)
+    render_finding_list(report.findings, console)
+
+
+def _render_chart(days: Sequence[Group], console: Console) -> None:
+    console.print(Text("hit rate per day", style="bold"))
+    for day in days:
+        rate = day.counters.hit_rate
+        filled = round((rate or 0.0) * BAR_WIDTH)
+        line = Text(f"  {day.name}  ")
+        line.append("█" * filled, style="green")
+        line.append("░" * (BAR_WIDTH - filled), style="dim")
+        line.append(f"  {_rate(day.counters):>4}  {day.counters.hits}/{day.counters.requests}")
+        line.append(f"  {day.processes} processes", style="dim")
+        console.print(line)
+
+
+def _render_groups(title: str, groups: Sequence[Group], console: Console) -> None:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for col in ("name", "processes", "requests", "hits", "hit rate", "saved s", "spent s"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for g in groups:
+        c = g.counters
+        table.add_row(
+            g.name,
+            str(g.processes),
+            str(c.requests),
+            str(c.hits),
+            _rate(c),
+            f"{c.saved_secs:.2f}",
+            f"{c.compile_secs:.2f}",
+        )
+    console.print(table)
+
+
+def render_zero(report: ZeroReport, console: Console) -> None:
+    if not report.records:
+        console.print("no stats records to archive")
+    elif not report.applied:
+        console.print(
+            f"would archive and remove {len(report.records)} records (dry run; add --apply)"
+        )
+    else:
+        console.print(f"archived {len(report.records)} records to {report.archive}; counters reset")
+
+
+# --- HTML ------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{padding:2px 10px;text-align:right}
+td:first-child,th:first-child{text-align:left}tr.never td{color:#a15c00}
+.kpi{display:inline-block;margin-right:2em}.kpi b{display:block;font-size:1.6em}
+"""
+
+
+def _svg_chart(days: Sequence[Group]) -> str:
+    """Hit rate per day as bars: one labelled bar per day, 0..100%."""
+    bar, gap, height, top = 36, 14, 160, 20
+    width = max(1, len(days)) * (bar + gap) + 50
+    parts = [
+        f'<svg id="hit-rate-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height + top + 40}" role="img" aria-label="hit rate per day">',
+        f'<line x1="40" y1="{top + height}" x2="{width}" y2="{top + height}" stroke="#888"/>',
+        f'<text x="0" y="{top + 4}" font-size="11">100%</text>',
+        f'<text x="8" y="{top + height}" font-size="11">0%</text>',
+    ]
+    for i, day in enumerate(days):
+        rate = day.counters.hit_rate or 0.0
+        h = round(rate * height)
+        x = 45 + i * (bar + gap)
+        label = _rate(day.counters)
+        parts.append(
+            f'<rect class="day" data-day="{html.escape(day.name)}" data-rate="{label}" '
+            f'x="{x}" y="{top + height - h}" width="{bar}" height="{h}" fill="#3a8f3a">'
+            f"<title>{html.escape(day.name)}: {label}</title></rect>"
+        )
+        parts.append(
+            f'<text x="{x + bar / 2}" y="{top + height - h - 4}" font-size="11" '
+            f'text-anchor="middle">{label}</text>'
+        )
+        parts.append(
+            f'<text x="{x + bar / 2}" y="{top + height + 14}" font-size="10" '
+            f'text-anchor="middle">{html.escape(day.name[5:])}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _html_table(table_id: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        css = ' class="never"' if row and row[-1] == "never" else ""
+        cells = "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1] if row)
+        body.append(f"<tr{css}>{cells}</tr>")
+    return f'<table id="{table_id}"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def html_page(report: StatsReport) -> str:
+    """A self-contained page with the same numbers and chart as the terminal output."""
+    t = report.totals
+    kpis = "".join(
+        f'<div class="kpi" id="kpi-{key}"><b>{html.escape(value)}</b>{html.escape(label)}</div>'
+        for key, label, value in (
+            ("processes", "processes", str(report.processes)),
+            ("requests", "requests", str(t.requests)),
+            ("hit-rate", "hit rate", _rate(t)),
+            ("saved", "compile time saved", _secs(t.saved_secs)),
+            ("spent", "compile time spent on misses", _secs(t.compile_secs)),
+        )
+    )
+    modules = _html_table(
+        "modules",
+        ("module", "processes", "requests", "hits", "misses", "hit rate", "why it never hit"),
+        [
+            (
+                m.module,
+                str(m.processes),
+                str(m.counters.requests),
+                str(m.counters.hits),
+                str(m.counters.misses),
+                _rate(m.counters),
+                m.reason or "",
+                "never" if m.never_hit else "",
+            )
+            for m in report.modules
+        ],
+    )
+    hosts = _html_table(
+        "hosts",
+        ("host", "processes", "requests", "hits", "hit rate"),
+        [
+            (
+                h.name,
+                str(h.processes),
+                str(h.counters.requests),
+                str(h.counters.hits),
+                _rate(h.counters),
+                "",
+            )
+            for h in report.hosts
+        ],
+    )
+    findings = "".join(
+        f"<li>{html.escape(f.kind.value)}: {html.escape(f.message)}</li>" for f in report.findings
+    )
+    title = f"cachedoctor stats: {report.cache_dir}"
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><section id='totals'>{kpis}</section>"
+        f"<h2>Hit rate per day</h2>{_svg_chart(report.days)}"
+        f"<h2>Modules (never hit first)</h2>{modules}<h2>Hosts</h2>{hosts}"
+        f"<h2>Findings</h2><ul id='findings'>{findings or '<li>none</li>'}</ul>"
+        "</body></html>\n"
+    )
