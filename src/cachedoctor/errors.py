@@ -31,3 +31,8 @@ class NoCacheDirError(CachedoctorError):
 
 class EntryNotFoundError(CachedoctorError):
     slug = "entry-not-found"
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """User input quoted in a message, cut to a readable length (a 5000-character name)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"

@@ -7,6 +7,7 @@ turn the report into a table, JSON or CI formats.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import os
@@ -48,6 +49,7 @@ class FindingKind(enum.StrEnum):
     RELOCATED = "relocated"
     MISSING_ATIME = "missing-atime"
     CORRUPT = "corrupt"
+    UNREADABLE = "unreadable"
     ORPHAN = "orphan"
     INSECURE = "insecure"
     MIXED_VERSIONS = "mixed-versions"
@@ -104,6 +106,24 @@ class ScanReport:
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
+
+    @property
+    def looks_like_cache(self) -> bool:
+        """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
+        own = {FileKind.ATIME, FileKind.LOCKFILE, FileKind.AUTOTUNE_SUBCACHE}
+        own |= {FileKind.KERNEL_SUBCACHE, FileKind.CACHEDOCTOR}
+        return (
+            bool(self.entries)
+            or not self.other_files
+            or any(i.kind in own for i in self.other_files)
+        )
+
+    def without(self, kinds: Iterable[str]) -> ScanReport:
+        """This report with the findings of ``kinds`` left out (``--ignore``)."""
+        drop = set(kinds)
+        return dataclasses.replace(
+            self, findings=tuple(f for f in self.findings if f.kind not in drop)
+        )
 
     def fails(self, threshold: Severity, ignore: Iterable[str] = ()) -> bool:
         ignored = set(ignore)
@@ -470,6 +490,11 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
     return findings
 
 
+# Problems that mean the bytes are damaged. "unreadable" (permissions) and "too-large" (over the
+# decode cap) say nothing about the bytes: such an entry is reported unreadable, never corrupt.
+DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "protobuf"})
+
+
 def _real_problems(e: EntryInfo) -> list[model.Problem]:
     """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
     return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
@@ -480,6 +505,21 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
     for e in entries:
         real = _real_problems(e)
         if not real:
+            continue
+        if real[0].kind not in DAMAGE:
+            findings.append(
+                Finding(
+                    kind=FindingKind.UNREADABLE,
+                    severity=Severity.WARNING,
+                    module=e.module,
+                    entries=(e.key,),
+                    message=f"{e.key}: not checked: {real[0].kind}: {real[0].message}",
+                    advice=(
+                        "cachedoctor could not read its bytes, so it says nothing about them and "
+                        "never removes it; fix its permissions (or owner) to have it checked"
+                    ),
+                )
+            )
             continue
         young = now - e.mtime_ns / 1e9 < RECENT_WRITE_S and real[0].kind == "truncated"
         findings.append(

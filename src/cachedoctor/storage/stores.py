@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.storage.fsops import open_regular
 
 T = TypeVar("T")
 
@@ -340,8 +341,7 @@ class LocalStore:
             return None
 
     def open_read(self, name: str) -> BinaryIO:
-        fd = os.open(self.url_of(name), os.O_RDONLY | os.O_NOFOLLOW)
-        return os.fdopen(fd, "rb")
+        return open_regular(self.url_of(name))
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult:
         """Unlink ``name`` if its inode, size and mtime are still those of the plan.
