@@ -161,7 +161,7 @@ def test_status_under_disable_ignores_the_config(tmp_path: Path) -> None:
         ["--min-compile-time", "-5"],
         ["--min-compile-time", "nan"],
         ["--max-size", "-5"],
-        ["--max-size", "inf"],
+        ["--max-size", "1e400"],
         ["--shell", "fish"],
         ["--min-entry-size", "-1"],
     ],
@@ -198,6 +198,10 @@ def test_scan_refuses_negative_max_modules(seed_cache: Path) -> None:
     assert proc.returncode == 2 and "max-modules" in proc.stderr
 
 
+def test_prune_refuses_an_infinite_size(seed_cache: Path) -> None:
+    one_clear_line(cachedoctor("prune", str(seed_cache), "--max-size", "inf"), "not a size")
+
+
 # -- 7. unreadable is not corrupt ----------------------------------------------------------
 
 
@@ -223,3 +227,124 @@ def test_an_entry_cachedoctor_cannot_read_whole_is_not_called_corrupt(
     for finding in report.findings:
         if finding.kind is FindingKind.UNREADABLE:
             assert "not checked" in finding.message and "prune" not in finding.advice
+
+
+# -- 4. false greens -----------------------------------------------------------------------
+
+
+def test_check_that_compiled_nothing_fails_saying_so(seed_cache: Path) -> None:
+    fresh = cachedoctor("check", "--", "true")
+    assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+    assert "nothing was checked" in fresh.stdout
+    existing = cachedoctor("check", "--dir", str(seed_cache), "--", "true")
+    assert existing.returncode == 1, existing.stdout + existing.stderr
+    assert "nothing was checked" in existing.stdout and "jit_f" not in existing.stdout
+
+
+def test_check_vouches_only_for_what_run_1_compiled(tmp_path: Path, seed_cache: Path) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(seed_cache, cache)  # 5 modules already there; plain compiles others
+    plain = [sys.executable, str(program_path("plain"))]
+    env = {**cli_env(), "CACHEDOCTOR_PLAIN_SIZE": "24"}  # a new shape: new entries in run 1
+    proc = cachedoctor("check", "--dir", str(cache), "--format", "json", "--", *plain, env=env)
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["compiled_in_run1"] and "jit_f" not in doc["compiled_in_run1"], doc
+    assert not doc["nothing_checked"] and proc.returncode == 0, proc.stderr
+
+
+def test_scan_ignore_is_checked_and_drops_the_finding(seed_cache: Path) -> None:
+    one_clear_line(cachedoctor("scan", str(seed_cache), "--ignore", "bogus"), "bogus")
+    shown = cachedoctor("scan", str(seed_cache))
+    assert "unstable-key" in shown.stdout
+    ignored = cachedoctor("scan", str(seed_cache), "--ignore", "unstable-key")
+    assert ignored.returncode == 0 and "unstable-key" not in ignored.stdout
+
+
+@pytest.mark.parametrize("runs", ["0", "1"])
+def test_demo_refuses_runs_that_cannot_show_anything(runs: str) -> None:
+    proc = cachedoctor("demo", "--runs", runs)
+    assert proc.returncode == 2 and "stable" not in proc.stdout, proc.stdout
+
+
+# -- 5. one clear line instead of internal-error -------------------------------------------
+
+
+def test_show_and_diff_errors_are_one_short_line(seed_cache: Path, tmp_path: Path) -> None:
+    entry = sorted(seed_cache.glob("jit_g-*-cache"))[0]
+    missing = tmp_path / "no-such-folder" / "out.bin"
+    one_clear_line(cachedoctor("show", str(entry), "--extract", str(missing)), "cannot write")
+    long_name = "x" * 5000
+    for args in (["show", long_name], ["diff", long_name, entry.name]):
+        proc = cachedoctor(*args, "--dir", str(seed_cache))
+        one_clear_line(proc, "5000 characters")
+        assert len(proc.stderr) < 400
+    directory = cachedoctor("show", str(seed_cache))
+    one_clear_line(directory, "is a directory")
+    assert "1970" not in directory.stdout and "None" not in directory.stdout
+
+
+def test_binary_baseline_is_one_line(seed_cache: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_bytes(b"\x00\xff\xfe\x80binary")
+    one_clear_line(cachedoctor("lint", str(seed_cache), "--baseline", str(baseline)), "baseline")
+
+
+# -- 7. show uses the directory `enable` set, like every command ---------------------------
+
+
+def test_show_key_uses_the_enabled_directory(seed_cache: Path, tmp_path: Path) -> None:
+    env = {**cli_env(), "CACHEDOCTOR_CONFIG": str(tmp_path / "config.toml")}
+    assert cachedoctor("enable", "--dir", str(seed_cache), env=env).returncode == 0
+    key = sorted(seed_cache.glob("jit_g-*-cache"))[0].name.removesuffix("-cache")
+    proc = cachedoctor("show", key[:12], env=env)
+    assert proc.returncode == 0 and key in proc.stdout, proc.stderr
+
+
+# -- 10. leftovers -------------------------------------------------------------------------
+
+
+def _check_dirs(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("cachedoctor-check-*"))
+
+
+def test_check_removes_its_temp_folder_on_failure_and_sigterm(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**cli_env(), "TMPDIR": str(tmp)}
+    failed = cachedoctor("check", "--", "false", env=env)
+    assert failed.returncode == 2 and not _check_dirs(tmp), failed.stderr
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    proc = subprocess.Popen([SCRIPT, "check", "--", *sleeper], env=env)  # type: ignore[list-item]
+    for _ in range(300):
+        if _check_dirs(tmp) and proc.poll() is None:
+            break
+        subprocess.run(["sleep", "0.1"], check=True)
+    assert _check_dirs(tmp), "check did not start"
+    subprocess.run(["sleep", "1"], check=True)  # the command is running
+    proc.terminate()
+    assert proc.wait(timeout=30) != 0
+    assert not _check_dirs(tmp)
+
+
+def test_check_refuses_an_unwritable_report_before_running(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    cmd = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    proc = cachedoctor("check", "-o", str(tmp_path / "missing" / "r.json"), "--", *cmd)
+    one_clear_line(proc, "cannot write the report")
+    assert not marker.exists()
+
+
+# -- 11. not a JAX cache -------------------------------------------------------------------
+
+
+def test_scanning_a_folder_that_is_not_a_cache_says_so(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "src").mkdir(parents=True)
+    (checkout / "README.md").write_text("# a project\n")
+    (checkout / "setup.py").write_text("print()\n")
+    one_clear_line(cachedoctor("scan", str(checkout)), "does not look like a JAX cache")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cachedoctor("scan", str(empty)).returncode == 0  # a fresh cache is a cache
