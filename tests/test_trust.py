@@ -348,3 +348,62 @@ def test_scanning_a_folder_that_is_not_a_cache_says_so(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cachedoctor("scan", str(empty)).returncode == 0  # a fresh cache is a cache
+
+
+# -- 7. a stray -atime file is not proof of LRU eviction -----------------------------------
+
+
+def test_stray_atime_is_a_warning_and_a_lockfile_makes_it_an_error(
+    seed_cache: Path, copy_of
+) -> None:
+    from cachedoctor.commands.scan import FindingKind, Severity, scan_directory
+
+    cache = copy_of(seed_cache)
+    key = sorted(cache.glob("jit_g-*-cache"))[0].name.removesuffix("-cache")
+    (cache / f"{key}-atime").write_bytes((1).to_bytes(8, "little"))  # one stray -atime
+    (finding,) = [f for f in scan_directory(cache).findings if f.kind is FindingKind.MISSING_ATIME]
+    assert finding.severity is Severity.WARNING, finding
+    assert cachedoctor("scan", str(cache)).returncode == 0
+    (cache / ".lockfile").touch()  # JAX's LRU cache locks this file around every get/put
+    (finding,) = [f for f in scan_directory(cache).findings if f.kind is FindingKind.MISSING_ATIME]
+    assert finding.severity is Severity.ERROR
+
+
+# -- 9. output never loses text ------------------------------------------------------------
+
+
+def _off_terminal_env() -> dict[str, str]:
+    env = cli_env()
+    env.pop("COLUMNS", None)  # stdout is a pipe: cachedoctor picks the width itself
+    return env
+
+
+def test_prune_table_off_a_terminal_keeps_every_reason_whole(seed_cache: Path) -> None:
+    import json
+
+    from cachedoctor.render.plan import short
+
+    text = cachedoctor("prune", str(seed_cache), "--duplicates", env=_off_terminal_env())
+    doc = json.loads(cachedoctor("prune", str(seed_cache), "--duplicates", "--json").stdout)
+    assert doc["actions"], doc
+    for action in doc["actions"]:
+        assert short(action["reason"]) in text.stdout, (action["reason"], text.stdout)
+
+
+def test_a_long_module_name_keeps_the_table(seed_cache: Path, copy_of) -> None:
+    cache = copy_of(seed_cache)
+    entry = sorted(cache.glob("jit_g-*-cache"))[0]
+    long_module = "jit_" + "m" * 176
+    entry.rename(cache / entry.name.replace("jit_g-", f"{long_module}-"))
+    proc = cachedoctor("scan", str(cache), env=_off_terminal_env())
+    (row,) = [line for line in proc.stdout.splitlines() if long_module in line]
+    assert row.count("│") == 4, row  # every column on the module's own row
+
+
+def test_plural_and_unknown_format_wording(seed_cache: Path) -> None:
+    from cachedoctor.cache.model import EntryInfo
+
+    proc = cachedoctor("scan", str(seed_cache))
+    assert "1 finding\n" in proc.stdout and "1 findings" not in proc.stdout
+    info = EntryInfo(key="k", module=None, path="p", size=0, mtime_ns=0, payload_format="ifrt")
+    assert info.format_label == "ifrt"

@@ -9,7 +9,7 @@ import click
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_to_stderr
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.render.console import stdout_console
 from cachedoctor.storage.stores import is_url
 
@@ -89,7 +89,8 @@ def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
-        f"{store.url}: {report.summary.entries} entries, {_size(stats.bytes_read)} read "
+        f"{store.url}: {count(report.summary.entries, 'entry', 'entries')}, "
+        f"{_size(stats.bytes_read)} read "
         f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
         + f", {time.monotonic() - start:.2f} s",

@@ -33,7 +33,7 @@ from typing import IO, Any
 from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
 
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
@@ -186,9 +186,9 @@ class CheckReport:
             head += f" (unstable cache key): {names}"
         else:
             m = len(self.compiled_in_run1)
-            head = f"all {m} {_plural(m, 'module')} compiled in run 1 hit in runs 2..{n}"
+            head = f"all {count(m, 'module')} compiled in run 1 hit in runs 2..{n}"
             if n < 2:
-                head = f"{m} {_plural(m, 'module')} compiled; one run cannot show instability"
+                head = f"{count(m, 'module')} compiled; one run cannot show instability"
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"
         elif self.verify and self.verify.mismatches:
@@ -317,10 +317,6 @@ def _keys(cache_dir: str) -> list[str]:
 def _module(key: str) -> str:
     parsed = listdir.parse_key(key)
     return (parsed[1] if parsed else None) or "(unnamed)"
-
-
-def _plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"
 
 
 def _short(value: str, limit: int = 60) -> str:

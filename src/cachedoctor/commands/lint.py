@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cachedoctor import __version__
 from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import CachedoctorError, count
 from cachedoctor.storage.fsops import open_regular
 
 BASELINE_SCHEMA_VERSION = 1
@@ -62,7 +62,7 @@ class LintReport:
 
     def summary_line(self) -> str:
         parts = [
-            f"{len(self.findings)} findings",
+            count(len(self.findings), "finding"),
             f"{len(self.failing)} failing (--fail-on {self.fail_on.label})",
         ]
         baselined = sum(1 for f in self.findings if f.baselined)

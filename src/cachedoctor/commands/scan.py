@@ -23,6 +23,7 @@ from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.errors import count
 from cachedoctor.storage import stores
 from cachedoctor.xla import subcaches
 
@@ -452,15 +453,35 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
     findings = []
     if atime_keys:
         missing = sorted(k for k in entry_keys - atime_keys if k)
-        if missing:
+        # JAX's LRU cache takes <dir>/.lockfile around every get/put: the evidence that eviction
+        # runs here. -atime files without it may be strays (a copy, an old run).
+        locked = any(i.kind is FileKind.LOCKFILE for i in listing.items)
+        if missing and locked:
             findings.append(
                 Finding(
                     kind=FindingKind.MISSING_ATIME,
                     severity=Severity.ERROR,
                     entries=tuple(missing),
                     message=(
-                        f"{len(missing)} entries have no -atime file while LRU eviction is in use;"
-                        " JAX's eviction pass fails on them and stops all cache writes"
+                        f"{count(len(missing), 'entry has', 'entries have')} no "
+                        "-atime file while LRU eviction is in use (.lockfile present); "
+                        "JAX's eviction pass fails on them and stops all cache writes"
+                    ),
+                    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+                )
+            )
+        elif missing:
+            n = len(atime_keys)
+            findings.append(
+                Finding(
+                    kind=FindingKind.MISSING_ATIME,
+                    severity=Severity.WARNING,
+                    entries=tuple(missing),
+                    message=(
+                        f"{count(len(missing), 'entry has', 'entries have')} no "
+                        f"-atime file, {count(n, 'entry has', 'entries have')} one and "
+                        "there is no .lockfile: LRU eviction does not seem to run here, but "
+                        "turning it on (a max size) would fail on these entries"
                     ),
                     advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
                 )
@@ -472,7 +493,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
                 entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in orphans),
-                message=f"{len(orphans)} -atime files have no entry",
+                message=f"{count(len(orphans), '-atime file has', '-atime files have')} no entry",
                 advice="harmless; `cachedoctor prune --orphans --apply` removes them",
             )
         )
@@ -483,7 +504,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
                 entries=tuple(i.name for i in temps),
-                message=f"{len(temps)} leftover temporary files",
+                message=f"{count(len(temps), 'leftover temporary file')}",
                 advice="left by interrupted writers; `cachedoctor prune --orphans --apply`",
             )
         )
@@ -578,7 +599,8 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.ERROR,
                 entries=tuple(writable),
-                message=f"{len(writable)} entries are writable by group or others",
+                message=count(len(writable), "entry is", "entries are")
+                + " writable by group or others",
                 advice="`cachedoctor prune --repair --apply` removes group/other write bits",
             )
         )
@@ -589,7 +611,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.ERROR,
                 entries=tuple(foreign),
-                message=f"{len(foreign)} entries are owned by another user",
+                message=f"{count(len(foreign), 'entry is', 'entries are')} owned by another user",
                 advice="another user's entries run in your process: remove them or trust that user",
             )
         )
@@ -600,7 +622,8 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.WARNING,
                 entries=tuple(links),
-                message=f"{len(links)} symbolic links in the cache directory (not followed)",
+                message=count(len(links), "symbolic link")
+                + " in the cache directory (not followed)",
                 advice="a link can make JAX load or overwrite a file outside the cache; remove it",
             )
         )
@@ -654,7 +677,8 @@ def _unknown(listing: CacheListing) -> list[Finding]:
             kind=FindingKind.UNKNOWN_FILE,
             severity=Severity.INFO,
             entries=tuple(unknown),
-            message=f"{len(unknown)} files that are not part of a JAX cache",
+            message=count(len(unknown), "file that is", "files that are")
+            + " not part of a JAX cache",
             advice="cachedoctor never touches them; move them out if they do not belong here",
         )
     ]

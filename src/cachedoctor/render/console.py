@@ -6,6 +6,8 @@ import os
 import sys
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 
 def stdout_console() -> Console:
@@ -16,3 +18,16 @@ def stdout_console() -> Console:
 
 def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print a table without losing text: folded on a terminal, as wide as it needs elsewhere.
+
+    Off a terminal (a pipe, a CI log) the console is 120 columns; a long key, module name or
+    reason would be cropped there, so the table gets the width its widest row asks for.
+    """
+    if console.is_terminal:
+        console.print(table)
+        return
+    needed = Measurement.get(console, console.options, table).maximum
+    console.print(table, width=max(console.width, needed))
