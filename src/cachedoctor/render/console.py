@@ -29,5 +29,11 @@ def print_table(console: Console, table: Table) -> None:
     if console.is_terminal:
         console.print(table)
         return
-    needed = Measurement.get(console, console.options, table).maximum
-    console.print(table, width=max(console.width, needed))
+    unbounded = console.options.update_width(1 << 20)  # measure without the console's limit
+    needed = Measurement.get(console, unbounded, table).maximum
+    width = console.width
+    console.width = max(width, needed)  # print(width=) cannot exceed the console's own width
+    try:
+        console.print(table)
+    finally:
+        console.width = width
