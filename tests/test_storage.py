@@ -153,7 +153,7 @@ def test_cli_without_the_extra_says_which(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "cachedoctor: missing-extra: gs:// cache directories need gcsfs: "
-        "pip install 'cachedoctor[gcs]'"
+        "pip install '.[gcs]' in a clone of cachedoctor"
     )
 
 

@@ -199,7 +199,7 @@ def test_scan_refuses_negative_max_modules(seed_cache: Path) -> None:
 
 
 def test_prune_refuses_an_infinite_size(seed_cache: Path) -> None:
-    one_clear_line(cachedoctor("prune", str(seed_cache), "--max-size", "inf"), "not a size")
+    one_clear_line(cachedoctor("prune", str(seed_cache), "--max-size", "1e400"), "not a size")
 
 
 # -- 7. unreadable is not corrupt ----------------------------------------------------------

@@ -415,7 +415,7 @@ def _import_filesystem(scheme: str) -> Any:
     except ImportError as exc:
         raise MissingExtraError(
             f"{scheme}:// cache directories need {EXTRA_PACKAGES[extra]}: "
-            f"pip install 'cachedoctor[{extra}]'"
+            f"pip install '.[{extra}]' in a clone of cachedoctor"
         ) from exc
 
 
