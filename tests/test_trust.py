@@ -407,3 +407,54 @@ def test_plural_and_unknown_format_wording(seed_cache: Path) -> None:
     assert "1 finding\n" in proc.stdout and "1 findings" not in proc.stdout
     info = EntryInfo(key="k", module=None, path="p", size=0, mtime_ns=0, payload_format="ifrt")
     assert info.format_label == "ifrt"
+
+
+# -- 10. an unreachable endpoint says what it waits for ------------------------------------
+
+
+def test_unreachable_s3_endpoint_says_what_it_waits_for() -> None:
+    pytest.importorskip("s3fs", reason="s3fs comes with the test-remote extra")
+    with socket.socket() as sock:  # a port nobody listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        **cli_env(),
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+    }
+    proc = cachedoctor("scan", "s3://bucket/prefix", env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("cachedoctor: waiting for listing s3://bucket/prefix"), proc.stderr
+    assert "attempts" in first
+
+
+# -- 8. docs that send users somewhere -----------------------------------------------------
+
+
+def test_docs_name_what_exists() -> None:
+    from cachedoctor.commands.scan import FindingKind
+
+    root = Path(__file__).resolve().parents[1]
+    docs = {p.name: p.read_text() for p in [root / "README.md", *(root / "docs").glob("*.md")]}
+    everything = "\n".join(docs.values())
+    assert "python seed.py" not in everything  # the seed program is shipped as a module
+    assert "python -m cachedoctor.programs.seed" in docs["README.md"]
+    assert (
+        "pip install cachedoctor" not in everything and "pip install 'cachedoctor" not in everything
+    )
+    assert (
+        "Usage: cli" not in docs["commands.md"] and "Usage: cachedoctor scan" in docs["commands.md"]
+    )
+    assert "hook branch" not in docs["diff.md"]
+    for kind in FindingKind:
+        assert f"`{kind.value}`" in docs["README.md"], kind
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor.programs.seed"],
+        capture_output=True,
+        text=True,
+        env={**cli_env(), "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "result:" in proc.stdout, proc.stderr

@@ -63,6 +63,9 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
+    from cachedoctor.storage import stores
+
+    stores.wait_notice = lambda line: click.echo(line, err=True)
     try:
         return cli.main(args=argv, standalone_mode=False)
     except CachedoctorError as exc:

@@ -46,9 +46,11 @@ def scan(
     """Summarise a cache directory and report findings.
 
     DIR may be a gs://bucket/prefix or s3://bucket/prefix (the gcs or s3 extra: in a clone,
-    pip install '.[gcs]' or '.[s3]'). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the directory set by `cachedoctor
-    enable`. Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error,
-    or DIR does not look like a JAX cache (files, but no entry, -atime file or sub-cache).
+    pip install '.[gcs]' or '.[s3]'). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the
+    directory set by `cachedoctor enable`. --ignore KIND leaves a kind of finding out.
+
+    Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error, or DIR
+    does not look like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
     from cachedoctor.commands.lint import parse_kinds
 

@@ -251,6 +251,23 @@ def transient_reason(exc: BaseException) -> str | None:
     return None
 
 
+# Called once per process, with one line, when a store call first has to wait and retry: the
+# CLI points it at stderr, so that an unreachable endpoint is not 20 s of silence.
+wait_notice: Callable[[str], None] | None = None
+_waited = threading.Event()
+
+
+def _say_waiting(what: str, reason: str, policy: RetryPolicy) -> None:
+    if wait_notice is None or _waited.is_set():
+        return
+    _waited.set()
+    budget = sum(min(policy.cap_s, policy.base_s * 2.0**i) for i in range(policy.attempts - 1))
+    wait_notice(
+        f"cachedoctor: waiting for {what} ({reason}); retrying with backoff, "
+        f"at most {policy.attempts} attempts in about {budget:.0f} s"
+    )
+
+
 def call_with_retry(
     fn: Callable[[], T],
     *,
@@ -278,6 +295,7 @@ def call_with_retry(
                 ) from exc
             if stats is not None:
                 stats.count_retry(reason)
+            _say_waiting(what, reason, policy)
             sleep(policy.delay(attempt))
     raise AssertionError("unreachable")
 
