@@ -54,6 +54,10 @@ def _plant_special_files(cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[s
     fifo = f"jit_fifo-{HASH}-cache"
     os.mkfifo(cache / fifo)
     os.mkfifo(cache / f"jit_fifo2-{HASH}-atime")
+    manifests = cache / "cachedoctor-manifests"
+    manifests.mkdir(exist_ok=True)
+    for entry in cache.glob("jit_f-*-cache"):  # FIFOs named like the entries' key manifests
+        os.mkfifo(manifests / entry.name.replace("-cache", ".json"))
     with monkeypatch.context() as m, socket.socket(socket.AF_UNIX) as sock:
         m.chdir(cache)  # a relative name: an AF_UNIX path is limited to 108 bytes
         sock.bind(f"jit_sock-{'b' * 64}-cache")
@@ -73,6 +77,10 @@ def test_special_files_named_like_entries_never_block(
     prune = cachedoctor("prune", str(cache), "--corrupt", "--orphans")
     assert prune.returncode == 0, prune.stderr
     assert fifo not in prune.stdout  # never planned for removal: cachedoctor does not own it
+    assert cachedoctor("rekey", str(cache)).returncode == 0
+    first, last = sorted(cache.glob("jit_f-*-cache"))[::2]
+    diff = cachedoctor("diff", str(first), str(last))
+    assert diff.returncode in (0, 1) and "Traceback" not in diff.stderr, diff.stderr
 
 
 def test_check_with_a_fifo_in_its_cache_does_not_block(tmp_path: Path) -> None:
