@@ -132,8 +132,8 @@ def test_insecure_permissions_and_symlinks(
     insecure = kinds(report)[FindingKind.INSECURE]
     messages = " | ".join(f.message for f in insecure)
     assert "writable by group and others" in messages
-    assert "1 entries are writable" in messages
-    assert "symbolic links" in messages
+    assert "1 entry is writable" in messages
+    assert "1 symbolic link in" in messages
     assert report.fails(Severity.ERROR)
     assert outside.read_bytes() == b"not a cache entry"
     assert FindingKind.CORRUPT not in kinds(report)  # a link is reported, not decoded

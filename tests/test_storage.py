@@ -132,7 +132,7 @@ def test_subcache_dir_is_local_and_the_same_on_every_host(monkeypatch: pytest.Mo
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "s3fs", None)  # import s3fs -> ImportError
-    with pytest.raises(MissingExtraError, match=r"pip install 'cachedoctor\[s3\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install '\.\[s3\]' in a clone"):
         stores.open_store("s3://bucket/cache")
 
 
@@ -153,7 +153,7 @@ def test_cli_without_the_extra_says_which(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "cachedoctor: missing-extra: gs:// cache directories need gcsfs: "
-        "pip install 'cachedoctor[gcs]'"
+        "pip install '.[gcs]' in a clone of cachedoctor"
     )
 
 

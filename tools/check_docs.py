@@ -27,12 +27,12 @@ fails when it is stale.
 def render() -> str:
     runner = CliRunner()
     parts = [HEADER]
-    top = runner.invoke(cli, ["--help"], terminal_width=100)
+    top = runner.invoke(cli, ["--help"], prog_name="cachedoctor", terminal_width=100)
     if top.exit_code != 0:
         raise SystemExit(f"`cachedoctor --help` failed: {top.output}")
     parts.append("## cachedoctor\n\n```text\n" + top.output.rstrip() + "\n```\n")
     for name in sorted(COMMANDS):
-        result = runner.invoke(cli, [name, "--help"], terminal_width=100)
+        result = runner.invoke(cli, [name, "--help"], prog_name="cachedoctor", terminal_width=100)
         if result.exit_code != 0:
             raise SystemExit(f"`cachedoctor {name} --help` failed: {result.output}")
         parts.append(f"## cachedoctor {name}\n\n```text\n{result.output.rstrip()}\n```\n")

@@ -1,4 +1,4 @@
-"""Exit codes and the one error type that the CLI turns into a one-line message."""
+"""Exit codes, the one error type that the CLI turns into a one-line message, and its wording."""
 
 from __future__ import annotations
 
@@ -31,3 +31,13 @@ class NoCacheDirError(CachedoctorError):
 
 class EntryNotFoundError(CachedoctorError):
     slug = "entry-not-found"
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """User input quoted in a message, cut to a readable length (a 5000-character name)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``: a number with its noun in the right number."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"

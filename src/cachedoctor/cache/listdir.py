@@ -18,6 +18,7 @@ from cachedoctor.layout import (
     KERNEL_CACHE_FILE,
     LOCKFILE,
 )
+from cachedoctor.storage.fsops import open_regular
 from cachedoctor.storage.stores import Store, StoreItem, local_version
 
 _KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
@@ -147,6 +148,8 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
             is_link = stat.S_ISLNK(st.st_mode)
             is_dir = stat.S_ISDIR(st.st_mode)
             kind, key = classify(de.name, is_dir)
+            if not (is_link or is_dir or stat.S_ISREG(st.st_mode)):
+                kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
             items.append(
                 DirItem(
                     name=de.name,
@@ -192,9 +195,9 @@ def _list_store(store: Store) -> CacheListing:
 def read_atime(path: str | os.PathLike[str]) -> int | None:
     """The nanosecond timestamp in a ``-atime`` file (8 bytes, little-endian), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fh = open_regular(path)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh:
+    with fh:
         data = fh.read(9)
     return int.from_bytes(data, "little") if len(data) == 8 else None

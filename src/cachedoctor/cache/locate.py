@@ -3,25 +3,39 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from cachedoctor import layout
 from cachedoctor.cache import listdir
-from cachedoctor.errors import CachedoctorError, EntryNotFoundError
+from cachedoctor.errors import CachedoctorError, EntryNotFoundError, clip
 from cachedoctor.storage.stores import Store, StoreError, is_url, one_line_errors, open_store
 
 
 def locate_entry(ref: str, cache_dir: str | None) -> Path:
     """Resolve ``ref`` to an entry path; raises EntryNotFoundError with the candidates."""
     as_path = Path(ref)
-    looks_like_path = os.sep in ref or (ref.endswith(layout.CACHE_SUFFIX) and as_path.exists())
-    if looks_like_path or as_path.is_file():
-        if not as_path.exists() and not as_path.is_symlink():
-            raise EntryNotFoundError(f"no such file: {ref}")
+    try:
+        st: os.stat_result | None = as_path.lstat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # a name too long for the file system, a folder we cannot enter
+        raise EntryNotFoundError(f"cannot use {clip(ref)!r}: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise EntryNotFoundError(
+            f"{clip(ref)} is a directory, not an entry: `cachedoctor scan {clip(ref)}` "
+            "lists its entries; give one of them, or a key with --dir"
+        )
+    is_file = st is not None and stat.S_ISREG(st.st_mode)
+    if os.sep in ref or is_file or (st is not None and ref.endswith(layout.CACHE_SUFFIX)):
+        if st is None:
+            raise EntryNotFoundError(f"no such file: {clip(ref)}")
+        if not (is_file or stat.S_ISLNK(st.st_mode)):
+            raise EntryNotFoundError(f"{clip(ref)} is not a regular file (a FIFO, socket, device)")
         return as_path
     if cache_dir is None:
         raise EntryNotFoundError(
-            f"{ref!r} is not a file; give --dir DIR (or set JAX_COMPILATION_CACHE_DIR)"
+            f"{clip(ref)!r} is not a file; give --dir DIR (or set JAX_COMPILATION_CACHE_DIR)"
         )
     try:
         listing = listdir.list_cache(cache_dir)
@@ -44,10 +58,10 @@ def match_entry(ref: str, listing: listdir.CacheListing) -> listdir.DirItem:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise EntryNotFoundError(f"no entry matches {ref!r} in {listing.root}")
+        raise EntryNotFoundError(f"no entry matches {clip(ref)!r} in {listing.root}")
     names = ", ".join(sorted(m.name for m in matches)[:5])
     more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
-    raise EntryNotFoundError(f"{ref!r} matches {len(matches)} entries: {names}{more}")
+    raise EntryNotFoundError(f"{clip(ref)!r} matches {len(matches)} entries: {names}{more}")
 
 
 def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, listdir.DirItem]:

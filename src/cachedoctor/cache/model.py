@@ -83,8 +83,8 @@ class EntryInfo:
     def format_label(self) -> str:
         """A short name for the on-disk layout, e.g. ``ifrt-v3`` or ``pjrt``."""
         label = self.payload_format or "unknown"
-        if self.payload_format == "ifrt":
-            label = f"ifrt-v{self.ifrt_version}"
+        if self.payload_format == "ifrt":  # the version is unknown when the header is damaged
+            label = "ifrt" if self.ifrt_version is None else f"ifrt-v{self.ifrt_version}"
         if self.gpu is not None and self.gpu.payload_split:
             label += "+split"
         return label

@@ -43,6 +43,7 @@ from cachedoctor.formats.errors import FormatError
 from cachedoctor.layout import (
     CACHE_SUFFIX,
 )
+from cachedoctor.storage.fsops import open_regular
 from cachedoctor.storage.stores import Store
 from cachedoctor.xla import gpu
 from cachedoctor.xla import hlo as hlo_mod
@@ -58,11 +59,6 @@ SMALL_FIELD = 64 << 10  # executable sub-fields kept whole for interpretation
 
 
 # --- entries -------------------------------------------------------------------------------
-
-
-def _open_nofollow(path: str) -> BinaryIO:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    return os.fdopen(fd, "rb")
 
 
 @dataclass
@@ -222,7 +218,7 @@ def decode_entry(
         info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
     else:
         try:
-            fh = _open_nofollow(path)
+            fh = open_regular(path)
         except OSError as exc:
             kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
             msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
@@ -494,7 +490,7 @@ def extract_payload(
         opened: contextlib.AbstractContextManager[BinaryIO] = (
             contextlib.nullcontext(fileobj)
             if fileobj is not None
-            else _open_nofollow(os.fspath(path))
+            else open_regular(os.fspath(path))
         )
         with opened as fh:
             compression = detect_compression(fh.read(4))

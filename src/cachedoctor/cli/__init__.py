@@ -63,6 +63,10 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
+    _no_startup_activation()
+    from cachedoctor.storage import stores
+
+    stores.wait_notice = lambda line: click.echo(line, err=True)
     try:
         return cli.main(args=argv, standalone_mode=False)
     except CachedoctorError as exc:
@@ -88,3 +92,13 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(int(ExitCode.USAGE))
+
+
+def _no_startup_activation() -> None:
+    """cachedoctor itself never compiles: its own process needs no start-up activation.
+
+    (``status`` and ``check`` ask fresh interpreters, which still activate as configured.)
+    """
+    startup = sys.modules.get("cachedoctor.stablekeys._startup")
+    if startup is not None:
+        startup._remove_watcher()

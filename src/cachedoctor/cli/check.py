@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from types import FrameType
 
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
-from cachedoctor.errors import ExitCode
+from cachedoctor.errors import CachedoctorError, ExitCode, clip
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -64,6 +67,10 @@ def check(
     """
     from cachedoctor.commands.check import run_check
 
+    if output is not None:
+        _check_writable(output)  # before running CMD, not after
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # cleans up as Ctrl-C does
+
     machine_stdout = fmt in ("json", "junit") and output is None
     out = None if quiet else (sys.stderr.buffer if machine_stdout else sys.stdout.buffer)
     err = None if quiet else sys.stderr.buffer
@@ -100,3 +107,22 @@ def _render(report: object, fmt: str, *, to_file: bool) -> str:
     from cachedoctor.render.ci import render_ci
 
     return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]
+
+
+def _check_writable(output: str) -> None:
+    """Refuse an -o FILE that cannot be written, before spending the runs on it."""
+    folder = os.path.dirname(os.path.abspath(output))
+    problem = None
+    if os.path.isdir(output):
+        problem = "is a directory"
+    elif not os.path.isdir(folder):
+        problem = f"its folder {clip(folder)} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"its folder {clip(folder)} is not writable"
+    if problem:
+        raise CachedoctorError(f"cannot write the report to {clip(output)}: {problem}", slug="io")
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like Ctrl-C: the command is stopped and the temp folder removed."""
+    raise SystemExit(128 + signum)

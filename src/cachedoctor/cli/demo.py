@@ -53,7 +53,13 @@ def _runs(console: Console, cache: str, runs: int, extra_env: dict[str, str]) ->
 
 
 @click.command()
-@click.option("--runs", default=3, show_default=True, help="Fresh processes per phase.")
+@click.option(
+    "--runs",
+    default=3,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Fresh processes per phase (at least 2: one run cannot show a key changing or hitting).",
+)
 @click.option("--keep", is_flag=True, help="Keep the temporary cache directory and print its path.")
 @click.pass_context
 def demo(ctx: click.Context, runs: int, keep: bool) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cachedoctor.commands.dirs import default_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 
@@ -80,7 +81,7 @@ def diff(
     from cachedoctor.cache.locate import locate_entry
     from cachedoctor.storage.stores import is_url
 
-    cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    cache_dir = default_cache_dir(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
 
     def load(ref: str) -> EntryDetail:
         if is_url(ref) or (is_url(cache_dir) and not os.path.exists(ref)):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import seconds_option, size_option
 from cachedoctor.stablekeys import activation, settings
+
+# Values a second `enable` keeps from the config file unless given again.
+_KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_bytes", "max_size")
 
 
 @click.command("enable")
@@ -14,9 +18,22 @@ from cachedoctor.stablekeys import activation, settings
     type=click.Choice(sorted(settings.XLA_CACHE_CHOICES)),
     help="XLA sub-caches kept under the cache dir (default: autotune, as JAX).",
 )
-@click.option("--min-compile-time", type=float, help="Only cache compiles slower than this (s).")
-@click.option("--min-entry-size", type=int, help="Only cache entries at least this big (bytes).")
-@click.option("--max-size", type=int, help="Evict least recently used entries above this (bytes).")
+@click.option(
+    "--min-compile-time",
+    callback=seconds_option,
+    metavar="SECONDS",
+    help="Only cache compiles slower than this (s; JAX's default 1 s skips quick programs, "
+    "0 caches every compile).",
+)
+@click.option(
+    "--min-entry-size", type=click.IntRange(0), help="Only cache entries at least this big (bytes)."
+)
+@click.option(
+    "--max-size",
+    callback=size_option,
+    metavar="SIZE",
+    help="Evict least recently used entries above this size (50GB, 800MiB, bytes).",
+)
 @click.option(
     "--mode",
     type=click.Choice(settings.HOOK_CHOICES),
@@ -31,9 +48,7 @@ from cachedoctor.stablekeys import activation, settings
 @click.option(
     "--shell",
     type=click.Choice(activation.SHELLS),
-    default="sh",
-    show_default=True,
-    help="Syntax for --print-env.",
+    help="Syntax for --print-env (default: sh).",
 )
 def enable(
     cache_dir: str | None,
@@ -45,14 +60,22 @@ def enable(
     stats_only: bool,
     record_ir: bool,
     print_env: bool,
-    shell: str,
+    shell: str | None,
 ) -> None:
     """Activate the cache and the stable-key hook for every Python process of this environment.
 
     Writes one config file (see `cachedoctor status`); a static start-up .pth reads it when JAX is
-    imported. Environment variables still override each value.
+    imported. Environment variables still override each value. Run again, it keeps the
+    directory, sub-caches, thresholds and size limit of the previous config unless given again
+    (it says which); a broken config file is replaced.
     """
+    if shell is not None and not print_env:
+        raise click.UsageError("--shell only applies to --print-env")
+    existing, broken = activation.previous_values()
+    if broken is not None:
+        _warn(broken)
     values = activation.build_values(
+        existing=existing,
         cache_dir=cache_dir,
         xla_caches=xla_caches,
         min_compile_time=min_compile_time,
@@ -67,7 +90,7 @@ def enable(
             _warn(w)
         if local:
             click.echo(_local_note(local), err=True)
-        click.echo(activation.format_env(settings.environment(values), shell), nl=False)
+        click.echo(activation.format_env(settings.environment(values), shell or "sh"), nl=False)
         return
     report = activation.enable(values)
     for w in report.warnings:
@@ -76,6 +99,21 @@ def enable(
     for key, value in report.values.items():
         if key != "created_dirs":
             click.echo(f"  {key} = {value}")
+    given = {
+        "cache_dir": cache_dir,
+        "xla_caches": xla_caches,
+        "min_compile_time_secs": min_compile_time,
+        "min_entry_size_bytes": min_entry_size,
+        "max_size": max_size,
+    }
+    kept = [k for k in _KEPT if given[k] is None and k in existing]
+    if kept:
+        click.echo("  kept from the previous config: " + ", ".join(kept))
+    if "min_compile_time_secs" not in values:
+        click.echo(
+            "  note: JAX caches only compiles slower than 1 s by default; "
+            "--min-compile-time 0 caches every compile"
+        )
     if report.created_cache_dir:
         click.echo(f"  created {report.values['cache_dir']}")
     if report.local_subcaches:

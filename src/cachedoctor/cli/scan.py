@@ -6,10 +6,10 @@ import time
 
 import click
 
-from cachedoctor.cli._common import SEVERITY_CHOICE, progress_to_stderr
+from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_to_stderr
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.render.console import stdout_console
 from cachedoctor.storage.stores import is_url
 
@@ -27,7 +27,13 @@ from cachedoctor.storage.stores import is_url
 @click.option(
     "--ignore", multiple=True, metavar="KIND", help="Ignore findings of KIND (repeatable)."
 )
-@click.option("--max-modules", default=25, show_default=True, help="Rows in the module table.")
+@click.option(
+    "--max-modules",
+    default=25,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Rows in the module table.",
+)
 @click.pass_context
 def scan(
     ctx: click.Context,
@@ -39,10 +45,16 @@ def scan(
 ) -> None:
     """Summarise a cache directory and report findings.
 
-    DIR may be a gs://bucket/prefix or s3://bucket/prefix (pip install cachedoctor[gcs] or
-    [s3]). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the directory set by `cachedoctor
-    enable`. Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error.
+    DIR may be a gs://bucket/prefix or s3://bucket/prefix (the gcs or s3 extra: in a clone,
+    pip install '.[gcs]' or '.[s3]'). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the
+    directory set by `cachedoctor enable`. --ignore KIND leaves a kind of finding out.
+
+    Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error, or DIR
+    does not look like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
+    from cachedoctor.commands.lint import parse_kinds
+
+    ignored = parse_kinds(ignore)
     cache_dir = resolve_cache_dir(directory)
     try:
         if is_url(cache_dir):
@@ -55,6 +67,8 @@ def scan(
         raise CachedoctorError(
             f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
         ) from exc
+    not_a_cache(report)
+    report = report.without(ignored)
     if as_json:
         from cachedoctor.render.jsonout import dumps, scan_document
 
@@ -63,7 +77,7 @@ def scan(
         from cachedoctor.render.table import render_scan
 
         render_scan(report, stdout_console(), max_modules=max_modules)
-    failed = report.fails(Severity.parse(fail_on), ignore)
+    failed = report.fails(Severity.parse(fail_on))
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
 
@@ -77,7 +91,8 @@ def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
-        f"{store.url}: {report.summary.entries} entries, {_size(stats.bytes_read)} read "
+        f"{store.url}: {count(report.summary.entries, 'entry', 'entries')}, "
+        f"{_size(stats.bytes_read)} read "
         f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
         + f", {time.monotonic() - start:.2f} s",

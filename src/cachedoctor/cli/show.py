@@ -9,7 +9,8 @@ import click
 from cachedoctor.cache import model, reader
 from cachedoctor.cache.locate import locate_entry, locate_in_store
 from cachedoctor.cache.reader import decode_item
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.commands.dirs import default_cache_dir
+from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
 from cachedoctor.storage.stores import is_url, one_line_errors
 
@@ -39,7 +40,7 @@ def show(
     ENTRY is a key, a unique prefix of a key (or of its hash), or a path to a -cache file,
     or the gs:// or s3:// URL of one. --dir may be a gs://bucket/prefix or s3://bucket/prefix.
     """
-    cache_dir = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    cache_dir = default_cache_dir(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
     store = item = None
     if is_url(entry) or is_url(cache_dir):
         store, item = locate_in_store(entry, cache_dir)
@@ -60,7 +61,13 @@ def show(
     if extract:
         if os.path.exists(extract):
             raise CachedoctorError(f"{extract} exists; not overwriting it", slug="exists")
-        with open(extract, "xb") as out:
+        try:
+            out = open(extract, "xb")  # noqa: SIM115 (closed below; the open is what may fail)
+        except OSError as exc:
+            raise CachedoctorError(
+                f"cannot write {clip(extract)}: {exc.strerror or exc}", slug="io"
+            ) from None
+        with out:
             try:
                 if store is not None and item is not None:
                     with store.open_read(item.name) as fh:

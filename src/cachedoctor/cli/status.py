@@ -7,25 +7,33 @@ from dataclasses import asdict
 
 import click
 
-from cachedoctor.stablekeys import activation
+from cachedoctor.errors import ExitCode
+from cachedoctor.stablekeys import activation, settings
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(as_json: bool) -> None:
-    """Show the effective cache settings and prove the hook is active in a fresh interpreter."""
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the effective cache settings and prove the hook is active in a fresh interpreter.
+
+    Exit status: 0 as configured, 1 the fresh interpreter reported an activation error,
+    2 a broken config file (named, with its line) or another error.
+    """
     report = activation.status()
     if as_json:
         data = asdict(report)
         data["config_path"] = str(report.config_path)
         data["schema_version"] = 1
         click.echo(json.dumps(data, default=str, indent=2))
-        return
+        ctx.exit(int(ExitCode.FINDINGS if report.activation_errors else ExitCode.OK))
     state = "present" if report.config_exists else "absent (not enabled)"
+    if report.disabled:
+        state += f"; ignored: {settings.DISABLE_ENV}=1"
     click.echo(f"config file: {report.config_path} ({state})")
     click.echo("effective settings (env > config file > JAX default):")
     for r in report.settings:
-        click.echo(f"  {r.key:<22} {r.value!s:<50} [{r.source}]")
+        click.echo(f"  {r.key:<22} {_shown(r.key, r.value):<50} [{r.source}]")
     p = report.probe
     click.echo("fresh interpreter:")
     if "error" in p:
@@ -33,8 +41,7 @@ def status(as_json: bool) -> None:
     else:
         click.echo(f"  python {p.get('python')}  jax {p.get('jax', p.get('jax_error'))}")
         click.echo(f"  hook active: {p.get('hook') or 'no'}")
-        startup = p.get("startup") or {}
-        for err in startup.get("errors", []):
+        for err in report.activation_errors:
             click.echo(f"  activation error: {err}")
         if not p.get("pth"):
             click.echo("  start-up .pth not found on sys.path: reinstall cachedoctor")
@@ -43,3 +50,18 @@ def status(as_json: bool) -> None:
         click.echo(f"  - {role}")
     for w in report.warnings:
         click.echo(f"warning: {w.code}: {w.message}\n  fix: {w.fix}", err=True)
+    if report.activation_errors or "error" in p:
+        click.echo(
+            "status: the fresh interpreter did not activate as configured (see above)", err=True
+        )
+        ctx.exit(int(ExitCode.FINDINGS))
+
+
+def _shown(key: str, value: object) -> str:
+    """A value as `enable` spells it: sub-caches by choice name, an unset value as such."""
+    if value is None:
+        return "unset"
+    if key == "xla_caches":
+        names = {v: k for k, v in settings.XLA_CACHE_CHOICES.items()}
+        return names.get(str(value), str(value))
+    return str(value)

@@ -33,7 +33,7 @@ from typing import IO, Any
 from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
 
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
@@ -159,19 +159,36 @@ class CheckReport:
     scan: ScanReport | None = field(default=None, repr=False)
 
     @property
+    def compiled_in_run1(self) -> tuple[str, ...]:
+        """Modules run 1 wrote entries for: the only ones this check can vouch for."""
+        return tuple(sorted({_module(k) for k in self.runs[0].new_keys})) if self.runs else ()
+
+    @property
+    def nothing_checked(self) -> bool:
+        """Run 1 wrote no entry and no later run recompiled: there is no evidence either way."""
+        return not self.compiled_in_run1 and not self.unstable and self.verify is None
+
+    @property
     def failed(self) -> bool:
-        return bool(self.unstable) or bool(self.verify and self.verify.stale)
+        stale = bool(self.verify and self.verify.stale)
+        return bool(self.unstable) or stale or self.nothing_checked
 
     def summary_line(self) -> str:
         n = len(self.runs)
+        if self.nothing_checked:
+            why = "the command compiled nothing with JAX's persistent cache on"
+            if not self.temporary:
+                why += f", or only hit entries already in {self.cache_dir} (use a fresh --dir)"
+            return f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
         if self.unstable:
             names = ", ".join(m.module for m in self.unstable)
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
             head += f" (unstable cache key): {names}"
         else:
-            head = f"all {len(self.modules)} modules compiled in run 1 hit in runs 2..{n}"
+            m = len(self.compiled_in_run1)
+            head = f"all {count(m, 'module')} compiled in run 1 hit in runs 2..{n}"
             if n < 2:
-                head = f"{len(self.modules)} modules compiled; one run cannot show instability"
+                head = f"{count(m, 'module')} compiled; one run cannot show instability"
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"
         elif self.verify and self.verify.mismatches:
@@ -376,18 +393,23 @@ def run_check(
                     mismatches = found  # JAX raised CacheVerificationError: that is the finding
                     break
                 if code != 0:
-                    keep_files = True
-                    where = "output above" if stdout is not None else "output only in the log"
+                    quiet_log = stdout is None and log_path is None
+                    if quiet_log and not keep:  # its output is only there: keep the log alone
+                        shutil.rmtree(os.path.join(workdir, "cache"), ignore_errors=True)
+                        keep_files = True
+                    where = (
+                        f"output only in the log: {log_file}"
+                        if quiet_log
+                        else "output above" + ("" if keep else "; --keep keeps cache and log")
+                    )
                     raise CommandFailedError(
-                        f"{label} failed: `{shlex.join(argv)}` exited with {code} "
-                        f"({where}; log: {log_file})"
+                        f"{label} failed: `{shlex.join(argv)}` exited with {code} ({where})"
                     )
             cold = _cold_programs(argv, base, workdir, log, note) if verify else None
         report = _analyse(
             argv, cache, results, mismatches, cold, before_verify, use_observe, observe
         )
     except OSError as exc:
-        keep_files = True
         raise CachedoctorError(f"check: {exc.strerror or exc}: {exc.filename}", slug="io") from None
     finally:
         if not keep_files:

@@ -546,12 +546,12 @@ def _hlo_section(a: EntryDetail, b: EntryDetail, context: int, raw: bool) -> Hlo
         )
     ca, cb = hlo_mod.canonicalize(a.hlo_module), hlo_mod.canonicalize(b.hlo_module)
     matcher = difflib.SequenceMatcher(None, ca.lines, cb.lines, autojunk=False)
-    changed = 0
+    changed_a = changed_b = 0  # per side, so that "N of M instructions" never exceeds M
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
-            ins_a = sum(1 for line in ca.lines[i1:i2] if line.startswith("  %"))
-            ins_b = sum(1 for line in cb.lines[j1:j2] if line.startswith("  %"))
-            changed += max(ins_a, ins_b)
+            changed_a += sum(1 for line in ca.lines[i1:i2] if line.startswith("  %"))
+            changed_b += sum(1 for line in cb.lines[j1:j2] if line.startswith("  %"))
+    changed = max(changed_a, changed_b)
     udiff = tuple(
         difflib.unified_diff(
             ca.lines, cb.lines, "A (canonical)", "B (canonical)", n=context, lineterm=""

@@ -23,6 +23,14 @@ def resolve_cache_dir(explicit: str | None) -> str:
     )
 
 
+def default_cache_dir(explicit: str | None) -> str | None:
+    """Like :func:`resolve_cache_dir`, for commands that also take a path: None when unset."""
+    try:
+        return resolve_cache_dir(explicit)
+    except NoCacheDirError:
+        return None
+
+
 def _configured_dir() -> str | None:
     from cachedoctor.stablekeys.settings import configured_cache_dir
 

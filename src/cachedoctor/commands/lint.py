@@ -26,7 +26,8 @@ from pathlib import Path
 from cachedoctor import __version__
 from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
 from cachedoctor.commands.stats import record_findings
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import CachedoctorError, count
+from cachedoctor.storage.fsops import open_regular
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "cachedoctor-lint-baseline"
@@ -67,7 +68,7 @@ class LintReport:
 
     def summary_line(self) -> str:
         parts = [
-            f"{len(self.findings)} findings",
+            count(len(self.findings), "finding"),
             f"{len(self.failing)} failing (--fail-on {self.fail_on.label})",
         ]
         baselined = sum(1 for f in self.findings if f.baselined)
@@ -116,11 +117,14 @@ def _stable_text(message: str, cache_dir: str) -> str:
 def load_baseline(path: str | os.PathLike[str]) -> frozenset[str]:
     """Fingerprints from a baseline file; a missing or malformed file is an error (exit 2)."""
     try:
-        raw = Path(path).read_text(encoding="utf-8")
+        with open_regular(path) as fh:  # a FIFO or a folder is refused, never waited on
+            raw = fh.read().decode("utf-8")
     except FileNotFoundError:
         raise BaselineError(f"no such baseline file: {path}") from None
     except OSError as exc:
         raise BaselineError(f"cannot read baseline {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BaselineError(f"{path}: not a cachedoctor lint baseline (binary data)") from None
     try:
         data = json.loads(raw)
     except ValueError as exc:

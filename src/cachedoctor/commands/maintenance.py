@@ -6,6 +6,7 @@ The rules choose; :mod:`cachedoctor.commands.plan` holds the plan model and its 
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import stat
 import time
@@ -38,9 +39,6 @@ from cachedoctor.xla import subcaches
 
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
 DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a compile may take hours)
-# Problems that mean the file is damaged. "too-large" (over the decode cap) and "unreadable"
-# (permissions) say nothing about the bytes, so --corrupt never removes for them.
-DAMAGE = {"truncated", "decompress", "not-compressed", "header", "protobuf"}
 # First jaxlib whose entries carry the pjrt_ifrt header (FORMATS.md §1).
 IFRT_HEADER_SINCE = (0, 9, 1)
 
@@ -113,8 +111,8 @@ def parse_duration(text: str) -> float:
     unit = t[-1:] if t[-1:] in _DURATION_UNITS else "s"
     number = t[:-1] if t[-1:] in _DURATION_UNITS else t
     value = float(number)
-    if value < 0:
-        raise ValueError(f"negative duration: {text}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
     return value * _DURATION_UNITS[unit]
 
 
@@ -127,9 +125,12 @@ def parse_size(text: str) -> int:
     number, unit = t[:i], t[i:]
     if unit not in _SIZE_UNITS or not number:
         raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
-    value = float(number) * _SIZE_UNITS[unit]
-    if value < 0:
-        raise ValueError(f"negative size: {text}")
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
     return int(value)
 
 
@@ -392,6 +393,13 @@ class _Planner:
         if not self.o.corrupt:
             return
         for f in report.findings:
+            if f.kind is scan.FindingKind.UNREADABLE:  # scan says the same: never removed
+                self.skipped.extend(
+                    Skip(k, f.message.partition(": ")[2], Rule.CORRUPT)
+                    for k in f.entries
+                    if k in entries
+                )
+                continue
             if f.kind is not scan.FindingKind.CORRUPT:
                 continue
             for key in f.entries:
@@ -408,11 +416,6 @@ class _Planner:
                     )
                     continue
                 problem = scan._real_problems(entries[key].info)[0]  # type: ignore[arg-type]
-                if problem.kind not in DAMAGE:
-                    self.skipped.append(
-                        Skip(key, f"not checked ({problem.kind}: {problem.message})", Rule.CORRUPT)
-                    )
-                    continue
                 entries[key].rules.append((Rule.CORRUPT, f"{problem.kind}: {problem.message}"))
 
     def _rule_relocated(self, entries: dict[str, _Entry], report: scan.ScanReport) -> None:

@@ -7,6 +7,7 @@ turn the report into a table, JSON or CI formats.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import os
@@ -23,6 +24,7 @@ from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.plaindata import ToDict
+from cachedoctor.errors import count
 from cachedoctor.storage import stores
 from cachedoctor.xla import subcaches
 
@@ -49,6 +51,7 @@ class FindingKind(enum.StrEnum):
     RELOCATED = "relocated"
     MISSING_ATIME = "missing-atime"
     CORRUPT = "corrupt"
+    UNREADABLE = "unreadable"
     ORPHAN = "orphan"
     INSECURE = "insecure"
     MIXED_VERSIONS = "mixed-versions"
@@ -107,6 +110,24 @@ class ScanReport(ToDict):
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
+
+    @property
+    def looks_like_cache(self) -> bool:
+        """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
+        own = {FileKind.ATIME, FileKind.LOCKFILE, FileKind.AUTOTUNE_SUBCACHE}
+        own |= {FileKind.KERNEL_SUBCACHE, FileKind.CACHEDOCTOR}
+        return (
+            bool(self.entries)
+            or not self.other_files
+            or any(i.kind in own for i in self.other_files)
+        )
+
+    def without(self, kinds: Iterable[str]) -> ScanReport:
+        """This report with the findings of ``kinds`` left out (``--ignore``)."""
+        drop = set(kinds)
+        return dataclasses.replace(
+            self, findings=tuple(f for f in self.findings if f.kind not in drop)
+        )
 
     def fails(self, threshold: Severity, ignore: Iterable[str] = ()) -> bool:
         ignored = set(ignore)
@@ -435,15 +456,35 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
     findings = []
     if atime_keys:
         missing = sorted(k for k in entry_keys - atime_keys if k)
-        if missing:
+        # JAX's LRU cache takes <dir>/.lockfile around every get/put: the evidence that eviction
+        # runs here. -atime files without it may be strays (a copy, an old run).
+        locked = any(i.kind is FileKind.LOCKFILE for i in listing.items)
+        if missing and locked:
             findings.append(
                 Finding(
                     kind=FindingKind.MISSING_ATIME,
                     severity=Severity.ERROR,
                     entries=tuple(missing),
                     message=(
-                        f"{len(missing)} entries have no -atime file while LRU eviction is in use;"
-                        " JAX's eviction pass fails on them and stops all cache writes"
+                        f"{count(len(missing), 'entry has', 'entries have')} no "
+                        "-atime file while LRU eviction is in use (.lockfile present); "
+                        "JAX's eviction pass fails on them and stops all cache writes"
+                    ),
+                    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+                )
+            )
+        elif missing:
+            n = len(atime_keys)
+            findings.append(
+                Finding(
+                    kind=FindingKind.MISSING_ATIME,
+                    severity=Severity.WARNING,
+                    entries=tuple(missing),
+                    message=(
+                        f"{count(len(missing), 'entry has', 'entries have')} no "
+                        f"-atime file, {count(n, 'entry has', 'entries have')} one and "
+                        "there is no .lockfile: LRU eviction does not seem to run here, but "
+                        "turning it on (a max size) would fail on these entries"
                     ),
                     advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
                 )
@@ -455,7 +496,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
                 entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in orphans),
-                message=f"{len(orphans)} -atime files have no entry",
+                message=f"{count(len(orphans), '-atime file has', '-atime files have')} no entry",
                 advice="harmless; `cachedoctor prune --orphans --apply` removes them",
             )
         )
@@ -466,11 +507,16 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
                 entries=tuple(i.name for i in temps),
-                message=f"{len(temps)} leftover temporary files",
+                message=f"{count(len(temps), 'leftover temporary file')}",
                 advice="left by interrupted writers; `cachedoctor prune --orphans --apply`",
             )
         )
     return findings
+
+
+# Problems that mean the bytes are damaged. "unreadable" (permissions) and "too-large" (over the
+# decode cap) say nothing about the bytes: such an entry is reported unreadable, never corrupt.
+DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "protobuf"})
 
 
 def _real_problems(e: EntryInfo) -> list[model.Problem]:
@@ -483,6 +529,21 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
     for e in entries:
         real = _real_problems(e)
         if not real:
+            continue
+        if real[0].kind not in DAMAGE:
+            findings.append(
+                Finding(
+                    kind=FindingKind.UNREADABLE,
+                    severity=Severity.WARNING,
+                    module=e.module,
+                    entries=(e.key,),
+                    message=f"{e.key}: not checked: {real[0].kind}: {real[0].message}",
+                    advice=(
+                        "cachedoctor could not read its bytes, so it says nothing about them and "
+                        "never removes it; fix its permissions (or owner) to have it checked"
+                    ),
+                )
+            )
             continue
         young = now - e.mtime_ns / 1e9 < RECENT_WRITE_S and real[0].kind == "truncated"
         findings.append(
@@ -541,7 +602,8 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.ERROR,
                 entries=tuple(writable),
-                message=f"{len(writable)} entries are writable by group or others",
+                message=count(len(writable), "entry is", "entries are")
+                + " writable by group or others",
                 advice="`cachedoctor prune --repair --apply` removes group/other write bits",
             )
         )
@@ -552,7 +614,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.ERROR,
                 entries=tuple(foreign),
-                message=f"{len(foreign)} entries are owned by another user",
+                message=f"{count(len(foreign), 'entry is', 'entries are')} owned by another user",
                 advice="another user's entries run in your process: remove them or trust that user",
             )
         )
@@ -563,7 +625,8 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 kind=FindingKind.INSECURE,
                 severity=Severity.WARNING,
                 entries=tuple(links),
-                message=f"{len(links)} symbolic links in the cache directory (not followed)",
+                message=count(len(links), "symbolic link")
+                + " in the cache directory (not followed)",
                 advice="a link can make JAX load or overwrite a file outside the cache; remove it",
             )
         )
@@ -617,7 +680,8 @@ def _unknown(listing: CacheListing) -> list[Finding]:
             kind=FindingKind.UNKNOWN_FILE,
             severity=Severity.INFO,
             entries=tuple(unknown),
-            message=f"{len(unknown)} files that are not part of a JAX cache",
+            message=count(len(unknown), "file that is", "files that are")
+            + " not part of a JAX cache",
             advice="cachedoctor never touches them; move them out if they do not belong here",
         )
     ]

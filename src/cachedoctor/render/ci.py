@@ -113,6 +113,8 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         "failed": report.failed,
         "runs": to_plain(report.runs),
         "modules": list(report.modules),
+        "compiled_in_run1": list(report.compiled_in_run1),
+        "nothing_checked": report.nothing_checked,
         "unstable": [
             {**to_plain(m), "explanation": m.explanation_lines()} for m in report.unstable
         ],

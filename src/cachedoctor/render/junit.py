@@ -64,6 +64,9 @@ def lint_cases(report: LintReport) -> list[Case]:
 def check_cases(report: CheckReport) -> list[Case]:
     unstable = {m.module: m for m in report.unstable}
     cases = []
+    if report.nothing_checked:
+        line = report.summary_line()
+        cases.append(Case("cachedoctor.commands.check", "run 1", failure=(line, line)))
     for module in report.modules:
         m = unstable.get(module)
         if m is None:

@@ -12,6 +12,8 @@ from rich.text import Text
 
 from cachedoctor import __version__
 from cachedoctor.commands.plan import SCHEMA_VERSION, Action, ApplyReport, Op, Plan, Status
+from cachedoctor.errors import count
+from cachedoctor.render.console import print_table
 from cachedoctor.render.jsonout import to_plain
 from cachedoctor.render.table import human_bytes
 
@@ -32,10 +34,6 @@ _HEX = re.compile(r"([0-9a-f]{12})[0-9a-f]{52}")
 def short(text: str) -> str:
     """Keys shortened for a terminal (``jit_f-6477fbdd0405…``); JSON keeps them whole."""
     return _HEX.sub(lambda m: m.group(1) + "…", text)
-
-
-def _n(count: int, one: str, many: str | None = None) -> str:
-    return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
 def _last_used(a: Action) -> str:
@@ -64,8 +62,8 @@ def render_plan(
         if result is not None:
             table.add_column("result")
         table.add_column("action", no_wrap=True)
-        table.add_column("entry / file", no_wrap=True)
-        table.add_column("rule", no_wrap=True)
+        table.add_column("entry / file", overflow="fold")
+        table.add_column("rule", overflow="fold")
         if with_size:
             table.add_column("size", justify="right", no_wrap=True)
         if with_used:
@@ -91,7 +89,7 @@ def render_plan(
                 table.add_row(*cells)
         if len(plan.actions) > limit:
             table.caption = f"{len(plan.actions) - limit} more actions (use --json)"
-        console.print(table)
+        print_table(console, table)
     for c in plan.conflicts:
         console.print(Text(f"conflict  {short(c.name)}: {short(c.reason)}", style="bold red"))
     if plan.skipped:
@@ -106,13 +104,16 @@ def render_plan(
     if result is None:
         if plan.command == "rekey":
             moves = sum(1 for a in plan.actions if a.op is Op.MOVE_ENTRY)
-            what = f"would move {_n(moves, 'entry', 'entries')}, drop {_n(entries, 'duplicate')}"
+            what = (
+                f"would move {count(moves, 'entry', 'entries')}, drop {count(entries, 'duplicate')}"
+            )
         else:
             files = sum(1 for a in plan.actions if a.op is Op.REMOVE_FILE)
             fixes = len(plan.actions) - entries - files
-            what = f"would remove {_n(entries, 'entry', 'entries')} and {_n(files, 'other file')}"
+            what = "would remove " + count(entries, "entry", "entries")
+            what += " and " + count(files, "other file")
             if fixes:
-                what += f", make {_n(fixes, 'fix', 'fixes')}"
+                what += f", make {count(fixes, 'fix', 'fixes')}"
         console.print(
             Text(
                 f"dry run: {what}, reclaiming {human_bytes(plan.bytes_to_reclaim)}; "

@@ -11,6 +11,8 @@ from rich.text import Text
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.scan import Finding, ScanReport, Severity
+from cachedoctor.errors import count
+from cachedoctor.render.console import print_table
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -72,7 +74,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
     console.print(summary)
     if report.modules:
         table = Table(title="modules", title_justify="left", show_edge=False)
-        table.add_column("module")
+        table.add_column("module", overflow="fold")
         table.add_column("entries", justify="right")
         table.add_column("programs", justify="right")
         table.add_column("on disk", justify="right")
@@ -89,7 +91,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
             )
         if len(report.modules) > max_modules:
             table.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
-        console.print(table)
+        print_table(console, table)
     render_findings(report, console)
 
 
@@ -102,7 +104,7 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
     if not findings:
         console.print(Text("no findings", style="green"))
         return
-    console.print(Text(f"{len(findings)} findings", style="bold"))
+    console.print(Text(count(len(findings), "finding"), style="bold"))
     for f in findings:
         line = Text()
         line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
@@ -175,7 +177,7 @@ def render_show(detail: EntryDetail, console: Console, hlo_text: str | None = No
         table.add_column("backend_config", overflow="fold")
         for c in e.hlo.custom_calls:
             table.add_row(f"{c.computation}/{c.instruction}", c.target, c.backend_config or "-")
-        console.print(table)
+        print_table(console, table)
     elif e.hlo is not None:
         console.print(Text("no custom calls in the compiled module", style="dim"))
     for p in e.problems:

@@ -5,11 +5,13 @@ The ``.pth`` line only checks, with no import, whether this environment has a co
 watcher on ``sys.meta_path``. Nothing else happens until the process imports ``jax``: right after
 ``jax`` has executed, the config file's settings are applied (environment variables win, since
 JAX reads them itself) and the hook is installed. Every step is guarded: a failure here must
-never stop a Python process from starting. Set ``CACHEDOCTOR_DISABLE=1`` to skip it all.
+never stop a Python process from starting, and it is said once on stderr (a process must not
+silently run without the cache it was configured for). Set ``CACHEDOCTOR_DISABLE=1`` to skip it all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -49,7 +51,7 @@ def _remove_watcher() -> None:
 
 def startup() -> None:
     """Entry point of the ``.pth`` line: cheap, idempotent, silent."""
-    if os.environ.get("CACHEDOCTOR_DISABLE") == "1":
+    if os.environ.get("CACHEDOCTOR_DISABLE") == "1":  # settings.DISABLE_ENV (not imported: cheap)
         return
     if "jax" in sys.modules:
         activate()
@@ -101,7 +103,14 @@ def activate() -> dict[str, object]:
             if hook.install(mode, record_ir=record_ir):
                 state["hook"] = mode
     except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}")
+        named = type(exc).__name__ == "ConfigError"  # already names the file and the line
+        errors.append(str(exc) if named else f"{type(exc).__name__}: {exc}")
+    if errors:  # said once (STATE makes activation run once): never a silently lost cache
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                f"cachedoctor: start-up activation failed: {'; '.join(errors)}; this process "
+                "runs with JAX's own settings for what failed (see `cachedoctor status`)\n"
+            )
     return state
 
 

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.errors import CachedoctorError
 from cachedoctor.stablekeys import settings
+from cachedoctor.stablekeys.settings import ConfigError
 
-
-class ConfigError(CachedoctorError):
-    slug = "config"
+__all__ = ["ConfigError"]  # re-exported: callers catch activation.ConfigError
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,13 @@ class StatusReport:
     probe: dict[str, Any]  # what a fresh interpreter reports
     roles: list[str]
     warnings: list[Warning_] = field(default_factory=list)
+    disabled: bool = False  # CACHEDOCTOR_DISABLE=1: the file is ignored by every process
+
+    @property
+    def activation_errors(self) -> list[str]:
+        """What start-up activation reported failing in the fresh interpreter."""
+        startup = self.probe.get("startup") or {}
+        return [str(e) for e in startup.get("errors", [])]
 
 
 # -- preflight ------------------------------------------------------------------------------
@@ -151,8 +156,21 @@ def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning
 # -- enable / disable -----------------------------------------------------------------------
 
 
+def previous_values() -> tuple[dict[str, Any], Warning_ | None]:
+    """The config file's values for ``enable`` to build on; a broken file is replaced, saying so."""
+    try:
+        return settings.load(), None
+    except ConfigError as exc:
+        return {}, Warning_(
+            "broken-config",
+            f"{exc}; enable replaces it",
+            "nothing: the new file below replaces it (`cachedoctor disable` removes it)",
+        )
+
+
 def build_values(
     *,
+    existing: dict[str, Any] | None = None,
     cache_dir: str | None,
     xla_caches: str | None,
     min_compile_time: float | None,
@@ -161,8 +179,8 @@ def build_values(
     hook: str,
     record_ir: bool,
 ) -> dict[str, Any]:
-    """The settings table ``enable`` writes (or prints), from its options."""
-    existing = settings.load()
+    """The settings table ``enable`` writes (or prints): its options, else ``existing``'s."""
+    existing = settings.load() if existing is None else existing
     cache_dir = (
         cache_dir or existing.get("cache_dir") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     )
@@ -170,6 +188,7 @@ def build_values(
         raise ConfigError("no cache directory: pass --dir DIR (or set JAX_COMPILATION_CACHE_DIR)")
     if "://" not in cache_dir:
         cache_dir = str(Path(cache_dir).expanduser().absolute())
+        _check_dir_usable(cache_dir)
     values: dict[str, Any] = {
         "cache_dir": cache_dir,
         "xla_caches": xla_caches or existing.get("xla_caches") or "autotune",
@@ -186,6 +205,22 @@ def build_values(
         elif key in existing:
             values[key] = existing[key]
     return values
+
+
+def _check_dir_usable(cache_dir: str) -> None:
+    """Refuse a cache dir that names a file, or lies under one or under a folder we cannot enter."""
+    for p in [Path(cache_dir), *Path(cache_dir).parents]:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot use {cache_dir}: {p}: {exc.strerror or exc}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"cannot use {cache_dir}: {p} is not a directory")
+        if not os.access(p, os.X_OK):
+            raise ConfigError(f"cannot use {cache_dir}: this user cannot enter {p}")
+        return
 
 
 def _missing_dirs(path: Path) -> list[Path]:
@@ -206,7 +241,12 @@ def enable(values: dict[str, Any]) -> EnableReport:
     """
     warnings = preflight(values)
     path = settings.config_path()
-    previous = settings.load(path).get("created_dirs", "")
+    try:
+        previous = settings.load(path).get("created_dirs", "")
+    except ConfigError:
+        previous = ""  # a broken file is replaced (enable's caller said so)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; set {settings.CONFIG_ENV} to a file")
     created_dirs = [Path(p) for p in str(previous).split(os.pathsep) if p]
     cache_dir = str(values["cache_dir"])
     created = False
@@ -243,9 +283,17 @@ def disable() -> DisableReport:
     """Remove what ``enable`` added: the config file, and the folders it created if empty."""
     path = settings.config_path()
     removed: list[Path] = []
-    if not path.exists():
+    if not os.path.lexists(path):
         return DisableReport(path, removed, False)
-    created = str(settings.load(path).get("created_dirs", ""))
+    if path.is_dir() and not path.is_symlink():
+        raise ConfigError(
+            f"{path} is a directory, not a config file: nothing to disable there "
+            f"(unset {settings.CONFIG_ENV} or point it at a file)"
+        )
+    try:
+        created = str(settings.load(path).get("created_dirs", ""))
+    except ConfigError:
+        created = ""  # a broken file still goes; the folders it named cannot be known
     try:
         path.unlink()
     except OSError as exc:
@@ -339,7 +387,8 @@ def probe(python: str | None = None, timeout: float = 120.0) -> dict[str, Any]:
 
 def status(python: str | None = None) -> StatusReport:
     path = settings.config_path()
-    values = settings.load(path)
+    disabled = settings.activation_disabled()
+    values = {} if disabled else settings.load(path)
     resolved = settings.resolve(values)
     fresh = probe(python)
     jax_cfg = fresh.get("jax_config") or {}
@@ -353,4 +402,4 @@ def status(python: str | None = None) -> StatusReport:
         else:
             filled.append(r)
     warnings = preflight(values, check_jax=False) if values else []
-    return StatusReport(path, path.exists(), filled, fresh, ROLES, warnings)
+    return StatusReport(path, path.exists(), filled, fresh, ROLES, warnings, disabled)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys.keys import HASHER_VERSION, KeyResult, combine
+from cachedoctor.storage.fsops import open_regular
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
@@ -239,10 +240,16 @@ def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | Non
         return None if found is None else _parse(store.url_of(_object(key)), found)
     path = manifest_path(cache_dir, key)
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path)
     except FileNotFoundError:
         return None
     return _parse(path, raw)
+
+
+def _read_regular(path: Path) -> bytes:
+    """A manifest's bytes; a FIFO or device named like one is refused, never waited on."""
+    with open_regular(path) as fh:
+        return fh.read()
 
 
 def _parse(path: Path | str, raw: bytes) -> Manifest:
@@ -268,7 +275,7 @@ def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
         if path.name.startswith("."):
             continue
         try:
-            yield _parse(path, path.read_bytes())
+            yield _parse(path, _read_regular(path))
         except (OSError, ManifestError):
             continue
 
@@ -304,7 +311,7 @@ def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
         raw = _read_object(store, _object(key, MANIFEST_IR_SUFFIX))
         return None if raw is None else gzip.decompress(raw).decode()
     try:
-        data = (manifest_dir(cache_dir) / (key + MANIFEST_IR_SUFFIX)).read_bytes()
+        data = _read_regular(manifest_dir(cache_dir) / (key + MANIFEST_IR_SUFFIX))
     except FileNotFoundError:
         return None
     return gzip.decompress(data).decode()

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachedoctor.errors import CachedoctorError
+
 CONFIG_ENV = "CACHEDOCTOR_CONFIG"
-HOOK_ENV = (
-    "CACHEDOCTOR_HOOK"  # stable | observe | stats | off; also activates the hook without a file
-)
+HOOK_ENV = "CACHEDOCTOR_HOOK"  # stable | observe | stats | off; also activates without a file
+DISABLE_ENV = "CACHEDOCTOR_DISABLE"  # "1": start-up activation is skipped, the file is ignored
 SECTION = "cachedoctor"
 
 XLA_CACHE_CHOICES = {
@@ -86,18 +87,39 @@ def config_path() -> Path:
     return Path(sys.prefix) / "etc" / "cachedoctor" / "config.toml"
 
 
+class ConfigError(CachedoctorError):
+    slug = "config"
+
+
 def load(path: Path | None = None) -> dict[str, Any]:
-    """The ``[cachedoctor]`` table of the config file, or {} when there is none."""
+    """The ``[cachedoctor]`` table of the config file, or {} when there is none.
+
+    Raises :class:`ConfigError` naming the file (and the line, for bad TOML) when it cannot be
+    used: a folder, a FIFO, binary data or a syntax error.
+    """
     import tomllib
+
+    from cachedoctor.storage.fsops import open_regular
 
     path = path or config_path()
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
+        with open_regular(path) as f:
+            data = tomllib.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     table = data.get(SECTION, {})
     return dict(table) if isinstance(table, dict) else {}
+
+
+def activation_disabled() -> bool:
+    """Whether ``CACHEDOCTOR_DISABLE=1`` turns start-up activation (and the file) off."""
+    return os.environ.get(DISABLE_ENV) == "1"
 
 
 def jax_value(key: str, value: Any) -> Any:
@@ -234,9 +256,12 @@ def merge_xla_flags(existing: str, flags: list[str]) -> str:
 
 
 def configured_cache_dir() -> str | None:
-    """The cache directory `cachedoctor enable` configured for this environment, if any."""
-    try:
-        value = load().get("cache_dir")
-    except (OSError, ValueError):
+    """The cache directory `cachedoctor enable` configured for this environment, if any.
+
+    None under ``CACHEDOCTOR_DISABLE=1`` (JAX would not see it either); a broken config file
+    raises :class:`ConfigError`, since guessing another directory would be wrong.
+    """
+    if activation_disabled():
         return None
+    value = load().get("cache_dir")
     return str(value) if value else None

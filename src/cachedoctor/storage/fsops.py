@@ -35,6 +35,28 @@ LOCK_POLL_S = 0.05
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
 
 
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> BinaryIO:
+    """Open a regular file for reading; anything else is refused without blocking.
+
+    A FIFO, socket or device named like a cache file would block ``open`` or ``read`` forever;
+    ``O_NONBLOCK`` makes the open return at once and ``fstat`` then refuses what is not a regular
+    file (EINVAL, "not a regular file"). Links are never followed (ELOOP).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+            raise OSError(code, kind, os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class LockTimeout(OSError):
     """JAX's lock could not be taken in time (a JAX process holds it for long)."""
 
@@ -140,10 +162,10 @@ class CacheDir:
 
     def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            fh = open_regular(name, dir_fd=self.fd)
         except OSError:
             return None
-        with os.fdopen(fd, "rb") as fh:
+        with fh:
             return fh.read(limit)
 
     # --- locking ------------------------------------------------------------------------------
@@ -247,8 +269,7 @@ class CacheDir:
             return False
         tmp = self._temp_name()
         try:
-            src_fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
-            with os.fdopen(src_fd, "rb") as fin, self._open_temp(tmp, 0o644) as fout:
+            with open_regular(src, dir_fd=self.fd) as fin, self._open_temp(tmp, 0o644) as fout:
                 shutil.copyfileobj(fin, fout, 1 << 20)
                 fout.flush()
                 os.fsync(fout.fileno())

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.storage.fsops import open_regular
 
 T = TypeVar("T")
 
@@ -250,6 +251,23 @@ def transient_reason(exc: BaseException) -> str | None:
     return None
 
 
+# Called once per process, with one line, when a store call first has to wait and retry: the
+# CLI points it at stderr, so that an unreachable endpoint is not 20 s of silence.
+wait_notice: Callable[[str], None] | None = None
+_waited = threading.Event()
+
+
+def _say_waiting(what: str, reason: str, policy: RetryPolicy) -> None:
+    if wait_notice is None or _waited.is_set():
+        return
+    _waited.set()
+    budget = sum(min(policy.cap_s, policy.base_s * 2.0**i) for i in range(policy.attempts - 1))
+    wait_notice(
+        f"cachedoctor: waiting for {what} ({reason}); retrying with backoff, "
+        f"at most {policy.attempts} attempts in about {budget:.0f} s"
+    )
+
+
 def call_with_retry(
     fn: Callable[[], T],
     *,
@@ -277,6 +295,7 @@ def call_with_retry(
                 ) from exc
             if stats is not None:
                 stats.count_retry(reason)
+            _say_waiting(what, reason, policy)
             sleep(policy.delay(attempt))
     raise AssertionError("unreachable")
 
@@ -340,8 +359,7 @@ class LocalStore:
             return None
 
     def open_read(self, name: str) -> BinaryIO:
-        fd = os.open(self.url_of(name), os.O_RDONLY | os.O_NOFOLLOW)
-        return os.fdopen(fd, "rb")
+        return open_regular(self.url_of(name))
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult:
         """Unlink ``name`` if its inode, size and mtime are still those of the plan.
@@ -415,7 +433,7 @@ def _import_filesystem(scheme: str) -> Any:
     except ImportError as exc:
         raise MissingExtraError(
             f"{scheme}:// cache directories need {EXTRA_PACKAGES[extra]}: "
-            f"pip install 'cachedoctor[{extra}]'"
+            f"pip install '.[{extra}]' in a clone of cachedoctor"
         ) from exc
 
 
