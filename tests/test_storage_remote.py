@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import listdir
+from cachedoctor.cache import index, listdir, reader
 from cachedoctor.commands.runner import run_program
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
 from cachedoctor.storage import stores
@@ -339,6 +339,39 @@ def test_same_findings_local_and_in_the_bucket(
     assert _comparable(remote) == _comparable(local)
     assert FindingKind.UNSTABLE_KEY in {f.kind for f in remote.findings}  # not a vacuous match
     assert remote.entries[0].path.startswith(uploaded[scheme] + "/")
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
+    scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan index keys objects by generation / ETag: unchanged ones are not read again."""
+    url = servers.url(scheme, "index/cache")
+    _upload(url, local_cache)
+    monkeypatch.setattr(index, "RACY_S", 3600.0)  # objects are never racy: this must not matter
+    read: list[str] = []
+    real = reader.decode_item
+
+    def counting(store, item, **kwargs):  # type: ignore[no-untyped-def]
+        read.append(item.name)
+        return real(store, item, **kwargs)
+
+    monkeypatch.setattr(reader, "decode_item", counting)
+    first = scan_directory(url, now=0.0)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    assert sorted(read) == names
+    read.clear()
+    assert scan_directory(url, now=0.0) == first
+    assert read == []
+
+    store = stores.open_store(url)
+    assert isinstance(store, RemoteStore)
+    rewritten = names[0]
+    store.fs.pipe_file(store.path_of(rewritten), (local_cache / names[1]).read_bytes())
+    read.clear()
+    again = scan_directory(url, now=0.0)
+    assert read == [rewritten]
+    assert again == scan_directory(url, now=0.0, use_index=False)
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
