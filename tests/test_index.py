@@ -157,9 +157,9 @@ def _rewrite_rows(cache: Path, sql: str) -> None:
     "sql",
     [
         # a value changed in place: the row's checksum no longer matches
-        "UPDATE entries SET info = replace(info, '\"zstd\"', '\"zlib\"') WHERE rowid = 1",
+        "UPDATE entries SET scalars = replace(scalars, '\"zstd\"', '\"zlib\"') WHERE rowid = 1",
         # a row of another shape with a checksum of its own: decoding it fails
-        "UPDATE entries SET info = '[1,2,3]' WHERE rowid = 1",
+        "UPDATE entries SET scalars = '[1,2,3]' WHERE rowid = 1",
         # a shared HLO summary changed: every row that uses it is decoded again
         "UPDATE hlo SET body = replace(body, 'jit_', 'jax_')",
     ],
@@ -172,8 +172,8 @@ def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], s
         loaded = index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,))
         db = sqlite3.connect(_index_file(cache))
         with db:
-            for name, ident, text, hlo_id, _ in db.execute("SELECT * FROM entries WHERE rowid = 1"):
-                good = index._checksum(os.fsdecode(name), ident, text, hlo_id)
+            for name, *row, _ in db.execute("SELECT * FROM entries WHERE rowid = 1"):
+                good = index._checksum(os.fsdecode(name), *row)
                 db.execute("UPDATE entries SET checksum = ? WHERE rowid = 1", (good,))
         db.close()
         assert loaded.loaded
@@ -192,9 +192,9 @@ def test_index_is_plain_rows_never_pickle(cache: Path) -> None:
     """Reading an index can never run code: it is sqlite rows of JSON values."""
     report(cache)
     db = sqlite3.connect(_index_file(cache))
-    infos = [json.loads(text) for (text,) in db.execute("SELECT info FROM entries")]
+    rows = list(db.execute("SELECT scalars, parts FROM entries"))
     db.close()
-    assert infos and all(isinstance(v, list) for v in infos)
+    assert rows and all(isinstance(json.loads(text), list) for row in rows for text in row)
 
 
 def test_gpu_entry_keeps_the_rest_of_the_index(

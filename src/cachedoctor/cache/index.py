@@ -51,13 +51,15 @@ DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
 BUSY_TIMEOUT_S = 2.0  # another scan writing the same index: wait this long, then go without
 
 Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:version" for an object
-Row = tuple[str, str, str | None, bytes]  # identity, entry JSON, HLO summary id, checksum
+# identity, scalar fields (JSON), compound fields (JSON), HLO summary id, checksum
+Row = tuple[str, str, str, str | None, bytes]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
-  name BLOB PRIMARY KEY, identity TEXT NOT NULL, info TEXT NOT NULL, hlo TEXT, checksum BLOB
+  name BLOB PRIMARY KEY, identity TEXT NOT NULL, scalars TEXT NOT NULL, parts TEXT NOT NULL,
+  hlo TEXT, checksum BLOB
 );
 """
 
@@ -134,6 +136,7 @@ class ScanIndex:
     hits: int = 0
     _hlo_rows: dict[str, str] = field(default_factory=dict)
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
+    _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
     _changed: dict[str, Row] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
 
@@ -152,8 +155,8 @@ class ScanIndex:
         return info
 
     def _decode(self, name: str, row: Row) -> EntryInfo:
-        ident, text, hlo_id, checksum = row
-        if checksum != _checksum(name, ident, text, hlo_id):
+        ident, scalars, parts, hlo_id, checksum = row
+        if checksum != _checksum(name, ident, scalars, parts, hlo_id):
             raise ValueError("index row checksum")
         summary = None
         if hlo_id is not None:
@@ -163,7 +166,10 @@ class ScanIndex:
                 if _hlo_id(body) != hlo_id:
                     raise ValueError("index summary checksum")
                 summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
-        return _thaw_entry(json.loads(text), summary)
+        compound = self._parts_memo.get(parts)
+        if compound is None:
+            compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts))
+        return _entry(json.loads(scalars), compound, summary)
 
     def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
         """Keep exactly the current, storable entries: drop vanished names, add decoded ones."""
@@ -192,8 +198,9 @@ class ScanIndex:
             body = _dumps(_plain(info.hlo))
             hlo_id = _hlo_id(body)
             self._hlo_rows[hlo_id] = body
-        text = _dumps([None if f == "hlo" else _plain(getattr(info, f)) for f in _FIELDS])
-        return (ident, text, hlo_id, _checksum(name, ident, text, hlo_id))
+        scalars = _dumps([getattr(info, f) for f in _SCALARS])
+        parts = _dumps([_plain(getattr(info, f)) for f in _PARTS])
+        return (ident, scalars, parts, hlo_id, _checksum(name, ident, scalars, parts, hlo_id))
 
     def save(self) -> None:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
@@ -250,12 +257,12 @@ class ScanIndex:
             raise
 
     def _insert(self, db: sqlite3.Connection, rows: dict[str, Row]) -> None:
-        used = {row[2] for row in rows.values() if row[2] is not None}
+        used = {row[3] for row in rows.values() if row[3] is not None}
         db.executemany(
             "INSERT OR REPLACE INTO hlo VALUES (?, ?)", [(i, self._hlo_rows[i]) for i in used]
         )
         db.executemany(
-            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
             [(os.fsencode(name), *row) for name, row in rows.items()],
         )
 
@@ -284,8 +291,8 @@ def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
         if meta != _header(cache, options):
             return empty
         entries: dict[str, Row] = {}
-        for name, ident, text, hlo_id, checksum in db.execute("SELECT * FROM entries"):
-            entries[os.fsdecode(name)] = (ident, text, hlo_id, checksum)
+        for name, *row in db.execute("SELECT * FROM entries"):
+            entries[os.fsdecode(name)] = tuple(row)
         hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         return empty
@@ -310,11 +317,9 @@ def _header(cache: str, options: tuple[object, ...]) -> dict[str, str]:
     }
 
 
-def _checksum(name: str, ident: str, text: str, hlo_id: str | None) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for part in (os.fsencode(name), ident.encode(), text.encode(), (hlo_id or "").encode()):
-        h.update(len(part).to_bytes(8, "little") + part)
-    return h.digest()
+def _checksum(name: str, ident: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
+    text = "\0".join((ident, scalars, parts, hlo_id or ""))
+    return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
 
 
 def _hlo_id(body: str) -> str:
@@ -347,8 +352,9 @@ def _strings(rows: list[str]) -> tuple[str, ...]:
     return tuple(rows)
 
 
-# How each non-scalar field comes back from its JSON form (every other field is a scalar).
-_ENTRY_FIELDS: dict[str, Callable[[Any], Any]] = {
+# The fields that are dataclasses or tuples, and how each comes back from its JSON form; every
+# other field of an entry is a scalar. Entries keep them apart: copies of a program share them.
+_ENTRY_PARTS: dict[str, Callable[[Any], Any]] = {
     "gpu": lambda v: GpuSummary(*v),
     "sections": lambda v: _records(Section, v),
     "volatile": lambda v: _records(VolatileField, v),
@@ -360,6 +366,10 @@ _SUMMARY_FIELDS: dict[str, Callable[[Any], Any]] = {
     "opcodes": lambda v: tuple((op, count) for op, count in v),
     "source_files": _strings,
 }
+_PARTS = tuple(_ENTRY_PARTS)
+_SCALARS = tuple(f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo")
+# frozen and slotted: fill the slots directly, several times faster than __init__
+_SETTERS = tuple(getattr(EntryInfo, f).__set__ for f in (*_SCALARS, *_PARTS, "hlo"))
 
 
 def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:
@@ -373,10 +383,17 @@ def _thaw_hlo(values: Any) -> HloSummary:
     return HloSummary(*_thaw(_HLO_FIELDS, _SUMMARY_FIELDS, values))
 
 
-def _thaw_entry(values: Any, summary: HloSummary | None) -> EntryInfo:
-    fields = _thaw(_FIELDS, _ENTRY_FIELDS, values)
-    fields[_FIELDS.index("hlo")] = summary
-    return EntryInfo(*fields)
+def _thaw_parts(values: Any) -> list[Any]:
+    return _thaw(_PARTS, _ENTRY_PARTS, values)
+
+
+def _entry(scalars: Any, parts: list[Any], summary: HloSummary | None) -> EntryInfo:
+    if not isinstance(scalars, list) or len(scalars) != len(_SCALARS):
+        raise ValueError("index row of another shape")
+    info = object.__new__(EntryInfo)
+    for setter, value in zip(_SETTERS, (*scalars, *parts, summary), strict=True):
+        setter(info, value)
+    return info
 
 
 def _tidy(root: Path, keep: Path) -> None:

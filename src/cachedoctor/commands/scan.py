@@ -155,7 +155,7 @@ def scan_directory(
         lambda todo, advance: parallel.decode_items(
             listing, todo, max_decompressed=max_decompressed, workers=workers, progress=advance
         ),
-        lambda item: str(listing.path(item)),
+        _local_path_of(listing),
         progress,
         max_decompressed if use_index else None,
     )
@@ -163,6 +163,15 @@ def scan_directory(
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
     return build_report(listing, entries, jax_info, now, sub)
+
+
+def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
+    """``str(listing.path(item))`` (the decoder's spelling of an entry's path), without a
+    ``Path`` per entry."""
+    base = str(Path(listing.root))
+    if base == ".":
+        return lambda item: item.name
+    return lambda item: os.path.join(base, item.name)
 
 
 Decoder = Callable[[list[DirItem], Callable[[int], None] | None], Iterable[EntryInfo]]
