@@ -93,3 +93,13 @@ def test_no_bar_in_ci(
     monkeypatch.setenv("CI", "true")
     _run(["lint", str(seed_cache)], terminal, capsys)
     assert "scanning" not in terminal.drawn()
+
+
+def test_prune_plan_draws_a_bar_but_not_beside_json(
+    seed_cache: Path, terminal: Terminal, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(["prune", "--duplicates", "--json", str(seed_cache)], terminal, capsys)
+    assert "planning" not in terminal.drawn()
+    _, out = _run(["prune", "--duplicates", str(seed_cache)], terminal, capsys)
+    assert "planning" in terminal.drawn()
+    assert "planning" not in out
