@@ -54,6 +54,8 @@ Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:vers
 # identity, scalar fields (JSON), compound fields (JSON), HLO summary id, checksum
 Row = tuple[str, str, str, str | None, bytes]
 
+_SERVED: Row = ("", "", "", None, b"")  # a row already turned into its EntryInfo
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
@@ -151,6 +153,7 @@ class ScanIndex:
             return None
         if info.path != path:  # the same cache reached by another spelling of its path
             info = replace(info, path=path)
+        self.entries[item.name] = _SERVED  # only changed rows are written: free the text
         self.hits += 1
         return info
 
@@ -247,7 +250,7 @@ class ScanIndex:
                     db.executemany(
                         "INSERT INTO meta VALUES (?, ?)", _header(self.cache, self.options).items()
                     )
-                    self._insert(db, self.entries)
+                    self._insert(db, self._changed)  # not loaded: every row is new
             finally:
                 db.close()
             os.replace(tmp, self.path)
