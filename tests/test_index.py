@@ -3,11 +3,10 @@ that is damaged, forged or from other code is ignored. Caches are real (the seed
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import json
 import os
-import pickle
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from cachedoctor.cache import index, parallel, reader
 from cachedoctor.commands import scan
 from cachedoctor.render.jsonout import dumps, scan_document
+from tests.test_reader_gpu import plain_gpu_entry, real_hlo_with_config  # noqa: F401 (fixture)
 
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
 
@@ -124,28 +124,20 @@ def _index_file(cache: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "damage",
-    ["flip-body", "flip-mac", "truncate", "garbage", "empty", "other-key"],
-)
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "flip-header"])
 def test_damaged_index_is_ignored(cache: Path, decodes: list[str], damage: str) -> None:
     expected = report(cache, use_index=False)
     report(cache)
     path = _index_file(cache)
     data = bytearray(path.read_bytes())
-    if damage == "flip-body":
-        data[-10] ^= 0x01
-    elif damage == "flip-mac":
-        data[len(index.FORMAT) + 3] ^= 0x01
-    elif damage == "truncate":
+    if damage == "truncate":
         del data[len(data) // 2 :]
     elif damage == "garbage":
         data = bytearray(os.urandom(len(data)))
     elif damage == "empty":
         data = bytearray()
-    else:  # the key changed (e.g. another user's): every old index is worthless
-        key = index.index_root() / index.KEY_FILE
-        key.write_bytes(os.urandom(32))
+    else:  # the database header itself
+        data[:16] = b"not an index\0\0\0\0"
     path.write_bytes(bytes(data))
     assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
     decodes.clear()
@@ -154,13 +146,78 @@ def test_damaged_index_is_ignored(cache: Path, decodes: list[str], damage: str) 
     assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded  # and rewritten
 
 
-def test_forged_index_with_a_valid_mac_still_cannot_run_code(cache: Path) -> None:
-    """Only cachedoctor's own result classes may be unpickled, even from a correctly signed file."""
+def _rewrite_rows(cache: Path, sql: str) -> None:
+    db = sqlite3.connect(_index_file(cache))
+    with db:
+        db.execute(sql)
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # a value changed in place: the row's checksum no longer matches
+        "UPDATE entries SET scalars = replace(scalars, '\"zstd\"', '\"zlib\"') WHERE rowid = 1",
+        # a row of another shape with a checksum of its own: decoding it fails
+        "UPDATE entries SET scalars = '[1,2,3]' WHERE rowid = 1",
+        # a shared HLO summary changed: every row that uses it is decoded again
+        "UPDATE hlo SET body = replace(body, 'jit_', 'jax_')",
+    ],
+)
+def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], sql: str) -> None:
+    expected = report(cache, use_index=False)
     report(cache)
-    key = (index.index_root() / index.KEY_FILE).read_bytes()
-    body = pickle.dumps((("x",), {"a": (os.system, ("true",))}))
-    mac = hmac.new(key, body, hashlib.sha256).digest()
-    _index_file(cache).write_bytes(index.FORMAT + mac + body)
+    _rewrite_rows(cache, sql)
+    if "[1,2,3]" in sql:  # give the bad row a valid checksum: only decoding can refuse it
+        loaded = index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,))
+        db = sqlite3.connect(_index_file(cache))
+        with db:
+            for name, *row, _ in db.execute("SELECT * FROM entries WHERE rowid = 1"):
+                good = index._checksum(os.fsdecode(name), *row)
+                db.execute("UPDATE entries SET checksum = ? WHERE rowid = 1", (good,))
+        db.close()
+        assert loaded.loaded
+    decodes.clear()
+    assert report(cache) == expected
+    if "hlo" in sql.split()[1]:
+        assert sorted(decodes) == entry_names(cache)  # every seed entry holds an HLO module
+    else:
+        assert len(decodes) == 1  # that row alone
+    decodes.clear()
+    assert report(cache) == expected  # the damaged rows were written again
+    assert decodes == []
+
+
+def test_index_is_plain_rows_never_pickle(cache: Path) -> None:
+    """Reading an index can never run code: it is sqlite rows of JSON values."""
+    report(cache)
+    db = sqlite3.connect(_index_file(cache))
+    rows = list(db.execute("SELECT scalars, parts FROM entries"))
+    db.close()
+    assert rows and all(isinstance(json.loads(text), list) for row in rows for text in row)
+
+
+def test_gpu_entry_keeps_the_rest_of_the_index(
+    cache: Path,
+    decodes: list[str],
+    real_hlo_with_config: bytes,  # noqa: F811 (the fixture)
+) -> None:
+    """One GPU entry among CPU entries: every entry, the GPU one included, comes from the index."""
+    gpu_entry = plain_gpu_entry(cache, real_hlo_with_config)
+    expected = report(cache, use_index=False)
+    assert any(e.gpu is not None for e in scan.scan_directory(cache, now=NOW).entries)
+    decodes.clear()
+    assert report(cache) == expected
+    assert decodes == []
+    assert gpu_entry.name in entry_names(cache)
+
+
+def test_symlinked_index_is_not_followed(cache: Path, tmp_path: Path, decodes: list[str]) -> None:
+    report(cache)
+    path = _index_file(cache)
+    elsewhere = tmp_path / "elsewhere.sqlite"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
     assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
 
 
@@ -170,13 +227,6 @@ def test_index_of_other_options_or_code_is_not_used(
     report(cache)
     assert not index.load(str(cache), (123,)).loaded  # another max_decompressed
     monkeypatch.setattr(index, "_FINGERPRINT", b"another reader")
-    assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
-
-
-def test_key_readable_by_others_disables_the_index(cache: Path) -> None:
-    report(cache)
-    key = index.index_root() / index.KEY_FILE
-    key.chmod(0o644)
     assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
 
 
@@ -227,3 +277,32 @@ def test_index_folder_is_bounded(cache: Path, monkeypatch: pytest.MonkeyPatch) -
     assert index.index_path(other).name in left
     assert f"{0:032x}{index.SUFFIX}" not in left  # the oldest went first
     assert f"{4:032x}{index.SUFFIX}" in left
+
+
+def test_same_report_with_or_without_index_on_one_or_more_workers(
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    real_hlo_with_config: bytes,  # noqa: F811 (the fixture)
+) -> None:
+    """The index and the pool are shortcuts: whichever serves an entry, the result is the same."""
+    plain_gpu_entry(cache, real_hlo_with_config)
+    data = (cache / entry_names(cache)[0]).read_bytes()
+    (cache / f"jit_cut-{'c' * 64}-cache").write_bytes(data[: len(data) // 3])
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ENTRIES", 0)  # a handful really uses the pool
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
+
+    def scanned(use_index: bool, workers: int) -> tuple[str, tuple[object, ...]]:
+        got = scan.scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        return dumps(scan_document(got)), got.entries
+
+    baseline = scanned(use_index=False, workers=1)
+    assert len(baseline[1]) == len(entry_names(cache))
+    assert scanned(use_index=False, workers=2) == baseline
+    assert scanned(use_index=True, workers=2) == baseline  # decodes all, writes the index
+    assert scanned(use_index=True, workers=1) == baseline  # everything from the index
+    victim = cache / entry_names(cache)[2]
+    os.utime(victim, ns=(victim.stat().st_atime_ns, victim.stat().st_mtime_ns + 1))
+    touched = scanned(use_index=False, workers=1)
+    assert touched != baseline  # the new mtime shows
+    assert scanned(use_index=True, workers=2) == touched  # one decoded, the rest from the index

@@ -52,12 +52,17 @@ def _options(cache: Path) -> bytes:
     return f_bytes(3, f_bytes(3, f_bytes(310, f"{cache}/xla_gpu_per_fusion_autotune_cache_dir")))
 
 
-def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
+def plain_gpu_entry(cache: Path, real_hlo_with_config: bytes) -> Path:
+    """A legacy-layout GPU entry (PTX, cubin, cuDNN graphs) written into ``cache``."""
     executable = f_bytes(1, real_hlo_with_config) + f_bytes(2, BUFFERS) + f_bytes(3, PTX)
     executable += f_bytes(4, CUBIN) + b"".join(DNN) + CC_H100
-    payload = f_bytes(1, executable) + f_bytes(2, _options(tmp_path))
+    payload = f_bytes(1, executable) + f_bytes(2, _options(cache))
     payload += f_bytes(3, gpu.GPU_CLIENT_NAME)
-    info = reader.decode_entry(_entry(tmp_path, payload, header=False, name="a"))
+    return _entry(cache, payload, header=False, name="a")
+
+
+def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
+    info = reader.decode_entry(plain_gpu_entry(tmp_path, real_hlo_with_config))
     assert isinstance(info, EntryInfo)
     assert info.ok, info.problems
     assert info.platform == "gpu" and info.compile_time_s == 7

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -205,3 +206,21 @@ def test_unreadable_directory_raises_oserror(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         scan_directory(f)
     assert stat.S_ISREG(f.stat().st_mode)
+
+
+def test_streamed_json_is_the_whole_document(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """`scan --json` writes its entries one at a time; the text is exactly the whole document's."""
+    from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+
+    d = copy_of(seed_cache)
+    first = sorted(d.glob("*-cache"))[0]
+    (d / f"jit_cut-{'a' * 64}-cache").write_bytes(first.read_bytes()[:100])  # a problem entry
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for cache in (d, empty):
+        report = scan_directory(cache, now=2e9)
+        streamed = "".join(iter_scan_json(report))
+        assert streamed == dumps(scan_document(report))
+        assert len(json.loads(streamed)["entries"]) == len(report.entries)

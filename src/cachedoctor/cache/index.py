@@ -1,24 +1,26 @@
 """A small, self-invalidating index of decoded entries, so a repeated scan reads nothing new.
 
 Decoding an entry means decompressing and walking all of it; an unchanged cache does not need
-that twice. The index maps each entry's file name and identity ``(size, mtime_ns, inode,
-ctime_ns)`` to the ``EntryInfo`` decoded last time. A file that was rewritten, touched, replaced
-or renamed over has another identity (``ctime`` cannot be set back by ``touch`` or ``utime``) and
-is decoded again. Entries changed in the last seconds are never stored (a write may still be in
-flight within one timestamp tick), nor are entries that could not be read.
+that twice. The index maps each entry's file name and identity to the ``EntryInfo`` decoded last
+time. A local file's identity is ``(size, mtime_ns, inode, ctime_ns)``: a file that was
+rewritten, touched, replaced or renamed over has another one (``ctime`` cannot be set back by
+``touch`` or ``utime``) and is decoded again; entries changed in the last seconds are never
+stored (a write may still be in flight within one timestamp tick). A bucket object's identity is
+its size, mtime and generation (GCS) or ETag (S3), which change with every write. Entries that
+could not be read are never stored.
 
-Where: ``${XDG_CACHE_HOME:-~/.cache}/cachedoctor/index/<sha256 of the cache's real path>.idx``,
-never inside the JAX cache directory. A scan stays read-only on the cache: it may be shared
-with other users or hosts, mounted read-only, or watched by tests and sync tools, and JAX's LRU
-eviction must never see our files (it only globs ``*-cache``, but a copy or rsync of the cache
-would carry a foreign index along). The least recently written index files go when the folder
-outgrows ``MAX_TOTAL_BYTES``.
+Where: ``<user cache dir>/index/<sha256 of the cache's real path or URL>.sqlite``, the user cache
+dir being the one ``platformdirs`` names (``${XDG_CACHE_HOME:-~/.cache}/cachedoctor`` on
+Linux), never inside the JAX cache directory. A scan stays read-only on the cache: it may be
+shared with other users or hosts, mounted read-only, or watched by tests and sync tools, and
+JAX's LRU eviction must never see our files. The least recently written index files go when the
+folder outgrows ``MAX_TOTAL_BYTES``.
 
-Safety: the file is a pickle, so it is only unpickled after its HMAC-SHA256 checks out under a
-per-user random key (``index.key``, mode 0600, in the same folder), and the unpickler accepts
-only cachedoctor's own result classes. An index whose key, HMAC, format, code fingerprint or
-options do not match is ignored, never trusted, and rewritten after the scan. A reader change
-invalidates every index: the fingerprint hashes the source of the modules that decode entries.
+Format: an ``sqlite3`` database of plain rows (JSON field values, no pickle: reading an index
+can never run code, and needs no allow-list kept in step with the dataclasses). Each row carries
+a checksum; a row that fails it or does not decode is decoded again from the cache, alone. An
+index written by other code (the fingerprint hashes every module that shapes a decoded entry),
+for other options or another cache, or owned by someone else, is ignored and rewritten.
 """
 
 from __future__ import annotations
@@ -26,53 +28,65 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import hmac
+import json
 import os
-import pickle
-import secrets
+import sqlite3
 import stat
 import tempfile
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.cache.model import EntryInfo
+from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = b"cachedoctor-index-v1\n"
-KEY_FILE = "index.key"
-SUFFIX = ".idx"
+FORMAT = "cachedoctor-index-v2"
+SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
 DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
+BUSY_TIMEOUT_S = 2.0  # another scan writing the same index: wait this long, then go without
 
-Identity = tuple[int, int, int, int]  # size, mtime_ns, inode, ctime_ns
+Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:version" for an object
+# identity, scalar fields (JSON), compound fields (JSON), HLO summary id, checksum
+Row = tuple[str, str, str, str | None, bytes]
 
-_ALLOWED = {
-    ("cachedoctor.cache.model", "EntryInfo"),
-    ("cachedoctor.cache.model", "Problem"),
-    ("cachedoctor.cache.model", "Section"),
-    ("cachedoctor.xla.hlo", "HloSummary"),
-    ("cachedoctor.xla.hlo", "CustomCall"),
-    ("cachedoctor.xla.hlo", "VolatileField"),
-}
+_SERVED: Row = ("", "", "", None, b"")  # a row already turned into its EntryInfo
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+  name BLOB PRIMARY KEY, identity TEXT NOT NULL, scalars TEXT NOT NULL, parts TEXT NOT NULL,
+  hlo TEXT, checksum BLOB
+);
+"""
 
 
 def index_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cachedoctor" / "index"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("cachedoctor", appauthor=False)) / "index"
 
 
-def index_path(cache_dir: str | os.PathLike[str]) -> Path:
-    real = os.path.realpath(os.fspath(cache_dir))
-    return index_root() / (hashlib.sha256(os.fsencode(real)).hexdigest()[:32] + SUFFIX)
+def cache_id(cache: str | os.PathLike[str]) -> str:
+    """What names a cache for its index: the real path of a directory, or a bucket's URL."""
+    text = os.fspath(cache)
+    return text.rstrip("/") if "://" in text else os.path.realpath(text)
 
 
-def index_locations(cache_dir: str | os.PathLike[str]) -> list[Path]:
-    """Every place an index for ``cache_dir`` may live (for tools that want it gone)."""
-    return [index_path(cache_dir)]
+def index_path(cache: str | os.PathLike[str]) -> Path:
+    digest = hashlib.sha256(os.fsencode(cache_id(cache))).hexdigest()[:32]
+    return index_root() / (digest + SUFFIX)
+
+
+def index_locations(cache: str | os.PathLike[str]) -> list[Path]:
+    """Every place an index for ``cache`` may live (for tools that want it gone)."""
+    path = index_path(cache)
+    return [path, path.with_name(path.name + "-journal")]
 
 
 def enabled() -> bool:
@@ -105,101 +119,60 @@ def code_fingerprint() -> bytes:
     return _FINGERPRINT
 
 
-def _load_key(create: bool) -> bytes | None:
-    """The per-user HMAC key; None when it is missing (and not created) or not private."""
-    root = index_root()
-    path = root / KEY_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        if not create:
-            return None
-        try:
-            root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            return _load_key(create=False)  # a concurrent scan made it first
-        except OSError:
-            return None
-        key = secrets.token_bytes(32)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-        return key
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            return None  # someone else could read or write it: forging would be possible
-        key = fh.read(64)
-    return key if len(key) == 32 else None
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in an index")
-        return super().find_class(module, name)
-
-
-class _HashingReader:
-    """The index file as the unpickler reads it, with a MAC of every byte read."""
-
-    def __init__(self, fh: BinaryIO, mac: hmac.HMAC) -> None:
-        self._fh = fh
-        self.mac = mac
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._fh.read(n)
-        self.mac.update(data)
-        return data
-
-    def readinto(self, buf: bytearray | memoryview) -> int:
-        n = self._fh.readinto(buf)  # type: ignore[attr-defined]
-        self.mac.update(memoryview(buf)[:n])
-        return int(n)
-
-    def readline(self) -> bytes:
-        data = self._fh.readline()
-        self.mac.update(data)
-        return data
-
-
-class _HashingWriter:
-    """The index file as the pickler writes it, with a MAC of every byte written."""
-
-    def __init__(self, fh: BinaryIO, mac: hmac.HMAC) -> None:
-        self._fh = fh
-        self.mac = mac
-
-    def write(self, data: bytes) -> int:
-        self.mac.update(data)
-        return self._fh.write(data)
+def identity(item: DirItem, remote: bool) -> Identity:
+    if remote:
+        return f"{item.size}:{item.mtime_ns}:{item.version}"
+    return f"{item.size}:{item.mtime_ns}:{item.ino}:{item.ctime_ns}"
 
 
 @dataclass
 class ScanIndex:
-    """The index of one cache directory, loaded (or empty), updated by the scan, then saved."""
+    """The index of one cache, loaded (or empty), updated by the scan, then saved."""
 
-    cache_dir: str
+    cache: str
     options: tuple[object, ...]
-    entries: dict[str, tuple[Identity, EntryInfo]]
+    entries: dict[str, Row]
     path: Path
-    dirty: bool = False
-    hits: int = 0
     loaded: bool = False
+    remote: bool = False  # a bucket: objects are known by generation/ETag, never racy
+    hits: int = 0
+    _hlo_rows: dict[str, str] = field(default_factory=dict)
+    _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
+    _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
+    _changed: dict[str, Row] = field(default_factory=dict)
+    _removed: set[str] = field(default_factory=set)
 
-    def get(self, item: DirItem) -> EntryInfo | None:
-        """The stored result for this exact file, or None (changed, new or never stored)."""
+    def get(self, item: DirItem, path: str) -> EntryInfo | None:
+        """The stored result for this exact file or object (reported at ``path``), or None."""
         found = self.entries.get(item.name)
-        if found is None or found[0] != identity(item):
+        if found is None or found[0] != identity(item, self.remote):
             return None
-        info = found[1]
-        expected = os.path.join(self.cache_dir, item.name)
-        if info.path != expected:  # the same cache reached by another spelling of its path
-            info = replace(info, path=expected)
+        try:
+            info = self._decode(item.name, found)
+        except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
+            return None
+        if info.path != path:  # the same cache reached by another spelling of its path
+            info = replace(info, path=path)
+        self.entries[item.name] = _SERVED  # only changed rows are written: free the text
         self.hits += 1
         return info
+
+    def _decode(self, name: str, row: Row) -> EntryInfo:
+        ident, scalars, parts, hlo_id, checksum = row
+        if checksum != _checksum(name, ident, scalars, parts, hlo_id):
+            raise ValueError("index row checksum")
+        summary = None
+        if hlo_id is not None:
+            summary = self._hlo_memo.get(hlo_id)
+            if summary is None:
+                body = self._hlo_rows[hlo_id]
+                if _hlo_id(body) != hlo_id:
+                    raise ValueError("index summary checksum")
+                summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
+        compound = self._parts_memo.get(parts)
+        if compound is None:
+            compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts))
+        return _entry(json.loads(scalars), compound, summary)
 
     def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
         """Keep exactly the current, storable entries: drop vanished names, add decoded ones."""
@@ -207,147 +180,221 @@ class ScanIndex:
         for name in list(self.entries):
             if name not in current:
                 del self.entries[name]
-                self.dirty = True
+                self._removed.add(name)
         racy_ns = int((now - RACY_S) * 1e9)
         for name, info in decoded.items():
             item = current.get(name)
             if item is None:
                 continue
-            if max(item.mtime_ns, item.ctime_ns) >= racy_ns or not _storable(info):
+            racy = not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns
+            if racy or not _storable(info):
                 if self.entries.pop(name, None) is not None:
-                    self.dirty = True
+                    self._removed.add(name)
                 continue
-            self.entries[name] = (identity(item), info)
-            self.dirty = True
+            row = self._freeze(name, identity(item, self.remote), info)
+            self.entries[name] = self._changed[name] = row
+            self._removed.discard(name)
+
+    def _freeze(self, name: str, ident: Identity, info: EntryInfo) -> Row:
+        hlo_id = None
+        if info.hlo is not None:
+            body = _dumps(_plain(info.hlo))
+            hlo_id = _hlo_id(body)
+            self._hlo_rows[hlo_id] = body
+        scalars = _dumps([getattr(info, f) for f in _SCALARS])
+        parts = _dumps([_plain(getattr(info, f)) for f in _PARTS])
+        return (ident, scalars, parts, hlo_id, _checksum(name, ident, scalars, parts, hlo_id))
 
     def save(self) -> None:
-        """Write the index atomically; failures are ignored (the index is only a shortcut)."""
-        if not self.dirty:
+        """Write what changed; failures are ignored (the index is only a shortcut)."""
+        if not enabled() or not (self._changed or self._removed or not self.loaded):
             return
-        with contextlib.suppress(OSError, pickle.PicklingError, RecursionError):
-            _write(self)
+        with contextlib.suppress(OSError, sqlite3.Error):
+            if self.loaded:
+                self._save_changes()
+            else:
+                self._save_whole()
+            self._changed.clear()
+            self._removed.clear()
+            self.loaded = True
+            _tidy(self.path.parent, keep=self.path)
 
+    def _save_changes(self) -> None:
+        """Update the index in place, in one transaction (another scan may be reading it)."""
+        db = _connect(self.path)
+        try:
+            with db:
+                db.executemany(
+                    "DELETE FROM entries WHERE name = ?", [(os.fsencode(n),) for n in self._removed]
+                )
+                self._insert(db, self._changed)
+                if self._removed:
+                    db.execute(
+                        "DELETE FROM hlo WHERE id NOT IN "
+                        "(SELECT hlo FROM entries WHERE hlo IS NOT NULL)"
+                    )
+        finally:
+            db.close()
 
-def identity(item: DirItem) -> Identity:
-    return (item.size, item.mtime_ns, item.ino, item.ctime_ns)
+    def _save_whole(self) -> None:
+        """Write a fresh index beside the old one, then rename it over (atomic)."""
+        root = self.path.parent
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
+        os.close(fd)
+        try:
+            db = _connect(Path(tmp))
+            try:
+                with db:
+                    db.executescript(_SCHEMA)
+                    db.executemany(
+                        "INSERT INTO meta VALUES (?, ?)", _header(self.cache, self.options).items()
+                    )
+                    self._insert(db, self._changed)  # not loaded: every row is new
+            finally:
+                db.close()
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _insert(self, db: sqlite3.Connection, rows: dict[str, Row]) -> None:
+        used = {row[3] for row in rows.values() if row[3] is not None}
+        db.executemany(
+            "INSERT OR REPLACE INTO hlo VALUES (?, ?)", [(i, self._hlo_rows[i]) for i in used]
+        )
+        db.executemany(
+            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+            [(os.fsencode(name), *row) for name, row in rows.items()],
+        )
 
 
 def _storable(info: EntryInfo) -> bool:
     return not any(p.kind in ("unreadable", "symlink") for p in info.problems)
 
 
-def load(cache_dir: str, options: tuple[object, ...] = ()) -> ScanIndex:
-    """The index for ``cache_dir``, or an empty one when there is none we can trust."""
-    path = index_path(cache_dir)
-    empty = ScanIndex(cache_dir, options, {}, path)
+def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
+    """The index for ``cache`` (a directory or a bucket URL), or an empty one when there is
+    none we can use."""
+    path = index_path(cache)
+    remote = "://" in cache
+    empty = ScanIndex(cache, options, {}, path, remote=remote)
     if not enabled():
         return empty
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return empty
-    key = _load_key(create=False)
-    if key is None:
-        return empty
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+        st = os.lstat(path)
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-            return empty
-        if fh.read(len(FORMAT)) != FORMAT:
-            return empty
-        mac = fh.read(32)
-        start = fh.tell()
-        # Authenticate first, streaming (the file may be tens of MB: never held whole) ...
-        check = hmac.new(key, digestmod=hashlib.sha256)
-        while chunk := fh.read(1 << 20):
-            check.update(chunk)
-        if not hmac.compare_digest(mac, check.digest()):
-            return empty
-        # ... then parse, hashing again what is parsed: a file changed in between is refused.
-        fh.seek(start)
-        reader = _HashingReader(fh, hmac.new(key, digestmod=hashlib.sha256))
-        try:
-            header, rows = _Unpickler(reader).load()
-            if reader.read(1) or not hmac.compare_digest(mac, reader.mac.digest()):
-                return empty
-            if header != _header(cache_dir, options):
-                return empty
-            entries = {name: (ident, _unpack(values)) for name, ident, values in rows}
-        except Exception:  # authenticated yet unreadable: cannot happen; be safe anyway
-            return empty
-    return ScanIndex(cache_dir, options, entries, path, loaded=True)
-
-
-def _header(cache_dir: str, options: tuple[object, ...]) -> tuple[object, ...]:
-    return (code_fingerprint(), _FIELDS, os.path.realpath(cache_dir), options)
-
-
-def _write(index: ScanIndex) -> None:
-    key = _load_key(create=True)
-    if key is None:
-        return
-    root = index.path.parent
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
+            return empty  # another user's file (or a link to one): never read it
+        db = _connect(path)
+    except (OSError, sqlite3.Error):
+        return empty
     try:
-        with os.fdopen(fd, "w+b") as fh:
-            fh.write(FORMAT)
-            fh.write(bytes(32))  # the MAC goes here once the body is written
-            writer = _HashingWriter(fh, hmac.new(key, digestmod=hashlib.sha256))
-            pickle.dump(  # streamed: the pickle is never held whole in memory
-                (_header(index.cache_dir, index.options), _packed(index.entries)),
-                writer,
-                protocol=pickle.HIGHEST_PROTOCOL,
-            )
-            fh.seek(len(FORMAT))
-            fh.write(writer.mac.digest())
-        os.replace(tmp, index.path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    index.dirty = False
-    _tidy(root, keep=index.path)
+        meta = dict(db.execute("SELECT k, v FROM meta"))
+        if meta != _header(cache, options):
+            return empty
+        entries: dict[str, Row] = {}
+        for name, *row in db.execute("SELECT * FROM entries"):
+            entries[os.fsdecode(name)] = tuple(row)
+        hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
+    except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
+        return empty
+    finally:
+        db.close()
+    return ScanIndex(cache, options, entries, path, True, remote, _hlo_rows=hlo_rows)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+    db.execute("PRAGMA synchronous = OFF")  # a lost index is only a slower next scan
+    return db
+
+
+def _header(cache: str, options: tuple[object, ...]) -> dict[str, str]:
+    return {
+        "format": FORMAT,
+        "code": code_fingerprint().hex(),
+        "fields": ",".join(_FIELDS),
+        "cache": cache_id(cache),
+        "options": json.dumps(list(options)),
+    }
+
+
+def _checksum(name: str, ident: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
+    text = "\0".join((ident, scalars, parts, hlo_id or ""))
+    return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
+
+
+def _hlo_id(body: str) -> str:
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def _dumps(value: object) -> str:
+    # ASCII only: paths may hold lone surrogates (undecodable bytes), which JSON escapes
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
+def _plain(value: Any) -> Any:
+    """Field values as JSON values: a dataclass becomes the list of its fields, in order."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(EntryInfo))
-_SHARED = frozenset({"hlo", "sections", "volatile", "problems"})
-_SLOTS = tuple(getattr(EntryInfo, name, None) for name in _FIELDS)
-_FAST = all(type(s).__name__ == "member_descriptor" for s in _SLOTS)  # slotted EntryInfo
-_SETTERS = tuple(s.__set__ for s in _SLOTS) if _FAST else ()  # type: ignore[union-attr]
+_HLO_FIELDS = tuple(f.name for f in dataclasses.fields(HloSummary))
 
 
-def _packed(entries: dict[str, tuple[Identity, EntryInfo]]) -> list[tuple[str, Identity, tuple]]:  # type: ignore[type-arg]
-    """Entries as plain rows of field values, with equal summaries shared (duplicates are
-    common): a smaller pickle that loads without a ``__setstate__`` call per entry."""
-    by_id: dict[int, object] = {}
-    by_value: dict[object, object] = {}
-    rows = []
-    for name, (ident, info) in entries.items():
-        values = []
-        for attr in _FIELDS:
-            value = getattr(info, attr)
-            if attr in _SHARED:
-                shared = by_id.get(id(value))
-                if shared is None:
-                    try:
-                        shared = by_value.setdefault(value, value)
-                    except TypeError:
-                        shared = value
-                    by_id[id(value)] = shared
-                value = shared
-            values.append(value)
-        rows.append((name, ident, tuple(values)))
-    return rows
+def _records(cls: Callable[..., Any], rows: list[list[Any]]) -> tuple[Any, ...]:
+    return tuple(cls(*row) for row in rows)
 
 
-def _unpack(values: tuple) -> EntryInfo:  # type: ignore[type-arg]
-    if len(values) != len(_FIELDS):
+def _strings(rows: list[str]) -> tuple[str, ...]:
+    return tuple(rows)
+
+
+# The fields that are dataclasses or tuples, and how each comes back from its JSON form; every
+# other field of an entry is a scalar. Entries keep them apart: copies of a program share them.
+_ENTRY_PARTS: dict[str, Callable[[Any], Any]] = {
+    "gpu": lambda v: GpuSummary(*v),
+    "sections": lambda v: _records(Section, v),
+    "volatile": lambda v: _records(VolatileField, v),
+    "problems": lambda v: _records(Problem, v),
+}
+_SUMMARY_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "parameters": _strings,
+    "custom_calls": lambda v: _records(CustomCall, v),
+    "opcodes": lambda v: tuple((op, count) for op, count in v),
+    "source_files": _strings,
+}
+_PARTS = tuple(_ENTRY_PARTS)
+_SCALARS = tuple(f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo")
+# frozen and slotted: fill the slots directly, several times faster than __init__
+_SETTERS = tuple(getattr(EntryInfo, f).__set__ for f in (*_SCALARS, *_PARTS, "hlo"))
+
+
+def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:
+    if not isinstance(values, list) or len(values) != len(names):
         raise ValueError("index row of another shape")
-    if not _FAST:
-        return EntryInfo(*values)
-    info = object.__new__(EntryInfo)  # frozen: fill the slots directly, ~3x faster than init
-    for setter, value in zip(_SETTERS, values):  # noqa: B905 (lengths checked above)
+    pairs = zip(names, values, strict=True)
+    return [kinds[n](v) if v is not None and n in kinds else v for n, v in pairs]
+
+
+def _thaw_hlo(values: Any) -> HloSummary:
+    return HloSummary(*_thaw(_HLO_FIELDS, _SUMMARY_FIELDS, values))
+
+
+def _thaw_parts(values: Any) -> list[Any]:
+    return _thaw(_PARTS, _ENTRY_PARTS, values)
+
+
+def _entry(scalars: Any, parts: list[Any], summary: HloSummary | None) -> EntryInfo:
+    if not isinstance(scalars, list) or len(scalars) != len(_SCALARS):
+        raise ValueError("index row of another shape")
+    info = object.__new__(EntryInfo)
+    for setter, value in zip(_SETTERS, (*scalars, *parts, summary), strict=True):
         setter(info, value)
     return info
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -16,19 +19,46 @@ CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output fo
 SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
 
 
-def progress_to_stderr(enabled: bool):  # type: ignore[no-untyped-def]
-    """A scan progress callback that writes to stderr on a terminal, or None."""
+PROGRESS_DELAY_S = 1.0  # a bar for work that is over sooner would only flicker
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``progress(done, total)`` callback drawing a bar on stderr once the work has run past
+    ``PROGRESS_DELAY_S``; None (no bar at all) unless ``enabled`` and stderr is a terminal
+    outside CI. The bar is removed when the work ends, so nothing of it stays in the output."""
     if not enabled or not sys.stderr.isatty() or os.environ.get("CI"):
-        return None
-    err = stderr_console()
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    start = time.monotonic()
+    bar: Progress | None = None
+    task = None
 
     def report(done: int, total: int) -> None:
-        if done == total or done % 200 == 0:
-            err.print(f"\rscanned {done}/{total} entries", end="")
-            if done == total:
-                err.print("\r" + " " * 40 + "\r", end="")
+        nonlocal bar, task
+        if bar is None:
+            if done >= total or time.monotonic() - start < PROGRESS_DELAY_S:
+                return
+            bar = Progress(
+                f"[progress.description]{what}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=stderr_console(),
+                transient=True,
+            )
+            bar.start()
+            task = bar.add_task(what, total=total)
+        assert task is not None
+        bar.update(task, completed=done, total=total)
 
-    return report
+    try:
+        yield report
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
-from cachedoctor.cli._common import SEVERITY_CHOICE
+from cachedoctor.cli._common import SEVERITY_CHOICE, progress_bar
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import Severity
 from cachedoctor.errors import ExitCode
@@ -63,12 +63,14 @@ def lint(
     from cachedoctor.commands import lint as core
 
     kinds = core.parse_kinds(ignore)
-    report = core.lint_directory(
-        resolve_cache_dir(directory),
-        fail_on=Severity.parse(fail_on),
-        ignore=kinds,
-        baseline_path=baseline,
-    )
+    with progress_bar(fmt == "text", "scanning") as progress:  # never beside a CI format
+        report = core.lint_directory(
+            resolve_cache_dir(directory),
+            fail_on=Severity.parse(fail_on),
+            ignore=kinds,
+            baseline_path=baseline,
+            progress=progress,
+        )
     text = _render(report, fmt, to_file=output is not None)
     if junit_file:
         core.write_text_atomic(junit_file, _render(report, "junit", to_file=True))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cachedoctor.cli._common import progress_bar
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
@@ -137,9 +138,13 @@ def prune(
         selectors=tuple(selectors),
     )
     cache_dir = resolve_cache_dir(directory)
-    plan, result = plan_and_apply(
-        lambda: plan_prune(cache_dir, options), cache_dir, do_apply, lock_timeout
-    )
+    with progress_bar(not as_json, "planning") as progress:
+        plan, result = plan_and_apply(
+            lambda: plan_prune(cache_dir, options, progress=progress),
+            cache_dir,
+            do_apply,
+            lock_timeout,
+        )
     _render(plan, result, as_json)
     failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))

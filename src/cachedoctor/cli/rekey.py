@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.prune import _render, plan_and_apply
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import ExitCode
@@ -31,7 +32,10 @@ def rekey(
     from cachedoctor.commands.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
-    plan, result = plan_and_apply(lambda: plan_rekey(cache_dir), cache_dir, do_apply, lock_timeout)
+    with progress_bar(not as_json, "planning") as progress:
+        plan, result = plan_and_apply(
+            lambda: plan_rekey(cache_dir, progress=progress), cache_dir, do_apply, lock_timeout
+        )
     _render(plan, result, as_json)
     failed = bool(plan.conflicts) or (
         result is not None and any(o.status is Status.FAILED for o in result.outcomes)

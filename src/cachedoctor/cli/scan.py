@@ -6,7 +6,7 @@ import time
 
 import click
 
-from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_to_stderr
+from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode, count
@@ -57,10 +57,11 @@ def scan(
     ignored = parse_kinds(ignore)
     cache_dir = resolve_cache_dir(directory)
     try:
-        if is_url(cache_dir):
-            report = _scan_bucket(cache_dir, progress_to_stderr(not as_json))
-        else:
-            report = scan_directory(cache_dir, progress=progress_to_stderr(not as_json))
+        with progress_bar(not as_json, "scanning") as progress:
+            if is_url(cache_dir):
+                report = _scan_bucket(cache_dir, progress)
+            else:
+                report = scan_directory(cache_dir, progress=progress)
     except FileNotFoundError as exc:
         raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from exc
     except OSError as exc:
@@ -70,9 +71,11 @@ def scan(
     not_a_cache(report)
     report = report.without(ignored)
     if as_json:
-        from cachedoctor.render.jsonout import dumps, scan_document
+        from cachedoctor.render.jsonout import iter_scan_json
 
-        click.echo(dumps(scan_document(report)))
+        for piece in iter_scan_json(report):  # streamed: never the whole document at once
+            click.echo(piece, nl=False)
+        click.echo()
     else:
         from cachedoctor.render.table import render_scan
 

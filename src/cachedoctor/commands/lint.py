@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cachedoctor import __version__
-from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
+from cachedoctor.commands.scan import (
+    Finding,
+    FindingKind,
+    ProgressCallback,
+    ScanReport,
+    Severity,
+    scan_directory,
+)
 from cachedoctor.commands.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count
 from cachedoctor.storage.fsops import open_regular
@@ -230,11 +237,12 @@ def lint_directory(
     fail_on: Severity = Severity.ERROR,
     ignore: Iterable[FindingKind] = (),
     baseline_path: str | None = None,
+    progress: ProgressCallback | None = None,
 ) -> LintReport:
     """Scan ``cache_dir`` and judge the findings; I/O problems raise ``CachedoctorError``."""
     baseline = load_baseline(baseline_path) if baseline_path else None
     try:
-        scan = scan_directory(cache_dir)
+        scan = scan_directory(cache_dir, progress=progress)
     except FileNotFoundError:
         raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from None
     except NotADirectoryError:

@@ -219,8 +219,10 @@ def plan_prune(
     *,
     now: float | None = None,
     jax_info: JaxInfo | None = None,
+    progress: scan.ProgressCallback | None = None,
 ) -> Plan:
-    """What ``prune`` would do with these options. Reads the directory; changes nothing."""
+    """What ``prune`` would do with these options. Reads the directory; changes nothing.
+    ``progress(done, total)`` follows the entries decoded (only some rules decode)."""
     if not options.anything:
         raise CachedoctorError(
             "nothing selected: give at least one of --older-than, --max-size, --duplicates, "
@@ -236,12 +238,20 @@ def plan_prune(
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
     with stores.one_line_errors(str(cache_dir)), open_dir(cache_dir) as cd:
-        return _Planner(cd, options, now, jax_info).plan()
+        return _Planner(cd, options, now, jax_info, progress).plan()
 
 
 class _Planner:
-    def __init__(self, cd: Dir, options: PruneOptions, now: float, jax_info: JaxInfo) -> None:
+    def __init__(
+        self,
+        cd: Dir,
+        options: PruneOptions,
+        now: float,
+        jax_info: JaxInfo,
+        progress: scan.ProgressCallback | None = None,
+    ) -> None:
         self.cd = cd
+        self.progress = progress
         self.o = options
         self.now = now
         self.jax = jax_info
@@ -315,16 +325,20 @@ class _Planner:
             return None
         infos: list[EntryInfo] = []
         if isinstance(self.cd, StoreDir):  # concurrent ranged reads, the same decoder
-            decoded = reader.decode_store_entries(self.cd.store, [e.item for e in entries.values()])
+            decoded = reader.decode_store_entries(
+                self.cd.store, [e.item for e in entries.values()], progress=self.progress
+            )
             for e, done in zip(entries.values(), decoded, strict=True):
                 e.info = done
                 infos.append(done)
             return scan.build_report(self.listing, infos, self.jax, self.now)
-        for e in entries.values():
+        for n, e in enumerate(entries.values(), 1):
             info = reader.decode_entry(self.cd.path + os.sep + e.item.name, key=e.key)
             assert isinstance(info, EntryInfo)
             e.info = info
             infos.append(info)
+            if self.progress is not None:
+                self.progress(n, len(entries))
         return scan.build_report(self.listing, infos, self.jax, self.now)
 
     def plan(self) -> Plan:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -82,8 +83,10 @@ def plan_rekey(
     hasher: KeyHasher | None = None,
     now: float | None = None,
     jax_info: JaxInfo | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Plan:
-    """What ``rekey`` would do. Reads the directory; changes nothing."""
+    """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
+    follows the manifests examined."""
     from cachedoctor.storage.stores import is_url
 
     if is_url(cache_dir):
@@ -105,7 +108,9 @@ def plan_rekey(
         manifests, _ = read_manifests(cd)
         folder = MANIFEST_DIRNAME
         targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
-        for m in manifests:
+        for n, m in enumerate(manifests):
+            if progress is not None:
+                progress(n, len(manifests))
             label = f"{folder}/{m.file}"
             if m.is_symlink:
                 skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))

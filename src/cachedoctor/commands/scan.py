@@ -162,32 +162,71 @@ def scan_directory(
         store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
         with stores.one_line_errors(store.url):
             listing = listdir.list_cache(store)
-            remote_entries = reader.decode_store_entries(
-                store, listing.entries, progress=progress, max_decompressed=max_decompressed
+            remote_entries = _decode_entries(
+                listing,
+                functools.partial(_decode_from_store, store, max_decompressed),
+                lambda item: store.url_of(item.name),
+                progress,
+                max_decompressed if use_index else None,
             )
         return build_report(listing, remote_entries, jax_info, now)
+    from cachedoctor.cache import parallel
+
     root = os.fspath(cache_dir)
     listing = listdir.list_cache(root)
-    entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
+    entries = _decode_entries(
+        listing,
+        lambda todo, advance: parallel.decode_items(
+            listing, todo, max_decompressed=max_decompressed, workers=workers, progress=advance
+        ),
+        _local_path_of(listing),
+        progress,
+        max_decompressed if use_index else None,
+    )
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
     return build_report(listing, entries, jax_info, now, sub)
 
 
+def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
+    """``str(listing.path(item))`` (the decoder's spelling of an entry's path), without a
+    ``Path`` per entry."""
+    base = str(Path(listing.root))
+    if base == ".":
+        return lambda item: item.name
+    return lambda item: os.path.join(base, item.name)
+
+
+Decoder = Callable[[list[DirItem], Callable[[int], None] | None], Iterable[EntryInfo]]
+
+
+def _decode_from_store(
+    store: stores.Store,
+    max_decompressed: int,
+    todo: list[DirItem],
+    advance: Callable[[int], None] | None,
+) -> list[EntryInfo]:
+    """Decode objects concurrently through the store, reporting one step per object."""
+    step = None if advance is None else (lambda _done, _total: advance(1))
+    return reader.decode_store_entries(
+        store, todo, progress=step, max_decompressed=max_decompressed
+    )
+
+
 def _decode_entries(
     listing: CacheListing,
+    decode: Decoder,
+    path_of: Callable[[DirItem], str],
     progress: ProgressCallback | None,
-    max_decompressed: int,
-    use_index: bool,
-    workers: int | None,
+    index_options: int | None,
 ) -> list[EntryInfo]:
-    """Every entry of the listing, in order: from the index when unchanged, else decoded."""
+    """Every entry of the listing, in order: from the index (when ``index_options`` is given)
+    when unchanged, else decoded by ``decode`` (which reports its progress by increments)."""
     from cachedoctor.cache import index as index_mod
-    from cachedoctor.cache import parallel
 
     items = listing.entries
-    idx = index_mod.load(listing.root, (max_decompressed,)) if use_index else None
+    idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -195,12 +234,12 @@ def _decode_entries(
             found[n] = EntryInfo(
                 key=item.key or item.name,
                 module=listdir.module_of(item.key) if item.key else None,
-                path=str(listing.path(item)),
+                path=path_of(item),
                 size=item.size,
                 mtime_ns=item.mtime_ns,
                 problems=(model.Problem("symlink", "is a symbolic link; not followed"),),
             )
-        elif idx is not None and (hit := idx.get(item)) is not None:
+        elif idx is not None and (hit := idx.get(item, path_of(item))) is not None:
             found[n] = hit
         else:
             todo.append(n)
@@ -214,13 +253,7 @@ def _decode_entries(
         if progress is not None:
             progress(done, len(items))
 
-    decoded = parallel.decode_items(
-        listing,
-        [items[n] for n in todo],
-        max_decompressed=max_decompressed,
-        workers=workers,
-        progress=advance if progress is not None else None,
-    )
+    decoded = decode([items[n] for n in todo], advance if progress is not None else None)
     for n, info in zip(todo, decoded, strict=True):
         found[n] = info
     entries = [e for e in found if e is not None]

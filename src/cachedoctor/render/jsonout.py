@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
@@ -44,6 +45,29 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def scan_document(report: ScanReport) -> dict[str, Any]:
+    return {**_scan_skeleton(report), "entries": [entry_dict(e) for e in report.entries]}
+
+
+def iter_scan_json(report: ScanReport) -> Iterator[str]:
+    """``dumps(scan_document(report))`` in pieces, one entry at a time: the same text, without
+    holding the whole document (its entries array is most of it) in memory."""
+    if not report.entries:
+        yield dumps(scan_document(report))
+        return
+    head, tail = dumps(_scan_skeleton(report)).split(f'"entries": "{_ENTRIES_SLOT}"', 1)
+    yield head + '"entries": ['
+    separator = "\n    "
+    for n, entry in enumerate(report.entries):
+        text = dumps(entry_dict(entry)).replace("\n", "\n    ")
+        yield ("," if n else "") + separator + text
+    yield "\n  ]" + tail
+
+
+_ENTRIES_SLOT = "cachedoctor:entries"  # where the streamed entries array goes
+
+
+def _scan_skeleton(report: ScanReport) -> dict[str, Any]:
+    """The scan document with its entries array left as a placeholder string."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "cachedoctor", "version": __version__},
@@ -57,7 +81,7 @@ def scan_document(report: ScanReport) -> dict[str, Any]:
             "subcaches": dict(report.summary.subcaches),
         },
         "modules": to_plain(report.modules),
-        "entries": [entry_dict(e) for e in report.entries],
+        "entries": _ENTRIES_SLOT,
         "findings": [finding_dict(f) for f in report.findings],
         "subcaches": to_plain(report.subcaches),
         "files": [
