@@ -1,4 +1,5 @@
-"""Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), bench.
+"""Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
+mutation, bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
 
@@ -33,6 +35,15 @@ COMPAT_TESTS = [
     "tests/test_hook.py",
     "tests/test_hook_internals.py",
     "tests/test_hook_manifest.py",
+]
+# The second JAX of the cross-version tests: a cache written by it next to one written by the
+# newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
+CROSSVER_JAX = "0.8.3"
+CROSSVER_TESTS = [
+    "tests/test_diff.py",
+    "tests/test_prune.py",
+    "tests/test_scan.py",
+    "tests/test_hook_compat.py",
 ]
 
 
@@ -62,9 +73,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    """ruff, and the layer contract (import-linter, pyproject.toml; docs/architecture.md)."""
+    session.install("ruff>=0.6", "import-linter>=2", "-e", ".")
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("lint-imports")
 
 
 @nox.session(python="3.11")
@@ -88,6 +101,26 @@ def compat(session: nox.Session, jax: str) -> None:
     session.run(
         "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
     )
+
+
+@nox.session(python="3.11")
+def crossver(session: nox.Session) -> None:
+    """The cross-version tests: the newest JAX here, jax CROSSVER_JAX in a second venv.
+
+    The tests find the second interpreter through CACHEDOCTOR_OTHER_JAX_PYTHON and
+    CACHEDOCTOR_COMPAT_PYTHONS; without them they skip, naming this session.
+    """
+    session.install("-e", ".[test]")
+    other = Path(session.cache_dir) / f"jax-{CROSSVER_JAX}"
+    python = other / "bin" / "python"
+    if not python.exists():
+        session.run("python", "-m", "venv", str(other))
+    session.run(
+        str(python), "-m", "pip", "install", "-q", ".",
+        f"jax=={CROSSVER_JAX}", f"jaxlib=={CROSSVER_JAX}", external=True,
+    )  # fmt: skip
+    env = {"CACHEDOCTOR_OTHER_JAX_PYTHON": str(python), "CACHEDOCTOR_COMPAT_PYTHONS": str(python)}
+    session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs, env=env)
 
 
 @nox.session(python="3.11")

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from cachedoctor.commands.runner import Run, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
+
+OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
+CROSSVER_SKIP = (
+    f"no second JAX interpreter: `nox -s crossver` builds a jax 0.8.3 venv and sets {OTHER_JAX_ENV}"
+)
 
 
 def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None = None) -> list[Run]:
@@ -26,6 +33,36 @@ def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None =
         assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
         runs.append(run)
     return runs
+
+
+def other_jax_python() -> str:
+    """The interpreter of a second, older JAX (set by `nox -s crossver`); skips when unset."""
+    python = os.environ.get(OTHER_JAX_ENV)
+    if not python:
+        pytest.skip(CROSSVER_SKIP)
+    if not os.path.exists(python):
+        pytest.fail(f"{OTHER_JAX_ENV}={python} does not exist")
+    return python
+
+
+def raw_payload_layout(entry: Path) -> str:
+    """The payload layout read straight from the bytes with zstandard/zlib, not the reader.
+
+    After the 4-byte compile time, JAX <= 0.9.0 writes the bare PjRt proto (first byte 0x0a);
+    later JAX writes a varint length, then the header whose field 1 is the IFRT version.
+    """
+    blob = entry.read_bytes()
+    if blob.startswith(b"\x28\xb5\x2f\xfd"):
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(blob)
+    else:
+        data = zlib.decompress(blob)
+    payload = data[4:]
+    if payload[0] == 0x0A:
+        return "pjrt"
+    length_bytes = 1 if payload[0] < 0x80 else 2
+    header = payload[length_bytes:]
+    assert header[0] == 0x08, f"unexpected header start {header[:4].hex()}"
+    return f"ifrt-v{header[1]}"
 
 
 @pytest.fixture(autouse=True)

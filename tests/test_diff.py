@@ -21,10 +21,9 @@ from cachedoctor.commands import diff
 from cachedoctor.commands.runner import program_env, run_command
 from cachedoctor.programs import program_path
 from cachedoctor.xla import optionschema
-from conftest import cli_env, make_cache
+from conftest import cli_env, make_cache, other_jax_python, raw_payload_layout
 
 AUTOTUNE_FIELD = "executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir"
-OLD_JAX = ("0.8.3", "0.4.38")  # other JAX versions to write "the same program" with
 
 
 def entries(cache: Path, module: str) -> list[EntryInfo]:
@@ -126,29 +125,24 @@ def test_two_input_shapes_are_different_programs(moved: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def other_jax(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """The plain program written by another JAX version (a ready venv under /work/venvs)."""
-    installed = installed_jax().jax_version
-    for version in OLD_JAX:
-        python = Path(f"/work/venvs/jax-{version}/bin/python")
-        if python.exists() and version != installed:
-            cache = tmp_path_factory.mktemp(f"diff-jax-{version}") / "cache"
-            make_cache(cache, [("plain", {})], python=str(python))
-            return version, cache
-    pytest.skip(f"no venv with another JAX version ({', '.join(OLD_JAX)}) under /work/venvs")
+def other_jax(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plain program written by a second, older JAX (`nox -s crossver`)."""
+    python = other_jax_python()
+    cache = tmp_path_factory.mktemp("diff-other-jax") / "cache"
+    make_cache(cache, [("plain", {})], python=python)
+    return cache
 
 
-def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: tuple[str, Path]) -> None:
-    _version, cache = other_jax
-    (old,) = entries(cache, "jit_g")
+def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: Path) -> None:
+    (old,) = entries(other_jax, "jit_g")
     new = _plain(seed_cache, size=16, written_under=seed_cache)
+    old_layout, new_layout = raw_payload_layout(Path(old.path)), raw_payload_layout(Path(new.path))
+    # crossver pairs jax 0.8.3 (no header) with a JAX that writes the pjrt_ifrt header
+    assert old_layout == "pjrt" and new_layout.startswith("ifrt-v"), (old_layout, new_layout)
     report = diff.diff_entries(old.path, new.path)
     v = report.verdict
     assert v.kind is diff.VerdictKind.DIFFERENT_JAX, v.line
-    if old.format_label != new.format_label:
-        assert f"payload format {old.format_label} (A) vs {new.format_label} (B)" in v.line
-    else:
-        assert "serialized executable has" in v.line
+    assert f"payload format {old_layout} (A) vs {new_layout} (B)" in v.line
     assert not v.equivalent
     assert report.options.names_from  # every option path below is named where known
     assert all(d.named for d in report.options.compile_options[:20])
