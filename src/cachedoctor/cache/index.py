@@ -31,7 +31,6 @@ import os
 import pickle
 import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ from typing import Any, BinaryIO
 
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.storage.atomic import atomic_file
 
 FORMAT = b"cachedoctor-index-v1\n"
 KEY_FILE = "index.key"
@@ -288,24 +288,17 @@ def _write(index: ScanIndex) -> None:
         return
     root = index.path.parent
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
-    try:
-        with os.fdopen(fd, "w+b") as fh:
-            fh.write(FORMAT)
-            fh.write(bytes(32))  # the MAC goes here once the body is written
-            writer = _HashingWriter(fh, hmac.new(key, digestmod=hashlib.sha256))
-            pickle.dump(  # streamed: the pickle is never held whole in memory
-                (_header(index.cache_dir, index.options), _packed(index.entries)),
-                writer,
-                protocol=pickle.HIGHEST_PROTOCOL,
-            )
-            fh.seek(len(FORMAT))
-            fh.write(writer.mac.digest())
-        os.replace(tmp, index.path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(index.path, temp_prefix=".tmp-") as fh:
+        fh.write(FORMAT)
+        fh.write(bytes(32))  # the MAC goes here once the body is written
+        writer = _HashingWriter(fh, hmac.new(key, digestmod=hashlib.sha256))
+        pickle.dump(  # streamed: the pickle is never held whole in memory
+            (_header(index.cache_dir, index.options), _packed(index.entries)),
+            writer,
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+        fh.seek(len(FORMAT))
+        fh.write(writer.mac.digest())
     index.dirty = False
     _tidy(root, keep=index.path)
 

@@ -20,12 +20,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cachedoctor.cache import listdir, locate, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.formats import wire
+from cachedoctor.stablekeys.manifest import load_ir, load_manifest
 from cachedoctor.storage import stores
 from cachedoctor.xla import compile_options, optionschema
 from cachedoctor.xla import hlo as hlo_mod
@@ -654,16 +654,7 @@ def _executable_section(a: EntryDetail, b: EntryDetail) -> BytesSection:
     return BytesSection(identical, tuple(sections))
 
 
-# --- manifests (optional layer) ------------------------------------------------------------------
-
-
-def _manifest_api() -> Any:
-    import importlib
-
-    try:  # the stable-key work's module; optional
-        return importlib.import_module("cachedoctor.stablekeys.manifest")
-    except ImportError:
-        return None
+# --- manifests ------------------------------------------------------------------------------------
 
 
 def _render_component(name: str, data: str | None) -> str | None:
@@ -719,12 +710,9 @@ def _ir_backend_configs(text: str) -> list[tuple[str, str]]:
 
 
 def _manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSection:
-    api = _manifest_api()
-    if api is None:
-        return ManifestSection(False, NO_MANIFEST)
     try:
-        ma = api.load_manifest(a.cache_dir, a.key)
-        mb = api.load_manifest(b.cache_dir, b.key)
+        ma = load_manifest(a.cache_dir, a.key)
+        mb = load_manifest(b.cache_dir, b.key)
     except (OSError, ValueError) as exc:
         return ManifestSection(False, f"{NO_MANIFEST} (a manifest is unreadable: {exc})")
     if ma is None or mb is None:
@@ -775,8 +763,8 @@ def _manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSecti
     )
     ir_diff: tuple[str, ...] = ()
     configs: list[tuple[str, str, str]] = []
-    ir_a = api.load_ir(a.cache_dir, a.key) if ma.has_ir else None
-    ir_b = api.load_ir(b.cache_dir, b.key) if mb.has_ir else None
+    ir_a = load_ir(a.cache_dir, a.key) if ma.has_ir else None
+    ir_b = load_ir(b.cache_dir, b.key) if mb.has_ir else None
     if ir_a is not None and ir_b is not None:
         ir_diff = tuple(
             difflib.unified_diff(

@@ -132,9 +132,6 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-# --- manifests (read as JSON, as written by stablekeys.manifest) ----------------------------
-
-
 # --- planning ------------------------------------------------------------------------------------
 
 
