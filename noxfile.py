@@ -1,5 +1,5 @@
 """Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
-mutation, bench.
+mutation (mutmut), bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -121,6 +121,41 @@ def crossver(session: nox.Session) -> None:
     )  # fmt: skip
     env = {"CACHEDOCTOR_OTHER_JAX_PYTHON": str(python), "CACHEDOCTOR_COMPAT_PYTHONS": str(python)}
     session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs, env=env)
+
+
+# Mutation testing: each module with the fast tests that guard it (one pytest run per mutant).
+MUTATION_TARGETS = {
+    "src/cachedoctor/formats/wire.py": [
+        "tests/test_wire.py",
+        "tests/test_splitproto.py",
+        "tests/test_gpu.py",
+    ],
+    "src/cachedoctor/stablekeys/fingerprint.py": ["tests/test_keys.py"],
+    "src/cachedoctor/stablekeys/keys.py": ["tests/test_keys.py"],
+    "src/cachedoctor/cache/decompress.py": ["tests/test_reader.py"],
+    "src/cachedoctor/cache/reader.py": ["tests/test_reader.py"],
+}
+
+
+@nox.session(python="3.11")
+def mutation(session: nox.Session) -> None:
+    """mutmut on the byte-level core (docs/development.md has the scores).
+
+    mutmut rewrites each module in place while it runs: use a clean checkout. Positional
+    arguments pick modules (paths as in MUTATION_TARGETS). The JAX-written test caches are
+    built once into the nox cache folder (CACHEDOCTOR_PREBUILT_CACHES), not once per mutant.
+    """
+    session.install("-e", ".[test]", "mutmut==2.5.1")
+    env = {"CACHEDOCTOR_PREBUILT_CACHES": str(Path(session.cache_dir) / "mutation-caches")}
+    for module in session.posargs or list(MUTATION_TARGETS):
+        tests = " ".join(MUTATION_TARGETS[module])
+        runner = f"python -m pytest -x -q -p no:cacheprovider -p no:xdist {tests}"
+        # exit status: a bit mask (2 survivors, 4 timeouts, 8 slow); 1 is a real failure
+        session.run(
+            "mutmut", "run", "--no-progress", "--paths-to-mutate", module, "--runner", runner,
+            env=env, success_codes=[0, 2, 4, 6, 8, 10, 12, 14],
+        )  # fmt: skip
+    session.run("mutmut", "results", success_codes=[0, 2, 4, 6, 8, 10, 12, 14])
 
 
 @nox.session(python="3.11")

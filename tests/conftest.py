@@ -76,17 +76,35 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
+PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"
+
+
 @pytest.fixture(scope="session")
 def cache_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """Build a named cache once per session; tests must copy it before changing it."""
+    """Build a named cache once per session; tests must copy it before changing it.
+
+    With CACHEDOCTOR_PREBUILT_CACHES=DIR (`nox -s mutation`: hundreds of test runs), each cache
+    is built once into DIR and reused by later sessions; mutants of the reader cannot touch
+    them, as JAX writes them.
+    """
     built: dict[str, Path] = {}
+    prebuilt = os.environ.get(PREBUILT_ENV)
 
     def build(name: str, programs: Sequence[ProgramSpec]) -> Path:
-        if name not in built:
+        if name in built:
+            return built[name]
+        if prebuilt:
+            path = Path(prebuilt) / name / "cache"
+            done = path.parent / "complete"
+            if not done.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                make_cache(path, programs)
+                done.touch()
+        else:
             path = tmp_path_factory.mktemp(name) / "cache"
             make_cache(path, programs)
-            built[name] = path
-        return built[name]
+        built[name] = path
+        return path
 
     return build
 

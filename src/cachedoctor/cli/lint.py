@@ -9,6 +9,8 @@ from cachedoctor.cli._common import SEVERITY_CHOICE
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import Severity
 from cachedoctor.errors import ExitCode
+from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import render_to_string, renderer
 
 
 @click.command()
@@ -65,11 +67,10 @@ def lint(
         ignore=kinds,
         baseline_path=baseline,
     )
-    text = _render(report, fmt, to_file=output is not None)
     if output is not None:
-        core.write_text_atomic(output, text)
-    elif text:
-        click.echo(text, nl=not text.endswith("\n"))
+        core.write_text_atomic(output, render_to_string(report, fmt))
+    else:
+        renderer(fmt).render(report, stdout_console())
     if write_baseline:
         core.write_baseline(write_baseline, report)
         click.echo(
@@ -79,9 +80,3 @@ def lint(
         )
         ctx.exit(int(ExitCode.OK))
     ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
-
-
-def _render(report: object, fmt: str, *, to_file: bool) -> str:
-    from cachedoctor.render.ci import render_ci
-
-    return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import renderer
 from cachedoctor.storage.stores import is_url
 
 
@@ -55,14 +56,8 @@ def scan(
         raise CachedoctorError(
             f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
         ) from exc
-    if as_json:
-        from cachedoctor.render.jsonout import dumps, scan_document
-
-        click.echo(dumps(scan_document(report)))
-    else:
-        from cachedoctor.render.table import render_scan
-
-        render_scan(report, stdout_console(), max_modules=max_modules)
+    fmt = "json" if as_json else "text"
+    renderer(fmt, max_modules=max_modules).render(report, stdout_console())
     failed = report.fails(Severity.parse(fail_on), ignore)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
