@@ -94,7 +94,7 @@ def test_plain_program_is_stable_quiet_json(tmp_path: Path) -> None:
     not jax_has_verify_option(), reason="installed JAX lacks jax_compilation_cache_check_contents"
 )
 def test_verify_finds_a_stale_hit(tmp_path: Path) -> None:
-    """The stale hit of FORMATS.md: pointer stripped from the key, partitioned code changed."""
+    """The stale hit in docs/stable-keys.md: pointer out of the key, partitioned code changed."""
     cache = tmp_path / "cache"
     strip = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
     make_cache(cache, [("seed", strip)])  # x + 1 is cached

@@ -250,7 +250,7 @@ def test_raw_hlo_diff_uses_jaxlib_text(moved: Path) -> None:
 
 
 def test_static_table_names_the_documented_fields(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FORMATS.md §1/§4 fields are named even without a jaxlib to read names from."""
+    """docs/format.md fields are named even without a jaxlib to read names from."""
     monkeypatch.setenv("CACHEDOCTOR_NO_JAXLIB_SCHEMA", "1")
     optionschema._installed_schema_cached.cache_clear()
     optionschema.schema.cache_clear()

@@ -39,18 +39,18 @@ NO_MANIFEST = (
 )
 ENABLE_ADVICE = "`cachedoctor enable` keys entries by a stable hash of what the program does"
 
-# DebugOptions fields derived from the cache directory (FORMATS.md §4): a different value with
+# DebugOptions fields derived from the cache directory (docs/format.md): a different value with
 # the same last component means the cache was moved or copied.
 CACHE_PATH_FIELDS = {
     compile_options.DEBUG_AUTOTUNE_DIR,
     compile_options.DEBUG_KERNEL_CACHE_FILE,
     compile_options.DEBUG_AUTOTUNER_CACHE_DIR,
 }
-# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see FORMATS.md §4.
+# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see docs/format.md.
 CLEARED_BY_JAX = {compile_options.DEBUG_DUMP_TO, compile_options.DEBUG_AUTOTUNE_MODE, 61}
 _DEBUG_PATHS = {(3, 3): "compile_options", (14,): "module_config"}
 
-# Top-level fields of the serialized executable (FORMATS.md §2, §3).
+# Top-level fields of the serialized executable (docs/format.md and docs/format-gpu.md).
 CPU_EXECUTABLE_FIELDS = {
     1: "HLO module and config",
     2: "buffer assignment",
@@ -80,7 +80,7 @@ GPU_EXECUTABLE_FIELDS = {
     14: "executable ABI version",
     15: "CPU target machine",
 }
-# CPU executable fields that exist only from (or until) one XLA revision (FORMATS.md §3): one
+# CPU executable fields that exist only from (or until) one XLA revision (docs/format.md): one
 # entry having such a field and the other not means two XLA versions wrote them.
 CPU_FIELD_HISTORY = {
     4: "object code as field 4 (XLA up to 2025-06)",
@@ -444,7 +444,7 @@ def _pairs(
     return out
 
 
-# HloModuleProto fields outside the computations (FORMATS.md §1), and how diff classifies them.
+# HloModuleProto fields outside the computations (docs/format.md), and how diff classifies them.
 MODULE_FIELDS = {
     1: ("numbering", "module name"),
     2: ("numbering", "entry computation name"),

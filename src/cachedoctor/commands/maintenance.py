@@ -40,7 +40,7 @@ DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a comp
 # Problems that mean the file is damaged. "too-large" (over the decode cap) and "unreadable"
 # (permissions) say nothing about the bytes, so --corrupt never removes for them.
 DAMAGE = {"truncated", "decompress", "not-compressed", "header", "protobuf"}
-# First jaxlib whose entries carry the pjrt_ifrt header (FORMATS.md §1).
+# First jaxlib whose entries carry the pjrt_ifrt header (docs/format.md).
 IFRT_HEADER_SINCE = (0, 9, 1)
 
 
