@@ -35,7 +35,7 @@ def atomic_file(
         suffix=".tmp",
         dir=folder or ".",
     )
-    try:
+    with _removed_on_failure(tmp):
         with os.fdopen(fd, "w+b") as fh:
             yield fh
             fh.flush()
@@ -43,10 +43,6 @@ def atomic_file(
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def write_atomic(path: StrPath, data: bytes, *, mode: int | None = None) -> None:
@@ -59,12 +55,19 @@ def replace_with_link(src: StrPath, dst: StrPath, *, temp_prefix: str) -> None:
     """Give ``src``'s content the name ``dst``, replacing it whole: a hard link (or, where there
     are none, a full copy) under a temp name beside ``dst``, then ``os.replace``."""
     tmp = os.path.join(os.path.dirname(os.fspath(dst)), f"{temp_prefix}{secrets.token_hex(16)}.tmp")
-    try:
+    with _removed_on_failure(tmp):
         try:
             os.link(src, tmp)
         except OSError:
             shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp: str) -> Iterator[None]:
+    """Remove the temp file ``tmp`` if the block raises (it was never published)."""
+    try:
+        yield
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
