@@ -259,3 +259,36 @@ def test_streaming_errors() -> None:
         walk(b"\x0f")
     with pytest.raises(wire.WireError, match="varint longer than 10 bytes"):
         walk(b"\x08" + b"\xff" * 11)
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in FIELDS])
+def test_a_field_at_the_very_end_of_the_buffer(name: str) -> None:
+    """Each field alone: its value ends exactly where the bytes end."""
+    full = _random_message(random.Random(7))
+    m = AllTypes()
+    if name == "packed":
+        m.packed.extend(full.packed)
+    elif name == "child":
+        m.child.CopyFrom(full.child)
+    else:
+        setattr(m, name, getattr(full, name))
+    data = m.SerializeToString()
+    ((number, _wt, value),) = list(wire.iter_fields(data))
+    (streamed,) = list(wire.iter_stream_fields(wire.ByteStream(io.BytesIO(data))))
+    assert streamed[0] == number
+    if isinstance(value, int):
+        assert streamed[2] == value
+    assert AllTypes.FromString(data) == m
+
+
+def test_an_eleven_byte_varint_is_refused_like_protobuf() -> None:
+    data = b"\x08" + b"\xff" * 9 + b"\x01"  # ten bytes: the longest varint
+    assert wire.fields_by_number(data) == {1: [2**64 - 1]}
+    assert AllTypes.FromString(data).u64 == 2**64 - 1
+    too_long = b"\x08" + b"\xff" * 10 + b"\x01"
+    with pytest.raises(DecodeError):
+        AllTypes.FromString(too_long)
+    with pytest.raises(wire.WireError, match="varint longer than 10 bytes at byte 1"):
+        wire.validate(too_long)
+    with pytest.raises(wire.WireError, match="varint longer than 10 bytes"):
+        list(wire.iter_stream_fields(wire.ByteStream(io.BytesIO(too_long))))
