@@ -69,13 +69,15 @@ def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     assert sum(counts) == len(listing.entries)
 
 
-@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_a_dead_worker_is_replaced_by_serial_decoding(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch, start_method: str
 ) -> None:
     """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan.
 
-    fork is the start method of a plain scan; forkserver the one used once JAX is imported.
+    forkserver is the start method once JAX is imported, spawn the one off Linux. Both start
+    workers that re-import this module. fork is left out because the test session has imported
+    JAX, and forking its threads can deadlock the child.
     """
     monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context(start_method))
     monkeypatch.setattr(parallel, "_decode_batch", _dying)
