@@ -1,4 +1,5 @@
-"""Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), bench.
+"""Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
+mutation (mutmut), bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
 
@@ -33,6 +35,15 @@ COMPAT_TESTS = [
     "tests/test_hook.py",
     "tests/test_hook_internals.py",
     "tests/test_hook_manifest.py",
+]
+# The second JAX of the cross-version tests: a cache written by it next to one written by the
+# newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
+CROSSVER_JAX = "0.8.3"
+CROSSVER_TESTS = [
+    "tests/test_diff.py",
+    "tests/test_prune.py",
+    "tests/test_scan.py",
+    "tests/test_hook_compat.py",
 ]
 
 
@@ -62,9 +73,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    """ruff, and the layer contract (import-linter, pyproject.toml; docs/architecture.md)."""
+    session.install("ruff>=0.6", "import-linter>=2", "-e", ".")
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("lint-imports")
 
 
 @nox.session(python="3.11")
@@ -88,6 +101,63 @@ def compat(session: nox.Session, jax: str) -> None:
     session.run(
         "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
     )
+
+
+@nox.session(python="3.11")
+def crossver(session: nox.Session) -> None:
+    """The cross-version tests: the newest JAX here, jax CROSSVER_JAX in a second venv.
+
+    The tests find the second interpreter through CACHEDOCTOR_OTHER_JAX_PYTHON and
+    CACHEDOCTOR_COMPAT_PYTHONS; without them they skip, naming this session.
+    """
+    session.install("-e", ".[test]")
+    other = Path(session.cache_dir) / f"jax-{CROSSVER_JAX}"
+    python = other / "bin" / "python"
+    if not python.exists():
+        session.run("python", "-m", "venv", str(other))
+    session.run(
+        str(python), "-m", "pip", "install", "-q", ".",
+        f"jax=={CROSSVER_JAX}", f"jaxlib=={CROSSVER_JAX}", external=True,
+    )  # fmt: skip
+    env = {"CACHEDOCTOR_OTHER_JAX_PYTHON": str(python), "CACHEDOCTOR_COMPAT_PYTHONS": str(python)}
+    session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs, env=env)
+
+
+# Mutation testing: each module with the fast tests that guard it (one pytest run per mutant).
+MUTATION_TARGETS = {
+    "src/cachedoctor/formats/wire.py": ["tests/test_wire.py", "tests/test_splitproto.py"],
+    "src/cachedoctor/stablekeys/fingerprint.py": ["tests/test_keys.py"],
+    "src/cachedoctor/stablekeys/keys.py": ["tests/test_keys.py"],
+    "src/cachedoctor/cache/decompress.py": ["tests/test_reader.py"],
+    "src/cachedoctor/cache/reader.py": ["tests/test_reader.py"],
+}
+
+
+@nox.session(python="3.11")
+def mutation(session: nox.Session) -> None:
+    """mutmut on the byte-level core (docs/development.md has the scores).
+
+    mutmut rewrites each module in place while it runs: use a clean checkout. Positional
+    arguments pick modules (paths as in MUTATION_TARGETS). The JAX-written test caches are
+    built once into the nox cache folder (CACHEDOCTOR_PREBUILT_CACHES), not once per mutant.
+    """
+    session.install("-e", ".[test]", "mutmut==2.5.1")
+    for cache in Path("src").rglob("__pycache__"):
+        shutil.rmtree(cache)
+    env = {
+        "CACHEDOCTOR_PREBUILT_CACHES": str(Path(session.cache_dir) / "mutation-caches"),
+        # a mutant of the same size written in the same second would reuse the stale .pyc
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for module in session.posargs or list(MUTATION_TARGETS):
+        tests = " ".join(MUTATION_TARGETS[module])
+        runner = f"python -m pytest -x -q -p no:cacheprovider -p no:xdist {tests}"
+        # exit status: a bit mask (2 survivors, 4 timeouts, 8 slow); 1 is a real failure
+        session.run(
+            "mutmut", "run", "--no-progress", "--paths-to-mutate", module, "--runner", runner,
+            env=env, success_codes=[0, 2, 4, 6, 8, 10, 12, 14],
+        )  # fmt: skip
+    session.run("mutmut", "results", success_codes=[0, 2, 4, 6, 8, 10, 12, 14])
 
 
 @nox.session(python="3.11")

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from cachedoctor.commands.runner import Run, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
+
+OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
+CROSSVER_SKIP = (
+    f"no second JAX interpreter: `nox -s crossver` builds a jax 0.8.3 venv and sets {OTHER_JAX_ENV}"
+)
 
 
 def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None = None) -> list[Run]:
@@ -26,6 +33,36 @@ def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None =
         assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
         runs.append(run)
     return runs
+
+
+def other_jax_python() -> str:
+    """The interpreter of a second, older JAX (set by `nox -s crossver`); skips when unset."""
+    python = os.environ.get(OTHER_JAX_ENV)
+    if not python:
+        pytest.skip(CROSSVER_SKIP)
+    if not os.path.exists(python):
+        pytest.fail(f"{OTHER_JAX_ENV}={python} does not exist")
+    return python
+
+
+def raw_payload_layout(entry: Path) -> str:
+    """The payload layout read straight from the bytes with zstandard/zlib, not the reader.
+
+    After the 4-byte compile time, JAX <= 0.9.0 writes the bare PjRt proto (first byte 0x0a);
+    later JAX writes a varint length, then the header whose field 1 is the IFRT version.
+    """
+    blob = entry.read_bytes()
+    if blob.startswith(b"\x28\xb5\x2f\xfd"):
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(blob)
+    else:
+        data = zlib.decompress(blob)
+    payload = data[4:]
+    if payload[0] == 0x0A:
+        return "pjrt"
+    length_bytes = 1 if payload[0] < 0x80 else 2
+    header = payload[length_bytes:]
+    assert header[0] == 0x08, f"unexpected header start {header[:4].hex()}"
+    return f"ifrt-v{header[1]}"
 
 
 @pytest.fixture(autouse=True)
@@ -39,17 +76,35 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
+PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"
+
+
 @pytest.fixture(scope="session")
 def cache_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """Build a named cache once per session; tests must copy it before changing it."""
+    """Build a named cache once per session; tests must copy it before changing it.
+
+    With CACHEDOCTOR_PREBUILT_CACHES=DIR (`nox -s mutation`: hundreds of test runs), each cache
+    is built once into DIR and reused by later sessions; mutants of the reader cannot touch
+    them, as JAX writes them.
+    """
     built: dict[str, Path] = {}
+    prebuilt = os.environ.get(PREBUILT_ENV)
 
     def build(name: str, programs: Sequence[ProgramSpec]) -> Path:
-        if name not in built:
+        if name in built:
+            return built[name]
+        if prebuilt:
+            path = Path(prebuilt) / name / "cache"
+            done = path.parent / "complete"
+            if not done.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                make_cache(path, programs)
+                done.touch()
+        else:
             path = tmp_path_factory.mktemp(name) / "cache"
             make_cache(path, programs)
-            built[name] = path
-        return built[name]
+        built[name] = path
+        return path
 
     return build
 

@@ -113,6 +113,9 @@ def entries(cache_dir: Path, module: str | None = None) -> list[str]:
     return keys
 
 
+NO_COMPAT_PYTHONS = "no compat interpreter (`nox -s crossver` sets CACHEDOCTOR_COMPAT_PYTHONS)"
+
+
 def compat_pythons() -> list[str]:
     raw = os.environ.get("CACHEDOCTOR_COMPAT_PYTHONS", "")
     return [p for p in raw.split(os.pathsep) if p.strip()]
@@ -125,7 +128,7 @@ def compat_params() -> list[object]:
         return [
             pytest.param(
                 None,
-                marks=pytest.mark.skip(reason="set CACHEDOCTOR_COMPAT_PYTHONS to run compat tests"),
+                marks=pytest.mark.skip(reason=NO_COMPAT_PYTHONS),
                 id="no-compat-pythons",
             )
         ]

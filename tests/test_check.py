@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.commands.check import hook_available, jax_has_verify_option
+from cachedoctor.commands.check import jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.conftest import cli_env, make_cache
 
@@ -48,22 +47,13 @@ def test_seed_program_is_unstable() -> None:
     assert "backend_config" in out
     assert "unstable cache key): jit_f" in out.splitlines()[-1]
     assert "jit_iota" not in out.split("UNSTABLE", 1)[1].split("cachedoctor check:")[0]
-    if hook_available():  # the observe layer names the volatile input and its two raw values
-        assert "verdict (manifests): the key input custom_call[0].backend_config changed" in out
-        assert re.search(r"custom_call\[0\]\.backend_config: '\d+' → '\d+'", out), out
-        assert "stable hasher: one key for all runs, so it would have hit" in out
-    else:
-        assert "runtime hook is not part of this installation" in out
-        assert re.search(r"verdict \((entries|diff)\)", out), out
-    if importlib.util.find_spec(
-        "cachedoctor.commands.diff"
-    ):  # cachedoctor diff's verdict, first and last key
-        assert re.search(r"(verdict \(diff\)|\n  diff): same executable", out), out
+    # the observe layer names the volatile input and its two raw values
+    assert "verdict (manifests): the key input custom_call[0].backend_config changed" in out
+    assert re.search(r"custom_call\[0\]\.backend_config: '\d+' → '\d+'", out), out
+    assert "stable hasher: one key for all runs, so it would have hit" in out
+    assert "\n  diff: same executable" in out  # cachedoctor diff's verdict, first and last key
 
 
-@pytest.mark.skipif(
-    not hook_available(), reason="cachedoctor.stablekeys.hook (stable-keys branch) absent"
-)
 def test_seed_with_manifests_json() -> None:
     proc = cachedoctor("check", "--quiet", "--format", "json", "--", *SEED)
     assert proc.returncode == 1, proc.stderr
@@ -76,9 +66,6 @@ def test_seed_with_manifests_json() -> None:
     assert len(set(change["values"])) == 2 and change["canonical_same"] is True
 
 
-@pytest.mark.skipif(
-    not hook_available(), reason="cachedoctor.stablekeys.hook (stable-keys branch) absent"
-)
 def test_seed_is_stable_with_the_stable_hook() -> None:
     """CACHEDOCTOR_HOOK=stable (the user's choice) is kept: check then proves the fix works."""
     proc = cachedoctor(
@@ -107,7 +94,7 @@ def test_plain_program_is_stable_quiet_json(tmp_path: Path) -> None:
     not jax_has_verify_option(), reason="installed JAX lacks jax_compilation_cache_check_contents"
 )
 def test_verify_finds_a_stale_hit(tmp_path: Path) -> None:
-    """The stale hit of FORMATS.md: pointer stripped from the key, partitioned code changed."""
+    """The stale hit in docs/stable-keys.md: pointer out of the key, partitioned code changed."""
     cache = tmp_path / "cache"
     strip = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
     make_cache(cache, [("seed", strip)])  # x + 1 is cached

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
+from cachedoctor.errors import CachedoctorError, ExitCode
 from tests.conftest import cli_env
 
 # The console script installed beside this interpreter (the venv need not be activated).
@@ -110,7 +111,9 @@ def test_scan_uses_env_dir(seed_cache: Path) -> None:
 def test_show_by_prefix_hlo_and_extract(seed_cache: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     ambiguous = runner.invoke(cli, ["show", "jit_f", "--dir", str(seed_cache)])
-    assert ambiguous.exit_code == 2 or "matches 3 entries" in str(ambiguous.exception)
+    error = ambiguous.exception  # main() turns it into one line and exit status 2
+    assert isinstance(error, CachedoctorError) and error.code == ExitCode.USAGE
+    assert "matches 3 entries" in str(error)
     key = next(p.name for p in seed_cache.glob("jit_g-*-cache")).removesuffix("-cache")
     prefix = key.split("-")[1][:10]
     out = tmp_path / "exe.bin"

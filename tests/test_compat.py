@@ -26,7 +26,7 @@ def test_payload_layout_matches_release(seed_cache: Path) -> None:
     entries = list(reader.iter_entries(listdir.list_cache(seed_cache)))
     assert entries and all(e.ok for e in entries), [e.problems for e in entries]
     labels = {e.format_label for e in entries}
-    # The pjrt_ifrt header exists from jax 0.9.1 (FORMATS.md §1).
+    # The pjrt_ifrt header exists from jax 0.9.1 (docs/format.md).
     expected = "ifrt-v3" if _version() >= (0, 9, 1) else "pjrt"
     assert labels == {expected}
     assert {e.platform for e in entries} == {"cpu"}

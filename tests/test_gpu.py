@@ -1,4 +1,4 @@
-"""GPU executables of every documented layout, built from FORMATS.md §2 with the test encoders
+"""GPU executables of every documented layout, built from docs/format-gpu.md with the test encoders
 (no GPU here), plain and as split protos, plus damaged input."""
 
 from __future__ import annotations

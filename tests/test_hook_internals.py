@@ -5,9 +5,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
-pytest.importorskip("jax")
-
 from jax._src import cache_key as ck
 from jax._src import compilation_cache as cc
 

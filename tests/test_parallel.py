@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,13 +25,17 @@ def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
     return d
 
 
-_PARENT = os.getpid()
 _REAL_DECODE_BATCH = parallel._decode_batch
+_REAL_SERIAL = parallel._serial
 
 
 def _dying(jobs, max_decompressed):  # type: ignore[no-untyped-def]
-    """Decode in this process; die at once in a worker (module level: workers unpickle it)."""
-    if os.getpid() != _PARENT:
+    """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
+
+    A pool worker knows its parent under every start method; a forkserver worker re-imports this
+    module, so a pid recorded at import time would not tell it apart from the test process.
+    """
+    if multiprocessing.parent_process() is not None:
         os._exit(9)
     return _REAL_DECODE_BATCH(jobs, max_decompressed)
 
@@ -64,13 +69,28 @@ def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     assert sum(counts) == len(listing.entries)
 
 
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_a_dead_worker_is_replaced_by_serial_decoding(
-    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch, start_method: str
 ) -> None:
-    """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan."""
-    monkeypatch.setattr(parallel, "_decode_batch", _dying)  # forked workers inherit it
+    """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan.
+
+    forkserver is the start method once JAX is imported, spawn the one off Linux. Both start
+    workers that re-import this module. fork is left out because the test session has imported
+    JAX, and forking its threads can deadlock the child.
+    """
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context(start_method))
+    monkeypatch.setattr(parallel, "_decode_batch", _dying)
+    fallback_batches: list[int] = []
+
+    def serial(batches: Sequence[Sequence[parallel.Job]], *args: object) -> Iterator[object]:
+        fallback_batches.append(len(batches))
+        return _REAL_SERIAL(batches, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel, "_serial", serial)
     listing = listdir.list_cache(cache)
     got = list(parallel.decode_entries(listing, workers=2))
+    assert fallback_batches == [len(listing.entries)]  # every batch failed over to this process
     assert got == list(reader.iter_entries(listing))
 
 

@@ -26,10 +26,9 @@ from cachedoctor.commands.plan import Op, Rule, Status
 from cachedoctor.commands.runner import run_program
 from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import fsops
-from tests.conftest import make_cache
+from tests.conftest import make_cache, other_jax_python, raw_payload_layout
 
 EVICT = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(10**9)}
-OLD_JAX = Path("/work/venvs/jax-0.8.3/bin/python")
 HOUR_NS = 3600 * 10**9
 
 
@@ -142,11 +141,11 @@ def evict_cache(cache_factory: Callable[..., Path]) -> Path:
 
 @pytest.fixture(scope="session")
 def mixed_cache(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> Path:
-    """seed_cache plus entries written by jax 0.8.3 (no pjrt_ifrt header)."""
+    """seed_cache plus entries written by jax 0.8.3 (no pjrt_ifrt header; `nox -s crossver`)."""
+    python = other_jax_python()
     root = tmp_path_factory.mktemp("mixed") / "cache"
     shutil.copytree(seed_cache, root, symlinks=True)
-    if OLD_JAX.exists():
-        make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "40"})], python=str(OLD_JAX))
+    make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "40"})], python=python)
     return root
 
 
@@ -340,15 +339,15 @@ def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_ca
     assert scan.FindingKind.RELOCATED not in {f.kind for f in report.findings}
 
 
-@pytest.mark.skipif(not OLD_JAX.exists(), reason="needs the jax 0.8.3 venv to write old entries")
 def test_stale_jax_from_layout_and_manifests(
     copy_of: Callable[[Path], Path], mixed_cache: Path
 ) -> None:
     root = copy_of(mixed_cache)
     report = scan.scan_directory(root)
-    old_layout = {e.key for e in report.entries if e.payload_format == "pjrt"}
+    layouts = {p.name[: -len("-cache")]: raw_payload_layout(p) for p in root.glob("*-cache")}
+    old_layout = {key for key, layout in layouts.items() if layout == "pjrt"}
     assert old_layout, "jax 0.8.3 writes entries without the pjrt_ifrt header"
-    current = sorted(e.key for e in report.entries if e.payload_format == "ifrt")
+    current = sorted(key for key, layout in layouts.items() if layout != "pjrt")
     write_manifest(root, current[0], jaxlib="0.7.0")
     write_manifest(root, current[1], jaxlib=str(report.jax.jaxlib_version))
     plan, result = prune(root, stale_jax=True)

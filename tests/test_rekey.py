@@ -29,11 +29,6 @@ from tests.test_prune import (
     write_manifest,
 )
 
-HAS_HASHER = all(
-    importlib.util.find_spec(m)
-    for m in ("cachedoctor.stablekeys.keys", "cachedoctor.stablekeys.manifest")
-)
-
 
 class MapHasher:
     """A stand-in for the stable hasher: a fixed old-key -> new-key table."""
@@ -190,23 +185,27 @@ def test_manifests_that_cannot_move_are_skipped_with_reasons(
     assert plan.actions == ()
 
 
-@pytest.mark.skipif(
-    not HAS_HASHER, reason="the stable hasher (cachedoctor.stablekeys.keys, branch hook) is absent"
-)
-def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
-    copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
-) -> None:
-    from cachedoctor.stablekeys import keys as stable  # type: ignore[attr-defined,unused-ignore]
+def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(tmp_path: Path) -> None:
+    """The expected key is the name the stable hook gave the entry when JAX wrote it; after
+    rekey, JAX under the hook hits the moved entry."""
+    from tests.hookrun import base_env
+    from tests.hookrun import run_program as run_hooked
 
-    root = copy_of(request.getfixturevalue("evict_cache"))
-    old = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
-    path = write_manifest(root, old)
-    data = json.loads(path.read_text())
-    pairs = [(c["name"], c["digest"]) for c in data["components"]]
-    expected = f"jit_g-{stable.combine(pairs, stable.HASHER_VERSION)}"
-    assert expected != old
+    root = tmp_path / "cache"
+    env = base_env(root, JAX_COMPILATION_CACHE_MAX_SIZE=str(10**9))  # -atime files too
+    first = run_hooked("plain", root, env=env)
+    expected = sorted(k for k in entry_keys(root) if k.startswith("jit_g-"))[0]
+    outdated = f"jit_g-{'0' * len(expected.rsplit('-', 1)[1])}"
+    for suffix in (layout.CACHE_SUFFIX, layout.ATIME_SUFFIX):
+        (root / f"{expected}{suffix}").rename(root / f"{outdated}{suffix}")
+    manifest = root / MANIFEST_DIRNAME / f"{expected}.json"
+    data = json.loads(manifest.read_text())
+    manifest.unlink()
+    (root / MANIFEST_DIRNAME / f"{outdated}.json").write_text(json.dumps({**data, "key": outdated}))
     plan = plan_rekey(root)
-    assert [(a.op, a.new_key) for a in plan.actions] == [(Op.MOVE_ENTRY, expected)]
+    assert [(a.op, a.name, a.new_key) for a in plan.actions] == [
+        (Op.MOVE_ENTRY, outdated, expected)
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "cachedoctor", "rekey", str(root), "--apply", "--json"],
         capture_output=True,
@@ -214,10 +213,11 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["result"]["done"] == 1
-    assert expected in entry_keys(root) and old not in entry_keys(root)
+    assert json.loads(proc.stdout)["result"]["done"] == 1
+    assert expected in entry_keys(root) and outdated not in entry_keys(root)
     assert (root / f"{expected}{layout.ATIME_SUFFIX}").exists()
+    again = run_hooked("plain", root, env=env)
+    assert again.misses == [] and again.result == first.result
 
 
 V2_RUNNER = """
@@ -233,9 +233,6 @@ runpy.run_path(prog, run_name="__main__")
 """
 
 
-@pytest.mark.skipif(
-    not HAS_HASHER, reason="the stable hasher (cachedoctor.stablekeys.keys) is absent"
-)
 def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from cachedoctor.cache import listdir
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import FindingKind, Severity, build_report, scan_directory
-from tests.conftest import make_cache
+from tests.conftest import make_cache, other_jax_python, raw_payload_layout
 
 
 def kinds(report) -> dict[FindingKind, list]:  # type: ignore[no-untyped-def]
@@ -185,17 +186,13 @@ def test_mixtures_from_report_logic(tmp_path: Path) -> None:
 
 
 def test_mixed_versions_from_two_real_jax(tmp_path: Path) -> None:
-    other = os.environ.get("CACHEDOCTOR_OTHER_JAX_PYTHON", "/work/venvs/jax-0.8.3/bin/python")
-    if not os.path.exists(other):
-        pytest.skip(f"no second JAX interpreter at {other} (set CACHEDOCTOR_OTHER_JAX_PYTHON)")
     make_cache(tmp_path / "c", [("plain", {})])
-    make_cache(tmp_path / "c", [("plain", {})], python=other)
-    labels = {e.format_label for e in scan_directory(tmp_path / "c").entries}
-    found = kinds(scan_directory(tmp_path / "c"))
-    if len(labels) > 1:
-        assert FindingKind.MIXED_VERSIONS in found
-    else:
-        assert FindingKind.MIXED_VERSIONS not in found
+    make_cache(tmp_path / "c", [("plain", {})], python=other_jax_python())
+    layouts = Counter(raw_payload_layout(p) for p in (tmp_path / "c").glob("*-cache"))
+    assert layouts["pjrt"] and len(layouts) == 2, layouts  # the ground: the raw bytes
+    (mixed,) = kinds(scan_directory(tmp_path / "c"))[FindingKind.MIXED_VERSIONS]
+    for layout, count in layouts.items():
+        assert f"{count}× {layout}" in mixed.message
 
 
 def test_unreadable_directory_raises_oserror(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from cachedoctor.layout import (
     KERNEL_CACHE_FILE,
     LOCKFILE,
 )
-from cachedoctor.storage.fsops import open_regular
+from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.stores import Store, StoreItem, local_version
 
 _KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")

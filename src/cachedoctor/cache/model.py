@@ -26,7 +26,7 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class GpuSummary:
-    """GPU executable facts (FORMATS.md §2); see gpu.py for the layouts."""
+    """GPU executable facts (docs/format-gpu.md); see gpu.py for the layouts."""
 
     layout: str
     payload_split: bool  # the PjRt payload was a Riegeli split proto (jax >= 0.9.1)

@@ -43,7 +43,7 @@ from cachedoctor.formats.errors import FormatError
 from cachedoctor.layout import (
     CACHE_SUFFIX,
 )
-from cachedoctor.storage.fsops import open_regular
+from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.stores import Store
 from cachedoctor.xla import gpu
 from cachedoctor.xla import hlo as hlo_mod

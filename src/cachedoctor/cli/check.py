@@ -11,6 +11,8 @@ import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
+from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import render_to_string, renderer
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -91,22 +93,15 @@ def check(
         stderr=err,
         progress=progress,
     )
-    text = _render(report, fmt, to_file=output is not None)
     from cachedoctor.commands.lint import write_text_atomic
 
     if junit_file:
-        write_text_atomic(junit_file, _render(report, "junit", to_file=True))
+        write_text_atomic(junit_file, render_to_string(report, "junit"))
     if output is not None:
-        write_text_atomic(output, text)
-    elif text:
-        click.echo(text, nl=not text.endswith("\n"))
+        write_text_atomic(output, render_to_string(report, fmt))
+    else:
+        renderer(fmt).render(report, stdout_console())
     ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
-
-
-def _render(report: object, fmt: str, *, to_file: bool) -> str:
-    from cachedoctor.render.ci import render_ci
-
-    return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]
 
 
 def _check_writable(output: str) -> None:

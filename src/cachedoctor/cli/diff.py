@@ -10,6 +10,7 @@ import click
 from cachedoctor.commands.dirs import default_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import renderer
 
 if TYPE_CHECKING:
     from cachedoctor.cache.model import EntryDetail
@@ -66,15 +67,7 @@ def diff(
         report = core.diff_module(
             resolve_cache_dir(directory), module, context=hlo_context, raw_hlo=raw_hlo
         )
-        if as_json:
-            from cachedoctor.render.diffjson import module_document
-            from cachedoctor.render.jsonout import dumps
-
-            click.echo(dumps(module_document(report)))
-        else:
-            from cachedoctor.render.difftext import render_module
-
-            render_module(report, stdout_console())
+        renderer("json" if as_json else "text").render(report, stdout_console())
         ctx.exit(int(ExitCode.OK if report.equivalent else ExitCode.FINDINGS))
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
@@ -89,13 +82,5 @@ def diff(
         return core.load_detail(locate_entry(ref, cache_dir))
 
     result = core.diff_details(load(a), load(b), context=hlo_context, raw_hlo=raw_hlo)
-    if as_json:
-        from cachedoctor.render.diffjson import diff_document
-        from cachedoctor.render.jsonout import dumps
-
-        click.echo(dumps(diff_document(result)))
-    else:
-        from cachedoctor.render.difftext import render_diff
-
-        render_diff(result, stdout_console())
+    renderer("json" if as_json else "text").render(result, stdout_console())
     ctx.exit(int(ExitCode.OK if result.equivalent else ExitCode.FINDINGS))

@@ -9,6 +9,8 @@ from cachedoctor.cli._common import SEVERITY_CHOICE, progress_bar
 from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import Severity
 from cachedoctor.errors import ExitCode
+from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import render_to_string, renderer
 
 
 @click.command()
@@ -71,13 +73,12 @@ def lint(
             baseline_path=baseline,
             progress=progress,
         )
-    text = _render(report, fmt, to_file=output is not None)
     if junit_file:
-        core.write_text_atomic(junit_file, _render(report, "junit", to_file=True))
+        core.write_text_atomic(junit_file, render_to_string(report, "junit"))
     if output is not None:
-        core.write_text_atomic(output, text)
-    elif text:
-        click.echo(text, nl=not text.endswith("\n"))
+        core.write_text_atomic(output, render_to_string(report, fmt))
+    else:
+        renderer(fmt).render(report, stdout_console())
     if write_baseline:
         core.write_baseline(write_baseline, report)
         click.echo(
@@ -87,9 +88,3 @@ def lint(
         )
         ctx.exit(int(ExitCode.OK))
     ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
-
-
-def _render(report: object, fmt: str, *, to_file: bool) -> str:
-    from cachedoctor.render.ci import render_ci
-
-    return render_ci(report, fmt, to_file=to_file)  # type: ignore[arg-type]

@@ -191,13 +191,7 @@ def apply_progress(total: int):  # type: ignore[no-untyped-def]
     return report
 
 
-def _render(plan, result, as_json: bool) -> None:  # type: ignore[no-untyped-def]
-    if as_json:
-        from cachedoctor.render.jsonout import dumps
-        from cachedoctor.render.plan import plan_document
+def _render(plan: Plan, result: ApplyReport | None, as_json: bool) -> None:
+    from cachedoctor.render.formats import PlanReport, renderer
 
-        click.echo(dumps(plan_document(plan, result)))
-    else:
-        from cachedoctor.render.plan import render_plan
-
-        render_plan(plan, stdout_console(), result=result)
+    renderer("json" if as_json else "text").render(PlanReport(plan, result), stdout_console())

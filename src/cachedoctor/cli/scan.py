@@ -11,6 +11,7 @@ from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import renderer
 from cachedoctor.storage.stores import is_url
 
 
@@ -70,16 +71,8 @@ def scan(
         ) from exc
     not_a_cache(report)
     report = report.without(ignored)
-    if as_json:
-        from cachedoctor.render.jsonout import iter_scan_json
-
-        for piece in iter_scan_json(report):  # streamed: never the whole document at once
-            click.echo(piece, nl=False)
-        click.echo()
-    else:
-        from cachedoctor.render.table import render_scan
-
-        render_scan(report, stdout_console(), max_modules=max_modules)
+    fmt = "json" if as_json else "text"
+    renderer(fmt, max_modules=max_modules).render(report, stdout_console())
     failed = report.fails(Severity.parse(fail_on))
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 

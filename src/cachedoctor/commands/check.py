@@ -16,7 +16,6 @@ The explanation comes in layers, each naming the data it rests on:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import shlex
@@ -28,12 +27,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode, count
+from cachedoctor.stablekeys.manifest import Manifest, iter_manifests
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
 
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
@@ -115,7 +115,6 @@ class UnstableModule:
 @dataclass(frozen=True)
 class ObserveStatus:
     requested: bool
-    hook_available: bool
     manifests: int  # manifests in the cache after the runs
     detail: str
 
@@ -212,14 +211,6 @@ def check_env(
     if verify:
         env[VERIFY_OPTION.upper()] = "1"
     return env
-
-
-def hook_available() -> bool:
-    """Whether cachedoctor's runtime hook (observe mode) is part of this installation."""
-    try:
-        return importlib.util.find_spec("cachedoctor.stablekeys.hook") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def jax_has_verify_option() -> bool | None:
@@ -362,7 +353,6 @@ def run_check(
     temporary = cache_dir is None
     cache = os.path.join(workdir, "cache") if cache_dir is None else os.path.abspath(cache_dir)
     log_file = log_path or os.path.join(workdir, "check.log")
-    use_observe = observe and hook_available()
     base = base_env if base_env is not None else os.environ
     results: list[RunResult] = []
     mismatches: list[str] = []
@@ -374,7 +364,7 @@ def run_check(
         with open(log_file, "ab") as log:
             for index in range(1, runs + 1):
                 last_verify = verify and index == runs
-                env = check_env(base, cache, observe=use_observe, verify=last_verify)
+                env = check_env(base, cache, observe=observe, verify=last_verify)
                 if last_verify:
                     before_verify = len(seen)
                 label = f"run {index}/{runs}" + (" (--verify)" if last_verify else "")
@@ -406,9 +396,7 @@ def run_check(
                         f"{label} failed: `{shlex.join(argv)}` exited with {code} ({where})"
                     )
             cold = _cold_programs(argv, base, workdir, log, note) if verify else None
-        report = _analyse(
-            argv, cache, results, mismatches, cold, before_verify, use_observe, observe
-        )
+        report = _analyse(argv, cache, results, mismatches, cold, before_verify, observe)
     except OSError as exc:
         raise CachedoctorError(f"check: {exc.strerror or exc}: {exc.filename}", slug="io") from None
     finally:
@@ -429,7 +417,6 @@ def _analyse(
     jax_mismatches: Sequence[str],
     cold: tuple[int, dict[str, set[str]]] | None,
     before_verify: int,
-    use_observe: bool,
     observe_requested: bool,
 ) -> CheckReport:
     first = results[0]
@@ -453,7 +440,7 @@ def _analyse(
         _explain(module, by_module[module], sorted(later[module]), results, scan, manifests, cache)
         for module in sorted(later)
     )
-    observe = _observe_status(observe_requested, use_observe, manifests)
+    observe = _observe_status(observe_requested, manifests)
     verify_result = None
     if cold is not None:
         last = results[-1]
@@ -571,23 +558,14 @@ def _verify_findings(
     return tuple(out)
 
 
-def _observe_status(requested: bool, active: bool, manifests: Mapping[str, Any]) -> ObserveStatus:
-    modes = sorted({str(getattr(m, "mode", "?")) for m in manifests.values()})
+def _observe_status(requested: bool, manifests: Mapping[str, Manifest]) -> ObserveStatus:
+    modes = sorted({m.mode for m in manifests.values()})
     if manifests:
         detail = f"hook in {'/'.join(modes)} mode: key manifests for {len(manifests)} entries"
-        return ObserveStatus(requested, True, len(manifests), detail)
+        return ObserveStatus(requested, len(manifests), detail)
     if not requested:
-        return ObserveStatus(False, active, 0, "off (--no-observe)")
-    if not active:
-        return ObserveStatus(
-            True,
-            False,
-            0,
-            "cachedoctor's runtime hook is not part of this installation; "
-            "explanations come from the stored entries alone",
-        )
+        return ObserveStatus(False, 0, "off (--no-observe)")
     return ObserveStatus(
-        True,
         True,
         0,
         "no key manifests were written: the command's Python could not load cachedoctor's "
@@ -595,19 +573,9 @@ def _observe_status(requested: bool, active: bool, manifests: Mapping[str, Any])
     )
 
 
-def _load_manifests(cache: str) -> dict[str, Any]:
-    """Key manifests by stored key, through ``stablekeys.manifest``."""
-    try:
-        from cachedoctor.stablekeys import manifest as manifest_mod  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return {}
-    iterate = getattr(manifest_mod, "iter_manifests", None)
-    if iterate is None:
-        return {}
-    try:
-        return {m.key: m for m in iterate(cache)}
-    except Exception:
-        return {}
+def _load_manifests(cache: str) -> dict[str, Manifest]:
+    """Key manifests by stored key (unreadable ones are skipped by ``iter_manifests``)."""
+    return {m.key: m for m in iter_manifests(cache)}
 
 
 def _entry_verdict(module: str, keys: Sequence[str], scan: ScanReport | None) -> str:
@@ -646,7 +614,7 @@ def _explain(
     recompiled_in: Sequence[int],
     results: Sequence[RunResult],
     scan: ScanReport | None,
-    manifests: Mapping[str, Any],
+    manifests: Mapping[str, Manifest],
     cache: str,
 ) -> UnstableModule:
     ordered = [k for r in results for k in r.new_keys if k in set(keys)]
@@ -661,7 +629,7 @@ def _explain(
     if len(found) >= 2:
         volatile = _volatile_changes(found)
         components = _changed_components(found)
-        stable = {getattr(m, "stable_key", None) for m in found}
+        stable = {m.stable_key for m in found}
         stable_keys = len(stable)
         stable_hit = stable_keys == 1
         if volatile:
@@ -690,11 +658,11 @@ def _explain(
     )
 
 
-def _volatile_changes(found: Sequence[Any]) -> list[VolatileChange]:
+def _volatile_changes(found: Sequence[Manifest]) -> list[VolatileChange]:
     """Volatile fields whose raw value differed between the manifests (hook's ``volatile``)."""
     by_field: dict[str, list[tuple[str, str]]] = {}
     for m in found:
-        for v in getattr(m, "volatile", None) or []:
+        for v in m.volatile:
             name = str(v.get("field", "?"))
             by_field.setdefault(name, []).append(
                 (str(v.get("raw", "")), str(v.get("canonical", "")))
@@ -713,29 +681,23 @@ def _volatile_changes(found: Sequence[Any]) -> list[VolatileChange]:
     return changes
 
 
-def _changed_components(found: Sequence[Any]) -> list[str]:
+def _changed_components(found: Sequence[Manifest]) -> list[str]:
     digests: dict[str, set[str]] = {}
     for m in found:
-        for comp in getattr(m, "components", None) or []:
+        for comp in m.components:
             digests.setdefault(str(comp.get("name")), set()).add(str(comp.get("digest")))
     return [name for name, values in digests.items() if len(values) > 1]
 
 
 def _diff_verdict(cache: str, key_a: str, key_b: str) -> str | None:
-    """The verdict line of ``cachedoctor diff`` for two entries, when that module is installed."""
-    try:
-        from cachedoctor.commands import diff as diff_mod  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    diff_entries = getattr(diff_mod, "diff_entries", None)
-    if diff_entries is None:
-        return None
+    """The verdict line of ``cachedoctor diff`` for two entries; None when one is unreadable."""
+    from cachedoctor.commands.diff import diff_entries
+
     try:
         result = diff_entries(
             Path(cache) / f"{key_a}{layout.CACHE_SUFFIX}",
             Path(cache) / f"{key_b}{layout.CACHE_SUFFIX}",
         )
-        line = result.verdict.line
-    except Exception:  # an optional layer: the entries' own verdict stands
+    except (OSError, CachedoctorError):  # the entries' own verdict stands
         return None
-    return str(line).strip() or None
+    return result.verdict.line.strip() or None

@@ -20,13 +20,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cachedoctor.cache import listdir, locate, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.formats import wire
+from cachedoctor.stablekeys.manifest import load_ir, load_manifest
 from cachedoctor.storage import stores
 from cachedoctor.xla import compile_options, optionschema
 from cachedoctor.xla import hlo as hlo_mod
@@ -40,18 +40,18 @@ NO_MANIFEST = (
 )
 ENABLE_ADVICE = "`cachedoctor enable` keys entries by a stable hash of what the program does"
 
-# DebugOptions fields derived from the cache directory (FORMATS.md §4): a different value with
+# DebugOptions fields derived from the cache directory (docs/format.md): a different value with
 # the same last component means the cache was moved or copied.
 CACHE_PATH_FIELDS = {
     compile_options.DEBUG_AUTOTUNE_DIR,
     compile_options.DEBUG_KERNEL_CACHE_FILE,
     compile_options.DEBUG_AUTOTUNER_CACHE_DIR,
 }
-# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see FORMATS.md §4.
+# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see docs/format.md.
 CLEARED_BY_JAX = {compile_options.DEBUG_DUMP_TO, compile_options.DEBUG_AUTOTUNE_MODE, 61}
 _DEBUG_PATHS = {(3, 3): "compile_options", (14,): "module_config"}
 
-# Top-level fields of the serialized executable (FORMATS.md §2, §3).
+# Top-level fields of the serialized executable (docs/format.md and docs/format-gpu.md).
 CPU_EXECUTABLE_FIELDS = {
     1: "HLO module and config",
     2: "buffer assignment",
@@ -81,7 +81,7 @@ GPU_EXECUTABLE_FIELDS = {
     14: "executable ABI version",
     15: "CPU target machine",
 }
-# CPU executable fields that exist only from (or until) one XLA revision (FORMATS.md §3): one
+# CPU executable fields that exist only from (or until) one XLA revision (docs/format.md): one
 # entry having such a field and the other not means two XLA versions wrote them.
 CPU_FIELD_HISTORY = {
     4: "object code as field 4 (XLA up to 2025-06)",
@@ -445,7 +445,7 @@ def _pairs(
     return out
 
 
-# HloModuleProto fields outside the computations (FORMATS.md §1), and how diff classifies them.
+# HloModuleProto fields outside the computations (docs/format.md), and how diff classifies them.
 MODULE_FIELDS = {
     1: ("numbering", "module name"),
     2: ("numbering", "entry computation name"),
@@ -655,16 +655,7 @@ def _executable_section(a: EntryDetail, b: EntryDetail) -> BytesSection:
     return BytesSection(identical, tuple(sections))
 
 
-# --- manifests (optional layer) ------------------------------------------------------------------
-
-
-def _manifest_api() -> Any:
-    import importlib
-
-    try:  # the stable-key work's module; optional
-        return importlib.import_module("cachedoctor.stablekeys.manifest")
-    except ImportError:
-        return None
+# --- manifests ------------------------------------------------------------------------------------
 
 
 def _render_component(name: str, data: str | None) -> str | None:
@@ -720,12 +711,9 @@ def _ir_backend_configs(text: str) -> list[tuple[str, str]]:
 
 
 def _manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSection:
-    api = _manifest_api()
-    if api is None:
-        return ManifestSection(False, NO_MANIFEST)
     try:
-        ma = api.load_manifest(a.cache_dir, a.key)
-        mb = api.load_manifest(b.cache_dir, b.key)
+        ma = load_manifest(a.cache_dir, a.key)
+        mb = load_manifest(b.cache_dir, b.key)
     except (OSError, ValueError) as exc:
         return ManifestSection(False, f"{NO_MANIFEST} (a manifest is unreadable: {exc})")
     if ma is None or mb is None:
@@ -776,8 +764,8 @@ def _manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSecti
     )
     ir_diff: tuple[str, ...] = ()
     configs: list[tuple[str, str, str]] = []
-    ir_a = api.load_ir(a.cache_dir, a.key) if ma.has_ir else None
-    ir_b = api.load_ir(b.cache_dir, b.key) if mb.has_ir else None
+    ir_a = load_ir(a.cache_dir, a.key) if ma.has_ir else None
+    ir_b = load_ir(b.cache_dir, b.key) if mb.has_ir else None
     if ir_a is not None and ir_b is not None:
         ir_diff = tuple(
             difflib.unified_diff(

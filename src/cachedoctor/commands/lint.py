@@ -18,10 +18,8 @@ import dataclasses
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from cachedoctor import __version__
 from cachedoctor.commands.scan import (
@@ -34,7 +32,7 @@ from cachedoctor.commands.scan import (
 )
 from cachedoctor.commands.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count
-from cachedoctor.storage.fsops import open_regular
+from cachedoctor.storage.files import open_regular, write_atomic
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "cachedoctor-lint-baseline"
@@ -176,20 +174,11 @@ def write_baseline(path: str | os.PathLike[str], report: LintReport) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    target = Path(path)
+    """Write a report or baseline whole; a failure is a one-line error, not a traceback."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
-        raise CachedoctorError(f"cannot write {target}: {exc.strerror or exc}", slug="io") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise CachedoctorError(f"cannot write {target}: {exc.strerror or exc}", slug="io") from None
+        raise CachedoctorError(f"cannot write {path}: {exc.strerror or exc}", slug="io") from None
 
 
 def judge(

@@ -39,7 +39,7 @@ from cachedoctor.xla import subcaches
 
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
 DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a compile may take hours)
-# First jaxlib whose entries carry the pjrt_ifrt header (FORMATS.md §1).
+# First jaxlib whose entries carry the pjrt_ifrt header (docs/format.md).
 IFRT_HEADER_SINCE = (0, 9, 1)
 
 
@@ -132,9 +132,6 @@ def parse_size(text: str) -> int:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
     return int(value)
-
-
-# --- manifests (read as JSON, as written by stablekeys.manifest) ----------------------------
 
 
 # --- planning ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A small reader for Riegeli/records files, enough for XLA's split protos.
 
 There is no riegeli package on PyPI, and GPU cache entries from jax 0.9.1 on are Riegeli files
-(FORMATS.md §2b). Layout, from google/riegeli ``doc/riegeli_records_file_format.md``:
+(docs/format-gpu.md). Layout, from google/riegeli ``doc/riegeli_records_file_format.md``:
 
 * a 24-byte block header at every multiple of 64 KiB (``header_hash``, ``previous_chunk``,
   ``next_chunk``), which may interrupt a chunk anywhere, even its header;

@@ -1,7 +1,7 @@
 """Reassemble XLA "split protos" (``xla/util/split_proto``) into the message they stand for.
 
 From jax 0.9.1, GPU entries hold ``ExecutableAndOptionsProto`` as a Riegeli file; from 0.10.1 the
-``GpuExecutableProto`` inside is split the same way (FORMATS.md §2b). Record 0 is an
+``GpuExecutableProto`` inside is split the same way (docs/format-gpu.md). Record 0 is an
 ``xla.SplitProtoManifest`` {1 result_proto_type, 2 records}; each manifest record says how to
 apply the next file record:
 

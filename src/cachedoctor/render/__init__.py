@@ -1,15 +1,5 @@
 """Renderers: each turns a core report (plain dataclasses) into one output format.
 
-The core never prints; commands pick a renderer by ``OutputFormat``.
+The core never prints; commands pick a format by name from ``render.formats`` (one interface,
+one registry), and each format calls the per-report functions of the modules beside it.
 """
-
-from __future__ import annotations
-
-import enum
-
-
-class OutputFormat(enum.StrEnum):
-    TABLE = "table"
-    JSON = "json"
-    GITHUB = "github"
-    JUNIT = "junit"

@@ -121,39 +121,3 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         "observe": to_plain(report.observe),
         "verify": to_plain(report.verify),
     }
-
-
-def render_ci(report: LintReport | CheckReport, fmt: str, *, to_file: bool) -> str:
-    """``lint`` / ``check`` output in one of the CI formats.
-
-    Returns the text to print or write; the table format printed straight to the terminal
-    returns "" (rich renders it to stdout).
-    """
-    is_check = isinstance(report, CheckReport)
-    if fmt == "json":
-        from cachedoctor.render.jsonout import dumps
-
-        doc = check_document(report) if is_check else lint_document(report)  # type: ignore[arg-type]
-        return dumps(doc) + "\n"
-    if fmt == "github":
-        from cachedoctor.render import github
-
-        lines = github.check_lines(report) if is_check else github.lint_lines(report)  # type: ignore[arg-type]
-        return "\n".join(lines) + "\n"
-    if fmt == "junit":
-        from cachedoctor.render import junit
-
-        return junit.check_xml(report) if is_check else junit.lint_xml(report)  # type: ignore[arg-type]
-    render = render_check if is_check else render_lint
-    if to_file:
-        from io import StringIO
-
-        from rich.console import Console
-
-        buf = StringIO()
-        render(report, Console(file=buf, width=120, no_color=True, highlight=False))  # type: ignore[arg-type]
-        return buf.getvalue()
-    from cachedoctor.render.console import stdout_console
-
-    render(report, stdout_console())  # type: ignore[arg-type]
-    return ""

@@ -21,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cachedoctor.storage.files import replace_with_link
 
 logger = logging.getLogger("cachedoctor.stablekeys.hook")
 
@@ -306,16 +306,11 @@ def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
         s = cache_dir / f"{old_key}{suffix}"
         if not s.exists():
             continue
-        tmp = cache_dir / f".cachedoctor-rekey-{uuid.uuid4().hex}.tmp"
         try:
-            try:
-                os.link(s, tmp)
-            except OSError:
-                shutil.copyfile(s, tmp)
-            os.replace(tmp, cache_dir / f"{new_key}{suffix}")
+            replace_with_link(
+                s, cache_dir / f"{new_key}{suffix}", temp_prefix=".cachedoctor-rekey-"
+            )
         except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             if suffix == "-cache":
                 return False
     return True

@@ -17,12 +17,10 @@ publishes whole or not at all, so no rename is needed. One store per process ser
 from __future__ import annotations
 
 import base64
-import contextlib
 import gzip
 import json
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys.keys import HASHER_VERSION, KeyResult, combine
-from cachedoctor.storage.fsops import open_regular
+from cachedoctor.storage.files import open_regular, write_atomic
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
@@ -182,18 +180,7 @@ def from_key_result(
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, mode=0o644 & ~_umask())
 
 
 def _umask() -> int:

@@ -18,15 +18,14 @@ Precedence for every value: environment variable, then this file, then JAX's def
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.storage.files import write_atomic
 
 CONFIG_ENV = "CACHEDOCTOR_CONFIG"
 HOOK_ENV = "CACHEDOCTOR_HOOK"  # stable | observe | stats | off; also activates without a file
@@ -99,7 +98,7 @@ def load(path: Path | None = None) -> dict[str, Any]:
     """
     import tomllib
 
-    from cachedoctor.storage.fsops import open_regular
+    from cachedoctor.storage.files import open_regular
 
     path = path or config_path()
     try:
@@ -158,18 +157,7 @@ def save(values: dict[str, Any], path: Path | None = None) -> Path:
     """Write the config file atomically (temp file in the same folder, then rename)."""
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dump(values))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, dump(values).encode(), mode=0o644)
     return path
 
 

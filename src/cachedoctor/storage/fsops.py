@@ -30,31 +30,10 @@ if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
 
 from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
+from cachedoctor.storage.files import open_regular
 
 LOCK_POLL_S = 0.05
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
-
-
-def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> BinaryIO:
-    """Open a regular file for reading; anything else is refused without blocking.
-
-    A FIFO, socket or device named like a cache file would block ``open`` or ``read`` forever;
-    ``O_NONBLOCK`` makes the open return at once and ``fstat`` then refuses what is not a regular
-    file (EINVAL, "not a regular file"). Links are never followed (ELOOP).
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    fd = os.open(path, flags, dir_fd=dir_fd)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-            raise OSError(code, kind, os.fspath(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 class LockTimeout(OSError):

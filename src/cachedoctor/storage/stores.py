@@ -28,7 +28,6 @@ import os
 import random
 import re
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage.fsops import open_regular
+from cachedoctor.storage.files import atomic_file, open_regular
 
 T = TypeVar("T")
 
@@ -388,17 +387,8 @@ class LocalStore:
         target = self.url_of(name)
         folder = os.path.dirname(target)
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-tmp-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic_file(target, temp_prefix=".cachedoctor-tmp-") as fh:
+            fh.write(data)
         with contextlib.suppress(OSError):
             dfd = os.open(folder, os.O_RDONLY)
             try:

@@ -6,7 +6,7 @@ import os
 
 from cachedoctor.formats import wire
 
-# DebugOptions field numbers (xla/xla.proto), see FORMATS.md §4.
+# DebugOptions field numbers (xla/xla.proto), see docs/format.md.
 DEBUG_DEVICE_COUNT = 102
 
 
@@ -38,7 +38,7 @@ def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:
 
 
 def decode_compile_options(buf: wire.Buffer) -> dict[str, object]:
-    """The fields of CompileOptionsProto that matter to findings (FORMATS.md §1)."""
+    """The fields of CompileOptionsProto that matter to findings (docs/format.md)."""
     out: dict[str, object] = {}
     f = wire.fields_by_number(buf)
     ebo = wire.first(f, 3)

@@ -1,6 +1,6 @@
 """Decode what a GPU cache entry holds: the PjRt payload and the GPU ``serialized_executable``.
 
-Layouts (FORMATS.md §2, §2b):
+Layouts (docs/format-gpu.md):
 
 * PjRt payload: a plain ``ExecutableAndOptionsProto`` up to jax 0.9.0, a Riegeli split proto from
   0.9.1 (``unwrap_pjrt_payload``).
@@ -145,7 +145,7 @@ def _compute_capability(value: FieldValue | None, problems: list[str]) -> str | 
 
 
 def layout_of(field_numbers: set[int], *, module_with_config: bool = True) -> str:
-    """Which GPU executable layout (FORMATS.md §2) a message with these fields is."""
+    """Which GPU executable layout (docs/format-gpu.md) a message with these fields is."""
     if 13 in field_numbers:
         return "gpu_executable_thunks"
     if field_numbers & _GPU_EXECUTABLE_ONLY:
@@ -161,7 +161,7 @@ def compute_capability(value: FieldValue | None) -> str | None:
 
 
 def decode_gpu_executable(data: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GpuExecutable:
-    """Decode a GPU ``serialized_executable`` of any layout in FORMATS.md §2.
+    """Decode a GPU ``serialized_executable`` of any layout in docs/format-gpu.md.
 
     Raises CorruptFormat when the bytes are not a message, UnsupportedFormat when they look
     like a CPU executable or a split proto of another type, TooLarge past ``max_bytes``.

@@ -70,7 +70,7 @@ _INSTR_NAME, _INSTR_OPCODE, _INSTR_SHAPE, _INSTR_METADATA = 1, 2, 3, 7
 _INSTR_CUSTOM_TARGET, _INSTR_ID, _INSTR_OPERANDS, _INSTR_CALLED = 28, 35, 36, 38
 _INSTR_CONTROL_PREDS = 37
 _INSTR_BACKEND_CONFIG = 43
-_INSTR_STATISTICS = 99  # never hashed: profiling payloads, see FORMATS.md
+_INSTR_STATISTICS = 99  # never hashed: profiling payloads, see docs/format.md
 _NOT_DEFINING = frozenset(
     {
         _INSTR_NAME,

@@ -9,7 +9,7 @@ differs we need names for field numbers. Two sources, in this order:
    them by name, parse them with :mod:`formats.wire`, and get every field the installed XLA
    knows, with types and enum value names. Done lazily, once per process, without importing jax.
 2. a static table (:data:`STATIC_FIELDS`), derived the same way from the descriptors of jaxlib
-   0.4.38, 0.6.2, 0.8.3, 0.10.2 and 0.12.0.1: numbers are stable across these (FORMATS.md §4),
+   0.4.38, 0.6.2, 0.8.3, 0.10.2 and 0.12.0.1: numbers are stable across these (docs/format.md),
    so an entry from any of them gets names even where no jaxlib is installed.
 
 Field numbers never change meaning inside one message (XLA reserves removed numbers), which is

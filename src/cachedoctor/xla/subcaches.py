@@ -1,4 +1,4 @@
-"""XLA's GPU sub-caches inside a JAX cache directory (FORMATS.md §5, §6).
+"""XLA's GPU sub-caches inside a JAX cache directory (docs/format-gpu.md, Sub-caches).
 
 * ``xla_gpu_per_fusion_autotune_cache_dir/``: one ``<43-char url-safe base64>.textproto`` per
   fused op, holding the text format of one ``xla.AutotuneResult``; writes go through

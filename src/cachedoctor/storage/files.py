@@ -1,0 +1,101 @@
+"""Local files, safely: open only regular files, replace a file atomically.
+
+``open_regular`` never blocks on a FIFO or device and never follows a link. ``atomic_file`` is
+the one way cachedoctor replaces a file by path: readers see the old file or the new one.
+
+A unique temp file in the target's folder is written and fsynced, then ``os.replace``d over the
+target, so concurrent writers each publish a complete file and a crash leaves no half-written
+one. Manifests, the config file, the scan index, reports, baselines, local stores and the hook's
+re-keyed entries all go through here. Writes inside a cache directory that must never clobber a
+file or follow a symbolic link use ``fsops.CacheDir`` (``write_new``, ``link_noreplace``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+StrPath = str | os.PathLike[str]
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: StrPath, *, mode: int | None = None, temp_prefix: str | None = None
+) -> Iterator[BinaryIO]:
+    """A binary file that replaces ``path`` when the block ends, and vanishes if it raises.
+
+    ``mode`` sets the permissions (default: mkstemp's 0o600, private); the temp name is
+    ``<temp_prefix><random>.tmp`` (default prefix ``.<name>.``), a name JAX ignores.
+    """
+    folder, name = os.path.split(os.fspath(path))
+    fd, tmp = tempfile.mkstemp(
+        prefix=temp_prefix if temp_prefix is not None else f".{name}.",
+        suffix=".tmp",
+        dir=folder or ".",
+    )
+    with _removed_on_failure(tmp):
+        with os.fdopen(fd, "w+b") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+
+
+def write_atomic(path: StrPath, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` whole (see :func:`atomic_file`)."""
+    with atomic_file(path, mode=mode) as fh:
+        fh.write(data)
+
+
+def replace_with_link(src: StrPath, dst: StrPath, *, temp_prefix: str) -> None:
+    """Give ``src``'s content the name ``dst``, replacing it whole: a hard link (or, where there
+    are none, a full copy) under a temp name beside ``dst``, then ``os.replace``."""
+    tmp = os.path.join(os.path.dirname(os.fspath(dst)), f"{temp_prefix}{secrets.token_hex(16)}.tmp")
+    with _removed_on_failure(tmp):
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp: str) -> Iterator[None]:
+    """Remove the temp file ``tmp`` if the block raises (it was never published)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> BinaryIO:
+    """Open a regular file for reading; anything else is refused without blocking.
+
+    A FIFO, socket or device named like a cache file would block ``open`` or ``read`` forever;
+    ``O_NONBLOCK`` makes the open return at once and ``fstat`` then refuses what is not a regular
+    file (EINVAL, "not a regular file"). Links are never followed (ELOOP).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+            raise OSError(code, kind, os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
