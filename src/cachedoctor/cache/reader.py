@@ -390,6 +390,9 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
             walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
 
 
+# What the stored HLO shows of key inputs that change from run to run (evidence of an unstable key)
+KEY_VOLATILE_CATEGORIES = frozenset({"backend_config-pointer", "custom-partitioning"})
+
 _HLO_MEMO: dict[bytes, tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]] = {}
 _HLO_MEMO_MAX = 1024
 
@@ -407,7 +410,7 @@ def hlo_facts(
     if found is None:
         summary = hlo_mod.summarize(module)
         canon = hlo_mod.canonicalize(module)
-        volatile = tuple(v for v in canon.volatile if v.category == "backend_config-pointer")
+        volatile = tuple(v for v in canon.volatile if v.category in KEY_VOLATILE_CATEGORIES)
         if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
             _HLO_MEMO.clear()
         found = _HLO_MEMO[digest] = (summary, canon.digest, volatile)

@@ -28,6 +28,7 @@ def render_lint(report: LintReport, console: Console) -> None:
         line.append(f.message)
         console.print(line)
         console.print(Text(f"     → {f.advice}", style="dim"))
+        console.print(Text(f"     evidence: {f.evidence}", style="dim"))
     for fp in report.fixed:
         console.print(Text(f"gone from the cache, still in the baseline: {fp}", style="cyan"))
     console.print(Text(report.summary_line(), style="bold"))
