@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor.commands.check import run_check
 from cachedoctor.commands.maintenance import PruneOptions, plan_prune
 from cachedoctor.commands.runner import program_env, run_command
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
@@ -124,3 +125,30 @@ def test_symlinked_cache_is_relocated(tmp_path: Path) -> None:
     (relocated,) = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert set(relocated.entries) == written_at_real
     assert_agrees_with_jax(truth, report)
+
+
+HOST_CALLBACKS = """
+import jax, jax.numpy as jnp, numpy as np
+@jax.jit
+def noisy(a):
+    jax.debug.print("sum={s}", s=a.sum())
+    return a * 2
+@jax.jit
+def quiet(a):
+    return a + 1
+print(noisy(jnp.ones(3)), quiet(jnp.ones(3)))
+"""
+
+
+def test_check_names_modules_jax_never_stores(tmp_path: Path) -> None:
+    """JAX refuses to store a module with a host callback; check says so instead of 'all hit'."""
+    script = tmp_path / "callbacks.py"
+    script.write_text(HOST_CALLBACKS)
+    env = {
+        k: v for k, v in program_env(str(tmp_path / "unused")).items() if k.startswith(("P", "H"))
+    }
+    env["JAX_PLATFORMS"] = "cpu"
+    report = run_check([sys.executable, str(script)], base_env=env)
+    assert report.not_stored == ("jit_noisy",)
+    assert "jit_quiet" in report.modules and "jit_noisy" not in report.modules
+    assert "never stores modules with host callbacks: jit_noisy" in report.summary_line()

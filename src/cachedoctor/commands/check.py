@@ -40,6 +40,10 @@ VERIFY_OPTION = "jax_compilation_cache_check_contents"
 BOOT_DIR = Path(__file__).parent.parent / "_check_boot"
 # JAX raises CacheVerificationError with this text when a cached executable differs.
 _MISMATCH = re.compile(rb"cache inconsistency for key ([\w.\-]+-[0-9a-f]{64})")
+# JAX's own words (jax_explain_cache_misses) for a module it refuses to store
+_NOT_STORED = re.compile(
+    rb"Not writing persistent cache entry for '([^'\s]+)' because it uses host callbacks"
+)
 
 Progress = Callable[[str], None]
 
@@ -157,6 +161,8 @@ class CheckReport:
     observe: ObserveStatus
     verify: VerifyResult | None
     scan: ScanReport | None = field(default=None, repr=False)
+    # modules JAX compiled but refused to store ("uses host callbacks"): they recompile each run
+    not_stored: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -172,6 +178,11 @@ class CheckReport:
             head = f"all {len(self.modules)} modules compiled in run 1 hit in runs 2..{n}"
             if n < 2:
                 head = f"{len(self.modules)} modules compiled; one run cannot show instability"
+        if self.not_stored:
+            head += (
+                f"; {len(self.not_stored)} modules recompile every run because JAX never "
+                f"stores modules with host callbacks: {', '.join(self.not_stored)}"
+            )
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"
         elif self.verify and self.verify.mismatches:
@@ -188,6 +199,7 @@ def check_env(
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("JAX_EXPLAIN_CACHE_MISSES", "1")  # JAX then says which modules it won't store
     if observe:
         env.setdefault(HOOK_ENV, "observe")  # a mode the user set (e.g. stable) is kept
         paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -224,6 +236,7 @@ class _Tee:
     def __init__(self, sink: IO[bytes] | None, log: IO[bytes], lock: threading.Lock) -> None:
         self.sink, self.log, self.lock = sink, log, lock
         self.mismatches: list[str] = []
+        self.not_stored: list[str] = []
         self._tail = b""
 
     def pump(self, fd: int) -> None:
@@ -242,6 +255,10 @@ class _Tee:
                 key = match.group(1).decode()
                 if key not in self.mismatches:
                     self.mismatches.append(key)
+            for match in _NOT_STORED.finditer(data):
+                module = match.group(1).decode()
+                if module not in self.not_stored:
+                    self.not_stored.append(module)
             self._tail = data[-200:]
         os.close(fd)
 
@@ -252,8 +269,8 @@ def _run_once(
     stdout: IO[bytes] | None,
     stderr: IO[bytes] | None,
     log: IO[bytes],
-) -> tuple[int, list[str]]:
-    """Run the command once, teeing its output; returns (exit code, mismatch keys)."""
+) -> tuple[int, list[str], list[str]]:
+    """Run the command once, teeing its output; (exit code, mismatch keys, modules not stored)."""
     lock = threading.Lock()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -286,7 +303,9 @@ def _run_once(
     finally:
         for t in threads:
             t.join(timeout=30)
-    return code, tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
+    found = tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
+    not_stored = sorted({*tees[0].not_stored, *tees[1].not_stored})
+    return code, found, not_stored
 
 
 def _keys(cache_dir: str) -> list[str]:
@@ -350,6 +369,7 @@ def run_check(
     results: list[RunResult] = []
     mismatches: list[str] = []
     before_verify = 0
+    not_stored: set[str] = set()
     keep_files = keep
     try:
         os.makedirs(cache, exist_ok=True)
@@ -365,7 +385,8 @@ def run_check(
                 log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
                 log.flush()
                 start = time.monotonic()
-                code, found = _run_once(argv, env, stdout, stderr, log)
+                code, found, refused = _run_once(argv, env, stdout, stderr, log)
+                not_stored.update(refused)
                 seconds = time.monotonic() - start
                 log.write(f"=== {label} exited with {code} after {seconds:.1f} s\n".encode())
                 known = set(seen)
@@ -394,6 +415,7 @@ def run_check(
             shutil.rmtree(workdir, ignore_errors=True)  # temp cache and default log
     return replace(
         report,
+        not_stored=tuple(sorted(not_stored)),
         temporary=temporary,
         kept=keep_files,
         log_path=log_file if os.path.exists(log_file) else None,
@@ -467,7 +489,9 @@ def _cold_programs(
     note("--verify: one more run against an empty cache, to compare programs")
     log.write(b"=== cachedoctor check --verify: cold run against an empty cache\n")
     log.flush()
-    code, _ = _run_once(argv, check_env(base, fresh, observe=False, verify=False), None, None, log)
+    code, _, _ = _run_once(
+        argv, check_env(base, fresh, observe=False, verify=False), None, None, log
+    )
     log.write(f"=== cold run exited with {code}\n".encode())
     programs: dict[str, set[str]] = {}
     with contextlib.suppress(OSError):

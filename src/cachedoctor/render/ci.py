@@ -84,6 +84,15 @@ def render_check(report: CheckReport, console: Console) -> None:
                 f"executable ({len(v.hit_modules)} modules hit, {v.entries_before} entries "
                 "before the run): no difference"
             )
+    for module in report.not_stored:
+        console.print(
+            Text(
+                f"NOT STORED {module}: JAX does not write cache entries for modules that use "
+                "host callbacks (pure_callback, io_callback, jax.debug.print, equinox checks), "
+                "so it recompiles every run",
+                style="yellow",
+            )
+        )
     for m in report.unstable:
         lines = m.explanation_lines()
         console.print(Text(f"UNSTABLE {lines[0]}", style="bold red"))
@@ -119,6 +128,7 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         ],
         "observe": to_plain(report.observe),
         "verify": to_plain(report.verify),
+        "not_stored": list(report.not_stored),
     }
 
 
