@@ -141,6 +141,8 @@ class VerifyResult:
     hit_modules: tuple[str, ...]  # modules of run 1 that got no new entry in the verified run
     mismatches: tuple[Mismatch, ...]
     complete: bool  # False: JAX stopped the command at the first mismatch
+    # modules of run 1 that an aborted verified run may never have reached: neither hit nor miss
+    not_checked: tuple[str, ...] = ()
 
     @property
     def stale(self) -> tuple[Mismatch, ...]:
@@ -166,18 +168,31 @@ class CheckReport:
 
     @property
     def failed(self) -> bool:
-        return bool(self.unstable) or bool(self.verify and self.verify.stale)
+        """Unstable keys, stale entries, or modules an aborted --verify run left unchecked."""
+        verify = self.verify
+        return bool(self.unstable) or bool(verify and (verify.stale or verify.not_checked))
 
     def summary_line(self) -> str:
         n = len(self.runs)
+        checked_runs = n - 1 if self.verify and self.verify.not_checked else n
         if self.unstable:
             names = ", ".join(m.module for m in self.unstable)
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
             head += f" (unstable cache key): {names}"
+        elif checked_runs >= 2:
+            head = f"all {len(self.modules)} modules compiled in run 1 hit in runs 2.."
+            head += str(checked_runs)
+        elif n >= 2:
+            head = f"{len(self.modules)} modules compiled in run 1"
         else:
-            head = f"all {len(self.modules)} modules compiled in run 1 hit in runs 2..{n}"
-            if n < 2:
-                head = f"{len(self.modules)} modules compiled; one run cannot show instability"
+            head = f"{len(self.modules)} modules compiled; one run cannot show instability"
+        if self.verify and self.verify.not_checked:
+            head += (
+                f"; run {self.verify.run} (--verify) stopped at the first mismatch, so "
+                f"{len(self.verify.not_checked)} modules were not checked: "
+                + ", ".join(self.verify.not_checked)
+                + " (run without --verify, or with more --runs, to check them)"
+            )
         if self.not_stored:
             head += (
                 f"; {len(self.not_stored)} modules recompile every run because JAX never "
@@ -457,13 +472,20 @@ def _analyse(
     verify_result = None
     if cold is not None:
         last = results[-1]
-        hit = tuple(sorted(m for m in after_first if m not in {_module(k) for k in last.new_keys}))
+        missed = {_module(k) for k in last.new_keys}
+        mismatches = _verify_findings(jax_mismatches, cold, scan, set(later))
+        complete = last.returncode == 0
+        # an aborted run proves nothing about the modules it produced no trace for: they may
+        # have hit, or never been reached
+        reached = missed | {m.module for m in mismatches}
+        silent = tuple(sorted(m for m in after_first if m not in reached))
         verify_result = VerifyResult(
             run=last.index,
             entries_before=before_verify,
-            hit_modules=hit,
-            mismatches=_verify_findings(jax_mismatches, cold, scan, set(later)),
-            complete=last.returncode == 0,
+            hit_modules=silent if complete else (),
+            mismatches=mismatches,
+            complete=complete,
+            not_checked=() if complete else silent,
         )
     return CheckReport(
         argv=tuple(argv),

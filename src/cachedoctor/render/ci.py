@@ -75,9 +75,11 @@ def render_check(report: CheckReport, console: Console) -> None:
             console.print(Text(f"{label} {mm.key}: {mm.detail}", style=style))
         if not v.complete:
             console.print(
-                f"verify: JAX stopped run {v.run} at the first mismatch; later modules were "
-                "not verified"
+                f"verify: JAX stopped run {v.run} at the first mismatch; "
+                f"{len(v.not_checked)} modules were not checked (neither hit nor miss is known)"
             )
+            for module in v.not_checked:
+                console.print(Text(f"NOT CHECKED {module}", style="yellow"))
         elif not v.mismatches:
             console.print(
                 f"verify: run {v.run} recompiled every cache hit and compared it with the cached "
