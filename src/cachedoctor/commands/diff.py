@@ -90,6 +90,23 @@ CPU_FIELD_HISTORY = {
 }
 
 
+def _cpu_layout_eras(na: set[int], nb: set[int]) -> list[str]:
+    """CPU executable fields that show two XLA eras, as "X only in A" lines; [] when none do.
+
+    A field one side lacks is not evidence by itself: an empty repeated field is not written
+    (a trivial module has no object files). Only a field the other side's era cannot write
+    counts: field 4 (object code, up to 2025-06) beside field 8 (object_files, from then on),
+    or a later-era field (9, 10) beside the old field 4.
+    """
+    out = []
+    for this, other, side in ((na, nb, "A"), (nb, na, "B")):
+        if 4 in this and 8 in other:
+            out.append(f"{CPU_FIELD_HISTORY[4]} only in {side}")
+        if 4 in other and 4 not in this:
+            out += [f"{CPU_FIELD_HISTORY[n]} only in {side}" for n in sorted({9, 10} & this)]
+    return sorted(set(out))
+
+
 class VerdictKind(enum.StrEnum):
     IDENTICAL = "identical"
     SAME_EXECUTABLE = "same-executable"
@@ -239,10 +256,11 @@ class ModuleDiffReport:
     cache_dir: str
     latest: str | None
     reports: tuple[DiffReport, ...] = field(default=())
+    undecodable: tuple[str, ...] = ()  # "key: why" for entries left out of the comparison
 
     @property
     def equivalent(self) -> bool:
-        return all(r.equivalent for r in self.reports)
+        return not self.undecodable and all(r.equivalent for r in self.reports)
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -1008,12 +1026,9 @@ def _verdict(
             f"{ib.format_label} (B); the pjrt_ifrt header is written from jax 0.9.1",
         )
     if ia.platform == ib.platform == "cpu":
-        na = {d.number for d in a.executable_fields}
-        nb = {d.number for d in b.executable_fields}
-        only = [
-            f"{CPU_FIELD_HISTORY[n]} only in {'A' if n in na else 'B'}"
-            for n in sorted((na ^ nb) & set(CPU_FIELD_HISTORY))
-        ]
+        only = _cpu_layout_eras(
+            {d.number for d in a.executable_fields}, {d.number for d in b.executable_fields}
+        )
         if only:
             claim(
                 VerdictKind.DIFFERENT_JAX,
@@ -1174,9 +1189,18 @@ def diff_module(
     def load(item: listdir.DirItem) -> EntryDetail:
         return _load_item(store, item) if store is not None else load_detail(listing.path(item))
 
-    latest_detail = load(latest)
+    decoded: list[tuple[listdir.DirItem, EntryDetail]] = []
+    undecodable: list[str] = []
+    for item in items:
+        try:
+            decoded.append((item, load(item)))
+        except CachedoctorError as exc:  # one bad entry must not hide the pairs that compare
+            undecodable.append(f"{item.key}: {exc}")
+    if not decoded:
+        return ModuleDiffReport(module, root, None, (), tuple(undecodable))
+    latest, latest_detail = decoded[-1]
     reports = tuple(
-        diff_details(load(item), latest_detail, context=context, raw_hlo=raw_hlo)
-        for item in items[:-1]
+        diff_details(detail, latest_detail, context=context, raw_hlo=raw_hlo)
+        for _, detail in decoded[:-1]
     )
-    return ModuleDiffReport(module, root, latest.key, reports)
+    return ModuleDiffReport(module, root, latest.key, reports, tuple(undecodable))
