@@ -152,3 +152,27 @@ def test_check_names_modules_jax_never_stores(tmp_path: Path) -> None:
     assert report.not_stored == ("jit_noisy",)
     assert "jit_quiet" in report.modules and "jit_noisy" not in report.modules
     assert "never stores modules with host callbacks: jit_noisy" in report.summary_line()
+
+
+def test_scan_names_modules_jax_never_stores_and_manifests_do_not_churn(tmp_path: Path) -> None:
+    """Observe manifests record modules JAX refuses to store; scan reports them, runs keep them."""
+    from hookrun import base_env
+    from hookrun import run_program as run_hooked
+
+    script = tmp_path / "callbacks.py"
+    script.write_text(HOST_CALLBACKS)
+    cache = tmp_path / "cache"
+    env = base_env(
+        cache,
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
+    run_hooked(script, cache, mode="observe", env=env)
+    manifests = {p.name: p.stat().st_mtime_ns for p in cache.glob("cachedoctor-manifests/*.json")}
+    report = scan_directory(str(cache), use_index=False)
+    (not_stored,) = [f for f in report.findings if f.kind is FindingKind.NOT_STORED]
+    assert "jit_noisy" in not_stored.message and "jit_quiet" not in not_stored.message
+    assert "host callbacks" in not_stored.advice and "manifests" in not_stored.evidence
+    run_hooked(script, cache, mode="observe", env=env)
+    again = {p.name: p.stat().st_mtime_ns for p in cache.glob("cachedoctor-manifests/*.json")}
+    assert again == manifests  # written once, not on every run

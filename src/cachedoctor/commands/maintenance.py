@@ -325,7 +325,7 @@ class _Planner:
                 infos,
                 self.jax,
                 self.now,
-                stable_keys=self._stable_keys(),
+                manifests=self._manifest_data(),
                 root_as_given=self.as_given,
             )
         for e in entries.values():
@@ -338,12 +338,12 @@ class _Planner:
             infos,
             self.jax,
             self.now,
-            stable_keys=self._stable_keys(),
+            manifests=self._manifest_data(),
             root_as_given=self.as_given,
         )
 
-    def _stable_keys(self) -> frozenset[str]:
-        return scan.stable_hasher_keys(m.data for m in self.manifests if not m.is_symlink)
+    def _manifest_data(self) -> list[dict[str, object] | None]:
+        return [m.data for m in self.manifests if not m.is_symlink]
 
     def plan(self) -> Plan:
         entries = self._entries()

@@ -13,7 +13,7 @@ import os
 import stat
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,7 @@ class FindingKind(enum.StrEnum):
     UNKNOWN_FILE = "unknown-file"
     SUBCACHE = "subcache"
     SAME_PROGRAM = "same-program"
+    NOT_STORED = "not-stored"
 
 
 @dataclass(frozen=True)
@@ -143,16 +144,16 @@ def scan_directory(
             remote_entries = reader.decode_store_entries(
                 store, listing.entries, progress=progress, max_decompressed=max_decompressed
             )
-            stable = _read_stable_hasher_keys(store.url)
-        return build_report(listing, remote_entries, jax_info, now, stable_keys=stable)
+            manifests = _read_manifests(store.url)
+        return build_report(listing, remote_entries, jax_info, now, manifests=manifests)
     root = os.fspath(cache_dir)
     listing = listdir.list_cache(root)
     entries = _decode_entries(listing, progress, max_decompressed, use_index, workers)
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
-    stable = _read_stable_hasher_keys(root)
-    return build_report(listing, entries, jax_info, now, sub, stable_keys=stable)
+    manifests = _read_manifests(root)
+    return build_report(listing, entries, jax_info, now, sub, manifests=manifests)
 
 
 def _decode_entries(
@@ -217,19 +218,22 @@ def build_report(
     now: float,
     sub: subcaches.SubcacheReport | None = None,
     *,
-    stable_keys: frozenset[str] = frozenset(),
+    manifests: Sequence[Mapping[str, object] | None] = (),
     root_as_given: str | None = None,
 ) -> ScanReport:
     """Findings and statistics from decoded entries (pure: no I/O).
 
-    ``stable_keys``: entries stored under cachedoctor's stable hasher (``stable_hasher_keys``).
+    ``manifests``: the cache's key manifests as JSON data (``stablekeys.manifest``): they say
+    which entries are under the stable hasher, and which modules JAX compiled but never stored.
     ``root_as_given``: the directory as the user spelled it, when the listing's root is its
     real path (``relocated`` compares paths as JAX hashes them: as spelled).
     """
     findings: list[Finding] = []
     findings += _subcache_findings(sub)
     findings += _same_program_findings(entries)
+    stable_keys = stable_hasher_keys(manifests)
     findings += _relocated(root_as_given or listing.root, entries, jax_info, stable_keys)
+    findings += _not_stored(listing, manifests)
     findings += _atime_findings(listing)
     findings += _corrupt(entries, now)
     findings += _insecure(listing)
@@ -456,7 +460,7 @@ def _root_spellings(root: str) -> frozenset[str]:
     return frozenset(spellings)
 
 
-def stable_hasher_keys(manifests: Iterable[dict[str, object] | None]) -> frozenset[str]:
+def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> frozenset[str]:
     """Keys of entries stored under cachedoctor's stable hasher, from their manifests.
 
     The stable hasher makes cache-dir paths relative before hashing (``stablekeys.keys``), so
@@ -469,15 +473,50 @@ def stable_hasher_keys(manifests: Iterable[dict[str, object] | None]) -> frozens
     )
 
 
-def _read_stable_hasher_keys(root: str) -> frozenset[str]:
+def _read_manifests(root: str) -> list[Mapping[str, object]]:
     from cachedoctor.stablekeys import manifest
 
     try:
-        return stable_hasher_keys(
-            {"key": m.key, "mode": m.mode} for m in manifest.iter_manifests(root)
-        )
+        return [m.to_dict() for m in manifest.iter_manifests(root)]
     except OSError:
-        return frozenset()
+        return []
+
+
+def _not_stored(
+    listing: CacheListing, manifests: Sequence[Mapping[str, object] | None]
+) -> list[Finding]:
+    """Modules whose key manifest has no entry beside it: JAX compiled them, holds nothing.
+
+    JAX refuses to write modules that use host callbacks (pure_callback, io_callback,
+    jax.debug.print, equinox's runtime checks in diffrax), and ones below its minimum compile
+    time or entry size; such a module recompiles on every run.
+    """
+    entry_keys = {i.key for i in listing.entries}
+    missing: dict[str, list[str]] = defaultdict(list)
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str) or m["key"] in entry_keys:
+            continue
+        missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
+    if not missing:
+        return []
+    return [
+        Finding(
+            kind=FindingKind.NOT_STORED,
+            severity=Severity.INFO,
+            entries=tuple(k for keys in missing.values() for k in keys),
+            message=(
+                f"{len(missing)} modules were compiled with this cache but have no entry: "
+                + ", ".join(sorted(missing))
+            ),
+            advice=(
+                "JAX never stores modules with host callbacks (pure_callback, io_callback, "
+                "jax.debug.print, equinox checks) nor ones under its minimum compile time or "
+                "entry size, so they recompile every run; `cachedoctor check -- CMD` names "
+                "which (JAX_EXPLAIN_CACHE_MISSES=1 logs it)"
+            ),
+            evidence="key manifests (cachedoctor enable) without an entry of the same key",
+        )
+    ]
 
 
 def _relocated(
