@@ -495,7 +495,7 @@ class _Planner:
         if not self.o.duplicates:
             return
         infos = [e.info for e in entries.values() if e.info is not None]
-        for group, evidence in scan.unstable_groups(infos):
+        for group, _evidence in scan.unstable_groups(infos):
             members = [entries[i.key] for i in group]
             alive = [m for m in members if not m.rules] or members
             keep = max(alive, key=lambda m: (m.last_used_ns, m.key))
@@ -504,8 +504,8 @@ class _Planner:
                     m.rules.append(
                         (
                             Rule.DUPLICATES,
-                            f"same program as {keep.key} (kept: used last) under an unstable "
-                            f"key: {evidence}",
+                            f"same program as {keep.key} (kept: used last); the stored HLO "
+                            "shows a key input that changes per run (scan: unstable-key)",
                         )
                     )
         self.notes.append(
