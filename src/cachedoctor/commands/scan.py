@@ -144,7 +144,7 @@ def scan_directory(
             remote_entries = reader.decode_store_entries(
                 store, listing.entries, progress=progress, max_decompressed=max_decompressed
             )
-            manifests = _read_manifests(store.url)
+            manifests = _read_manifests(listing, store.url)
         return build_report(listing, remote_entries, jax_info, now, manifests=manifests)
     root = os.fspath(cache_dir)
     listing = listdir.list_cache(root)
@@ -152,7 +152,7 @@ def scan_directory(
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
-    manifests = _read_manifests(root)
+    manifests = _read_manifests(listing, root)
     return build_report(listing, entries, jax_info, now, sub, manifests=manifests)
 
 
@@ -358,7 +358,7 @@ def unstable_key_evidence(group: list[EntryInfo]) -> str | None:
     backend_config holding an address, or the output of a ``custom_partitioning`` op (its
     ``CustomSPMDPartitioning`` config is a Python object address that JAX hashes).
     """
-    for e in group:
+    for e in sorted(group, key=lambda e: e.key):  # the same words for a copy of the cache
         for v in e.volatile:
             if v.category in reader.KEY_VOLATILE_CATEGORIES:
                 return f"stored HLO of {e.key}, {v.where}: {v.detail}"
@@ -473,9 +473,12 @@ def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> froz
     )
 
 
-def _read_manifests(root: str) -> list[Mapping[str, object]]:
+def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, object]]:
+    """The cache's key manifests as JSON data; none are read when it has no manifests folder."""
     from cachedoctor.stablekeys import manifest
 
+    if not any(i.name == layout.MANIFEST_DIRNAME for i in listing.items):
+        return []
     try:
         return [m.to_dict() for m in manifest.iter_manifests(root)]
     except OSError:
