@@ -97,7 +97,7 @@ def docs(session: nox.Session) -> None:
 @nox.parametrize(("jax", "python"), JAX_RELEASES, ids=[j for j, _ in JAX_RELEASES])
 def compat(session: nox.Session, jax: str) -> None:
     """Reader tests against caches written by one JAX release, in its own venv."""
-    session.install(".[test]", f"jax=={jax}", f"jaxlib=={jax}")
+    session.install(".[test-core]", f"jax=={jax}", f"jaxlib=={jax}")
     session.run(
         "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
     )

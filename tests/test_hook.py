@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor.commands.maintenance import PruneOptions, plan_prune
+from cachedoctor.commands.scan import FindingKind, scan_directory
 from cachedoctor.stablekeys import manifest
 from hookrun import base_env, entries, run_program
 
@@ -95,6 +97,10 @@ def test_copied_cache_hits_at_new_path(seed_ten: tuple[Path, list], tmp_path: Pa
     run = run_program("seed", moved)
     assert run.misses == [] and run.result == SEED_RESULT
     assert entries(moved) == before
+    # JAX hits them at the new path, so they are not relocated, and prune keeps them
+    report = scan_directory(str(moved), use_index=False)
+    assert not [f for f in report.findings if f.kind is FindingKind.RELOCATED]
+    assert plan_prune(str(moved), PruneOptions(relocated=True, duplicates=True)).actions == ()
 
     # without the hook a copied cache misses where JAX hashes the autotune path (jax <= 0.10)
     plain = tmp_path / "plain"

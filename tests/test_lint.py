@@ -123,7 +123,7 @@ def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
 
 def test_junit_survives_control_characters(seed_cache: Path) -> None:
     scan = scan_directory(seed_cache)
-    odd = Finding(FindingKind.UNKNOWN_FILE, Severity.ERROR, "bad\x01name & <x>", "remove it")
+    odd = Finding(FindingKind.UNKNOWN_FILE, Severity.ERROR, "bad\x01name & <x>", "remove it", "ls")
     report = judge(dataclasses.replace(scan, findings=(odd,)))
     root = ET.fromstring(junit.lint_xml(report))
     failure = root.find("testsuite/testcase/failure")
@@ -211,9 +211,15 @@ def test_fingerprints_ignore_volatile_parts(seed_cache: Path, tmp_path: Path) ->
     here = {f.fingerprint for f in lint_directory(str(seed_cache)).findings}
     there = {f.fingerprint for f in lint_directory(str(moved)).findings}
     assert here == {"unstable-key jit_f"} and here <= there  # there: also "relocated"
-    corrupt = Finding(FindingKind.CORRUPT, Severity.ERROR, "k: truncated", "x", entries=("k-1",))
+    corrupt = Finding(
+        FindingKind.CORRUPT, Severity.ERROR, "k: truncated", "x", "decoding", entries=("k-1",)
+    )
     assert fingerprint(corrupt, "/c") == "corrupt - k-1"
     insecure = Finding(
-        FindingKind.INSECURE, Severity.ERROR, "the cache directory /c/x is owned by uid 7", "x"
+        FindingKind.INSECURE,
+        Severity.ERROR,
+        "the cache directory /c/x is owned by uid 7",
+        advice="x",
+        evidence="lstat",
     )
     assert fingerprint(insecure, "/c/x") == "insecure - the cache directory <dir> is owned by uid N"

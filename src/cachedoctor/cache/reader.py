@@ -292,23 +292,80 @@ def _decode_open_file(
     return replace(info, **found)
 
 
+def _ifrt_header_at(window: bytes) -> tuple[int, bytes] | None:
+    """``(prefix length, header)`` when ``window`` starts with a ``pjrt_ifrt`` header, else None.
+
+    Evidence, not one byte: the varint length must parse, the header must decode as a
+    ``SerializedXlaExecutableMetadata`` (field 1 a version number, field 2 if present a runtime
+    name), and what follows must open an ``ExecutableAndOptionsProto`` (field 1) or a Riegeli
+    file. A bare proto's first bytes (``0a`` + length; field 1 is then not a number) and a
+    header of 131 bytes (``83 01``) pass or fail on these grounds, not on their first byte.
+    """
+    try:
+        length, start = wire.read_varint(window, 0, len(window))
+    except wire.WireError:
+        return None
+    end = start + length
+    if length == 0 or end >= len(window):
+        return None
+    header = window[start:end]
+    try:
+        fields = wire.fields_by_number(header)
+    except wire.WireError:
+        return None
+    version, runtime = wire.first(fields, 1), wire.first(fields, 2)
+    if not isinstance(version, int) or isinstance(runtime, int):
+        return None
+    try:
+        bytes(runtime or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not _opens_payload(window[end:]):
+        return None
+    return start, header
+
+
+def _opens_payload(data: bytes) -> bool:
+    """Whether ``data`` can start an ``ExecutableAndOptionsProto``: plain (field 1) or Riegeli."""
+    if data.startswith(RIEGELI_MAGIC):
+        return True
+    if data[:1] != b"\x0a":
+        return False
+    try:
+        wire.read_varint(data, 1, len(data))
+    except wire.WireError:
+        return False
+    return True
+
+
 def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
-    first = stream.peek_byte()
-    if first is None:
+    head = stream.peek(wire.MAX_VARINT_BYTES + len(RIEGELI_MAGIC))
+    if not head:
         raise DecodeFailure("truncated", "no executable after the compile-time prefix")
     fmt = "pjrt"
-    if first != 0x0A and first != RIEGELI_MAGIC[0]:
-        length = stream.read_varint()
-        if length > MAX_HEADER_BYTES:
-            raise DecodeFailure("header", f"pjrt_ifrt header claims {length} bytes")
-        header = stream.read_exact(length)
+    found = None
+    if not head.startswith(RIEGELI_MAGIC):
+        try:
+            claimed, start = wire.read_varint(head, 0, len(head))
+        except wire.WireError:
+            claimed, start = -1, 0
+        if 0 < claimed <= MAX_HEADER_BYTES:
+            found = _ifrt_header_at(stream.peek(start + claimed + wire.MAX_VARINT_BYTES + 8))
+        if found is None and not _opens_payload(head):
+            raise DecodeFailure(
+                "header",
+                "payload is neither an ExecutableAndOptionsProto, a Riegeli file, nor a"
+                f" pjrt_ifrt header followed by one (starts {head[:8].hex(' ')})",
+            )
+    if found is not None:
+        prefix, header = found
+        stream.skip(prefix + len(header))
         hf = wire.fields_by_number(header)
         walk.ifrt_header = header
         walk.fields["ifrt_version"] = wire.as_int(wire.first(hf, 1))
         walk.fields["runtime_name"] = wire.as_str(wire.first(hf, 2))
         fmt = "ifrt"
-        first = stream.peek_byte()
-    if first == RIEGELI_MAGIC[0]:
+    if stream.peek(len(RIEGELI_MAGIC)) == RIEGELI_MAGIC:
         stream = _unsplit_payload(stream, walk)
     walk.fields["payload_format"] = fmt
     for number, _wt, value in wire.iter_stream_fields(stream):
@@ -329,6 +386,9 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
             walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
 
 
+# What the stored HLO shows of key inputs that change from run to run (evidence of an unstable key)
+KEY_VOLATILE_CATEGORIES = frozenset({"backend_config-pointer", "custom-partitioning"})
+
 _HLO_MEMO: dict[bytes, tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]] = {}
 _HLO_MEMO_MAX = 1024
 
@@ -346,7 +406,7 @@ def hlo_facts(
     if found is None:
         summary = hlo_mod.summarize(module)
         canon = hlo_mod.canonicalize(module)
-        volatile = tuple(v for v in canon.volatile if v.category == "backend_config-pointer")
+        volatile = tuple(v for v in canon.volatile if v.category in KEY_VOLATILE_CATEGORIES)
         if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
             _HLO_MEMO.clear()
         found = _HLO_MEMO[digest] = (summary, canon.digest, volatile)

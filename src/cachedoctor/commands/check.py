@@ -40,6 +40,10 @@ VERIFY_OPTION = "jax_compilation_cache_check_contents"
 BOOT_DIR = Path(__file__).parent.parent / "_check_boot"
 # JAX raises CacheVerificationError with this text when a cached executable differs.
 _MISMATCH = re.compile(rb"cache inconsistency for key ([\w.\-]+-[0-9a-f]{64})")
+# JAX's own words (jax_explain_cache_misses) for a module it refuses to store
+_NOT_STORED = re.compile(
+    rb"Not writing persistent cache entry for '([^'\s]+)' because it uses host callbacks"
+)
 
 Progress = Callable[[str], None]
 
@@ -136,6 +140,8 @@ class VerifyResult:
     hit_modules: tuple[str, ...]  # modules of run 1 that got no new entry in the verified run
     mismatches: tuple[Mismatch, ...]
     complete: bool  # False: JAX stopped the command at the first mismatch
+    # modules of run 1 that an aborted verified run may never have reached: neither hit nor miss
+    not_checked: tuple[str, ...] = ()
 
     @property
     def stale(self) -> tuple[Mismatch, ...]:
@@ -156,6 +162,8 @@ class CheckReport:
     observe: ObserveStatus
     verify: VerifyResult | None
     scan: ScanReport | None = field(default=None, repr=False)
+    # modules JAX compiled but refused to store ("uses host callbacks"): they recompile each run
+    not_stored: tuple[str, ...] = ()
 
     @property
     def compiled_in_run1(self) -> tuple[str, ...]:
@@ -169,8 +177,10 @@ class CheckReport:
 
     @property
     def failed(self) -> bool:
-        stale = bool(self.verify and self.verify.stale)
-        return bool(self.unstable) or stale or self.nothing_checked
+        """Unstable keys, stale entries, nothing checked, or modules --verify left unchecked."""
+        verify = self.verify
+        stale_or_unchecked = bool(verify and (verify.stale or verify.not_checked))
+        return bool(self.unstable) or stale_or_unchecked or self.nothing_checked
 
     def summary_line(self) -> str:
         n = len(self.runs)
@@ -179,15 +189,30 @@ class CheckReport:
             if not self.temporary:
                 why += f", or only hit entries already in {self.cache_dir} (use a fresh --dir)"
             return f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
+        checked_runs = n - 1 if self.verify and self.verify.not_checked else n
+        compiled = count(len(self.compiled_in_run1), "module")
         if self.unstable:
             names = ", ".join(m.module for m in self.unstable)
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
             head += f" (unstable cache key): {names}"
+        elif checked_runs >= 2:
+            head = f"all {compiled} compiled in run 1 hit in runs 2..{checked_runs}"
+        elif n >= 2:
+            head = f"{compiled} compiled in run 1"
         else:
-            m = len(self.compiled_in_run1)
-            head = f"all {count(m, 'module')} compiled in run 1 hit in runs 2..{n}"
-            if n < 2:
-                head = f"{count(m, 'module')} compiled; one run cannot show instability"
+            head = f"{compiled} compiled; one run cannot show instability"
+        if self.verify and self.verify.not_checked:
+            head += (
+                f"; run {self.verify.run} (--verify) stopped at the first mismatch, so "
+                f"{count(len(self.verify.not_checked), 'module')} were not checked: "
+                + ", ".join(self.verify.not_checked)
+                + " (run without --verify, or with more --runs, to check them)"
+            )
+        if self.not_stored:
+            head += (
+                f"; {count(len(self.not_stored), 'module')} recompile every run because JAX never "
+                f"stores modules with host callbacks: {', '.join(self.not_stored)}"
+            )
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"
         elif self.verify and self.verify.mismatches:
@@ -204,6 +229,7 @@ def check_env(
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("JAX_EXPLAIN_CACHE_MISSES", "1")  # JAX then says which modules it won't store
     if observe:
         env.setdefault(HOOK_ENV, "observe")  # a mode the user set (e.g. stable) is kept
         paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -232,6 +258,7 @@ class _Tee:
     def __init__(self, sink: IO[bytes] | None, log: IO[bytes], lock: threading.Lock) -> None:
         self.sink, self.log, self.lock = sink, log, lock
         self.mismatches: list[str] = []
+        self.not_stored: list[str] = []
         self._tail = b""
 
     def pump(self, fd: int) -> None:
@@ -250,6 +277,10 @@ class _Tee:
                 key = match.group(1).decode()
                 if key not in self.mismatches:
                     self.mismatches.append(key)
+            for match in _NOT_STORED.finditer(data):
+                module = match.group(1).decode()
+                if module not in self.not_stored:
+                    self.not_stored.append(module)
             self._tail = data[-200:]
         os.close(fd)
 
@@ -260,8 +291,8 @@ def _run_once(
     stdout: IO[bytes] | None,
     stderr: IO[bytes] | None,
     log: IO[bytes],
-) -> tuple[int, list[str]]:
-    """Run the command once, teeing its output; returns (exit code, mismatch keys)."""
+) -> tuple[int, list[str], list[str]]:
+    """Run the command once, teeing its output; (exit code, mismatch keys, modules not stored)."""
     lock = threading.Lock()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -294,7 +325,9 @@ def _run_once(
     finally:
         for t in threads:
             t.join(timeout=30)
-    return code, tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
+    found = tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
+    not_stored = sorted({*tees[0].not_stored, *tees[1].not_stored})
+    return code, found, not_stored
 
 
 def _keys(cache_dir: str) -> list[str]:
@@ -357,6 +390,7 @@ def run_check(
     results: list[RunResult] = []
     mismatches: list[str] = []
     before_verify = 0
+    not_stored: set[str] = set()
     keep_files = keep
     try:
         os.makedirs(cache, exist_ok=True)
@@ -372,7 +406,8 @@ def run_check(
                 log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
                 log.flush()
                 start = time.monotonic()
-                code, found = _run_once(argv, env, stdout, stderr, log)
+                code, found, refused = _run_once(argv, env, stdout, stderr, log)
+                not_stored.update(refused)
                 seconds = time.monotonic() - start
                 log.write(f"=== {label} exited with {code} after {seconds:.1f} s\n".encode())
                 known = set(seen)
@@ -404,6 +439,7 @@ def run_check(
             shutil.rmtree(workdir, ignore_errors=True)  # temp cache and default log
     return replace(
         report,
+        not_stored=tuple(sorted(not_stored)),
         temporary=temporary,
         kept=keep_files,
         log_path=log_file if os.path.exists(log_file) else None,
@@ -444,13 +480,20 @@ def _analyse(
     verify_result = None
     if cold is not None:
         last = results[-1]
-        hit = tuple(sorted(m for m in after_first if m not in {_module(k) for k in last.new_keys}))
+        missed = {_module(k) for k in last.new_keys}
+        mismatches = _verify_findings(jax_mismatches, cold, scan, set(later))
+        complete = last.returncode == 0
+        # an aborted run proves nothing about the modules it produced no trace for: they may
+        # have hit, or never been reached
+        reached = missed | {m.module for m in mismatches}
+        silent = tuple(sorted(m for m in after_first if m not in reached))
         verify_result = VerifyResult(
             run=last.index,
             entries_before=before_verify,
-            hit_modules=hit,
-            mismatches=_verify_findings(jax_mismatches, cold, scan, set(later)),
-            complete=last.returncode == 0,
+            hit_modules=silent if complete else (),
+            mismatches=mismatches,
+            complete=complete,
+            not_checked=() if complete else silent,
         )
     return CheckReport(
         argv=tuple(argv),
@@ -476,7 +519,9 @@ def _cold_programs(
     note("--verify: one more run against an empty cache, to compare programs")
     log.write(b"=== cachedoctor check --verify: cold run against an empty cache\n")
     log.flush()
-    code, _ = _run_once(argv, check_env(base, fresh, observe=False, verify=False), None, None, log)
+    code, _, _ = _run_once(
+        argv, check_env(base, fresh, observe=False, verify=False), None, None, log
+    )
     log.write(f"=== cold run exited with {code}\n".encode())
     programs: dict[str, set[str]] = {}
     with contextlib.suppress(OSError):

@@ -91,6 +91,23 @@ CPU_FIELD_HISTORY = {
 }
 
 
+def _cpu_layout_eras(na: set[int], nb: set[int]) -> list[str]:
+    """CPU executable fields that show two XLA eras, as "X only in A" lines; [] when none do.
+
+    A field one side lacks is not evidence by itself: an empty repeated field is not written
+    (a trivial module has no object files). Only a field the other side's era cannot write
+    counts: field 4 (object code, up to 2025-06) beside field 8 (object_files, from then on),
+    or a later-era field (9, 10) beside the old field 4.
+    """
+    out = []
+    for this, other, side in ((na, nb, "A"), (nb, na, "B")):
+        if 4 in this and 8 in other:
+            out.append(f"{CPU_FIELD_HISTORY[4]} only in {side}")
+        if 4 in other and 4 not in this:
+            out += [f"{CPU_FIELD_HISTORY[n]} only in {side}" for n in sorted({9, 10} & this)]
+    return sorted(set(out))
+
+
 class VerdictKind(enum.StrEnum):
     IDENTICAL = "identical"
     SAME_EXECUTABLE = "same-executable"
@@ -240,10 +257,11 @@ class ModuleDiffReport(ToDict):
     cache_dir: str
     latest: str | None
     reports: tuple[DiffReport, ...] = field(default=())
+    undecodable: tuple[str, ...] = ()  # "key: why" for entries left out of the comparison
 
     @property
     def equivalent(self) -> bool:
-        return all(r.equivalent for r in self.reports)
+        return not self.undecodable and all(r.equivalent for r in self.reports)
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -853,163 +871,207 @@ def _verdict(
     execs: BytesSection,
     manifest: ManifestSection,
 ) -> Verdict:
+    """The strongest statement the evidence allows: same file, same bytes, same program, else
+    what differs (platform, JAX era, topology, target, program, options)."""
     ia, ib = a.info, b.info
-    because: list[str] = []
     if same_file:
         return Verdict(
             VerdictKind.IDENTICAL, "identical: A and B are the same file", (), None, True
         )
     if ia.executable_digest == ib.executable_digest:
-        digest = (ia.executable_digest or "")[:16]
-        if ia.key == ib.key:
-            return Verdict(
-                VerdictKind.IDENTICAL,
-                f"identical: same key and byte-identical payloads (sha256 {digest}…)",
-                (f"A is in {_parent(ia.path)}, B in {_parent(ib.path)}",),
-                None,
-                True,
-            )
-        because.append(
-            f"the decompressed payloads are byte-identical (sha256 {digest}…): same compiled "
-            "module, compile options and object code"
-        )
-        changed = [c for c in manifest.components if not c.same]
-        if manifest.available and changed:
-            because.append("the key manifests differ in: " + ", ".join(c.name for c in changed))
-        moved = [v for v in manifest.volatile if v.a_raw != v.b_raw]
-        cp = _custom_partitioning_evidence(a)
-        if moved:
-            v = moved[0]
-            line = (
-                "same executable under different keys: keys differ only in volatile input "
-                f"{v.field} {v.a_raw} vs {v.b_raw} (key instability)"
-            )
-            because.append(
-                f"the manifests record {v.field} = {v.a_raw} (A) and {v.b_raw} (B); the hook "
-                "canonicalises it to "
-                + ("the same value" if v.a_canonical == v.b_canonical else "different values")
-            )
-        elif cp:
-            line = (
-                "same executable under different keys: the keys differ in an input not stored "
-                "in the entry; the module's metadata shows a custom_partitioning op, whose "
-                "CustomSPMDPartitioning backend_config is a per-run pointer (key instability)"
-            )
-        else:
-            line = (
-                "same executable under different keys: the keys differ in an input not stored "
-                "in the entry (key instability)"
-            )
-        if cp:
-            because.append(cp)
-        if not manifest.available:
-            because.append(
-                "JAX's key also hashes the pre-compilation module, the jaxlib version, XLA "
-                "flags, platform version, device topology and compression; the entries do not "
-                "store these inputs"
-            )
-        exec_advice: str
-        if manifest.available and manifest.stable_keys[0] == manifest.stable_keys[1]:
-            exec_advice = (
-                "the stable keys are equal: with `cachedoctor enable` (stable mode) both runs "
-                "use one entry"
-            )
-        elif manifest.available:
-            exec_advice = "the stable keys differ too: see the key components below"
-        else:
-            exec_advice = f"{ENABLE_ADVICE}; with record_ir its manifests name the differing input"
-        return Verdict(VerdictKind.SAME_EXECUTABLE, line, tuple(because), exec_advice, True)
-    co_diffs = list(options.compile_options)
-    volatile_opts = [d for d in co_diffs if _is_volatile_option(d)]
-    real_opts = [d for d in co_diffs if not _is_volatile_option(d)]
+        return _same_executable_verdict(a, b, manifest)
     if ia.program_digest is not None and ia.program_digest == ib.program_digest:
-        relocated = [d for d in volatile_opts if is_relocation(d)]
-        pointers = [r for r in hlo.removed if r.category == "backend_config-pointer"]
-        advice: str | None = None
-        if relocated:
-            line = (
-                f"same program, different compile options: {_first_option(relocated)} "
-                "(cache relocated)"
-            )
-            because.append(
-                "the options differ only in paths JAX derives from the cache directory; "
-                "the canonical HLO is identical"
-            )
-            from cachedoctor.cache.jaxenv import installed_jax
-
-            jax_info = installed_jax()
-            if jax_info.hashes_autotune_dir is not None:
-                because.append(
-                    f"the installed jax {jax_info.jax_version} "
-                    + ("hashes" if jax_info.hashes_autotune_dir else "does not hash")
-                    + " xla_gpu_per_fusion_autotune_cache_dir into the key "
-                    f"({jax_info.cache_key_source})"
-                )
-            advice = (
-                "a relocated cache misses on jax versions that hash this path; "
-                f"{ENABLE_ADVICE} (paths relative to the cache dir)"
-            )
-        elif volatile_opts:
-            line = (
-                f"same program, different compile options: {_first_option(volatile_opts)} "
-                "(JAX clears this field before hashing)"
-            )
-        elif pointers:
-            p = pointers[0]
-            value_b = p.b.split(": ", 1)[-1]
-            line = (
-                f"same program, keys differ only in volatile input: {p.a} vs {value_b} "
-                "(key instability)"
-            )
-            advice = ENABLE_ADVICE if "CustomSPMDPartitioning" in p.a else None
-        elif hlo.removed:
-            kinds = sorted({r.what for r in hlo.removed})
-            line = "same program; only " + ", ".join(kinds) + " differ (removed by normalisation)"
-        else:
-            sec = [s.name for s in execs.sections if not s.same]
-            line = "same program, compiled to different bytes: " + (", ".join(sec) or "payload")
-            because.append("the canonical HLO and compile options are identical")
-        if options.ifrt_header:
-            because.append(
-                "the pjrt_ifrt header differs: " + _first_option(list(options.ifrt_header))
-            )
-        return Verdict(VerdictKind.SAME_PROGRAM, line, tuple(because), advice, True)
-
-    # Different programs, or the same program built differently.
+        return _same_program_verdict(options, hlo, execs)
+    claims = [
+        *_platform_claims(a, b),
+        *_era_claims(a, b),
+        *_topology_claims(a, b, options),
+        *_target_claims(a, b),
+        *_program_claims(hlo, options),
+    ]
     kind: VerdictKind | None = None
     line = ""
-
-    def claim(k: VerdictKind, text: str) -> None:
-        nonlocal kind, line
-        if kind is None:
-            kind, line = k, text
+    because: list[str] = []
+    for claimed, text in claims:  # the first claim is the verdict, the rest are reasons
+        if claimed is not None and kind is None:
+            kind, line = claimed, text
         else:
             because.append(text)
+    if kind is None:
+        sec = [s.name for s in execs.sections if not s.same]
+        kind = VerdictKind.DIFFERENT_PROGRAM
+        line = "different entries: " + (", ".join(sec) or "payloads") + " differ"
+    relocated = [d for d in options.compile_options if is_relocation(d)]
+    if relocated:
+        because.append("also relocated: " + _first_option(relocated))
+    return Verdict(kind, line, tuple(because), None, False)
 
-    if ia.platform != ib.platform:
-        claim(
-            VerdictKind.DIFFERENT_PLATFORM, _pair("different platforms:", ia.platform, ib.platform)
+
+# A verdict step's output: (a verdict it supports, or None for a plain reason; the sentence)
+_Claim = tuple[VerdictKind | None, str]
+
+
+def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestSection) -> Verdict:
+    """Byte-identical payloads: identical under one key, else a key input the entry lacks."""
+    ia, ib = a.info, b.info
+    digest = (ia.executable_digest or "")[:16]
+    if ia.key == ib.key:
+        return Verdict(
+            VerdictKind.IDENTICAL,
+            f"identical: same key and byte-identical payloads (sha256 {digest}…)",
+            (f"A is in {_parent(ia.path)}, B in {_parent(ib.path)}",),
+            None,
+            True,
         )
+    because = [
+        f"the decompressed payloads are byte-identical (sha256 {digest}…): same compiled "
+        "module, compile options and object code"
+    ]
+    changed = [c for c in manifest.components if not c.same]
+    if manifest.available and changed:
+        because.append("the key manifests differ in: " + ", ".join(c.name for c in changed))
+    moved = [v for v in manifest.volatile if v.a_raw != v.b_raw]
+    cp = _custom_partitioning_evidence(a)
+    if moved:
+        v = moved[0]
+        line = (
+            "same executable under different keys: keys differ only in volatile input "
+            f"{v.field} {v.a_raw} vs {v.b_raw} (key instability)"
+        )
+        because.append(
+            f"the manifests record {v.field} = {v.a_raw} (A) and {v.b_raw} (B); the hook "
+            "canonicalises it to "
+            + ("the same value" if v.a_canonical == v.b_canonical else "different values")
+        )
+    elif cp:
+        line = (
+            "same executable under different keys: the keys differ in an input not stored "
+            "in the entry; the module's metadata shows a custom_partitioning op, whose "
+            "CustomSPMDPartitioning backend_config is a per-run pointer (key instability)"
+        )
+    else:
+        line = (
+            "same executable under different keys: the keys differ in an input not stored "
+            "in the entry (key instability)"
+        )
+    if cp:
+        because.append(cp)
+    if not manifest.available:
+        because.append(
+            "JAX's key also hashes the pre-compilation module, the jaxlib version, XLA "
+            "flags, platform version, device topology and compression; the entries do not "
+            "store these inputs"
+        )
+    if manifest.available and manifest.stable_keys[0] == manifest.stable_keys[1]:
+        advice = (
+            "the stable keys are equal: with `cachedoctor enable` (stable mode) both runs "
+            "use one entry"
+        )
+    elif manifest.available:
+        advice = "the stable keys differ too: see the key components below"
+    else:
+        advice = f"{ENABLE_ADVICE}; with record_ir its manifests name the differing input"
+    return Verdict(VerdictKind.SAME_EXECUTABLE, line, tuple(because), advice, True)
+
+
+def _same_program_verdict(options: OptionsSection, hlo: HloSection, execs: BytesSection) -> Verdict:
+    """Equal canonical HLO and options: name the volatile difference that remains."""
+    volatile_opts = [d for d in options.compile_options if _is_volatile_option(d)]
+    relocated = [d for d in volatile_opts if is_relocation(d)]
+    pointers = [r for r in hlo.removed if r.category == "backend_config-pointer"]
+    because: list[str] = []
+    advice: str | None = None
+    if relocated:
+        line = (
+            f"same program, different compile options: {_first_option(relocated)} (cache relocated)"
+        )
+        because.append(
+            "the options differ only in paths JAX derives from the cache directory; "
+            "the canonical HLO is identical"
+        )
+        because += _hashes_autotune_dir()
+        advice = (
+            "a relocated cache misses on jax versions that hash this path; "
+            f"{ENABLE_ADVICE} (paths relative to the cache dir)"
+        )
+    elif volatile_opts:
+        line = (
+            f"same program, different compile options: {_first_option(volatile_opts)} "
+            "(JAX clears this field before hashing)"
+        )
+    elif pointers:
+        p = pointers[0]
+        value_b = p.b.split(": ", 1)[-1]
+        line = (
+            f"same program, keys differ only in volatile input: {p.a} vs {value_b} "
+            "(key instability)"
+        )
+        advice = ENABLE_ADVICE if "CustomSPMDPartitioning" in p.a else None
+    elif hlo.removed:
+        kinds = sorted({r.what for r in hlo.removed})
+        line = "same program; only " + ", ".join(kinds) + " differ (removed by normalisation)"
+    else:
+        sec = [s.name for s in execs.sections if not s.same]
+        line = "same program, compiled to different bytes: " + (", ".join(sec) or "payload")
+        because.append("the canonical HLO and compile options are identical")
+    if options.ifrt_header:
+        because.append("the pjrt_ifrt header differs: " + _first_option(list(options.ifrt_header)))
+    return Verdict(VerdictKind.SAME_PROGRAM, line, tuple(because), advice, True)
+
+
+def _hashes_autotune_dir() -> list[str]:
+    """Whether the installed JAX hashes the autotune path, as a reason (empty when unknown)."""
+    from cachedoctor.cache.jaxenv import installed_jax
+
+    jax_info = installed_jax()
+    if jax_info.hashes_autotune_dir is None:
+        return []
+    return [
+        f"the installed jax {jax_info.jax_version} "
+        + ("hashes" if jax_info.hashes_autotune_dir else "does not hash")
+        + f" xla_gpu_per_fusion_autotune_cache_dir into the key ({jax_info.cache_key_source})"
+    ]
+
+
+def _platform_claims(a: EntryDetail, b: EntryDetail) -> list[_Claim]:
+    ia, ib = a.info, b.info
+    if ia.platform == ib.platform:
+        return []
+    return [
+        (VerdictKind.DIFFERENT_PLATFORM, _pair("different platforms:", ia.platform, ib.platform))
+    ]
+
+
+def _era_claims(a: EntryDetail, b: EntryDetail) -> list[_Claim]:
+    """Different JAX/XLA versions, only where the layout shows two eras."""
+    ia, ib = a.info, b.info
+    claims: list[_Claim] = []
     if ia.format_label != ib.format_label:
-        claim(
-            VerdictKind.DIFFERENT_JAX,
-            f"different JAX versions: payload format {ia.format_label} (A) vs "
-            f"{ib.format_label} (B); the pjrt_ifrt header is written from jax 0.9.1",
+        claims.append(
+            (
+                VerdictKind.DIFFERENT_JAX,
+                f"different JAX versions: payload format {ia.format_label} (A) vs "
+                f"{ib.format_label} (B); the pjrt_ifrt header is written from jax 0.9.1",
+            )
         )
     if ia.platform == ib.platform == "cpu":
-        na = {d.number for d in a.executable_fields}
-        nb = {d.number for d in b.executable_fields}
-        only = [
-            f"{CPU_FIELD_HISTORY[n]} only in {'A' if n in na else 'B'}"
-            for n in sorted((na ^ nb) & set(CPU_FIELD_HISTORY))
-        ]
+        only = _cpu_layout_eras(
+            {d.number for d in a.executable_fields}, {d.number for d in b.executable_fields}
+        )
         if only:
-            claim(
-                VerdictKind.DIFFERENT_JAX,
-                "different JAX/XLA versions: the serialized executable has " + "; ".join(only),
+            claims.append(
+                (
+                    VerdictKind.DIFFERENT_JAX,
+                    "different JAX/XLA versions: the serialized executable has " + "; ".join(only),
+                )
             )
     if ia.runtime_name != ib.runtime_name and ia.runtime_name and ib.runtime_name:
-        because.append(_pair("runtime", ia.runtime_name, ib.runtime_name))
+        claims.append((None, _pair("runtime", ia.runtime_name, ib.runtime_name)))
+    return claims
+
+
+def _topology_claims(a: EntryDetail, b: EntryDetail, options: OptionsSection) -> list[_Claim]:
+    ia, ib = a.info, b.info
     topo = [
         (label, x, y)
         for label, x, y in (
@@ -1020,67 +1082,76 @@ def _verdict(
         )
         if x != y
     ]
-    device_assignment = [d for d in co_diffs if d.numbers[:2] == (3, 9)]
-    if topo or device_assignment:
-        parts = [_pair(lbl, x, y) for lbl, x, y in topo]
-        if device_assignment:
-            parts.append("device assignment differs")
-        claim(VerdictKind.DIFFERENT_TOPOLOGY, "different device topology: " + ", ".join(parts))
+    device_assignment = [d for d in options.compile_options if d.numbers[:2] == (3, 9)]
+    if not topo and not device_assignment:
+        return []
+    parts = [_pair(lbl, x, y) for lbl, x, y in topo]
+    if device_assignment:
+        parts.append("device assignment differs")
+    return [(VerdictKind.DIFFERENT_TOPOLOGY, "different device topology: " + ", ".join(parts))]
+
+
+def _target_claims(a: EntryDetail, b: EntryDetail) -> list[_Claim]:
     ta, tb = _cpu_target(a), _cpu_target(b)
-    if (ta[0] or tb[0]) and ta != tb and ta[0] and tb[0]:
-        parts = []
-        if ta[0] != tb[0]:
-            parts.append(_pair("triple", ta[0], tb[0]))
-        if ta[1] != tb[1]:
-            parts.append(_pair("cpu", ta[1], tb[1]))
-        if ta[2] != tb[2]:
-            only_a, only_b = sorted(ta[2] - tb[2]), sorted(tb[2] - ta[2])
-            parts.append(
-                f"features differ ({len(only_a)} only in A, {len(only_b)} only in B"
-                + (f", e.g. {(only_a or only_b)[0]}" if only_a or only_b else "")
-                + ")"
-            )
-        claim(
-            VerdictKind.DIFFERENT_TARGET,
-            "different CPU target machine options: " + ", ".join(parts),
+    if not (ta[0] and tb[0]) or ta == tb:
+        return []
+    parts = []
+    if ta[0] != tb[0]:
+        parts.append(_pair("triple", ta[0], tb[0]))
+    if ta[1] != tb[1]:
+        parts.append(_pair("cpu", ta[1], tb[1]))
+    if ta[2] != tb[2]:
+        only_a, only_b = sorted(ta[2] - tb[2]), sorted(tb[2] - ta[2])
+        parts.append(
+            f"features differ ({len(only_a)} only in A, {len(only_b)} only in B"
+            + (f", e.g. {(only_a or only_b)[0]}" if only_a or only_b else "")
+            + ")"
         )
+    return [
+        (VerdictKind.DIFFERENT_TARGET, "different CPU target machine options: " + ", ".join(parts))
+    ]
+
+
+def _program_claims(hlo: HloSection, options: OptionsSection) -> list[_Claim]:
+    """Shapes, then compile options, then the canonical HLO."""
+    claims: list[_Claim] = []
     if hlo.available and hlo.parameters[0] != hlo.parameters[1]:
-        claim(
-            VerdictKind.DIFFERENT_PROGRAM,
-            "different programs: parameter shapes differ: "
-            f"{', '.join(hlo.parameters[0]) or '()'} vs {', '.join(hlo.parameters[1]) or '()'}",
+        claims.append(
+            (
+                VerdictKind.DIFFERENT_PROGRAM,
+                "different programs: parameter shapes differ: "
+                f"{', '.join(hlo.parameters[0]) or '()'} vs "
+                f"{', '.join(hlo.parameters[1]) or '()'}",
+            )
         )
     elif hlo.available and hlo.results[0] != hlo.results[1]:
-        claim(
-            VerdictKind.DIFFERENT_PROGRAM,
-            f"different programs: result shapes differ: {hlo.results[0]} vs {hlo.results[1]}",
+        claims.append(
+            (
+                VerdictKind.DIFFERENT_PROGRAM,
+                f"different programs: result shapes differ: {hlo.results[0]} vs {hlo.results[1]}",
+            )
         )
+    real_opts = [d for d in options.compile_options if not _is_volatile_option(d)]
     if real_opts:
         n = len(real_opts)
-        claim(
-            VerdictKind.DIFFERENT_OPTIONS,
-            f"different compile options ({n} field{'s' if n != 1 else ''}): "
-            + _first_option(real_opts),
+        claims.append(
+            (
+                VerdictKind.DIFFERENT_OPTIONS,
+                f"different compile options ({n} field{'s' if n != 1 else ''}): "
+                + _first_option(real_opts),
+            )
         )
     if hlo.available and not hlo.same_canonical:
-        claim(
-            VerdictKind.DIFFERENT_PROGRAM,
-            f"different programs: {hlo.changed_instructions} of "
-            f"{max(hlo.instructions)} instructions differ in the canonical HLO",
+        claims.append(
+            (
+                VerdictKind.DIFFERENT_PROGRAM,
+                f"different programs: {hlo.changed_instructions} of "
+                f"{max(hlo.instructions)} instructions differ in the canonical HLO",
+            )
         )
     elif hlo.available:
-        because.append("the canonical HLO is identical")
-    if kind is None:
-        sec = [s.name for s in execs.sections if not s.same]
-        claim(
-            VerdictKind.DIFFERENT_PROGRAM,
-            "different entries: " + (", ".join(sec) or "payloads") + " differ",
-        )
-    relocated = [d for d in volatile_opts if is_relocation(d)]
-    if relocated:
-        because.append("also relocated: " + _first_option(relocated))
-    assert kind is not None
-    return Verdict(kind, line, tuple(because), None, False)
+        claims.append((None, "the canonical HLO is identical"))
+    return claims
 
 
 # --- entry points ---------------------------------------------------------------------------------
@@ -1163,9 +1234,18 @@ def diff_module(
     def load(item: listdir.DirItem) -> EntryDetail:
         return _load_item(store, item) if store is not None else load_detail(listing.path(item))
 
-    latest_detail = load(latest)
+    decoded: list[tuple[listdir.DirItem, EntryDetail]] = []
+    undecodable: list[str] = []
+    for item in items:
+        try:
+            decoded.append((item, load(item)))
+        except CachedoctorError as exc:  # one bad entry must not hide the pairs that compare
+            undecodable.append(f"{item.key}: {exc}")
+    if not decoded:
+        return ModuleDiffReport(module, root, None, (), tuple(undecodable))
+    latest, latest_detail = decoded[-1]
     reports = tuple(
-        diff_details(load(item), latest_detail, context=context, raw_hlo=raw_hlo)
-        for item in items[:-1]
+        diff_details(detail, latest_detail, context=context, raw_hlo=raw_hlo)
+        for _, detail in decoded[:-1]
     )
-    return ModuleDiffReport(module, root, latest.key, reports)
+    return ModuleDiffReport(module, root, latest.key, reports, tuple(undecodable))

@@ -235,7 +235,7 @@ def plan_prune(
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
     with stores.one_line_errors(str(cache_dir)), open_dir(cache_dir) as cd:
-        return _Planner(cd, options, now, jax_info, progress).plan()
+        return _Planner(cd, options, now, jax_info, os.fspath(cache_dir), progress).plan()
 
 
 class _Planner:
@@ -245,9 +245,11 @@ class _Planner:
         options: PruneOptions,
         now: float,
         jax_info: JaxInfo,
+        as_given: str,
         progress: scan.ProgressCallback | None = None,
     ) -> None:
         self.cd = cd
+        self.as_given = as_given  # the user's spelling of the directory (cd.path is real)
         self.progress = progress
         self.o = options
         self.now = now
@@ -328,7 +330,14 @@ class _Planner:
             for e, done in zip(entries.values(), decoded, strict=True):
                 e.info = done
                 infos.append(done)
-            return scan.build_report(self.listing, infos, self.jax, self.now)
+            return scan.build_report(
+                self.listing,
+                infos,
+                self.jax,
+                self.now,
+                manifests=self._manifest_data(),
+                root_as_given=self.as_given,
+            )
         for n, e in enumerate(entries.values(), 1):
             info = reader.decode_entry(self.cd.path + os.sep + e.item.name, key=e.key)
             assert isinstance(info, EntryInfo)
@@ -336,7 +345,17 @@ class _Planner:
             infos.append(info)
             if self.progress is not None:
                 self.progress(n, len(entries))
-        return scan.build_report(self.listing, infos, self.jax, self.now)
+        return scan.build_report(
+            self.listing,
+            infos,
+            self.jax,
+            self.now,
+            manifests=self._manifest_data(),
+            root_as_given=self.as_given,
+        )
+
+    def _manifest_data(self) -> list[dict[str, object] | None]:
+        return [m.data for m in self.manifests if not m.is_symlink]
 
     def plan(self) -> Plan:
         entries = self._entries()
@@ -493,7 +512,7 @@ class _Planner:
         if not self.o.duplicates:
             return
         infos = [e.info for e in entries.values() if e.info is not None]
-        for group in scan.duplicate_groups(infos):
+        for group, _evidence in scan.unstable_groups(infos):
             members = [entries[i.key] for i in group]
             alive = [m for m in members if not m.rules] or members
             keep = max(alive, key=lambda m: (m.last_used_ns, m.key))
@@ -502,9 +521,15 @@ class _Planner:
                     m.rules.append(
                         (
                             Rule.DUPLICATES,
-                            f"same program as {keep.key} (kept: used last)",
+                            f"same program as {keep.key} (kept: used last); the stored HLO "
+                            "shows a key input that changes per run (scan: unstable-key)",
                         )
                     )
+        self.notes.append(
+            "--duplicates removes only copies whose key is shown to change between runs (the "
+            "stored HLO holds a per-process pointer or custom_partitioning output); the same "
+            "program under several stable keys is hit under each of them and is kept"
+        )
 
     def _rule_max_size(self, entries: dict[str, _Entry]) -> None:
         """JAX's ``_evict_if_needed``: pop the smallest (atime, key) until the total fits."""

@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +60,8 @@ class FindingKind(enum.StrEnum):
     SUBCACHE = "subcache"
     NEVER_HIT = "never-hit"  # from the stats records (commands/stats.py)
     STATS_RECORD = "stats-record"  # an unreadable file in cachedoctor-stats/
+    SAME_PROGRAM = "same-program"
+    NOT_STORED = "not-stored"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Finding:
     severity: Severity
     message: str  # what is wrong, naming the module or file
     advice: str  # one line: what the user should do
+    evidence: str  # what the verdict rests on: files, stored bytes, manifests, times
     entries: tuple[str, ...] = ()  # keys (or file names for non-entries) involved
     module: str | None = None
 
@@ -169,7 +172,8 @@ def scan_directory(
                 progress,
                 max_decompressed if use_index else None,
             )
-        return build_report(listing, remote_entries, jax_info, now)
+            manifests = _read_manifests(listing, store.url)
+        return build_report(listing, remote_entries, jax_info, now, manifests=manifests)
     from cachedoctor.cache import parallel
 
     root = os.fspath(cache_dir)
@@ -186,7 +190,8 @@ def scan_directory(
     sub = None
     if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
         sub = subcaches.scan_subcaches(Path(root))
-    return build_report(listing, entries, jax_info, now, sub)
+    manifests = _read_manifests(listing, root)
+    return build_report(listing, entries, jax_info, now, sub, manifests=manifests)
 
 
 def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
@@ -269,12 +274,23 @@ def build_report(
     jax_info: JaxInfo,
     now: float,
     sub: subcaches.SubcacheReport | None = None,
+    *,
+    manifests: Sequence[Mapping[str, object] | None] = (),
+    root_as_given: str | None = None,
 ) -> ScanReport:
-    """Findings and statistics from decoded entries (pure: no I/O)."""
+    """Findings and statistics from decoded entries (pure: no I/O).
+
+    ``manifests``: the cache's key manifests as JSON data (``stablekeys.manifest``): they say
+    which entries are under the stable hasher, and which modules JAX compiled but never stored.
+    ``root_as_given``: the directory as the user spelled it, when the listing's root is its
+    real path (``relocated`` compares paths as JAX hashes them: as spelled).
+    """
     findings: list[Finding] = []
     findings += _subcache_findings(sub)
-    findings += _unstable_keys(entries)
-    findings += _relocated(listing.root, entries, jax_info)
+    findings += _same_program_findings(entries)
+    stable_keys = stable_hasher_keys(manifests)
+    findings += _relocated(root_as_given or listing.root, entries, jax_info, stable_keys)
+    findings += _not_stored(listing, manifests)
     findings += _atime_findings(listing)
     findings += _corrupt(entries, now)
     findings += _insecure(listing)
@@ -305,6 +321,7 @@ def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
                 severity=Severity.WARNING,
                 entries=(layout.AUTOTUNE_DIR,),
                 message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
+                evidence="the autotune sub-cache's files, read and parsed",
                 advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
             )
         )
@@ -315,6 +332,7 @@ def _subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
                 severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
                 entries=(layout.KERNEL_CACHE_FILE,),
                 message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                evidence="the kernel cache file, read and parsed",
                 advice=(
                     "XLA cannot reuse a damaged kernel cache; "
                     "`cachedoctor prune --xla-subcaches --apply` removes it"
@@ -377,7 +395,9 @@ def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
     """Groups of entries holding the same program (modulo volatile fields) under several keys.
 
     Entries are grouped by ``program_digest`` (see ``hlo.canonicalize``); within a group the
-    most recently written entry comes first. Shared by ``scan`` and ``prune --duplicates``.
+    most recently written entry comes first. The same program under two keys is not by itself
+    evidence of an unstable key: JAX hashes the module before optimisation, and different
+    inputs (a result name, a no-op convert, a static argument) optimise to one program.
     """
     groups: dict[tuple[str | None, str], list[EntryInfo]] = defaultdict(list)
     for e in entries:
@@ -388,44 +408,91 @@ def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
     return out
 
 
-def _unstable_keys(entries: list[EntryInfo]) -> list[Finding]:
+def unstable_key_evidence(group: list[EntryInfo]) -> str | None:
+    """What shows that a group's keys changed between runs, or None when nothing does.
+
+    Only a key input that the stored HLO itself shows to change per process counts: a
+    backend_config holding an address, or the output of a ``custom_partitioning`` op (its
+    ``CustomSPMDPartitioning`` config is a Python object address that JAX hashes).
+    """
+    for e in sorted(group, key=lambda e: e.key):  # the same words for a copy of the cache
+        for v in e.volatile:
+            if v.category in reader.KEY_VOLATILE_CATEGORIES:
+                return f"stored HLO of {e.key}, {v.where}: {v.detail}"
+    return None
+
+
+def unstable_groups(entries: Iterable[EntryInfo]) -> list[tuple[list[EntryInfo], str]]:
+    """Same-program groups with evidence that their key is unstable, and that evidence.
+
+    Shared by ``scan`` (``unstable-key``) and ``prune --duplicates``: nothing else is removed.
+    Groups whose compile options name different cache paths are the ``relocated`` finding's.
+    """
+    out = []
+    for group in duplicate_groups(entries):
+        if _names_other_cache_paths(group):
+            continue
+        evidence = unstable_key_evidence(group)
+        if evidence is not None:
+            out.append((group, evidence))
+    return out
+
+
+def _names_other_cache_paths(group: list[EntryInfo]) -> bool:
+    return len({e.autotune_dir for e in group}) > 1 or len({e.kernel_cache_file for e in group}) > 1
+
+
+def _same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
+    """``unstable-key`` where evidence shows it, else the information "same program, N keys"."""
     findings = []
     for group in duplicate_groups(entries):
+        if _names_other_cache_paths(group):
+            continue  # one cause, one finding: see _relocated
         module = group[0].module or "(unnamed)"
         identical = len({e.executable_digest for e in group}) == 1
         how = "identical executables" if identical else "the same program (modulo volatile fields)"
-        cause = _instability_cause(group, identical)
+        keys = tuple(e.key for e in group)
+        evidence = unstable_key_evidence(group)
+        if evidence is not None:
+            findings.append(
+                Finding(
+                    kind=FindingKind.UNSTABLE_KEY,
+                    severity=Severity.WARNING,
+                    module=module,
+                    entries=keys,
+                    message=(
+                        f"{module}: {len(group)} entries hold {how} under different keys, and "
+                        "a key input changes from run to run"
+                    ),
+                    advice=(
+                        "the key is not stable across runs, so every run recompiles; run "
+                        f"`cachedoctor diff --module {module}` to see why, "
+                        "`cachedoctor enable` to fix"
+                    ),
+                    evidence=evidence,
+                )
+            )
+            continue
         findings.append(
             Finding(
-                kind=FindingKind.UNSTABLE_KEY,
-                severity=Severity.WARNING,
+                kind=FindingKind.SAME_PROGRAM,
+                severity=Severity.INFO,
                 module=module,
-                entries=tuple(e.key for e in group),
-                message=f"{module}: {len(group)} entries hold {how} under different keys{cause}",
+                entries=keys,
+                message=f"{module}: the same program under {len(group)} keys",
                 advice=(
-                    "the key is not stable across runs, so every run recompiles; run "
-                    f"`cachedoctor diff --module {module}` to see why, `cachedoctor enable` to fix"
+                    "usually harmless: JAX hashes the module before optimisation, so inputs "
+                    "that optimise to one program (a result name, a no-op convert, a static "
+                    "argument) get keys of their own, each hit run after run; "
+                    f"`cachedoctor diff --module {module}` shows what differs"
+                ),
+                evidence=(
+                    f"{how} (program digest); nothing stored shows a key input that changes "
+                    "between runs, so this is not evidence of an unstable key"
                 ),
             )
         )
     return findings
-
-
-def _instability_cause(group: list[EntryInfo], identical: bool) -> str:
-    """What the entries themselves say about why their keys differ (no guessing)."""
-    autotune = {e.autotune_dir for e in group}
-    kernel = {e.kernel_cache_file for e in group}
-    if len(autotune) > 1 or len(kernel) > 1:
-        return "; their compile options name different cache paths (a relocated cache)"
-    what = (
-        "nothing in the stored executables differs"
-        if identical
-        else "the stored programs differ only in ids, names or source metadata"
-    )
-    return (
-        f"; {what}, so a key input that never reaches the compiled code changed,"
-        " such as a custom_partitioning backend_config pointer"
-    )
 
 
 def _same_dir(path_in_entry: str, root: str) -> bool:
@@ -435,48 +502,133 @@ def _same_dir(path_in_entry: str, root: str) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _root_spellings(root: str) -> frozenset[str]:
-    """The ways an entry may name ``root`` (realpath costs a syscall per component: once).
+    """The ways an entry may name ``root``: as given, or made absolute.
 
-    For a bucket, its sub-caches live at a local path (`enable`), which counts as ``root`` too.
+    Not its real path: JAX hashes the path as spelled, so a cache reached through a symbolic
+    link gets other keys than the same files reached directly (JAX misses there). For a bucket,
+    its sub-caches live at a local path (`enable`), which counts as ``root`` too.
     """
     from cachedoctor.storage.stores import subcache_dir_for
 
-    spellings = {os.path.normpath(root), os.path.realpath(root), os.path.abspath(root)}
+    spellings = {os.path.normpath(root), os.path.abspath(root)}
     local = subcache_dir_for(root)
     if local is not None:
         spellings.add(os.path.normpath(local))
     return frozenset(spellings)
 
 
-def _relocated(root: str, entries: list[EntryInfo], jax_info: JaxInfo) -> list[Finding]:
+def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> frozenset[str]:
+    """Keys of entries stored under cachedoctor's stable hasher, from their manifests.
+
+    The stable hasher makes cache-dir paths relative before hashing (``stablekeys.keys``), so
+    such an entry hits wherever the cache is: its stored paths are not evidence of a move.
+    """
+    return frozenset(
+        str(m["key"])
+        for m in manifests
+        if m is not None and m.get("mode") == "stable" and isinstance(m.get("key"), str)
+    )
+
+
+def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, object]]:
+    """The cache's key manifests as JSON data; none are read when it has no manifests folder."""
+    from cachedoctor.stablekeys import manifest
+
+    if not any(i.name == layout.MANIFEST_DIRNAME for i in listing.items):
+        return []
+    try:
+        return [m.to_dict() for m in manifest.iter_manifests(root)]
+    except OSError:
+        return []
+
+
+def _not_stored(
+    listing: CacheListing, manifests: Sequence[Mapping[str, object] | None]
+) -> list[Finding]:
+    """Modules whose key manifest has no entry beside it: JAX compiled them, holds nothing.
+
+    JAX refuses to write modules that use host callbacks (pure_callback, io_callback,
+    jax.debug.print, equinox's runtime checks in diffrax), and ones below its minimum compile
+    time or entry size; such a module recompiles on every run.
+    """
+    entry_keys = {i.key for i in listing.entries}
+    missing: dict[str, list[str]] = defaultdict(list)
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str) or m["key"] in entry_keys:
+            continue
+        missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
+    if not missing:
+        return []
+    return [
+        Finding(
+            kind=FindingKind.NOT_STORED,
+            severity=Severity.INFO,
+            entries=tuple(k for keys in missing.values() for k in keys),
+            message=(
+                f"{len(missing)} modules were compiled with this cache but have no entry: "
+                + ", ".join(sorted(missing))
+            ),
+            advice=(
+                "JAX never stores modules with host callbacks (pure_callback, io_callback, "
+                "jax.debug.print, equinox checks) nor ones under its minimum compile time or "
+                "entry size, so they recompile every run; `cachedoctor check -- CMD` names "
+                "which (JAX_EXPLAIN_CACHE_MISSES=1 logs it)"
+            ),
+            evidence="key manifests (cachedoctor enable) without an entry of the same key",
+        )
+    ]
+
+
+def _relocated(
+    root: str, entries: list[EntryInfo], jax_info: JaxInfo, stable_keys: frozenset[str]
+) -> list[Finding]:
     checks = (
         ("autotune_dir", "xla_gpu_per_fusion_autotune_cache_dir", jax_info.hashes_autotune_dir),
         ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
     )
     moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
     for e in entries:
+        if e.key in stable_keys:
+            continue  # its key hashes the paths relative to the cache: see stable_hasher_keys
         for attr, option, hashed in checks:
             value = getattr(e, attr)
-            if value and not _same_dir(value, root) and hashed is not False:
+            if not value or hashed is False or not os.path.isabs(value):
+                # a relative path (JAX_COMPILATION_CACHE_DIR=.jax_cache) is hashed as written:
+                # JAX hits it from any working directory where it names this cache
+                continue
+            if not _same_dir(value, root):
                 moved[option].append((e, value))
     findings = []
     for option, pairs in moved.items():
         hashed = dict((c[1], c[2]) for c in checks)[option]
         elsewhere = sorted({os.path.dirname(v.rstrip("/")) for _, v in pairs})
         certainty = "will never" if hashed else "may never"
+        modules = len({e.module for e, _ in pairs})
         findings.append(
             Finding(
                 kind=FindingKind.RELOCATED,
                 severity=Severity.WARNING,
                 entries=tuple(e.key for e, _ in pairs),
                 message=(
-                    f"{len(pairs)} entries were written for a cache at {', '.join(elsewhere)}; "
-                    f"their keys hash {option} and JAX {jax_info.jax_version or '?'} "
-                    f"{certainty} hit them in {root}"
+                    f"{len(pairs)} entries ({modules} modules) were written for a cache at "
+                    f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
+                    f"{jax_info.jax_version or '?'} {certainty} hit them in {root}"
                 ),
                 advice=(
-                    "use the cache at its original path, or enable cachedoctor's stable keys "
-                    "(`cachedoctor enable`) and re-key; otherwise prune them (`--relocated`)"
+                    f"run JAX with JAX_COMPILATION_CACHE_DIR={elsewhere[0]} (the path as spelled "
+                    "then) to use them, or let JAX recompile and free the space with "
+                    "`cachedoctor prune --relocated --apply`; `cachedoctor enable` makes new "
+                    "entries independent of the cache's path"
+                ),
+                evidence=(
+                    f"compile options stored in each entry name {option} under "
+                    f"{', '.join(elsewhere)}; "
+                    + (
+                        f"JAX {jax_info.jax_version} hashes that option into the key"
+                        if hashed
+                        else "whether this JAX hashes that option is unknown"
+                    )
+                    + "; no stable-key manifest (cachedoctor enable) covers these keys"
                 ),
             )
         )
@@ -503,6 +655,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                         "-atime file while LRU eviction is in use (.lockfile present); "
                         "JAX's eviction pass fails on them and stops all cache writes"
                     ),
+                    evidence="the listing: -cache files without -atime, and JAX's .lockfile",
                     advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
                 )
             )
@@ -520,6 +673,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                         "turning it on (a max size) would fail on these entries"
                     ),
                     advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+                    evidence="the listing: -atime files beside other entries, none beside these",
                 )
             )
     orphans = sorted(k for k in atime_keys - entry_keys if k)
@@ -530,6 +684,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 severity=Severity.INFO,
                 entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in orphans),
                 message=f"{count(len(orphans), '-atime file has', '-atime files have')} no entry",
+                evidence="the directory listing: no -cache file of the same key",
                 advice="harmless; `cachedoctor prune --orphans --apply` removes them",
             )
         )
@@ -541,6 +696,7 @@ def _atime_findings(listing: CacheListing) -> list[Finding]:
                 severity=Severity.INFO,
                 entries=tuple(i.name for i in temps),
                 message=f"{count(len(temps), 'leftover temporary file')}",
+                evidence="the directory listing: temporary file names of JAX's writers",
                 advice="left by interrupted writers; `cachedoctor prune --orphans --apply`",
             )
         )
@@ -571,6 +727,7 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
                     module=e.module,
                     entries=(e.key,),
                     message=f"{e.key}: not checked: {real[0].kind}: {real[0].message}",
+                    evidence=f"the reader could not read the bytes ({real[0].kind})",
                     advice=(
                         "cachedoctor could not read its bytes, so it says nothing about them and "
                         "never removes it; fix its permissions (or owner) to have it checked"
@@ -591,6 +748,7 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
                     "JAX fails to load this entry and recompiles; "
                     "`cachedoctor prune --corrupt --apply` removes it"
                 ),
+                evidence=f"decoding the file: {real[0].kind}",
             )
         )
     return findings
@@ -608,6 +766,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 severity=Severity.ERROR,
                 entries=(listing.root,),
                 message=f"the cache directory is writable by {_who(listing.root_mode)}",
+                evidence=f"the directory's mode {stat.filemode(listing.root_mode)}",
                 advice=(
                     "whoever can write the cache can run code in your JAX processes; "
                     f"`chmod go-w {listing.root}`"
@@ -621,6 +780,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 severity=Severity.ERROR,
                 entries=(listing.root,),
                 message=f"the cache directory is owned by uid {listing.root_uid}, not you ({me})",
+                evidence="the directory's owner (lstat)",
                 advice="use a cache directory you own, or make sure its owner is trusted",
             )
         )
@@ -637,6 +797,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 entries=tuple(writable),
                 message=count(len(writable), "entry is", "entries are")
                 + " writable by group or others",
+                evidence="the entries' modes (lstat)",
                 advice="`cachedoctor prune --repair --apply` removes group/other write bits",
             )
         )
@@ -648,6 +809,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 severity=Severity.ERROR,
                 entries=tuple(foreign),
                 message=f"{count(len(foreign), 'entry is', 'entries are')} owned by another user",
+                evidence="the entries' owners (lstat)",
                 advice="another user's entries run in your process: remove them or trust that user",
             )
         )
@@ -660,6 +822,7 @@ def _insecure(listing: CacheListing) -> list[Finding]:
                 entries=tuple(links),
                 message=count(len(links), "symbolic link")
                 + " in the cache directory (not followed)",
+                evidence="the directory listing (lstat)",
                 advice="a link can make JAX load or overwrite a file outside the cache; remove it",
             )
         )
@@ -683,6 +846,7 @@ def _mixtures(entries: list[EntryInfo]) -> list[Finding]:
                 severity=Severity.INFO,
                 message="entries in several JAX formats: "
                 + ", ".join(f"{n}× {f}" for f, n in formats.most_common()),
+                evidence="each entry's payload layout (decoded)",
                 advice=(
                     "entries from other JAX versions never hit after an upgrade; "
                     "`cachedoctor prune --stale-jax` lists them"
@@ -698,6 +862,7 @@ def _mixtures(entries: list[EntryInfo]) -> list[Finding]:
                 severity=Severity.INFO,
                 message="entries for several platforms: "
                 + ", ".join(f"{n}× {p}" for p, n in platforms.most_common()),
+                evidence="each entry's executable (decoded)",
                 advice="fine for a shared cache; size budgets count all of them",
             )
         )
@@ -715,6 +880,7 @@ def _unknown(listing: CacheListing) -> list[Finding]:
             entries=tuple(unknown),
             message=count(len(unknown), "file that is", "files that are")
             + " not part of a JAX cache",
+            evidence="the directory listing: names JAX never writes",
             advice="cachedoctor never touches them; move them out if they do not belong here",
         )
     ]

@@ -232,6 +232,7 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
                     kind=FindingKind.STATS_RECORD,
                     severity=Severity.WARNING,
                     message=f"{path} is not a readable stats record ({reason}); it is left out",
+                    evidence="the file does not parse as a stats record",
                     advice=(
                         "a torn file from a killed process or a file that is not cachedoctor's: "
                         "inspect it; `cachedoctor stats --zero --apply` archives it with the "
@@ -355,6 +356,7 @@ def never_hit_findings(
                 f"{row.module} asked the cache in {row.processes} processes and never hit "
                 f"({row.counters.compile_secs:.2f} s compiling); {row.reason}"
             ),
+            evidence=f"stats records of {row.processes} processes: requests and no hit",
             advice=(
                 f"run `cachedoctor diff --module {row.module}` to see what changes its key, "
                 "`cachedoctor enable` for stable keys"

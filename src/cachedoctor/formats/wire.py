@@ -307,6 +307,20 @@ class ByteStream:
                 return None
         return self._buf[self._off]
 
+    def peek(self, n: int) -> bytes:
+        """Up to ``n`` bytes ahead, without consuming them; fewer only at end of stream."""
+        have = len(self._buf) - self._off
+        if have < n:
+            parts = [self._buf[self._off :]]
+            while have < n:
+                chunk = self._raw.read(max(n - have, self.READAHEAD))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                have += len(chunk)
+            self._buf, self._off = b"".join(parts), 0
+        return self._buf[self._off : self._off + n]
+
     def read_varint(self) -> int:
         off = self._off
         if off < len(self._buf) and self._buf[off] < 0x80:  # the common one-byte case

@@ -28,6 +28,7 @@ def render_lint(report: LintReport, console: Console) -> None:
         line.append(f.message)
         console.print(line)
         console.print(Text(f"     → {f.advice}", style="dim"))
+        console.print(Text(f"     evidence: {f.evidence}", style="dim"))
     for fp in report.fixed:
         console.print(Text(f"gone from the cache, still in the baseline: {fp}", style="cyan"))
     console.print(Text(report.summary_line(), style="bold"))
@@ -74,15 +75,26 @@ def render_check(report: CheckReport, console: Console) -> None:
             console.print(Text(f"{label} {mm.key}: {mm.detail}", style=style))
         if not v.complete:
             console.print(
-                f"verify: JAX stopped run {v.run} at the first mismatch; later modules were "
-                "not verified"
+                f"verify: JAX stopped run {v.run} at the first mismatch; "
+                f"{len(v.not_checked)} modules were not checked (neither hit nor miss is known)"
             )
+            for module in v.not_checked:
+                console.print(Text(f"NOT CHECKED {module}", style="yellow"))
         elif not v.mismatches:
             console.print(
                 f"verify: run {v.run} recompiled every cache hit and compared it with the cached "
                 f"executable ({len(v.hit_modules)} modules hit, {v.entries_before} entries "
                 "before the run): no difference"
             )
+    for module in report.not_stored:
+        console.print(
+            Text(
+                f"NOT STORED {module}: JAX does not write cache entries for modules that use "
+                "host callbacks (pure_callback, io_callback, jax.debug.print, equinox checks), "
+                "so it recompiles every run",
+                style="yellow",
+            )
+        )
     for m in report.unstable:
         lines = m.explanation_lines()
         console.print(Text(f"UNSTABLE {lines[0]}", style="bold red"))
@@ -120,4 +132,5 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         ],
         "observe": to_plain(report.observe),
         "verify": to_plain(report.verify),
+        "not_stored": list(report.not_stored),
     }

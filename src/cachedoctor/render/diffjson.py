@@ -37,4 +37,5 @@ def module_document(report: ModuleDiffReport) -> dict[str, Any]:
         "latest": report.latest,
         "equivalent": report.equivalent,
         "diffs": [_report(r) for r in report.reports],
+        "undecodable": list(report.undecodable),
     }

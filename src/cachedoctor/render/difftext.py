@@ -231,11 +231,19 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
 def render_module(report: ModuleDiffReport, console: Console) -> None:
     head = Text()
     head.append(f"module {report.module}", style="bold")
-    head.append(f" in {report.cache_dir}: {len(report.reports) + 1} entries", style="dim")
+    compared = len(report.reports) + (report.latest is not None)
+    total = compared + len(report.undecodable)
+    head.append(f" in {report.cache_dir}: {total} entries", style="dim")
     console.print(head)
+    for why in report.undecodable:
+        line = Text(f"not compared (does not decode): {why}", style="yellow")
+        console.print(line, soft_wrap=True)
+    if report.latest is None:
+        console.print(Text("no entry decodes: nothing to compare", style="yellow"))
+        return
     console.print(Text(f"most recent: {report.latest}", style="dim"))
     if not report.reports:
-        console.print(Text("only one entry: nothing to compare", style="green"))
+        console.print(Text("only one decodable entry: nothing to compare", style="green"))
         return
     for r in report.reports:
         console.print()

@@ -112,6 +112,7 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
         line.append(f.message)
         console.print(line, soft_wrap=True)
         console.print(Text(f"        → {f.advice}", style="dim"), soft_wrap=True)
+        console.print(Text(f"        evidence: {f.evidence}", style="dim"), soft_wrap=True)
 
 
 def _fmt_time(ns: int) -> str:

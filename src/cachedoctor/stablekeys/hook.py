@@ -211,7 +211,13 @@ def _get_cache_key(
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
-            if cache_dir is not None and _state.manifests:
+            # once per key, as in stable mode: a module JAX never stores (host callbacks)
+            # must not rewrite its manifest on every run
+            if (
+                cache_dir is not None
+                and _state.manifests
+                and not _manifest_exists(cache_dir, own_key)
+            ):
                 _record(cache_dir, result, mode, own_key, own_key, backend, None)
         return own_key
 

@@ -100,7 +100,8 @@ class CustomCall:
 class VolatileField:
     """A difference that normalisation removes, classified for ``diff`` and findings."""
 
-    category: str  # "backend_config-pointer" | "metadata" | "numbering"
+    # "backend_config-pointer" | "custom-partitioning" | "metadata" | "numbering"
+    category: str
     where: str  # computation/instruction
     detail: str  # e.g. the raw backend_config value
 
@@ -156,6 +157,22 @@ def _program_shape(buf: wire.Buffer) -> tuple[tuple[str, ...], str]:
     return params, render_shape(result) if result is not None and not isinstance(
         result, int
     ) else ""
+
+
+def _from_custom_partitioning(inf: dict[int, list[wire.FieldValue]]) -> bool:
+    """Whether an instruction's ``OpMetadata.op_name`` says a ``custom_partitioning`` made it.
+
+    The stored module is partitioned, so the ``CustomSPMDPartitioning`` call is gone; its
+    output keeps the op's name (``jit(f)/custom_partitioning``) in the source metadata.
+    """
+    meta = wire.first(inf, _INSTR_METADATA)
+    if meta is None or isinstance(meta, int):
+        return False
+    try:
+        op_name = wire.as_str(wire.first(wire.fields_by_number(meta), 2)) or ""
+    except wire.WireError:
+        return False
+    return "custom_partitioning" in op_name.split("/")
 
 
 def _is_volatile_config(target: str, config: str) -> bool:
@@ -240,6 +257,7 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
     lines: list[str] = []
     volatile: list[VolatileField] = []
     with_metadata = 0
+    partitioned_by_python = False
     named = 0
     shapes: dict[bytes, str] = {}  # a module repeats few distinct shapes: render each once
     for ci, cf in enumerate(parsed):
@@ -292,6 +310,17 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
                 config = "<volatile>"
             if _INSTR_METADATA in inf:
                 with_metadata += 1
+                if not partitioned_by_python and _from_custom_partitioning(inf):
+                    partitioned_by_python = True
+                    volatile.append(
+                        VolatileField(
+                            "custom-partitioning",
+                            where,
+                            "source metadata names a custom_partitioning op, whose "
+                            "CustomSPMDPartitioning backend_config (a Python object address) "
+                            "JAX hashes into the key",
+                        )
+                    )
             rest: list[bytes] = []  # one hash of the concatenation == the incremental hash
             for number, _wt, value in inf_list:
                 if number in _NOT_DEFINING:

@@ -1,0 +1,52 @@
+"""``check --verify`` after JAX stops the verified run at its first mismatch (issue 17, item 4).
+
+JAX's content check raises at the first cached executable that differs from a fresh compile;
+the modules after it are never reached. They are "not checked": neither hits nor misses.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.commands.check import check_env, jax_has_verify_option, run_check
+from cachedoctor.commands.runner import run_command
+
+# jit_first runs before jit_second; both take and return one f32[4]
+TWO_MODULES = """
+import jax, jax.numpy as jnp
+def jit_first(x):
+    return x + 1.0
+def jit_second(x):
+    return x * 2.0
+print("result:", jax.jit(jit_first)(jnp.ones(4)).sum(), jax.jit(jit_second)(jnp.ones(4)).sum())
+"""
+
+
+@pytest.mark.skipif(
+    not jax_has_verify_option(), reason="installed JAX lacks jax_compilation_cache_check_contents"
+)
+def test_modules_an_aborted_verify_run_never_reached_are_not_checked(tmp_path: Path) -> None:
+    script = tmp_path / "two.py"
+    script.write_text(TWO_MODULES)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    argv = [sys.executable, str(script)]
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
+    first_run = check_env(env, str(cache), observe=False, verify=False)
+    assert run_command(argv, first_run).returncode == 0
+    (first,) = cache.glob("jit_jit_first-*-cache")
+    (second,) = cache.glob("jit_jit_second-*-cache")
+    first.write_bytes(second.read_bytes())  # jit_first's key now serves another executable
+    report = run_check(argv, cache_dir=str(cache), verify=True, base_env=env)
+    verify = report.verify
+    assert verify is not None and not verify.complete
+    assert [m.module for m in verify.mismatches] == ["jit_jit_first"]
+    # the run stopped before jit_second; what hit before the stop left no trace either
+    assert "jit_jit_second" in verify.not_checked and "jit_jit_first" not in verify.not_checked
+    assert verify.hit_modules == ()
+    assert report.failed
+    line = report.summary_line()
+    assert "hit in runs 2..2" not in line and "modules were not checked" in line
