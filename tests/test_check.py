@@ -52,6 +52,8 @@ def test_seed_program_is_unstable() -> None:
         assert "verdict (manifests): the key input custom_call[0].backend_config changed" in out
         assert re.search(r"custom_call\[0\]\.backend_config: '\d+' → '\d+'", out), out
         assert "stable hasher: one key for all runs, so it would have hit" in out
+        # the observe layer recorded the partitioner calls: the same in both runs
+        assert "stable key mode: replay (1 recorded partitioner call(s) in 1 custom" in out
     else:
         assert "runtime hook is not part of this installation" in out
         assert re.search(r"verdict \((entries|diff)\)", out), out

@@ -62,7 +62,7 @@ class _State:
     last_replay_miss: str | None = None
     warned_jax_flag: bool = False
     # key -> (hasher result, replay digest, pointers, backend) until JAX stores the entry
-    pending: dict[str, tuple[Any, str, list[bytes], Any]] = field(default_factory=dict)
+    pending: dict[str, tuple[Any, str | None, list[bytes], Any]] = field(default_factory=dict)
 
 
 _state = _State()
@@ -263,7 +263,10 @@ def _get_cache_key(
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
-            if cache_dir is not None and _state.manifests:
+            if result.to_replay and isinstance(cache_dir, Path):
+                # the manifest waits for the partitioner calls of this compile (see _pending)
+                _expect_calls(own_key, result, None, backend)
+            elif cache_dir is not None and _state.manifests:
                 _record(cache_dir, result, mode, own_key, own_key, backend, None)
         return own_key
 
@@ -348,13 +351,25 @@ def _replayed_key(cache_dir: Path | str | None, result: Any, backend: Any) -> st
         logger.info("%s does not reproduce: %s", candidate.key, differs)
     digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
     key = keys.replayed_key(result, digest)
+    _expect_calls(key, result, digest, backend)
+    return key
+
+
+def _expect_calls(key: str, result: Any, digest: str | None, backend: Any) -> None:
+    """Record the partitioner calls of the compile that follows, for ``key``'s manifest.
+
+    ``digest`` None (observe mode): the digest of the recorded calls themselves, so that runs
+    whose calls are the same get the same would-be stable key.
+    """
+    from cachedoctor.stablekeys import replay
+
+    pointers = [pointer for _, pointer in result.to_replay]
     replay.expect(pointers)
     with _lock:
         _state.pending[key] = (result, digest, pointers, backend)
         while len(_state.pending) > _MAX_PENDING:
             stale = next(iter(_state.pending))
             replay.take(_state.pending.pop(stale)[2])
-    return key
 
 
 def _replay_candidates(cache_dir: Path, result: Any) -> list[Any]:
@@ -393,13 +408,14 @@ def _write_replay_manifest(key: str) -> None:
         return  # without the calls the entry is never reused: a miss, never a wrong hit
     from cachedoctor.stablekeys import manifest
 
+    observed = digest is None
     m = manifest.from_key_result(
         result,
-        mode="stable",
+        mode="observe" if observed else "stable",
         stored_under=key,
-        jax_key=None,
+        jax_key=key if observed else None,
         backend=backend,
-        replay_digest=digest,
+        replay_digest=replay.calls_digest(calls) if digest is None else digest,
         replay_calls=calls,
     )
     manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
