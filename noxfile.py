@@ -33,6 +33,8 @@ COMPAT_TESTS = [
     "tests/test_hook.py",
     "tests/test_hook_internals.py",
     "tests/test_hook_manifest.py",
+    "tests/test_hook_stale.py",
+    "tests/test_hook_distributed.py",
 ]
 
 

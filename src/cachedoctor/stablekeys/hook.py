@@ -12,6 +12,12 @@ Modes:
   processes without the hook keep hitting their entry and nothing is recompiled.
 - ``observe``: JAX's keys are kept; the manifest records what the stable key would have been.
 
+A module with custom_partitioning calls is keyed by replay (:mod:`.replay`): a recorded variant
+whose partitioner calls reproduce gives its key; otherwise a new variant is compiled and the
+calls XLA makes are recorded into its manifest just before JAX stores the entry (the hook also
+wraps ``compilation_cache.put_executable_and_time``). The recorder stays after :func:`uninstall`
+(it only records pointers the hook is waiting for).
+
 Known cost: with eviction on (``jax_compilation_cache_max_size``), a re-keyed entry is counted twice
 by JAX's size accounting although the hard link shares the bytes.
 """
