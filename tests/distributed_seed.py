@@ -3,6 +3,7 @@
 argv: process_id port. Each process has 4 CPU devices; the mesh spans all 8.
 """
 
+import contextlib
 import os
 import sys
 
@@ -11,6 +12,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 
 process_id, port = int(sys.argv[1]), sys.argv[2]
+# older jax: multi-process CPU computations need gloo (newer ones use it by default)
+with contextlib.suppress(Exception):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
