@@ -175,11 +175,12 @@ def warm_start(program: str, starts: int, python: str) -> dict[str, float]:
             )
         for _ in range(starts):
             for mode in times:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), _child_cpu()
                 subprocess.run(
                     [python, "-c", _START, mode, prog], env=env, check=True, capture_output=True
                 )
                 times[mode].append(time.perf_counter() - t0)
+                cpu[mode].append(_child_cpu() - c0)
     jax_alone, hook = times["none"], times["stable"]
     return {
         "jax_s": statistics.median(jax_alone),
