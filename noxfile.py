@@ -35,6 +35,8 @@ COMPAT_TESTS = [
     "tests/test_hook.py",
     "tests/test_hook_internals.py",
     "tests/test_hook_manifest.py",
+    "tests/test_hook_stale.py",
+    "tests/test_hook_distributed.py",
 ]
 # The second JAX of the cross-version tests: a cache written by it next to one written by the
 # newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
@@ -126,7 +128,6 @@ def crossver(session: nox.Session) -> None:
 # Mutation testing: each module with the fast tests that guard it (one pytest run per mutant).
 MUTATION_TARGETS = {
     "src/cachedoctor/formats/wire.py": ["tests/test_wire.py", "tests/test_splitproto.py"],
-    "src/cachedoctor/stablekeys/fingerprint.py": ["tests/test_keys.py"],
     "src/cachedoctor/stablekeys/keys.py": ["tests/test_keys.py"],
     "src/cachedoctor/cache/decompress.py": ["tests/test_reader.py"],
     "src/cachedoctor/cache/reader.py": ["tests/test_reader.py"],

@@ -1,11 +1,14 @@
-"""Cost of the stable key per compile, against JAX's own key computation.
+"""Cost of the stable key per compile and of a warm start, against JAX alone.
 
-For each bundled program (plain, seed) this runs the program once in a fresh interpreter,
-captures the arguments of every ``get_cache_key`` call, then times, per module, JAX's own
-``get_cache_key`` and cachedoctor's ``keys.stable_key`` (``--repeat`` times each, median), plus
-the hook's whole per-compile path on a warm cache (key, existence checks, manifest present).
+1. Per compile: for each program (plain; seed, one custom_partitioning op; multi, four ops in one
+   module) a first process with the hook records the cache; a second captures the arguments of
+   every ``get_cache_key`` call and times, per module, JAX's own ``get_cache_key``, the base key
+   (``keys.stable_key``) and the hook's whole path on that warm cache, which for a module with
+   custom_partitioning calls is the replay of its recorded partitioner calls (medians).
+2. Warm start: whole-process wall time of ``plain`` on a warm cache, with the hook and without,
+   in alternating runs (ratio of medians, and of minimums).
 
-    python benchmarks/bench_hook.py [--repeat 50] [--python PATH]
+    python benchmarks/bench_hook.py [--repeat 50] [--starts 10] [--python PATH]
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,15 +31,17 @@ import json, os, runpy, statistics, sys, time
 repeat, prog = int(sys.argv[1]), sys.argv[2]
 from jax._src import compilation_cache as cc
 from cachedoctor.stablekeys import hook, keys
+hook.install("stable")
 captured = []
-original = cc.get_cache_key
+wrapped = cc.get_cache_key
+original = keys.jax_get_cache_key()
 def capture(*args, **kwargs):
     captured.append((args, kwargs))
-    return original(*args, **kwargs)
+    return wrapped(*args, **kwargs)
 cc.get_cache_key = capture
 sys.argv = [prog]
 runpy.run_path(prog, run_name="__main__")
-cc.get_cache_key = original
+cc.get_cache_key = wrapped
 
 def median_ms(fn):
     fn()  # warm-up
@@ -44,32 +52,92 @@ def median_ms(fn):
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
 
-hook.install("stable")
-wrapped = cc.get_cache_key
 rows = []
-cache_dir = os.environ["JAX_COMPILATION_CACHE_DIR"]
 for args, kwargs in captured:
-    # make the stable entry exist, so the hook takes its warm-cache path (a hit)
-    open(os.path.join(cache_dir, wrapped(*args, **kwargs) + "-cache"), "ab").close()
     jax_ms = median_ms(lambda: original(*args, **kwargs))
     stable_ms = median_ms(lambda: keys.stable_key(*args[:4]))
     hook_ms = median_ms(lambda: wrapped(*args, **kwargs))
     name = keys.stable_key(*args[:4]).module_name
     rows.append({"module": name, "jax_ms": jax_ms, "stable_ms": stable_ms, "hook_ms": hook_ms})
-print("BENCH " + json.dumps(rows))
+print("BENCH " + json.dumps({"rows": rows, "stats": hook.stats()}))
+"""
+
+# four custom_partitioning ops in one module (the seed's op, with different shard functions)
+MULTI = """
+import os, sys
+sys.path.insert(0, {programs!r})
+from _common import setup_jax
+jax = setup_jax()
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def make(k):
+    @custom_partitioning
+    def op(x):
+        return x
+    def partition(mesh, arg_shapes, result_shape):
+        s = NamedSharding(mesh, P("x"))
+        return mesh, lambda x: jnp.sin(x) * k + k, s, (s,)
+    def infer(mesh, arg_shapes, result_shape):
+        return NamedSharding(mesh, P("x"))
+    op.def_partition(
+        partition=partition, infer_sharding_from_operands=infer, sharding_rule="i -> i"
+    )
+    return op
+
+ops = [make(float(k)) for k in range(4)]
+def f(x):
+    for op in ops:
+        x = op(x)
+    return x
+mesh = Mesh(jax.devices(), ("x",))
+s = NamedSharding(mesh, P("x"))
+x = jax.device_put(jnp.arange(8, dtype=jnp.float32), s)
+print("result:", [float(v) for v in jax.jit(f, in_shardings=s, out_shardings=s)(x)])
+"""
+
+# a program run with or without the hook (argv: mode program)
+_START = r"""
+import runpy, sys
+if sys.argv[1] == "stable":
+    from cachedoctor.stablekeys import hook
+    hook.install("stable")
+sys.argv = [sys.argv[2]]
+runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+PROGRAMS = ROOT / "src" / "cachedoctor" / "programs"
+
+
+def _env(cache: str) -> dict[str, str]:
+    """As a user runs it: bytecode caches on (compiling cachedoctor's sources on every start
+    would be measured otherwise)."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": cache,
+        "PYTHONPATH": str(ROOT / "src"),
+        "CACHEDOCTOR_DISABLE": "1",
+    }
+
+
+def _program(name: str, folder: str) -> Path:
+    if name != "multi":
+        return PROGRAMS / f"{name}.py"
+    path = Path(folder) / "multi.py"
+    path.write_text(MULTI.format(programs=str(PROGRAMS)))
+    return path
+
+
 def run(program: str, repeat: int, python: str) -> list[dict[str, float]]:
-    prog = ROOT / "src" / "cachedoctor" / "programs" / f"{program}.py"
     with tempfile.TemporaryDirectory() as cache:
-        env = {
-            **os.environ,
-            "JAX_PLATFORMS": "cpu",
-            "JAX_COMPILATION_CACHE_DIR": cache,
-            "PYTHONPATH": str(ROOT / "src"),
-            "CACHEDOCTOR_DISABLE": "1",
-        }
+        prog = _program(program, cache)
+        env = _env(cache)
+        subprocess.run(
+            [python, "-c", _START, "stable", str(prog)], env=env, check=True, capture_output=True
+        )
         out = subprocess.run(
             [python, "-c", _CHILD, str(repeat), str(prog)],
             env=env,
@@ -78,26 +146,78 @@ def run(program: str, repeat: int, python: str) -> list[dict[str, float]]:
             check=True,
         )
     line = next(x for x in out.stdout.splitlines() if x.startswith("BENCH "))
-    rows: list[dict[str, float]] = json.loads(line[6:])
+    data = json.loads(line[6:])
+    if data["stats"]["replayed"] == 0 and program != "plain":
+        raise SystemExit(f"{program}: the warm run did not replay: {data['stats']}")
+    rows: list[dict[str, float]] = data["rows"]
     return rows
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def warm_start(program: str, starts: int, python: str) -> dict[str, float]:
+    """Wall and CPU time of whole processes on a warm cache, hook and JAX alone alternating.
+
+    CPU time (user + system of the child) is what to compare on a shared machine: wall time
+    there also measures the neighbours.
+    """
+    times: dict[str, list[float]] = {"none": [], "stable": []}
+    cpu: dict[str, list[float]] = {"none": [], "stable": []}
+    with tempfile.TemporaryDirectory() as cache:
+        prog = str(_program(program, cache))
+        env = _env(cache)
+        for mode in times:  # warm the cache for both key schemes
+            subprocess.run(
+                [python, "-c", _START, mode, prog], env=env, check=True, capture_output=True
+            )
+        for _ in range(starts):
+            for mode in times:
+                t0, c0 = time.perf_counter(), _child_cpu()
+                subprocess.run(
+                    [python, "-c", _START, mode, prog], env=env, check=True, capture_output=True
+                )
+                times[mode].append(time.perf_counter() - t0)
+                cpu[mode].append(_child_cpu() - c0)
+    jax_alone, hook = times["none"], times["stable"]
+    return {
+        "jax_s": statistics.median(jax_alone),
+        "hook_s": statistics.median(hook),
+        "median_ratio": statistics.median(hook) / statistics.median(jax_alone),
+        "min_ratio": min(hook) / min(jax_alone),
+        "jax_cpu_s": statistics.median(cpu["none"]),
+        "hook_cpu_s": statistics.median(cpu["stable"]),
+        "cpu_ratio": statistics.median(cpu["stable"]) / statistics.median(cpu["none"]),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args()
     print(
         f"{'program':<8} {'module':<18} {'jax ms':>8} {'stable ms':>10} {'hook ms':>8} "
         f"{'stable/jax':>10} {'hook/jax':>9}"
     )
-    for program in ("plain", "seed"):
+    for program in ("plain", "seed", "multi"):
         for row in run(program, args.repeat, args.python):
             print(
                 f"{program:<8} {row['module']:<18} {row['jax_ms']:8.3f} "
                 f"{row['stable_ms']:10.3f} {row['hook_ms']:8.3f} "
                 f"{row['stable_ms'] / row['jax_ms']:10.2f} {row['hook_ms'] / row['jax_ms']:9.2f}"
             )
+    for program in ("plain", "seed"):
+        w = warm_start(program, args.starts, args.python)
+        print(
+            f"warm start {program}: JAX alone {w['jax_s']:.2f} s, hook {w['hook_s']:.2f} s "
+            f"(medians of {args.starts} alternating runs): hook/jax {w['median_ratio']:.3f} "
+            f"(minimums: {w['min_ratio']:.3f}); CPU time JAX alone {w['jax_cpu_s']:.2f} s, "
+            f"hook {w['hook_cpu_s']:.2f} s: hook/jax {w['cpu_ratio']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ if mode != "none":
     def report():
         print("CACHEDOCTOR-STATS " + json.dumps({**hook.stats(), "installed": ok}))
     atexit.register(report)
-sys.argv = [prog]
+sys.argv = [prog, *sys.argv[3:]]
 runpy.run_path(prog, run_name="__main__")
 """
 

@@ -52,6 +52,8 @@ def test_seed_program_is_unstable() -> None:
     assert re.search(r"custom_call\[0\]\.backend_config: '\d+' → '\d+'", out), out
     assert "stable hasher: one key for all runs, so it would have hit" in out
     assert "\n  diff: same executable" in out  # cachedoctor diff's verdict, first and last key
+    # the observe layer recorded the partitioner calls: the same in both runs
+    assert "stable key mode: replay (1 recorded partitioner call(s) in 1 custom" in out
 
 
 def test_seed_with_manifests_json() -> None:

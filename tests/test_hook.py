@@ -218,9 +218,10 @@ def test_process_settings_that_do_not_change_the_program_still_hit(
         cache,
         JAX_LOG_COMPILES="1",
         JAX_TRACEBACK_FILTERING="off",
-        # JAX's own workaround: the hook's fingerprint replaces "REMOVED" as well
+        # JAX's own workaround: replay replaces it (with one warning)
         JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY="1",
     )
     run = run_program("seed", cache, env=env)
     assert run.misses == [] and run.result == SEED_RESULT
+    assert run.stderr.count("replaces it with verified reuse") == 1, run.stderr[-2000:]
     assert entries(cache) == entries(seed_ten[0])

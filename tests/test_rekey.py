@@ -223,8 +223,8 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(tmp_path: Pat
 V2_RUNNER = """
 import runpy, sys
 import cachedoctor.stablekeys.keys as keys
-keys.HASHER_VERSION = 2  # what a hasher upgrade does: a new combination step
-keys.combine.__defaults__ = (2,)
+keys.HASHER_VERSION += 1  # what a hasher upgrade does: a new combination step
+keys.combine.__defaults__ = (keys.HASHER_VERSION,)
 from cachedoctor.stablekeys import hook
 assert hook.install("stable")
 prog = sys.argv[1]
@@ -253,7 +253,7 @@ def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
     current = plan_rekey(root)
     assert current.actions == () and f"; {len(written)} manifest-bearing" in current.notes[0]
 
-    monkeypatch.setattr(stable, "HASHER_VERSION", 2)
+    monkeypatch.setattr(stable, "HASHER_VERSION", stable.HASHER_VERSION + 1)
     plan = plan_rekey(root)
     assert {a.name for a in plan.actions} == written
     assert all(a.op is Op.MOVE_ENTRY for a in plan.actions)

@@ -33,7 +33,7 @@ from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode, count
-from cachedoctor.stablekeys.manifest import Manifest, iter_manifests
+from cachedoctor.stablekeys.manifest import Manifest, iter_manifests, key_mode_reason
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
 
 VERIFY_OPTION = "jax_compilation_cache_check_contents"
@@ -84,6 +84,7 @@ class UnstableModule:
     stable_would_hit: bool | None = None  # None: no manifests for these keys
     stable_keys: int | None = None
     diff_verdict: str | None = None
+    key_mode: str | None = None  # how the hook keys this module, and why (from its manifest)
 
     def explanation_lines(self) -> list[str]:
         runs = ", ".join(str(r) for r in self.recompiled_in)
@@ -111,6 +112,8 @@ class UnstableModule:
             )
         else:
             lines.append("stable hasher: unknown (no key manifests for these entries)")
+        if self.key_mode:
+            lines.append(f"stable key mode: {self.key_mode}")
         if self.diff_verdict and self.source != "diff":
             lines.append(f"diff: {self.diff_verdict}")
         return lines
@@ -700,7 +703,16 @@ def _explain(
         stable_would_hit=stable_hit,
         stable_keys=stable_keys,
         diff_verdict=diff_verdict,
+        key_mode=_key_mode(found[-1]) if found else None,
     )
+
+
+def _key_mode(found: Manifest) -> str | None:
+    """``replay (3 recorded partitioner calls ...)``, ``static (...)`` or ``fallback (why)``."""
+    mode = getattr(found, "key_mode", None)
+    if mode is None:
+        return None
+    return f"{mode} ({key_mode_reason(found)})"
 
 
 def _volatile_changes(found: Sequence[Manifest]) -> list[VolatileChange]:

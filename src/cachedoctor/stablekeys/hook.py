@@ -12,6 +12,12 @@ Modes:
   processes without the hook keep hitting their entry and nothing is recompiled.
 - ``observe``: JAX's keys are kept; the manifest records what the stable key would have been.
 
+A module with custom_partitioning calls is keyed by replay (:mod:`.replay`): a recorded variant
+whose partitioner calls reproduce gives its key; otherwise a new variant is compiled and the
+calls XLA makes are recorded into its manifest just before JAX stores the entry (the hook also
+wraps ``compilation_cache.put_executable_and_time``). The recorder stays after :func:`uninstall`
+(it only records pointers the hook is waiting for).
+
 Known cost: with eviction on (``jax_compilation_cache_max_size``), a re-keyed entry is counted twice
 by JAX's size accounting although the hard link shares the bytes.
 """
@@ -19,19 +25,24 @@ by JAX's size accounting although the hard link shares the bytes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachedoctor.layout import MANIFEST_SUFFIX
 from cachedoctor.storage.files import replace_with_link
 
 logger = logging.getLogger("cachedoctor.stablekeys.hook")
 
 MODES = ("stable", "observe")
+_MAX_CANDIDATES = 16  # replay at most this many recorded variants of one module per lookup
+_MAX_PENDING = 64  # compiles JAX did not store (too fast, process_id != 0) are forgotten
 
 
 @dataclass
@@ -48,9 +59,16 @@ class _State:
             "fallbacks": 0,
             "unsound": 0,
             "manifest_errors": 0,
+            "replayed": 0,  # hits decided by replaying recorded partitioner calls
+            "replay_misses": 0,  # candidates whose calls did not reproduce
+            "recorded": 0,  # replay manifests written after a compile
         }
     )
     last_error: str | None = None
+    last_replay_miss: str | None = None
+    warned_jax_flag: bool = False
+    # key -> (hasher result, replay digest, pointers, backend) until JAX stores the entry
+    pending: dict[str, tuple[Any, str | None, list[bytes], Any]] = field(default_factory=dict)
 
 
 _state = _State()
@@ -102,6 +120,14 @@ def install(
             return False
         from jax._src import compilation_cache as cc
 
+        from cachedoctor.stablekeys import replay
+
+        try:
+            replay.install()
+            _wrap_put(cc)
+        except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
+            _state.last_error = f"replay unavailable: {exc}"
+            logger.info("custom_partitioning replay unavailable: %s", exc)
         _state.mode, _state.record_ir = mode, record_ir
         _state.manifests, _state.migrate = manifests, migrate
         if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:
@@ -134,6 +160,30 @@ def install(
         return True
 
 
+def _wrap_put(cc: Any) -> None:
+    """Write a replay manifest (the calls XLA just made) right before JAX stores the entry."""
+    if getattr(cc.put_executable_and_time, "__cachedoctor_original__", None) is not None:
+        return
+    original = cc.put_executable_and_time
+    from jax._src import compiler
+
+    code = getattr(getattr(compiler, "_cache_write", None), "__code__", None)
+    if code is None or "put_executable_and_time" not in code.co_names:
+        raise RuntimeError("jax._src.compiler does not call put_executable_and_time")
+
+    def put_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _write_replay_manifest(str(cache_key))
+        except Exception as exc:  # never break JAX
+            _state.stats["manifest_errors"] += 1
+            _state.last_error = f"replay manifest: {exc}"
+        return original(cache_key, *args, **kwargs)
+
+    put_executable_and_time.__cachedoctor_original__ = original  # type: ignore[attr-defined]
+    put_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
+    cc.put_executable_and_time = put_executable_and_time
+
+
 def uninstall() -> bool:
     """Restore JAX's own ``get_cache_key``; returns whether the hook was installed."""
     import sys
@@ -145,6 +195,9 @@ def uninstall() -> bool:
         if cc is None or original is None:
             return False
         cc.get_cache_key = original  # type: ignore[attr-defined]
+        put = getattr(cc.put_executable_and_time, "__cachedoctor_original__", None)
+        if put is not None:
+            cc.put_executable_and_time = put  # type: ignore[attr-defined]
         return True
 
 
@@ -161,7 +214,12 @@ def installed_mode() -> str | None:
 
 def stats() -> dict[str, Any]:
     """Counters of this process (keys computed, migrations, fallbacks) and the last error."""
-    return {**_state.stats, "mode": installed_mode(), "last_error": _state.last_error}
+    return {
+        **_state.stats,
+        "mode": installed_mode(),
+        "last_error": _state.last_error,
+        "last_replay_miss": _state.last_replay_miss,
+    }
 
 
 def _ignores_everything(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -211,9 +269,12 @@ def _get_cache_key(
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
+            if result.to_replay and isinstance(cache_dir, Path):
+                # the manifest waits for the partitioner calls of this compile (see _pending)
+                _expect_calls(own_key, result, None, backend)
             # once per key, as in stable mode: a module JAX never stores (host callbacks)
             # must not rewrite its manifest on every run
-            if (
+            elif (
                 cache_dir is not None
                 and _state.manifests
                 and not _manifest_exists(cache_dir, own_key)
@@ -223,6 +284,8 @@ def _get_cache_key(
 
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
     _state.stats["keys"] += 1
+    if result.to_replay:
+        return _replayed_key(cache_dir, result, backend)
     if not result.sound:
         _state.stats["unsound"] += 1
         logger.info(
@@ -254,6 +317,121 @@ def _get_cache_key(
     elif cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, result.key):
         _record(cache_dir, result, mode, result.key, jax_key, backend, None)
     return result.key
+
+
+def _warn_about_jax_flag() -> None:
+    from jax._src import config
+
+    flag = getattr(config, "remove_custom_partitioning_ptr_from_cache_key", None)
+    if not _state.warned_jax_flag and flag is not None and flag.value:
+        _state.warned_jax_flag = True
+        warnings.warn(
+            "cachedoctor: jax_remove_custom_partitioning_ptr_from_cache_key is set; the hook"
+            " replaces it with verified reuse (an entry is reused only when its recorded"
+            " partitioner calls reproduce), so it has no effect while the hook is on",
+            stacklevel=4,
+        )
+
+
+def _replayed_key(cache_dir: Path | str | None, result: Any, backend: Any) -> str | None:
+    """The key of a module with custom_partitioning calls, decided by replay.
+
+    A recorded variant of this module (same base key) whose partitioner calls all reproduce
+    against the current callbacks gives its key (a hit). Otherwise a new key, and the calls XLA
+    makes while compiling are recorded into its manifest (:func:`_write_replay_manifest`).
+    """
+    from cachedoctor.stablekeys import keys, replay
+
+    _warn_about_jax_flag()
+    if not isinstance(cache_dir, Path) or not replay.installed():
+        _state.stats["unsound"] += 1
+        why = "a bucket cache dir" if isinstance(cache_dir, str) else "no replay recorder"
+        logger.info("%s: keeping the raw pointer in the key (%s)", result.module_name, why)
+        return None
+    pointers = [pointer for _, pointer in result.to_replay]
+    indices = [i for i, _ in result.to_replay]
+    for candidate in _replay_candidates(cache_dir, result):
+        replay_ops = candidate.replay or []
+        if [op["index"] for op in replay_ops] != indices:
+            continue
+        differs = replay.reproduces([op["calls"] for op in replay_ops], pointers)
+        if differs is None:
+            _state.stats["replayed"] += 1
+            return str(candidate.key)
+        _state.stats["replay_misses"] += 1
+        _state.last_replay_miss = f"{candidate.key}: {differs}"
+        logger.info("%s does not reproduce: %s", candidate.key, differs)
+    digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
+    key = keys.replayed_key(result, digest)
+    _expect_calls(key, result, digest, backend)
+    return key
+
+
+def _expect_calls(key: str, result: Any, digest: str | None, backend: Any) -> None:
+    """Record the partitioner calls of the compile that follows, for ``key``'s manifest.
+
+    ``digest`` None (observe mode): the digest of the recorded calls themselves, so that runs
+    whose calls are the same get the same would-be stable key.
+    """
+    from cachedoctor.stablekeys import replay
+
+    pointers = [pointer for _, pointer in result.to_replay]
+    replay.expect(pointers)
+    with _lock:
+        _state.pending[key] = (result, digest, pointers, backend)
+        while len(_state.pending) > _MAX_PENDING:
+            stale = next(iter(_state.pending))
+            replay.take(_state.pending.pop(stale)[2])
+
+
+def _replay_candidates(cache_dir: Path, result: Any) -> list[Any]:
+    """Replay manifests of this module with the same base key whose entry exists, newest first."""
+    import glob
+
+    from cachedoctor.stablekeys.manifest import ManifestError, load_manifest, manifest_dir
+
+    pattern = glob.escape(f"{result.module_name}-") + "*" + MANIFEST_SUFFIX
+    found = []
+    for path in manifest_dir(cache_dir).glob(pattern):
+        key = path.name[: -len(MANIFEST_SUFFIX)]
+        if not (cache_dir / f"{key}-cache").exists():
+            continue
+        try:
+            m = load_manifest(cache_dir, key)
+        except (OSError, ManifestError):
+            continue
+        if m is not None and m.base_key == result.key and m.replay is not None:
+            found.append(m)
+    found.sort(key=lambda m: m.created, reverse=True)
+    return found[:_MAX_CANDIDATES]
+
+
+def _write_replay_manifest(key: str) -> None:
+    from cachedoctor.stablekeys import replay
+
+    with _lock:
+        pending = _state.pending.pop(key, None)
+    if pending is None:
+        return
+    result, digest, pointers, backend = pending
+    calls = replay.take(pointers)
+    cache_dir = _local_cache_dir()
+    if calls is None or not isinstance(cache_dir, Path) or not _state.manifests:
+        return  # without the calls the entry is never reused: a miss, never a wrong hit
+    from cachedoctor.stablekeys import manifest
+
+    observed = digest is None
+    m = manifest.from_key_result(
+        result,
+        mode="observe" if observed else "stable",
+        stored_under=key,
+        jax_key=key if observed else None,
+        backend=backend,
+        replay_digest=replay.calls_digest(calls) if digest is None else digest,
+        replay_calls=calls,
+    )
+    manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
+    _state.stats["recorded"] += 1
 
 
 def _has_partitioning(result: Any) -> bool:

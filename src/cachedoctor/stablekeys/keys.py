@@ -6,8 +6,9 @@ command use it. It runs JAX's own key code (``compilation_cache.get_cache_key`` 
 canonicalised inputs, with exactly two canonicalisations:
 
 1. each ``CustomSPMDPartitioning`` custom call's ``backend_config`` (``str(id(obj))``) becomes a
-   fingerprint of what its registered callbacks will do (:mod:`.fingerprint`); if they
-   cannot be fingerprinted soundly the raw pointer stays (a miss, never a wrong hit);
+   placeholder: the hook then picks the key by replaying recorded partitioner calls
+   (:mod:`.replay`, :func:`replayed_key`); with no callbacks registered the pointer stays (a miss,
+   never a wrong hit);
 2. compile-option paths derived from the cache directory (the per-fusion autotune dir and the
    kernel cache file) become relative to the cache directory.
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import json
 import os
 import pathlib
 import sys
@@ -31,45 +31,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachedoctor.stablekeys.fingerprint import Fingerprinter, Unfingerprintable
+from cachedoctor.stablekeys import replay
 
-HASHER_VERSION = 1
+HASHER_VERSION = 2  # 2: custom_partitioning keyed by replay (1: static fingerprints)
 CACHE_DIR_PLACEHOLDER = "<cachedoctor:cache_dir>"
 CP_TARGET = "CustomSPMDPartitioning"
 CP_PREFIX = f"cachedoctor-cp-v{HASHER_VERSION}:"
+CP_REPLAY = CP_PREFIX + "replay"  # the key is decided by replaying the recorded calls
+REPLAY_COMPONENT = "custom_partitioning_replay"  # the digest that tells replayed entries apart
 # DebugOptions fields that JAX fills with paths under the cache directory.
 CACHE_DIR_FIELDS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_kernel_cache_file")
 _RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
-# jax config options that cannot change what a partition callback lowers to (the platform and
-# devices are hashed elsewhere); each may differ between processes sharing a cache.
-_CONFIG_EXCLUDE = (
-    "compilation_cache",
-    "persistent_cache",
-    "cache_key",
-    "log",
-    "explain",
-    "raise_persistent",
-    "platforms",
-    "platform_name",
-    "visible_devices",
-    "traceback",
-    "cross_host",
-    "distributed_debug",
-    "dump_ir",
-    "pprint",
-    "source_url",
-    "debug_leaked",
-    "transfer_guard",
-    "check_proxy",
-    "captured_constants",
-    "pjrt_client_create_options",
-    "preemption",
-    "recoverability",
-    "thread_guard",
-    "share_binary",
-    "pgle",
-    "async_dispatch",
-)
 
 
 class InternalsChanged(Exception):
@@ -99,6 +71,9 @@ class KeyResult:
     canonical_ir: str | None = None
     xla_flags: list[str] = field(default_factory=list)
     cache_dir: str | None = None
+    # (index, pointer) of the custom_partitioning calls whose key the hook decides by replay;
+    # ``key`` is then the base key that the replayed entries share
+    to_replay: list[tuple[int, bytes]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -117,6 +92,13 @@ def combine(components: Sequence[tuple[str, str]], hasher_version: int = HASHER_
     for name, digest in components:
         h.update(name.encode() + b"\x00" + bytes.fromhex(digest))
     return h.hexdigest()
+
+
+def replayed_key(result: KeyResult, replay_digest: str) -> str:
+    """The key of one replay-verified variant of a module: the base key's components plus
+    :data:`REPLAY_COMPONENT` (so :func:`combine` recomputes it from the manifest offline)."""
+    pairs = [*result.components.items(), (REPLAY_COMPONENT, replay_digest)]
+    return f"{result.module_name}-{combine(pairs)}"
 
 
 class _SplitHash:
@@ -239,51 +221,6 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
 # -- canonicalisation 1: custom_partitioning backend_config ------------------------------------
 
 
-_config_names: dict[int, list[str]] = {}
-
-
-def _config_snapshot() -> str:
-    """jax config values that may change how a partition callback lowers (x64, precision, ...)."""
-    from jax._src import config
-
-    holders = getattr(config.config, "_value_holders", {})
-    names = _config_names.get(len(holders))
-    if names is None:
-        names = [n for n in sorted(holders) if not any(p in n for p in _CONFIG_EXCLUDE)]
-        _config_names[len(holders)] = names
-    out: list[tuple[str, Any]] = []
-    for name in names:
-        try:
-            value = holders[name].value
-        except Exception:
-            continue
-        if isinstance(value, (bool, int, float, str, type(None))):
-            out.append((name, value))
-        else:
-            out.append((name, f"<{type(value).__qualname__}>"))
-    return json.dumps(out)  # one string: cheap to hash, and deterministic
-
-
-def fingerprint_partitioning(info: Any) -> str:
-    """Fingerprint of a ``_ShardingCallbackInfo``: everything XLA's partitioner will call back."""
-    fp = Fingerprinter()
-    fp.add(f"custom-partitioning-v{HASHER_VERSION}")
-    for attr in (
-        "partition",
-        "infer_sharding_from_operands",
-        "propagate_user_sharding",
-        "to_mesh_pspec_sharding",  # a JAX closure over mesh, devices and decode_shardings
-        "static_args",
-        "in_tree",
-        "out_tree",
-        "mesh",
-    ):
-        fp.add(attr)
-        fp.add(getattr(info, attr))
-    fp.add(_config_snapshot())
-    return fp.hexdigest()
-
-
 def _custom_partitioning_ops(module: Any) -> list[Any]:
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
@@ -309,21 +246,25 @@ def _clone(module: Any) -> Any:
         return module.operation.clone()
 
 
-def canonical_module(module: Any) -> tuple[Any, list[VolatileField]]:
-    """The module with each custom_partitioning pointer replaced by its fingerprint.
+def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[int, bytes]]]:
+    """The module with each custom_partitioning pointer replaced by a placeholder.
 
-    Returns the original module untouched when it has no such call (the common case).
+    The placeholder is :data:`CP_REPLAY` (the hook decides the key by replay) or, for callbacks
+    declared with :func:`.replay.depends_on`, the digest of the declared inputs. Also returns
+    ``(index, pointer)`` of the custom calls to replay. The original module comes back untouched
+    when it has no such call (the common case).
     """
     from jax._src import custom_partitioning as cp
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     with module.context:
         if not _custom_partitioning_ops(module):
-            return module, []
+            return module, [], []
         clone = _clone(module)
         clone_module = getattr(clone, "opview", clone)
         holder = types.SimpleNamespace(operation=clone)
         volatile: list[VolatileField] = []
+        to_replay: list[tuple[int, bytes]] = []
         for i, op in enumerate(_custom_partitioning_ops(holder)):
             raw = ir.StringAttr(op.attributes["backend_config"]).value
             info = cp._sharding_callbacks.get(raw.encode())
@@ -332,16 +273,19 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField]]:
                 volatile.append(VolatileField(name, raw, raw, "no callbacks registered"))
                 continue
             try:
-                canonical = CP_PREFIX + fingerprint_partitioning(info)
-            except Unfingerprintable as exc:
-                volatile.append(VolatileField(name, raw, raw, str(exc)))
+                declared = replay.declared_inputs(info)
+            except Exception as exc:  # the declared inputs cannot be read: keep the pointer
+                reason = f"depends_on raised {type(exc).__name__}: {exc}"
+                volatile.append(VolatileField(name, raw, raw, reason))
                 continue
-            except RecursionError:
-                volatile.append(VolatileField(name, raw, raw, "callbacks nest too deeply"))
-                continue
+            if declared is None:
+                canonical = CP_REPLAY
+                to_replay.append((i, raw.encode()))
+            else:
+                canonical = f"{CP_PREFIX}declared:{declared}"
             op.attributes["backend_config"] = ir.StringAttr.get(canonical)
             volatile.append(VolatileField(name, raw, canonical))
-        return clone_module, volatile
+        return clone_module, volatile, to_replay
 
 
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
@@ -425,7 +369,7 @@ def stable_key(
         from jax._src import config
 
         cache_dir = config.compilation_cache_dir.value
-    canon_module, volatile = canonical_module(module)
+    canon_module, volatile, to_replay = canonical_module(module)
     canon_options, opt_volatile = canonical_options(compile_options, cache_dir)
     get_cache_key, holder = _jax_key_functions()
     key = get_cache_key(canon_module, devices, canon_options, backend)
@@ -443,4 +387,5 @@ def stable_key(
         canonical_ir=module_text(canon_module) if record_ir else None,
         xla_flags=hashed_xla_flags(),
         cache_dir=cache_dir,
+        to_replay=to_replay,
     )

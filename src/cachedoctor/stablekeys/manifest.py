@@ -29,13 +29,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
-from cachedoctor.stablekeys.keys import HASHER_VERSION, KeyResult, combine
+from cachedoctor.stablekeys.keys import (
+    CP_PREFIX,
+    HASHER_VERSION,
+    REPLAY_COMPONENT,
+    KeyResult,
+    combine,
+    replayed_key,
+)
 from cachedoctor.storage.files import open_regular, write_atomic
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
 
 SCHEMA_VERSION = 1
+KEY_MODES = {
+    "static": "no custom_partitioning call: the key is computed from the module",
+    "replay": "custom_partitioning: reused only when the recorded partitioner calls reproduce",
+    "declared": "custom_partitioning: keyed on the inputs its callbacks declare (depends_on)",
+    "fallback": "a raw pointer stays in the key: never reused",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,11 @@ class Manifest:
     migrated_from: str | None = None
     has_ir: bool = False
     schema_version: int = SCHEMA_VERSION
+    # how the key was made (see KEY_MODES); for "replay", the key shared by every variant of the
+    # module (``base_key``) and the partitioner calls XLA made, one list per replayed custom call
+    key_mode: str = "static"
+    base_key: str | None = None
+    replay: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,8 +151,14 @@ def from_key_result(
     jax_key: str | None,
     backend: Any = None,
     migrated_from: str | None = None,
+    replay_digest: str | None = None,
+    replay_calls: list[list[dict[str, Any]]] | None = None,
 ) -> Manifest:
-    """Build a manifest from the hasher's result (done in the process that computed the key)."""
+    """Build a manifest from the hasher's result (done in the process that computed the key).
+
+    With ``replay_calls`` (the calls recorded for ``result.to_replay``), the manifest is that of
+    a replay-keyed variant: its components end with ``replay_digest``.
+    """
     import platform as _platform
 
     import cachedoctor
@@ -153,17 +177,26 @@ def from_key_result(
             "platform": str(getattr(backend, "platform", "")),
             "platform_version": str(getattr(backend, "platform_version", "")),
         }
+    components = [
+        {"name": n, "digest": d, "data": result.component_data.get(n)}
+        for n, d in result.components.items()
+    ]
+    stable_key, base_key, replay = result.key, None, None
+    if replay_calls is not None and replay_digest is not None:
+        components.append({"name": REPLAY_COMPONENT, "digest": replay_digest, "data": None})
+        stable_key, base_key = replayed_key(result, replay_digest), result.key
+        replay = [
+            {"index": i, "calls": calls}
+            for (i, _), calls in zip(result.to_replay, replay_calls, strict=True)
+        ]
     return Manifest(
         key=stored_under,
-        stable_key=result.key,
+        stable_key=stable_key,
         jax_key=jax_key,
         mode=mode,
         module_name=result.module_name,
         hasher_version=HASHER_VERSION,
-        components=[
-            {"name": n, "digest": d, "data": result.component_data.get(n)}
-            for n, d in result.components.items()
-        ],
+        components=components,
         volatile=[asdict(v) for v in result.volatile],
         sound=result.sound,
         xla_flags=list(result.xla_flags),
@@ -175,7 +208,31 @@ def from_key_result(
         pid=os.getpid(),
         migrated_from=migrated_from,
         has_ir=result.canonical_ir is not None,
+        key_mode=_key_mode(result, replay),
+        base_key=base_key,
+        replay=replay,
     )
+
+
+def _key_mode(result: KeyResult, replay: list[dict[str, Any]] | None) -> str:
+    if not result.sound:
+        return "fallback"
+    if replay is not None or result.to_replay:
+        return "replay"
+    if any(v.canonical.startswith(CP_PREFIX) for v in result.volatile):
+        return "declared"
+    return "static"
+
+
+def key_mode_reason(manifest: Manifest) -> str:
+    """Why a manifest's key was made the way it was (one line, for scan/check/status)."""
+    reasons = [v["reason"] for v in manifest.volatile if v.get("reason")]
+    if manifest.key_mode == "fallback" and reasons:
+        return "; ".join(reasons)
+    if manifest.key_mode == "replay" and manifest.replay is not None:
+        calls = sum(len(op["calls"]) for op in manifest.replay)
+        return f"{calls} recorded partitioner call(s) in {len(manifest.replay)} custom call(s)"
+    return KEY_MODES.get(manifest.key_mode, manifest.key_mode)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
