@@ -301,3 +301,24 @@ def test_enable_stats_only_records_through_the_config_file(tmp_path: Path) -> No
     report = stats_json(cache)
     assert report["processes"] == 1 and report["totals"]["requests"] >= 1
     assert not (cache / "cachedoctor-manifests").exists()  # no hook: no manifests
+
+
+def test_status_reports_stats_only_recording(tmp_path: Path) -> None:
+    """In `stats` mode no hook is installed, yet `status` says recording is on and where to."""
+    cache, config = tmp_path / "cache", tmp_path / "config.toml"
+    env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
+    )
+    assert run("enable", "--dir", str(cache), "--stats-only").returncode == 0
+    shown = run("status")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "hook active: no" in shown.stdout
+    records = f"{cache}/{STATS_DIRNAME}/"
+    assert f"stats recording: active (stats mode), records go to {records}" in shown.stdout
+    assert json.loads(run("status", "--json").stdout)["probe"]["stats"] == {
+        "mode": "stats",
+        "records": records,
+    }
+    env["CACHEDOCTOR_HOOK"] = "off"
+    assert "stats recording: no" in run("status").stdout

@@ -41,6 +41,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     else:
         click.echo(f"  python {p.get('python')}  jax {p.get('jax', p.get('jax_error'))}")
         click.echo(f"  hook active: {p.get('hook') or 'no'}")
+        recording = p.get("stats")
+        if recording:
+            where = recording.get("records") or "nowhere: no cache dir is set"
+            mode = recording["mode"]
+            click.echo(f"  stats recording: active ({mode} mode), records go to {where}")
+        else:
+            click.echo("  stats recording: no")
         for err in report.activation_errors:
             click.echo(f"  activation error: {err}")
         if not p.get("pth"):

@@ -350,9 +350,10 @@ try:
 except Exception as exc:
     out["jax_error"] = f"{type(exc).__name__}: {exc}"
 try:
-    from cachedoctor.stablekeys import _startup, hook
+    from cachedoctor.stablekeys import _startup, hook, stats
     out["startup"] = _startup.STATE
     out["hook"] = hook.installed_mode()
+    out["stats"] = stats.recording()
     out["pth"] = [p for p in sys.path if os.path.exists(os.path.join(p, "cachedoctor_startup.pth"))]
 except Exception as exc:
     out["cachedoctor_error"] = f"{type(exc).__name__}: {exc}"

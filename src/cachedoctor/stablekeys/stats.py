@@ -84,6 +84,7 @@ class _Recorder:
 
 
 _recorder: _Recorder | None = None
+_listening = False  # JAX's listeners are registered: this process records
 _lock = threading.Lock()
 _local = threading.local()
 
@@ -178,7 +179,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
 def start(mode: str) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
     the listener API or ``compile_or_get_cached``."""
-    global _recorder
+    global _recorder, _listening
     with _lock:
         if _recorder is not None:
             return True
@@ -191,6 +192,7 @@ def start(mode: str) -> bool:
             compiler.compile_or_get_cached = _wrap(original)
         monitoring.register_event_listener(_on_event)
         monitoring.register_event_duration_secs_listener(_on_duration)
+        _listening = True
     except Exception as exc:
         _warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
         return False
@@ -217,6 +219,22 @@ def snapshot() -> dict[str, Any] | None:
         "hook": recorder.mode,
         "modules": modules,
     }
+
+
+def recording() -> dict[str, str | None] | None:
+    """In which mode this process records, and where its record will go (for ``status``).
+
+    None when it does not record (the hook is off, or JAX lacks the listener API).
+    """
+    recorder = _recorder
+    if recorder is None or not _listening:
+        return None
+    try:
+        cache_dir = _cache_dir()
+    except Exception:
+        cache_dir = None
+    where = f"{cache_dir.rstrip('/')}/{STATS_DIRNAME}/" if cache_dir else None
+    return {"mode": recorder.mode, "records": where}
 
 
 def _cache_dir() -> str | None:
