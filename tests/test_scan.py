@@ -222,3 +222,38 @@ def test_streamed_json_is_the_whole_document(
         streamed = "".join(iter_scan_json(report))
         assert streamed == dumps(scan_document(report))
         assert len(json.loads(streamed)["entries"]) == len(report.entries)
+
+
+def test_module_table_says_how_the_hook_keyed_each_module(tmp_path: Path) -> None:
+    """Under the hook in stable mode the seed's custom_partitioning module is keyed by replay,
+    a plain jit statically; scan shows both, with why, from the key manifests."""
+    import subprocess
+    import sys
+
+    from tests.hookrun import base_env, run_program
+
+    cache = tmp_path / "cache"
+    run_program("seed", cache, mode="stable")
+    run_program("plain", cache, mode="stable")
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "cachedoctor", "scan", "--json", str(cache)],
+            env=base_env(None),
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    modes = {m["module"]: m["key_modes"] for m in doc["modules"]}
+    (replayed,) = modes["jit_f"]
+    assert replayed["mode"] == "replay" and replayed["entries"] == 1
+    assert "recorded partitioner call(s)" in replayed["reason"]
+    assert [m["mode"] for m in modes["jit_g"]] == ["static"]
+    table = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "scan", str(cache)],
+        env={**base_env(None), "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+    ).stdout
+    row = next(line for line in table.splitlines() if line.lstrip().startswith("jit_f"))
+    assert "replay: " in row and "recorded partitioner call(s)" in row, table
+    assert "static" in next(line for line in table.splitlines() if "jit_g" in line)

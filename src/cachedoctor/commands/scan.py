@@ -76,12 +76,22 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class KeyModeUse:
+    """How the stable hasher keyed some of a module's entries, and why (from their manifests)."""
+
+    mode: str  # static, replay, declared or fallback (stablekeys.manifest.KEY_MODES)
+    reason: str
+    entries: int
+
+
+@dataclass(frozen=True)
 class ModuleStats:
     module: str
     entries: int
     programs: int  # distinct programs (modulo volatile fields) among the entries
     bytes_on_disk: int
     compile_seconds: int
+    key_modes: tuple[KeyModeUse, ...] = ()  # empty: no entry has a key manifest
 
 
 @dataclass(frozen=True)
@@ -302,7 +312,7 @@ def build_report(
         scanned_at=now,
         jax=jax_info,
         summary=_summary(listing, entries),
-        modules=_module_stats(entries),
+        modules=_module_stats(entries, manifests),
         entries=tuple(entries),
         findings=tuple(findings),
         other_files=tuple(i for i in listing.items if i.kind is not FileKind.ENTRY),
@@ -373,10 +383,13 @@ def _tree_size(path: os.PathLike[str] | str) -> int:
     return total
 
 
-def _module_stats(entries: list[EntryInfo]) -> tuple[ModuleStats, ...]:
+def _module_stats(
+    entries: list[EntryInfo], manifests: Sequence[Mapping[str, object] | None] = ()
+) -> tuple[ModuleStats, ...]:
     by_module: dict[str, list[EntryInfo]] = defaultdict(list)
     for e in entries:
         by_module[e.module or "(unnamed)"].append(e)
+    modes = key_modes_by_entry(manifests)
     stats = [
         ModuleStats(
             module=module,
@@ -384,6 +397,7 @@ def _module_stats(entries: list[EntryInfo]) -> tuple[ModuleStats, ...]:
             programs=len({e.program_digest or e.key for e in group}),
             bytes_on_disk=sum(e.size for e in group),
             compile_seconds=sum(e.compile_time_s or 0 for e in group),
+            key_modes=_count_modes(modes[e.key] for e in group if e.key in modes),
         )
         for module, group in by_module.items()
     ]
@@ -528,6 +542,29 @@ def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> froz
         for m in manifests
         if m is not None and m.get("mode") == "stable" and isinstance(m.get("key"), str)
     )
+
+
+def key_modes_by_entry(
+    manifests: Iterable[Mapping[str, object] | None],
+) -> dict[str, tuple[str, str]]:
+    """Entry key -> (key mode, why), from the manifests (``key_mode_reason`` says why)."""
+    from cachedoctor.stablekeys.manifest import Manifest, key_mode_reason
+
+    modes = {}
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str):
+            continue
+        try:
+            found = Manifest.from_dict(dict(m))
+            modes[found.key] = (found.key_mode, key_mode_reason(found))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a manifest of another schema: no key mode to show
+    return modes
+
+
+def _count_modes(modes: Iterable[tuple[str, str]]) -> tuple[KeyModeUse, ...]:
+    counted = Counter(modes)
+    return tuple(KeyModeUse(mode, reason, n) for (mode, reason), n in sorted(counted.items()))
 
 
 def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, object]]:

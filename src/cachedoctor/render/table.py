@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
-from cachedoctor.commands.scan import Finding, ScanReport, Severity
+from cachedoctor.commands.scan import Finding, ModuleStats, ScanReport, Severity
 from cachedoctor.errors import count
 from cachedoctor.render.console import print_table
 
@@ -79,6 +79,9 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         table.add_column("programs", justify="right")
         table.add_column("on disk", justify="right")
         table.add_column("compile s", justify="right")
+        with_modes = any(m.key_modes for m in report.modules)
+        if with_modes:
+            table.add_column("key mode (stable hasher)", overflow="fold")
         for m in report.modules[:max_modules]:
             style = "yellow" if m.entries > m.programs else None
             table.add_row(
@@ -87,12 +90,25 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
                 str(m.programs),
                 human_bytes(m.bytes_on_disk),
                 str(m.compile_seconds),
+                *([_key_modes(m)] if with_modes else []),
                 style=style,
             )
         if len(report.modules) > max_modules:
             table.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
         print_table(console, table)
     render_findings(report, console)
+
+
+def _key_modes(module: ModuleStats) -> str:
+    """Each key mode with why; ``static`` needs no why, and a count only when modes differ."""
+    if not module.key_modes:
+        return "- (no manifest)"
+    several = len(module.key_modes) > 1
+    return "; ".join(
+        (f"{u.entries}× " if several else "")
+        + (u.mode if u.mode == "static" else f"{u.mode}: {u.reason}")
+        for u in module.key_modes
+    )
 
 
 def render_findings(report: ScanReport, console: Console) -> None:
