@@ -257,3 +257,24 @@ def test_module_table_says_how_the_hook_keyed_each_module(tmp_path: Path) -> Non
     row = next(line for line in table.splitlines() if line.lstrip().startswith("jit_f"))
     assert "replay: " in row and "recorded partitioner call(s)" in row, table
     assert "static" in next(line for line in table.splitlines() if "jit_g" in line)
+
+
+def test_status_summarises_key_modes_of_the_configured_cache(tmp_path: Path) -> None:
+    """`status` lists the modules per key mode from the configured cache dir's manifests."""
+    import subprocess
+    import sys
+
+    from tests.hookrun import base_env, run_program
+
+    cache = tmp_path / "cache"
+    run_program("seed", cache, mode="stable")
+    run_program("plain", cache, mode="stable")
+    env = base_env(cache, CACHEDOCTOR_HOOK="stable")
+    status = [sys.executable, "-m", "cachedoctor", "status"]
+    doc = json.loads(subprocess.run([*status, "--json"], env=env, capture_output=True).stdout)
+    assert "jit_f" in doc["key_modes"]["modes"]["replay"]
+    assert "jit_g" in doc["key_modes"]["modes"]["static"]
+    assert doc["key_modes"]["fallbacks"] == {}
+    text = subprocess.run(status, env=env, capture_output=True, text=True).stdout
+    replay_line = next(line for line in text.splitlines() if line.strip().startswith("replay"))
+    assert replay_line.split()[1:] == ["1", "jit_f"], text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 import click
 
@@ -52,6 +53,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"  activation error: {err}")
         if not p.get("pth"):
             click.echo("  start-up .pth not found on sys.path: reinstall cachedoctor")
+    _echo_key_modes(report.key_modes)
     click.echo("multi-host roles:")
     for role in report.roles:
         click.echo(f"  - {role}")
@@ -62,6 +64,22 @@ def status(ctx: click.Context, as_json: bool) -> None:
             "status: the fresh interpreter did not activate as configured (see above)", err=True
         )
         ctx.exit(int(ExitCode.FINDINGS))
+
+
+def _echo_key_modes(summary: dict[str, Any] | None) -> None:
+    """Modules per key mode of the cache dir's manifests; each fallback with why."""
+    if summary is None:
+        return
+    modes = summary["modes"]
+    if not modes:
+        click.echo("key modes: no key manifests in the cache dir yet")
+        return
+    click.echo("key modes (cache dir manifests, modules per mode):")
+    for mode, modules in modes.items():
+        more = ", …" if len(modules) > 8 else ""
+        click.echo(f"  {mode:<9} {len(modules):>4}  {', '.join(modules[:8])}{more}")
+    for module, why in summary["fallbacks"].items():
+        click.echo(f"  fell back: {module}: {why}")
 
 
 def _shown(key: str, value: object) -> str:

@@ -53,6 +53,8 @@ class StatusReport:
     roles: list[str]
     warnings: list[Warning_] = field(default_factory=list)
     disabled: bool = False  # CACHEDOCTOR_DISABLE=1: the file is ignored by every process
+    # the configured local cache dir's key manifests: modules per key mode, fallbacks with why
+    key_modes: dict[str, Any] | None = None
 
     @property
     def activation_errors(self) -> list[str]:
@@ -403,4 +405,20 @@ def status(python: str | None = None) -> StatusReport:
         else:
             filled.append(r)
     warnings = preflight(values, check_jax=False) if values else []
-    return StatusReport(path, path.exists(), filled, fresh, ROLES, warnings, disabled)
+    cache_dir = next((r.value for r in filled if r.key == "cache_dir"), None)
+    return StatusReport(
+        path, path.exists(), filled, fresh, ROLES, warnings, disabled, _key_modes(cache_dir)
+    )
+
+
+def _key_modes(cache_dir: object) -> dict[str, Any] | None:
+    """Key modes from a local cache dir's manifests; None for a bucket (``scan`` reads those)."""
+    from cachedoctor.stablekeys import manifest
+    from cachedoctor.storage import stores
+
+    if not cache_dir or stores.is_url(str(cache_dir)):
+        return None
+    try:
+        return manifest.key_mode_summary(manifest.iter_manifests(str(cache_dir)))
+    except OSError:
+        return None

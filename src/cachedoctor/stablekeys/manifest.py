@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,6 +233,20 @@ def key_mode_reason(manifest: Manifest) -> str:
         calls = sum(len(op["calls"]) for op in manifest.replay)
         return f"{calls} recorded partitioner call(s) in {len(manifest.replay)} custom call(s)"
     return KEY_MODES.get(manifest.key_mode, manifest.key_mode)
+
+
+def key_mode_summary(manifests: Iterable[Manifest]) -> dict[str, Any]:
+    """The modules keyed in each mode, and why each fallback fell back (for ``status``)."""
+    modules: dict[str, set[str]] = {}
+    fallbacks: dict[str, str] = {}
+    for m in manifests:
+        modules.setdefault(m.key_mode, set()).add(m.module_name)
+        if m.key_mode == "fallback":
+            fallbacks[m.module_name] = key_mode_reason(m)
+    return {
+        "modes": {mode: sorted(names) for mode, names in sorted(modules.items())},
+        "fallbacks": dict(sorted(fallbacks.items())),
+    }
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
