@@ -50,3 +50,35 @@ def test_modules_an_aborted_verify_run_never_reached_are_not_checked(tmp_path: P
     assert report.failed
     line = report.summary_line()
     assert "hit in runs 2..2" not in line and "modules were not checked" in line
+
+
+# a closed-over constant from an unseeded generator: each run traces another program
+UNSEEDED_CONSTANT = """
+import numpy as np
+import jax, jax.numpy as jnp
+c = np.random.rand(4).astype(np.float32)
+@jax.jit
+def f(x):
+    return x * c + 1.0
+print("result:", float(f(jnp.ones(4, jnp.float32)).sum()))
+"""
+
+
+@pytest.mark.skipif(
+    not jax_has_verify_option(), reason="installed JAX lacks jax_compilation_cache_check_contents"
+)
+def test_unseeded_constant_is_a_changing_program_not_a_stale_entry(tmp_path: Path) -> None:
+    """JAX misses jit_f in every run, rightly: its program differs. No entry is stale."""
+    script = tmp_path / "unseeded.py"
+    script.write_text(UNSEEDED_CONSTANT)
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
+    report = run_check([sys.executable, str(script)], verify=True, base_env=env)
+    verify = report.verify
+    assert verify is not None and verify.complete
+    assert verify.mismatches == () and verify.stale == ()  # JAX's content check agrees
+    (changing,) = report.unstable
+    assert changing.module == "jit_f" and changing.recompiled_in == (2,)
+    assert "the traced program changes between runs" in changing.entry_verdict
+    assert changing.stable_would_hit is False
+    assert "STALE" not in "\n".join(changing.explanation_lines())
+    assert "stale" not in report.summary_line()
