@@ -81,4 +81,7 @@ def test_unseeded_constant_is_a_changing_program_not_a_stale_entry(tmp_path: Pat
     assert "the traced program changes between runs" in changing.entry_verdict
     assert changing.stable_would_hit is False
     assert "STALE" not in "\n".join(changing.explanation_lines())
-    assert "stale" not in report.summary_line()
+    assert changing.program_changes  # said as such, not as an unstable key
+    line = report.summary_line()
+    assert "stale" not in line and "unstable cache key" not in line
+    assert "the program itself changes between runs" in line

@@ -86,6 +86,15 @@ class UnstableModule:
     diff_verdict: str | None = None
     key_mode: str | None = None  # how the hook keys this module, and why (from its manifest)
 
+    @property
+    def program_changes(self) -> bool:
+        """The stored programs differ and the stable hasher misses too: the program itself
+        changes between runs (an unseeded random constant, a timestamp), so a new key is right.
+        """
+        return self.entry_verdict.startswith("different programs") and (
+            self.stable_would_hit is not True
+        )
+
     def explanation_lines(self) -> list[str]:
         runs = ", ".join(str(r) for r in self.recompiled_in)
         lines = [
@@ -195,9 +204,16 @@ class CheckReport:
         checked_runs = n - 1 if self.verify and self.verify.not_checked else n
         compiled = count(len(self.compiled_in_run1), "module")
         if self.unstable:
-            names = ", ".join(m.module for m in self.unstable)
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
-            head += f" (unstable cache key): {names}"
+            unstable = [m.module for m in self.unstable if not m.program_changes]
+            changing = [m.module for m in self.unstable if m.program_changes]
+            if unstable:
+                head += f" (unstable cache key): {', '.join(unstable)}"
+            if changing:
+                head += (
+                    f"{';' if unstable else ''} (the program itself changes between runs, so a "
+                    f"new key is right; make it deterministic): {', '.join(changing)}"
+                )
         elif checked_runs >= 2:
             head = f"all {compiled} compiled in run 1 hit in runs 2..{checked_runs}"
         elif n >= 2:

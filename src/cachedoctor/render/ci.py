@@ -97,7 +97,8 @@ def render_check(report: CheckReport, console: Console) -> None:
         )
     for m in report.unstable:
         lines = m.explanation_lines()
-        console.print(Text(f"UNSTABLE {lines[0]}", style="bold red"))
+        label = "PROGRAM CHANGES" if m.program_changes else "UNSTABLE"
+        console.print(Text(f"{label} {lines[0]}", style="bold red"))
         for line in lines[1:]:
             console.print(f"  {line}")
         for key in m.keys:
