@@ -15,11 +15,22 @@ from cachedoctor.errors import ExitCode
 @click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
+    "--relocated",
+    is_flag=True,
+    help="Also move relocated entries (copied from another cache path) that carry an "
+    "observe-mode manifest to their stable key, which `cachedoctor enable` makes JAX use.",
+)
+@click.option(
     "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
 )
 @click.pass_context
 def rekey(
-    ctx: click.Context, directory: str | None, do_apply: bool, as_json: bool, lock_timeout: float
+    ctx: click.Context,
+    directory: str | None,
+    do_apply: bool,
+    as_json: bool,
+    relocated: bool,
+    lock_timeout: float,
 ) -> None:
     """Move manifest-bearing entries to the key the current stable hasher gives them.
 
@@ -34,7 +45,10 @@ def rekey(
     cache_dir = resolve_cache_dir(directory)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
-            lambda: plan_rekey(cache_dir, progress=progress), cache_dir, do_apply, lock_timeout
+            lambda: plan_rekey(cache_dir, progress=progress, relocated=relocated),
+            cache_dir,
+            do_apply,
+            lock_timeout,
         )
     _render(plan, result, as_json)
     failed = bool(plan.conflicts) or (

@@ -8,6 +8,10 @@ removed. Every instant leaves a usable cache: each ``-cache`` file JAX can see h
 and a kill leaves at worst the same entry under both keys, which the next run drops.
 
 Only entries stored in ``stable`` mode move: in ``observe`` mode JAX finds entries by its own key.
+With ``relocated``, entries that ``scan`` reports ``relocated`` (copied from another cache path,
+so JAX's own key can never hit them here) and that carry an ``observe``-mode manifest move too:
+the manifest records the stable key's components, which hash the cache's paths relative to the
+cache, so the hook in ``stable`` mode hits the moved entry at this path.
 """
 
 from __future__ import annotations
@@ -84,9 +88,10 @@ def plan_rekey(
     now: float | None = None,
     jax_info: JaxInfo | None = None,
     progress: Callable[[int, int], None] | None = None,
+    relocated: bool = False,
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
-    follows the manifests examined."""
+    follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
     from cachedoctor.storage.stores import is_url
 
     if is_url(cache_dir):
@@ -106,6 +111,11 @@ def plan_rekey(
         listing = listdir.list_cache(cd.path)
         eviction = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in listing.items)
         manifests, _ = read_manifests(cd)
+        adoptable = (
+            _relocated_keys(cd, listing, manifests, jax_info, now, os.fspath(cache_dir))
+            if relocated
+            else set()
+        )
         folder = MANIFEST_DIRNAME
         targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
         for n, m in enumerate(manifests):
@@ -123,7 +133,8 @@ def plan_rekey(
                     Skip(label, f"records key {m.data.get('key')!r}, not its file name", Rule.REKEY)
                 )
                 continue
-            if m.data.get("mode") != "stable":
+            adopting = m.key in adoptable
+            if m.data.get("mode") != "stable" and not adopting:
                 skipped.append(
                     Skip(
                         m.key,
@@ -156,7 +167,11 @@ def plan_rekey(
                 op=Op.MOVE_ENTRY,
                 name=m.key,
                 rules=(Rule.REKEY,),
-                reason=f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}",
+                reason=(
+                    "relocated: JAX's key hashes another cache path; to the stable key"
+                    if adopting
+                    else f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}"
+                ),
                 module=parsed[1] if parsed else None,
                 files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
                 new_key=new,
@@ -197,6 +212,12 @@ def plan_rekey(
         "rekey recomputes the combination of the recorded component digests; a different key "
         "policy (other components) needs a new compile with the hook enabled",
     ]
+    if relocated:
+        notes.append(
+            f"--relocated: {len(adoptable)} relocated entries carry an observe-mode manifest and "
+            "move to their stable key (`cachedoctor enable` makes JAX use it); relocated entries "
+            "without a manifest cannot be re-keyed offline (their key needs the module)"
+        )
     return Plan(
         command="rekey",
         cache_dir=cd.path,
@@ -210,6 +231,45 @@ def plan_rekey(
         jax_version=jax_info.jax_version,
         jaxlib_version=jax_info.jaxlib_version,
     )
+
+
+def _relocated_keys(
+    cd: CacheDir,
+    listing: listdir.CacheListing,
+    manifests: list[ManifestFile],
+    jax_info: JaxInfo,
+    now: float,
+    as_given: str,
+) -> set[str]:
+    """Keys of observe-mode entries that ``scan`` reports ``relocated`` (its evidence, reused)."""
+    from cachedoctor.commands import scan
+
+    observed = {
+        m.key
+        for m in manifests
+        if m.data is not None and m.data.get("mode") == "observe" and not m.is_symlink
+    }
+    infos = []
+    for item in listing.entries:
+        if item.key in observed and not item.is_symlink:
+            info = reader.decode_entry(os.path.join(cd.path, item.name), key=item.key)
+            assert isinstance(info, EntryInfo)
+            infos.append(info)
+    report = scan.build_report(
+        listing,
+        infos,
+        jax_info,
+        now,
+        manifests=[m.data for m in manifests if not m.is_symlink],
+        root_as_given=as_given,
+    )
+    return {
+        key
+        for f in report.findings
+        if f.kind is scan.FindingKind.RELOCATED
+        for key in f.entries
+        if key in observed
+    }
 
 
 def _interrupted_move(
@@ -247,7 +307,7 @@ def _moved_manifest(raw: bytes, old: str, new: str) -> bytes | None:
         return None
     if not isinstance(data, dict):
         return None
-    data.update(key=new, stable_key=new, migrated_from=old)
+    data.update(key=new, stable_key=new, migrated_from=old, mode="stable")
     return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
 
 

@@ -654,7 +654,10 @@ def _relocated(
                 advice=(
                     f"run JAX with JAX_COMPILATION_CACHE_DIR={elsewhere[0]} (the path as spelled "
                     "then) to use them, or let JAX recompile and free the space with "
-                    "`cachedoctor prune --relocated --apply`; `cachedoctor enable` makes new "
+                    "`cachedoctor prune --relocated --apply`; entries recorded with the hook in "
+                    "observe mode (a key manifest each) can instead move to their stable key, "
+                    "which does not hash the cache's path: `cachedoctor rekey --relocated "
+                    "--apply`, then `cachedoctor enable`; `cachedoctor enable` makes new "
                     "entries independent of the cache's path"
                 ),
                 evidence=(
