@@ -180,10 +180,15 @@ def summarize(module: wire.Buffer) -> HloSummary:
         for instr in cf.get(2, []):
             if isinstance(instr, int):
                 continue
-            inf = wire.fields_by_number(instr)
-            op = wire.as_str(wire.first(inf, _INSTR_OPCODE)) or "?"
+            fields = wire.field_list(instr)
+            opcode = None
+            for number, _wt, value in fields:
+                if number == _INSTR_OPCODE:
+                    opcode = value  # the last occurrence wins
+            op = wire.as_str(opcode) or "?"
             opcodes[op] += 1
             if op == "custom-call":
+                inf = _by_number(fields)
                 custom.append(
                     CustomCall(
                         target=wire.as_str(wire.first(inf, _INSTR_CUSTOM_TARGET)) or "",
@@ -211,6 +216,15 @@ def summarize(module: wire.Buffer) -> HloSummary:
         opcodes=tuple(opcodes.most_common()),
         source_files=_source_files(f),
     )
+
+
+def _by_number(
+    fields: list[tuple[int, int, wire.FieldValue]],
+) -> dict[int, list[wire.FieldValue]]:
+    out: dict[int, list[wire.FieldValue]] = {}
+    for number, _wt, value in fields:
+        out.setdefault(number, []).append(value)
+    return out
 
 
 def _source_files(f: dict[int, list[wire.FieldValue]]) -> tuple[str, ...]:
@@ -246,69 +260,31 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
         cname = wire.as_str(wire.first(cf, 1)) or ""
         marker = " ENTRY" if cname == entry else ""
         lines.append(f"computation c{ci}{marker}:")
-        # each instruction parsed once: (fields in order, fields by number)
-        instrs: list[
-            tuple[list[tuple[int, int, wire.FieldValue]], dict[int, list[wire.FieldValue]]]
-        ] = []
+        # each instruction parsed once, into its fields in wire order
+        instrs: list[list[tuple[int, int, wire.FieldValue]]] = []
         local: dict[int, int] = {}
         for instr in cf.get(2, []):
             if isinstance(instr, int):
                 continue
-            inf_list = list(wire.iter_fields(instr))
-            inf: dict[int, list[wire.FieldValue]] = {}
-            for number, _wt, value in inf_list:
-                inf.setdefault(number, []).append(value)
-            local[wire.as_int(wire.first(inf, _INSTR_ID)) or -1 - len(instrs)] = len(instrs)
-            instrs.append((inf_list, inf))
+            fields = wire.field_list(instr)
+            instr_id: wire.FieldValue | None = None
+            for number, _wt, value in fields:
+                if number == _INSTR_ID:
+                    instr_id = value
+            local[wire.as_int(instr_id) or -1 - len(instrs)] = len(instrs)
+            instrs.append(fields)
         root_id = wire.as_int(wire.first(cf, 6))
-        for ii, (inf_list, inf) in enumerate(instrs):
-            iname = wire.as_str(wire.first(inf, _INSTR_NAME)) or ""
+        for ii, fields in enumerate(instrs):
+            line, config_field, has_metadata = _canonical_line(
+                ii, fields, root_id, local, comp_index, shapes
+            )
             named += 1
-            where = f"{cname}/{iname}"
-            op = wire.as_str(wire.first(inf, _INSTR_OPCODE)) or "?"
-            shape_buf = wire.first(inf, _INSTR_SHAPE)
-            shape = ""
-            if shape_buf is not None and not isinstance(shape_buf, int):
-                shape_key = bytes(shape_buf)
-                shape = shapes.get(shape_key) or shapes.setdefault(
-                    shape_key, render_shape(shape_buf)
-                )
-            operands: list[str] = []
-            for v in inf.get(_INSTR_OPERANDS, []):
-                operands.extend(
-                    f"%{local.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v)
-                )
-            called: list[str] = []
-            for v in inf.get(_INSTR_CALLED, []):
-                called.extend(
-                    f"c{comp_index.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v)
-                )
-            target = wire.as_str(wire.first(inf, _INSTR_CUSTOM_TARGET)) or ""
-            config = wire.as_str(wire.first(inf, _INSTR_BACKEND_CONFIG)) or ""
-            if config and _is_volatile_config(target, config):
+            with_metadata += has_metadata
+            if config_field is not None:
+                iname = wire.as_str(config_field[0]) or ""
                 volatile.append(
-                    VolatileField("backend_config-pointer", where, f"{target}: {config}")
+                    VolatileField("backend_config-pointer", f"{cname}/{iname}", config_field[1])
                 )
-                config = "<volatile>"
-            if _INSTR_METADATA in inf:
-                with_metadata += 1
-            rest: list[bytes] = []  # one hash of the concatenation == the incremental hash
-            for number, _wt, value in inf_list:
-                if number in _NOT_DEFINING:
-                    continue
-                rest.append(number.to_bytes(4, "little"))
-                rest.append(
-                    bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little")
-                )
-            root = " ROOT" if wire.as_int(wire.first(inf, _INSTR_ID)) == root_id else ""
-            line = f"  %{ii}{root} = {shape} {op}({', '.join(operands)})"
-            if called:
-                line += f" calls={','.join(called)}"
-            if target:
-                line += f" target={target!r}"
-            if config:
-                line += f" config={config!r}"
-            line += f" attrs={hashlib.sha256(b''.join(rest)).hexdigest()[:12]}"
             lines.append(line)
     lines.append(f"module attrs={_module_attrs_digest(module)}")
     if with_metadata:
@@ -323,6 +299,77 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
     return CanonicalHlo(lines=tuple(lines), digest=digest, volatile=tuple(volatile))
 
 
+def _canonical_line(
+    index: int,
+    fields: list[tuple[int, int, wire.FieldValue]],
+    root_id: int | None,
+    local: dict[int, int],
+    comp_index: dict[int, int],
+    shapes: dict[bytes, str],
+) -> tuple[str, tuple[wire.FieldValue | None, str] | None, bool]:
+    """One instruction's canonical line, from one pass over its fields (the hot loop of a scan).
+
+    Returns the line, ``(name, detail)`` when its backend_config was masked as volatile, and
+    whether it carries source metadata. Repeated singular fields: the last occurrence wins.
+    """
+    name = opcode = shape_buf = target_value = config_value = instr_id = None
+    has_metadata = False
+    operand_values: list[wire.FieldValue] = []
+    called_values: list[wire.FieldValue] = []
+    rest: list[bytes] = []  # one hash of the concatenation == the incremental hash
+    for number, _wt, value in fields:
+        if number not in _NOT_DEFINING:
+            rest.append(number.to_bytes(4, "little"))
+            rest.append(
+                bytes(value) if not isinstance(value, int) else value.to_bytes(16, "little")
+            )
+        elif number == _INSTR_OPERANDS:
+            operand_values.append(value)
+        elif number == _INSTR_OPCODE:
+            opcode = value
+        elif number == _INSTR_SHAPE:
+            shape_buf = value
+        elif number == _INSTR_NAME:
+            name = value
+        elif number == _INSTR_ID:
+            instr_id = value
+        elif number == _INSTR_METADATA:
+            has_metadata = True
+        elif number == _INSTR_CALLED:
+            called_values.append(value)
+        elif number == _INSTR_CUSTOM_TARGET:
+            target_value = value
+        elif number == _INSTR_BACKEND_CONFIG:
+            config_value = value
+    op = wire.as_str(opcode) or "?"
+    shape = ""
+    if shape_buf is not None and not isinstance(shape_buf, int):
+        shape_key = bytes(shape_buf)
+        shape = shapes.get(shape_key) or shapes.setdefault(shape_key, render_shape(shape_buf))
+    operands: list[str] = []
+    for v in operand_values:
+        operands.extend(f"%{local.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v))
+    called: list[str] = []
+    for v in called_values:
+        called.extend(f"c{comp_index.get(wire.as_sint(o), '?')}" for o in wire.packed_varints(v))
+    target = wire.as_str(target_value) or ""
+    config = wire.as_str(config_value) or ""
+    masked: tuple[wire.FieldValue | None, str] | None = None
+    if config and _is_volatile_config(target, config):
+        masked = (name, f"{target}: {config}")
+        config = "<volatile>"
+    root = " ROOT" if wire.as_int(instr_id) == root_id else ""
+    line = f"  %{index}{root} = {shape} {op}({', '.join(operands)})"
+    if called:
+        line += f" calls={','.join(called)}"
+    if target:
+        line += f" target={target!r}"
+    if config:
+        line += f" config={config!r}"
+    line += f" attrs={hashlib.sha256(b''.join(rest)).hexdigest()[:12]}"
+    return line, masked, has_metadata
+
+
 # HloModuleProto fields left out of the canonical form: names and ids (1, 2, 5, 6, 23), the
 # computations (walked above), the schedule (instruction ids), stack frames (source metadata).
 _MODULE_IDENTITY_FIELDS = frozenset({1, 2, 3, 5, 6, 7, 17, 23})
@@ -331,7 +378,7 @@ _MODULE_IDENTITY_FIELDS = frozenset({1, 2, 3, 5, 6, 7, 17, 23})
 def _module_attrs_digest(module: wire.Buffer) -> str:
     """Digest of module-level fields that change what runs: aliasing, donation, shapes..."""
     digest = hashlib.sha256()
-    for number, _wt, value in wire.iter_fields(module):
+    for number, _wt, value in wire.field_list(module):
         if number in _MODULE_IDENTITY_FIELDS:
             continue
         digest.update(number.to_bytes(4, "little"))
