@@ -122,6 +122,9 @@ def field_list(
         tag = view[pos]
         if tag < 0x80:
             pos += 1
+        elif pos + 1 < end and view[pos + 1] < 0x80:  # field numbers 16-2047
+            tag = (tag & 0x7F) | (view[pos + 1] << 7)
+            pos += 2
         else:
             tag, pos = read_varint(view, pos, end)
         field_number, wire_type = tag >> 3, tag & 7
