@@ -102,3 +102,9 @@ def test_non_utf8_names_change_neither_summary_counts_nor_canonical_lines(
             s_before.parameters,
             s_before.result,
         )
+
+
+def test_module_facts_is_summarize_and_canonicalize(seed_cache: Path) -> None:
+    """The scan's single walk gives what the two separate walks give (``diff`` uses one)."""
+    for module in _modules(seed_cache):
+        assert hlo.module_facts(module) == (hlo.summarize(module), hlo.canonicalize(module))

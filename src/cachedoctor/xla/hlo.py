@@ -7,6 +7,7 @@ the canonical lines and the list of differences that normalisation removed.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 from collections import Counter
@@ -162,25 +163,62 @@ def _is_volatile_config(target: str, config: str) -> bool:
     return target in VOLATILE_CONFIG_TARGETS or bool(_ADDRESS_LIKE.match(config))
 
 
+Fields = list[tuple[int, int, wire.FieldValue]]
+
+
+@dataclass(frozen=True, slots=True)
+class _ParsedModule:
+    """A module's fields, and each computation's fields with its instructions' field lists."""
+
+    fields: dict[int, list[wire.FieldValue]]
+    computations: list[tuple[dict[int, list[wire.FieldValue]], list[Fields]]]
+
+
+def _parse(module: wire.Buffer) -> _ParsedModule:
+    f = wire.fields_by_number(module)
+    comps = []
+    for comp in f.get(3, []):
+        if isinstance(comp, int):
+            continue
+        cf = wire.fields_by_number(comp)
+        comps.append((cf, [wire.field_list(i) for i in cf.get(2, []) if not isinstance(i, int)]))
+    return _ParsedModule(f, comps)
+
+
+def module_facts(module: wire.Buffer) -> tuple[HloSummary, CanonicalHlo]:
+    """``summarize`` and ``canonicalize`` of one module, parsing its instructions once (what a
+    scan needs of each distinct module). Raises WireError on malformed bytes.
+
+    The cyclic garbage collector is paused meanwhile: a large module holds millions of field
+    tuples at once, none in a cycle, and the collector's passes over them cost more than the
+    walk itself (0.39 against 0.62 of two separate walks, same process, measured).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        parsed = _parse(module)
+        return _summary(parsed), _canonical(module, parsed)
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def summarize(module: wire.Buffer) -> HloSummary:
     """Summarise an HloModuleProto. Raises WireError on malformed bytes."""
-    f = wire.fields_by_number(module)
+    return _summary(_parse(module))
+
+
+def _summary(parsed: _ParsedModule) -> HloSummary:
+    f = parsed.fields
     name = wire.as_str(wire.first(f, 1)) or ""
     entry = wire.as_str(wire.first(f, 2)) or ""
     opcodes: Counter[str] = Counter()
     custom: list[CustomCall] = []
-    comps = f.get(3, [])
     params: tuple[str, ...] = ()
     result = ""
-    for comp in comps:
-        if isinstance(comp, int):
-            continue
-        cf = wire.fields_by_number(comp)
+    for cf, instrs in parsed.computations:
         cname = wire.as_str(wire.first(cf, 1)) or ""
-        for instr in cf.get(2, []):
-            if isinstance(instr, int):
-                continue
-            fields = wire.field_list(instr)
+        for fields in instrs:
             opcode = None
             for number, _wt, value in fields:
                 if number == _INSTR_OPCODE:
@@ -208,7 +246,7 @@ def summarize(module: wire.Buffer) -> HloSummary:
     return HloSummary(
         name=name,
         entry_computation=entry,
-        computations=sum(1 for c in comps if not isinstance(c, int)),
+        computations=len(parsed.computations),
         instructions=sum(opcodes.values()),
         parameters=params,
         result=result,
@@ -218,9 +256,7 @@ def summarize(module: wire.Buffer) -> HloSummary:
     )
 
 
-def _by_number(
-    fields: list[tuple[int, int, wire.FieldValue]],
-) -> dict[int, list[wire.FieldValue]]:
+def _by_number(fields: Fields) -> dict[int, list[wire.FieldValue]]:
     out: dict[int, list[wire.FieldValue]] = {}
     for number, _wt, value in fields:
         out.setdefault(number, []).append(value)
@@ -242,37 +278,31 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
     Operands and called computations are written as positions, so renumbering between runs
     disappears; volatile custom-call configs become ``<volatile>`` and are listed in ``volatile``.
     """
-    f = wire.fields_by_number(module)
-    comps = [c for c in f.get(3, []) if not isinstance(c, int)]
+    return _canonical(module, _parse(module))
+
+
+def _canonical(module: wire.Buffer, parsed: _ParsedModule) -> CanonicalHlo:
+    f = parsed.fields
     comp_index: dict[int, int] = {}
-    parsed = []
-    for ci, comp in enumerate(comps):
-        cf = wire.fields_by_number(comp)
+    for ci, (cf, _instrs) in enumerate(parsed.computations):
         comp_index[wire.as_int(wire.first(cf, 5)) or -1 - ci] = ci
-        parsed.append(cf)
     entry = wire.as_str(wire.first(f, 2)) or ""
     lines: list[str] = []
     volatile: list[VolatileField] = []
     with_metadata = 0
     named = 0
     shapes: dict[bytes, str] = {}  # a module repeats few distinct shapes: render each once
-    for ci, cf in enumerate(parsed):
+    for ci, (cf, instrs) in enumerate(parsed.computations):
         cname = wire.as_str(wire.first(cf, 1)) or ""
         marker = " ENTRY" if cname == entry else ""
         lines.append(f"computation c{ci}{marker}:")
-        # each instruction parsed once, into its fields in wire order
-        instrs: list[list[tuple[int, int, wire.FieldValue]]] = []
         local: dict[int, int] = {}
-        for instr in cf.get(2, []):
-            if isinstance(instr, int):
-                continue
-            fields = wire.field_list(instr)
+        for ii, fields in enumerate(instrs):
             instr_id: wire.FieldValue | None = None
             for number, _wt, value in fields:
                 if number == _INSTR_ID:
                     instr_id = value
-            local[wire.as_int(instr_id) or -1 - len(instrs)] = len(instrs)
-            instrs.append(fields)
+            local[wire.as_int(instr_id) or -1 - ii] = ii
         root_id = wire.as_int(wire.first(cf, 6))
         for ii, fields in enumerate(instrs):
             line, config_field, has_metadata = _canonical_line(
@@ -301,7 +331,7 @@ def canonicalize(module: wire.Buffer) -> CanonicalHlo:
 
 def _canonical_line(
     index: int,
-    fields: list[tuple[int, int, wire.FieldValue]],
+    fields: Fields,
     root_id: int | None,
     local: dict[int, int],
     comp_index: dict[int, int],
