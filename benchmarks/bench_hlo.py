@@ -5,7 +5,7 @@ module is seen once, so nothing is memoised, and the pure-Python wire walk of
 ``hlo.summarize`` + ``hlo.canonicalize`` dwarfs zstd. Rounds alternate the three measurements:
 
 - ``D``: read every entry file and decompress it (zstd), one thread;
-- ``walk``: ``summarize`` + ``canonicalize`` of every module (what ``decode_entry`` adds to D);
+- ``walk``: ``hlo.module_facts`` of every module (what ``decode_entry`` adds to D);
 - ``upb parse``: ``HloModuleProto.FromString`` with protobuf's C parser over a descriptor pool
   built from the descriptors embedded in the installed jaxlib: a floor for any fast path that
   parses the whole module (skipped when protobuf or the descriptors are missing).
@@ -105,8 +105,7 @@ def main() -> None:
 
     def walk() -> None:
         for module in modules:
-            hlo.summarize(module)
-            hlo.canonicalize(module)
+            hlo.module_facts(module)
 
     rounds: dict[str, Callable[[], None]] = {"D": floor_d, "walk": walk}
     if upb_parse is not None:
