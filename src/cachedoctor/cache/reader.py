@@ -404,8 +404,7 @@ def hlo_facts(
     digest = hashlib.sha256(module).digest()
     found = _HLO_MEMO.get(digest)
     if found is None:
-        summary = hlo_mod.summarize(module)
-        canon = hlo_mod.canonicalize(module)
+        summary, canon = hlo_mod.module_facts(module)
         volatile = tuple(v for v in canon.volatile if v.category in KEY_VOLATILE_CATEGORIES)
         if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
             _HLO_MEMO.clear()

@@ -104,6 +104,72 @@ def iter_fields(
             raise WireError(f"unsupported wire type {wire_type}", tag_at)
 
 
+def field_list(
+    buf: Buffer, start: int = 0, end: int | None = None
+) -> list[tuple[int, int, FieldValue]]:
+    """All ``(field_number, wire_type, value)`` of one message, as ``iter_fields`` yields them.
+
+    One tight loop without a generator: the HLO walk reads millions of fields, and building
+    the list in place costs about half as much as consuming ``iter_fields``.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    pos = start
+    end = len(view) if end is None else end
+    out: list[tuple[int, int, FieldValue]] = []
+    append = out.append
+    while pos < end:
+        tag_at = pos
+        tag = view[pos]
+        if tag < 0x80:
+            pos += 1
+        elif pos + 1 < end and view[pos + 1] < 0x80:  # field numbers 16-2047
+            tag = (tag & 0x7F) | (view[pos + 1] << 7)
+            pos += 2
+        else:
+            tag, pos = read_varint(view, pos, end)
+        field_number, wire_type = tag >> 3, tag & 7
+        if field_number == 0:
+            raise WireError("field number 0", tag_at)
+        if wire_type == LEN:
+            if pos + 1 < end and view[pos + 1] < 0x80 <= view[pos]:  # two-byte length
+                length = (view[pos] & 0x7F) | (view[pos + 1] << 7)
+                pos += 2
+            elif pos < end and view[pos] < 0x80:
+                length = view[pos]
+                pos += 1
+            else:
+                length, pos = read_varint(view, pos, end)
+            if length > end - pos:
+                raise WireError(
+                    f"field {field_number} claims {length} bytes but {end - pos} remain", tag_at
+                )
+            append((field_number, LEN, view[pos : pos + length]))
+            pos += length
+        elif wire_type == VARINT:
+            if pos < end and view[pos] < 0x80:
+                append((field_number, VARINT, view[pos]))
+                pos += 1
+            elif pos + 1 < end and view[pos + 1] < 0x80:  # two-byte varint (ids, sizes)
+                append((field_number, VARINT, (view[pos] & 0x7F) | (view[pos + 1] << 7)))
+                pos += 2
+            else:
+                value, pos = read_varint(view, pos, end)
+                append((field_number, VARINT, value))
+        elif wire_type == I64:
+            if pos + 8 > end:
+                raise WireError("fixed64 runs past the end", tag_at)
+            append((field_number, I64, int.from_bytes(view[pos : pos + 8], "little")))
+            pos += 8
+        elif wire_type == I32:
+            if pos + 4 > end:
+                raise WireError("fixed32 runs past the end", tag_at)
+            append((field_number, I32, int.from_bytes(view[pos : pos + 4], "little")))
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}", tag_at)
+    return out
+
+
 def validate(buf: Buffer) -> None:
     """Raise WireError unless ``buf`` parses as one message (top level only)."""
     for _ in iter_fields(buf):
@@ -113,8 +179,11 @@ def validate(buf: Buffer) -> None:
 def fields_by_number(buf: Buffer) -> dict[int, list[FieldValue]]:
     """All fields of a message grouped by number (repeated fields keep their order)."""
     out: dict[int, list[FieldValue]] = {}
-    for number, _wt, value in iter_fields(buf):
-        out.setdefault(number, []).append(value)
+    for number, _wt, value in field_list(buf):
+        if number in out:
+            out[number].append(value)
+        else:
+            out[number] = [value]
     return out
 
 
