@@ -142,28 +142,42 @@ def _rewrite(message: wire.Buffer, path: tuple[int, ...], change: object) -> byt
     return b"".join(out)
 
 
-def _renumbered(module: bytes, offset: int) -> bytes:
-    """Every instruction and computation id (and every reference to one) moved by ``offset``,
-    every instruction renamed: what a run that numbers differently would store."""
+def _rerun(module: bytes) -> bytes:
+    """What another run of the same program may store: another module id, instruction names
+    and source metadata (the code moved), and a module name of another function."""
 
-    def shift_ids(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
-        if number in (35, 5, 6) and isinstance(value, int):  # own id, computation id/root id
-            return value + offset
-        if number in (36, 37, 38):  # operands, control predecessors, called computations
-            ids = [v + offset for v in wire.packed_varints(value)]
-            return ids[0] if isinstance(value, int) else b"".join(map(wire.encode_varint, ids))
+    def instruction(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
         if number == 1 and not isinstance(value, int):
             return b"renamed." + bytes(value)
+        if number == 7 and not isinstance(value, int):
+            return wire.encode_field(2, wire.LEN, b"jit(moved)/op") + wire.encode_field(
+                4, wire.VARINT, 4242
+            )
         return value
 
     def module_fields(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+        if number == 5 and isinstance(value, int):
+            return value + 17
+        return b"jit_other" if number == 1 else value
+
+    return _rewrite(_rewrite(module, (3, 2), instruction), (), module_fields)
+
+
+def _renumbered(module: bytes, offset: int) -> bytes:
+    """Every instruction id, and every reference to one, moved by ``offset``."""
+
+    def shift_ids(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+        if number == 35 and isinstance(value, int):
+            return value + offset
+        if number in (36, 37):  # operands, control predecessors
+            ids = [v + offset for v in wire.packed_varints(value)]
+            return ids[0] if isinstance(value, int) else b"".join(map(wire.encode_varint, ids))
+        return value
+
+    def root(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
         return value + offset if number == 6 and isinstance(value, int) else value
 
-    renumbered = _rewrite(module, (3, 2), shift_ids)
-    renumbered = _rewrite(
-        renumbered, (3,), lambda n, wt, v: shift_ids(n, wt, v) if n in (5, 6) else v
-    )
-    return _rewrite(renumbered, (), module_fields)
+    return _rewrite(_rewrite(module, (3, 2), shift_ids), (3,), root)
 
 
 def _one_opcode_changed(module: bytes) -> bytes:
@@ -182,43 +196,63 @@ def _one_opcode_changed(module: bytes) -> bytes:
 
 
 def test_program_digest_groups_as_the_canonical_lines(real_modules: list[bytes]) -> None:
-    """Renumbered and renamed copies group with their original, real changes do not, in the
-    pure walker's canonical lines and in the view's program digest alike."""
+    """Copies with other names, module ids and source metadata group with their original, real
+    changes do not, in the pure walker's canonical lines and in the program digest alike."""
     variants: list[bytes] = []
     for module in real_modules:
-        variants += [module, _renumbered(module, 1000), _one_opcode_changed(module)]
+        variants += [module, _rerun(module), _one_opcode_changed(module)]
     lines = [hlo.canonicalize(m).digest for m in variants]
     digests = [hlo_facts.scan_facts(m).program_digest for m in variants]
     raw = [hashlib.sha256(m).hexdigest() for m in variants]
     assert _partition(digests) == _partition(lines)
-    # the variants do test something: renumbering changed bytes but not the program...
+    # the variants do test something: reruns changed bytes but not the program...
     assert len(set(raw)) > len(set(lines))
     # ...and some opcode changes made another program
     assert len(set(lines)) > len(real_modules) * 1.2
 
 
-def test_volatile_callback_address_is_masked(real_modules: list[bytes]) -> None:
-    """A custom call whose backend_config is a Python object address (host callbacks) is the
-    same program under another address, and says so in its volatile fields."""
-    module = next(m for m in real_modules if b"custom-call" in m)
+def test_renumbered_module_is_another_program(real_modules: list[bytes]) -> None:
+    """Ids are numbered per module, so a rerun keeps them: the digest keeps them too (Python
+    then need not map operands to positions), where ``diff``'s canonical lines do not."""
+    module = max(real_modules, key=len)
+    renumbered = _renumbered(module, 1000)
+    assert hlo.canonicalize(renumbered).digest == hlo.canonicalize(module).digest
+    assert (
+        hlo_facts.scan_facts(renumbered).program_digest
+        != hlo_facts.scan_facts(module).program_digest
+    )
 
-    def with_config(address: bytes) -> bytes:
-        """The module with ``address`` as the backend_config of every custom call."""
+
+def test_volatile_addresses_are_masked(real_modules: list[bytes]) -> None:
+    """An address in a backend_config (host callbacks) is volatile on any instruction: the same
+    program under another address, listed in the volatile fields in module order, beside the
+    custom_partitioning metadata, exactly as the pure walker lists them."""
+    module = next(
+        m
+        for m in real_modules
+        if any(v.category == "custom-partitioning" for v in _key_volatile(hlo.canonicalize(m)))
+    )
+
+    def with_config(config: bytes) -> bytes:
+        """The module with ``config`` as the backend_config of every instruction."""
 
         def instructions(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
-            if number == 2 and not isinstance(value, int) and b"custom-call" in bytes(value):
+            if number == 2 and not isinstance(value, int):
                 kept = _rewrite(value, (), lambda n, _wt, v: b"" if n == 43 else v)
-                return kept + wire.encode_field(43, wire.LEN, address)
+                return kept + wire.encode_field(43, wire.LEN, config)
             return value
 
         return _rewrite(module, (3,), instructions)
 
-    a, b = with_config(b"140245123456789"), with_config(b"140245987654321")
+    a, b = with_config(b"140245123456789"), with_config(b" 140245987654321 ")
     fa, fb = hlo_facts.scan_facts(a), hlo_facts.scan_facts(b)
     assert fa.program_digest == fb.program_digest
-    assert fa.program_digest != hlo_facts.scan_facts(with_config(b"static config")).program_digest
-    assert [v.category for v in fa.volatile][:1] == ["backend_config-pointer"]
-    assert fa.volatile == _key_volatile(hlo.canonicalize(a))
+    assert fa.program_digest != hlo_facts.scan_facts(with_config(b"1402459")).program_digest
+    for variant, facts in ((a, fa), (b, fb)):
+        assert facts.volatile == _key_volatile(hlo.canonicalize(variant))
+    categories = [v.category for v in fa.volatile]
+    assert categories.count("backend_config-pointer") > 3 and "custom-partitioning" in categories
+    assert categories[-1] != "custom-partitioning"  # the order matters: not simply appended
 
 
 def test_non_utf8_names_parse(real_modules: list[bytes]) -> None:

@@ -69,7 +69,7 @@ CUSTOM_PARTITIONING_DETAIL = (
     "source metadata names a custom_partitioning op, whose CustomSPMDPartitioning "
     "backend_config (a Python object address) JAX hashes into the key"
 )
-_ADDRESS_LIKE = re.compile(r"^\s*\d{9,20}\s*$")
+_ADDRESS_LIKE = re.compile(r"^\s*\d{9,20}\s*$", re.ASCII)  # how Python prints an address
 
 # HloInstructionProto fields that identify rather than define an instruction.
 _INSTR_NAME, _INSTR_OPCODE, _INSTR_SHAPE, _INSTR_METADATA = 1, 2, 3, 7
