@@ -5,15 +5,19 @@ module is seen once, so nothing is memoised, and the pure-Python wire walk of
 ``hlo.summarize`` + ``hlo.canonicalize`` dwarfs zstd. Rounds alternate the three measurements:
 
 - ``D``: read every entry file and decompress it (zstd), one thread;
-- ``walk``: ``hlo.module_facts`` of every module (what ``decode_entry`` adds to D);
+- ``walk``: ``hlo.module_facts`` of every module (the pure walker, what scans ran before);
+- ``view``: ``hlo_facts.scan_facts`` of every module (what ``decode_entry`` runs now);
+- ``decode``: ``reader.decode_entry`` of every entry, memos emptied (a first scan, one core);
 - ``upb parse``: ``HloModuleProto.FromString`` with protobuf's C parser over a descriptor pool
   built from the descriptors embedded in the installed jaxlib: a floor for any fast path that
   parses the whole module (skipped when protobuf or the descriptors are missing).
 
     python benchmarks/bench_hlo.py CACHE_DIR [--reps 5]
 
-With an empty or missing CACHE_DIR, the ``unrolled`` family of ``_compile_programs.py``
-(programs 288-299: 10-300 layers) is compiled into it first (about 5 minutes on 2 cores).
+Times are CPU time of this process (``time.process_time``): on a shared machine wall time
+mostly measures the other jobs. With an empty or missing CACHE_DIR, the ``unrolled`` family of
+``_compile_programs.py`` (programs 288-299: 10-300 layers) is compiled into it first (about 5
+minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 import zstandard
 
 from cachedoctor.cache import reader
-from cachedoctor.xla import hlo, optionschema
+from cachedoctor.xla import hlo, hlo_facts, optionschema
 
 HERE = Path(__file__).resolve().parent
 UNROLLED_FAMILY = ("288", "300")
@@ -107,15 +111,30 @@ def main() -> None:
         for module in modules:
             hlo.module_facts(module)
 
-    rounds: dict[str, Callable[[], None]] = {"D": floor_d, "walk": walk}
+    def view() -> None:
+        for module in modules:
+            hlo_facts.scan_facts(module)
+
+    def decode() -> None:  # what a first scan does per distinct entry, memos emptied
+        reader._HLO_MEMO.clear()
+        reader._OPTIONS_MEMO.clear()
+        for path in paths:
+            reader.decode_entry(path)
+
+    rounds: dict[str, Callable[[], None]] = {
+        "D": floor_d,
+        "walk": walk,
+        "view": view,
+        "decode": decode,
+    }
     if upb_parse is not None:
         rounds["upb parse"] = lambda: [upb_parse(m) for m in modules] and None
     times: dict[str, list[float]] = {name: [] for name in rounds}
     for _ in range(args.reps):
         for name, fn in rounds.items():
-            start = time.perf_counter()
+            start = time.process_time()
             fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(time.process_time() - start)
     sizes = sorted(len(m) for m in modules)
     print(
         f"{len(paths)} entries, {len(modules)} HLO modules, "

@@ -47,6 +47,7 @@ from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.stores import Store
 from cachedoctor.xla import gpu
 from cachedoctor.xla import hlo as hlo_mod
+from cachedoctor.xla import hlo_facts as hlo_facts_mod
 from cachedoctor.xla.compile_options import canonical_compile_options, decode_compile_options
 
 RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
@@ -389,26 +390,22 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
 # What the stored HLO shows of key inputs that change from run to run (evidence of an unstable key)
 KEY_VOLATILE_CATEGORIES = frozenset({"backend_config-pointer", "custom-partitioning"})
 
-_HLO_MEMO: dict[bytes, tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]] = {}
+_HLO_MEMO: dict[bytes, hlo_facts_mod.ScanFacts] = {}
 _HLO_MEMO_MAX = 1024
 
 
-def hlo_facts(
-    module: bytes,
-) -> tuple[hlo_mod.HloSummary, str, tuple[hlo_mod.VolatileField, ...]]:
-    """Summary, canonical digest and volatile configs of an HLO module, memoised by its sha256.
+def hlo_facts(module: bytes) -> hlo_facts_mod.ScanFacts:
+    """Summary, program digest and key-volatile fields of an HLO module, memoised by its sha256.
 
-    Caches hold the same module under many keys (unstable keys, relocated copies); walking it
-    once per process instead of once per entry is most of a scan's work. Raises WireError.
+    Caches hold the same module under many keys (unstable keys, relocated copies); reading it
+    once per process instead of once per entry saves most of a scan's work. Raises WireError.
     """
     digest = hashlib.sha256(module).digest()
     found = _HLO_MEMO.get(digest)
     if found is None:
-        summary, canon = hlo_mod.module_facts(module)
-        volatile = tuple(v for v in canon.volatile if v.category in KEY_VOLATILE_CATEGORIES)
         if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
             _HLO_MEMO.clear()
-        found = _HLO_MEMO[digest] = (summary, canon.digest, volatile)
+        found = _HLO_MEMO[digest] = hlo_facts_mod.scan_facts(module)
     return found
 
 
@@ -496,8 +493,9 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
     if walk.hlo_module is not None:
         try:
-            summary, canon_digest, volatile = hlo_facts(walk.hlo_module)
-            program.update(canon_digest.encode())
+            facts = hlo_facts(walk.hlo_module)
+            summary, volatile = facts.summary, facts.volatile
+            program.update(facts.program_digest.encode())
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
     elif not problems and "opaque_executable" not in fields:

@@ -445,7 +445,7 @@ def identities(module: bytes) -> list[_Identity]:
             config = wire.as_str(wire.first(inf, 43)) or ""
             volatile = (
                 f"{target}: {config}"
-                if config and hlo_mod._is_volatile_config(target, config)
+                if config and hlo_mod.is_volatile_config(target, config)
                 else None
             )
             out.append(_Identity(f"{cname}/{iname}", iname, op_name, op_type, location, volatile))

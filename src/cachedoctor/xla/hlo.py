@@ -64,7 +64,12 @@ VOLATILE_CONFIG_TARGETS = frozenset(
         "xla_ffi_partitioned_python_gpu_callback",
     }
 )
-_ADDRESS_LIKE = re.compile(r"^\s*\d{9,20}\s*$")
+# What a "custom-partitioning" VolatileField says.
+CUSTOM_PARTITIONING_DETAIL = (
+    "source metadata names a custom_partitioning op, whose CustomSPMDPartitioning "
+    "backend_config (a Python object address) JAX hashes into the key"
+)
+_ADDRESS_LIKE = re.compile(r"^\s*\d{9,20}\s*$", re.ASCII)  # how Python prints an address
 
 # HloInstructionProto fields that identify rather than define an instruction.
 _INSTR_NAME, _INSTR_OPCODE, _INSTR_SHAPE, _INSTR_METADATA = 1, 2, 3, 7
@@ -151,7 +156,7 @@ def render_shape(buf: wire.Buffer) -> str:
     return text
 
 
-def _program_shape(buf: wire.Buffer) -> tuple[tuple[str, ...], str]:
+def program_shape(buf: wire.Buffer) -> tuple[tuple[str, ...], str]:
     f = wire.fields_by_number(buf)
     params = tuple(render_shape(p) for p in f.get(1, []) if not isinstance(p, int))
     result = wire.first(f, 2)
@@ -160,7 +165,7 @@ def _program_shape(buf: wire.Buffer) -> tuple[tuple[str, ...], str]:
     ) else ""
 
 
-def _names_custom_partitioning(metadata: wire.FieldValue) -> bool:
+def names_custom_partitioning(metadata: wire.FieldValue) -> bool:
     """Whether an instruction's ``OpMetadata.op_name`` says a ``custom_partitioning`` made it.
 
     The stored module is partitioned, so the ``CustomSPMDPartitioning`` call is gone; its
@@ -175,7 +180,7 @@ def _names_custom_partitioning(metadata: wire.FieldValue) -> bool:
     return "custom_partitioning" in op_name.split("/")
 
 
-def _is_volatile_config(target: str, config: str) -> bool:
+def is_volatile_config(target: str, config: str) -> bool:
     return target in VOLATILE_CONFIG_TARGETS or bool(_ADDRESS_LIKE.match(config))
 
 
@@ -254,11 +259,11 @@ def _summary(parsed: _ParsedModule) -> HloSummary:
         if cname == entry:
             ps = wire.first(cf, 4)
             if ps is not None and not isinstance(ps, int):
-                params, result = _program_shape(ps)
+                params, result = program_shape(ps)
     if not params and not result:
         host = wire.first(f, 4)
         if host is not None and not isinstance(host, int):
-            params, result = _program_shape(host)
+            params, result = program_shape(host)
     return HloSummary(
         name=name,
         entry_computation=entry,
@@ -331,15 +336,13 @@ def _canonical(module: wire.Buffer, parsed: _ParsedModule) -> CanonicalHlo:
                 volatile.append(VolatileField("backend_config-pointer", where, masked_config))
             if metadata is not None:
                 with_metadata += 1
-                if not partitioned_by_python and _names_custom_partitioning(metadata):
+                if not partitioned_by_python and names_custom_partitioning(metadata):
                     partitioned_by_python = True
                     volatile.append(
                         VolatileField(
                             "custom-partitioning",
                             where,
-                            "source metadata names a custom_partitioning op, whose "
-                            "CustomSPMDPartitioning backend_config (a Python object address) "
-                            "JAX hashes into the key",
+                            CUSTOM_PARTITIONING_DETAIL,
                         )
                     )
             lines.append(line)
@@ -412,7 +415,7 @@ def _canonical_line(
     target = wire.as_str(target_value) or ""
     config = wire.as_str(config_value) or ""
     masked: str | None = None
-    if config and _is_volatile_config(target, config):
+    if config and is_volatile_config(target, config):
         masked = f"{target}: {config}"
         config = "<volatile>"
     root = " ROOT" if wire.as_int(instr_id) == root_id else ""

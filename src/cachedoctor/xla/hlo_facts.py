@@ -1,0 +1,269 @@
+"""What a scan needs of an HLO module (summary, program digest, key-volatile fields), parsed by
+protobuf's C parser (upb) instead of the pure wire walker.
+
+A cache of distinct large programs spends nearly all of a first scan here: the pure walk of
+``hlo.module_facts`` costs 65-110 x D (D = reading and decompressing the entry), because it
+builds a Python object per field. protobuf parses a *minimal view* of ``HloModuleProto``: only
+the module, computation and instruction fields we read or drop are declared, every one of them as
+``bytes`` or ``int64`` (never ``string``, so non-UTF-8 names parse; never a nested message below
+the instruction, so shapes and metadata stay raw slices), and every other field is kept by
+protobuf as an unknown field, in wire order. The schema is ours (field numbers from
+xla/service/hlo.proto, stable across the JAX releases we read, see docs/format.md), so no
+jaxlib descriptor is needed and no jaxlib version changes a digest.
+
+The **program digest** says "same program modulo volatile fields" and groups entries in
+``scan``. It covers the module's bytes with the module's name, id, schedule and stack frames,
+every instruction's name, source metadata and backend-config payload, and every computation's
+name and program shape left out, and volatile custom-call configs masked; everything else
+stays, instruction and computation ids included. Those ids are numbered per module, so the same
+program compiled again gets the same ones (measured: copies written under other keys differ
+only in the module id); ``hlo.canonicalize``, which ``diff`` shows, also writes operands as
+positions, so a renumbered module that it calls the same is another program here. Doing without
+positions keeps Python's work to about three steps per instruction (measured 4.7 x faster).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cachedoctor.formats import wire
+from cachedoctor.xla import hlo
+
+# Bumped whenever what the program digest covers changes (it is part of every digest).
+PROGRAM_DIGEST_VERSION = b"cachedoctor-program-v2\0"
+
+_CUSTOM_PARTITIONING = b"custom_partitioning"
+# A volatile backend_config is address-like (9-20 ASCII digits) or belongs to a callback target:
+# a module whose bytes hold neither needs no per-instruction look at configs. Digits are found
+# by mapping every byte to "0" (a digit) or "." and searching, at memchr speed (a regex takes
+# ~10 ms a MB).
+_DIGITS_AS_ZERO = bytes(48 if 48 <= b <= 57 else 46 for b in range(256))
+_NINE_DIGITS = b"0" * 9
+_VOLATILE_TARGETS = tuple(t.encode() for t in sorted(hlo.VOLATILE_CONFIG_TARGETS))
+_PAYLOAD_TAG = wire.encode_varint(99 << 3 | wire.LEN)  # backend_config_payload's tag
+
+
+@dataclass(frozen=True, slots=True)
+class ScanFacts:
+    """A module's summary, its program digest, and the volatile fields that make keys unstable."""
+
+    summary: hlo.HloSummary
+    program_digest: str
+    volatile: tuple[hlo.VolatileField, ...]  # backend_config-pointer, custom-partitioning
+
+
+# (number, name, type, repeated) of each declared field; types: "b" bytes, "i" int64, or a
+# message name. Names are ours; numbers are XLA's.
+_VIEW: dict[str, tuple[tuple[int, str, str, bool], ...]] = {
+    "StackFrameIndex": ((1, "file_names", "b", True),),
+    "Instruction": (
+        (1, "name", "b", False),
+        (2, "opcode", "b", False),
+        (7, "metadata", "b", False),
+        (28, "custom_call_target", "b", False),
+        (43, "backend_config", "b", False),
+        (99, "backend_config_payload", "b", False),  # left out, as in hlo.canonicalize
+    ),
+    "Computation": (
+        (1, "name", "b", False),
+        (2, "instructions", "Instruction", True),
+        (4, "program_shape", "b", False),
+    ),
+    "Module": (
+        (1, "name", "b", False),
+        (2, "entry_computation_name", "b", False),
+        (3, "computations", "Computation", True),
+        (4, "host_program_shape", "b", False),
+        (5, "id", "i", False),
+        (6, "entry_computation_id", "i", False),
+        (7, "schedule", "b", False),
+        (17, "stack_frame_index", "StackFrameIndex", False),
+        (23, "pjrt_id", "i", False),
+    ),
+}
+# Module fields that identify rather than define (as hlo._MODULE_IDENTITY_FIELDS); the host
+# program shape stays, as in ``hlo.canonicalize``'s module attrs.
+_MODULE_IDENTITY = (
+    "name",
+    "entry_computation_name",
+    "id",
+    "entry_computation_id",
+    "schedule",
+    "stack_frame_index",
+    "pjrt_id",
+)
+
+
+@functools.cache
+def _module_class() -> tuple[Callable[[bytes], Any], type[Exception]]:
+    """``FromString`` of the view's module message, and protobuf's DecodeError (built once)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(
+        name="cachedoctor/hlo_view.proto", package="cachedoctor_hlo_view", syntax="proto2"
+    )
+    field_type = descriptor_pb2.FieldDescriptorProto
+    for message_name, fields in _VIEW.items():
+        proto = file.message_type.add(name=message_name)
+        for number, name, kind, repeated in fields:
+            field = proto.field.add(name=name, number=number)
+            field.label = field_type.LABEL_REPEATED if repeated else field_type.LABEL_OPTIONAL
+            if kind == "b":
+                field.type = field_type.TYPE_BYTES
+            elif kind == "i":
+                field.type = field_type.TYPE_INT64
+            else:
+                field.type = field_type.TYPE_MESSAGE
+                field.type_name = f".cachedoctor_hlo_view.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("cachedoctor_hlo_view.Module"))
+    return cls.FromString, message.DecodeError
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "replace")
+
+
+def scan_facts(module: bytes) -> ScanFacts:
+    """Summary, program digest and key-volatile fields of one module. Raises WireError.
+
+    The summary and volatile fields equal ``hlo.summarize`` and ``hlo.canonicalize``'s (tests
+    compare them on real modules). Python touches each instruction about three times (its
+    opcode, and clearing its name and metadata); everything else is read only where the
+    module's bytes show it can matter. The view is mutated while digesting: it is private.
+    """
+    parse, decode_error = _module_class()
+    try:
+        view = parse(module)
+    except decode_error:
+        # the pure walker names the offset of the damage; a module only protobuf refuses
+        # (nesting too deep, say) is refused all the same
+        hlo.summarize(module)
+        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+    entry = view.entry_computation_name
+    computations = view.computations
+    # Gates: a field or value the bytes never contain needs no look per instruction.
+    look_for_partitioning = _CUSTOM_PARTITIONING in module
+    look_at_configs = _may_hold_volatile_config(module)
+    clear_payloads = _PAYLOAD_TAG in module
+    all_opcodes: list[bytes] = []
+    custom_calls: list[hlo.CustomCall] = []
+    volatile: list[tuple[int, int, int, hlo.VolatileField]] = []  # sorted into module order
+    entry_flags: list[bool] = []
+    params: tuple[str, ...] = ()
+    result = ""
+    for ci, comp in enumerate(computations):
+        cname = _text(comp.name)
+        instructions = comp.instructions
+        opcodes = [instr.opcode for instr in instructions]
+        all_opcodes += opcodes
+        if look_at_configs or b"custom-call" in opcodes:
+            _custom_calls(ci, cname, instructions, opcodes, look_at_configs, custom_calls, volatile)
+        if look_for_partitioning:
+            found = _custom_partitioning(ci, cname, instructions)
+            if found is not None:
+                volatile.append(found)
+                look_for_partitioning = False
+        for instr in instructions:
+            instr.ClearField("name")
+            instr.ClearField("metadata")
+        if clear_payloads:
+            for instr in instructions:
+                instr.ClearField("backend_config_payload")
+        is_entry = comp.name == entry
+        entry_flags.append(is_entry)
+        if is_entry and comp.HasField("program_shape"):
+            params, result = hlo.program_shape(memoryview(comp.program_shape))
+        comp.ClearField("name")
+        comp.ClearField("program_shape")
+    opcode_counts = Counter(all_opcodes)
+    if not params and not result and view.HasField("host_program_shape"):
+        params, result = hlo.program_shape(memoryview(view.host_program_shape))
+    summary = hlo.HloSummary(
+        name=_text(view.name),
+        entry_computation=_text(entry),
+        computations=len(computations),
+        instructions=sum(opcode_counts.values()),
+        parameters=params,
+        result=result,
+        custom_calls=tuple(custom_calls),
+        opcodes=_most_common(opcode_counts),
+        source_files=_source_files(view),
+    )
+    for name in _MODULE_IDENTITY:
+        view.ClearField(name)
+    digest = hashlib.sha256(PROGRAM_DIGEST_VERSION)
+    digest.update(bytes(entry_flags))
+    digest.update(view.SerializeToString(deterministic=True))
+    volatile.sort(key=lambda found: found[:3])
+    return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile))
+
+
+def _may_hold_volatile_config(module: bytes) -> bool:
+    return _NINE_DIGITS in module.translate(_DIGITS_AS_ZERO) or any(
+        target in module for target in _VOLATILE_TARGETS
+    )
+
+
+def _custom_calls(
+    ci: int,
+    cname: str,
+    instructions: Any,
+    opcodes: list[bytes],
+    look_at_configs: bool,
+    custom_calls: list[hlo.CustomCall],
+    volatile: list[tuple[int, int, int, hlo.VolatileField]],
+) -> None:
+    """Record the custom calls, and mask volatile backend_configs (as ``hlo.canonicalize``)."""
+    if look_at_configs:
+        configs = [instr.backend_config for instr in instructions]
+        wanted = [ii for ii, op in enumerate(opcodes) if op == b"custom-call" or configs[ii]]
+    else:
+        wanted = [ii for ii, op in enumerate(opcodes) if op == b"custom-call"]
+    for ii in wanted:
+        instr = instructions[ii]
+        target = _text(instr.custom_call_target)
+        config = _text(instr.backend_config)
+        name = _text(instr.name)
+        if opcodes[ii] == b"custom-call":
+            custom_calls.append(hlo.CustomCall(target, config, cname, name))
+        if config and hlo.is_volatile_config(target, config):
+            where = f"{cname}/{name}"
+            pointer = hlo.VolatileField("backend_config-pointer", where, f"{target}: {config}")
+            volatile.append((ci, ii, 0, pointer))
+            instr.backend_config = b"<volatile>"
+
+
+def _custom_partitioning(
+    ci: int, cname: str, instructions: Any
+) -> tuple[int, int, int, hlo.VolatileField] | None:
+    """The first instruction whose source metadata names a custom_partitioning op."""
+    for ii, instr in enumerate(instructions):
+        if not instr.HasField("metadata"):
+            continue
+        metadata = instr.metadata
+        if _CUSTOM_PARTITIONING in metadata and hlo.names_custom_partitioning(memoryview(metadata)):
+            where = f"{cname}/{_text(instr.name)}"
+            found = hlo.VolatileField("custom-partitioning", where, hlo.CUSTOM_PARTITIONING_DETAIL)
+            return (ci, ii, 1, found)
+    return None
+
+
+def _most_common(counts: Counter[bytes]) -> tuple[tuple[str, int], ...]:
+    """Opcode counts by name, most common first, ties in order of first appearance (as a
+    Counter of the decoded names built instruction by instruction)."""
+    by_name: Counter[str] = Counter()
+    for opcode, count in counts.items():
+        by_name[_text(opcode) or "?"] += count
+    return tuple(by_name.most_common())
+
+
+def _source_files(view: Any) -> tuple[str, ...]:
+    """File names from the module's StackFrameIndexProto (as ``hlo.summarize``)."""
+    return tuple(_text(name) for name in view.stack_frame_index.file_names)
