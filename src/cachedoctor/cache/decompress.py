@@ -117,6 +117,37 @@ class Decompressor:
             )
 
 
+# Entries up to this size (decompressed, as their zstd frame declares) are decompressed in one
+# call: faster than streaming, and their digest is known before the walk, so copies of one
+# executable are walked once (reader.decode_entry). Bigger ones stream.
+WHOLE_DECODE_MAX = 64 << 20
+
+
+def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str] | None:
+    """The whole decompressed entry and the SHA-256 of its payload (after the 4-byte prefix),
+    when it is zstd and declares at most ``WHOLE_DECODE_MAX`` (and ``cap``) bytes. None
+    otherwise, and for anything amiss (damaged, cut short, trailing bytes): the caller then
+    decodes it as a stream, which names the problem. The checks are the stream decoder's own."""
+    head = fh.read(4)
+    fh.seek(0)
+    if not head.startswith(ZSTD_MAGIC) or zstandard is None:
+        return None
+    try:
+        dec = Decompressor(fh, "zstd", cap, hash_from=4)
+        declared = dec.declared_size
+        if declared is None or declared > WHOLE_DECODE_MAX:
+            return None
+        parts = []
+        while dec.produced <= declared and (chunk := dec.read(declared - dec.produced + 1)):
+            parts.append(chunk)  # never more than declared + 1 bytes: a forged size is caught
+        dec.check_complete()
+    except (DecodeFailure, OSError):
+        return None
+    finally:
+        fh.seek(0)
+    return b"".join(parts), dec.hasher.hexdigest()
+
+
 def detect_compression(head: bytes) -> str | None:
     """'zstd' or 'zlib' from the magic bytes, else None."""
     if head.startswith(ZSTD_MAGIC):

@@ -28,7 +28,12 @@ try:
 except ImportError:  # a declared dependency, but JAX itself runs without it (zlib entries)
     zstandard = None  # type: ignore[assignment]
 
-from cachedoctor.cache.decompress import DecodeFailure, Decompressor, detect_compression
+from cachedoctor.cache.decompress import (
+    DecodeFailure,
+    Decompressor,
+    decompress_whole,
+    detect_compression,
+)
 from cachedoctor.cache.listdir import CacheListing, DirItem, parse_key
 from cachedoctor.cache.model import (
     EntryDetail,
@@ -216,6 +221,9 @@ def decode_entry(
     problems: list[Problem] = []
     if fileobj is not None:
         info = replace(info, size=size, mtime_ns=mtime_ns)
+        whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed)
+        if whole is not None:
+            return whole
         info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
     else:
         try:
@@ -228,6 +236,9 @@ def decode_entry(
             with fh:
                 st = os.fstat(fh.fileno())
                 info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+                whole = None if detail else _decode_in_memory(fh, info, max_decompressed)
+                if whole is not None:
+                    return whole
                 info = _decode_open_file(fh, info, walk, problems, max_decompressed)
     info = _finish(info, walk, problems)
     if not detail:
@@ -241,6 +252,59 @@ def decode_entry(
         small_fields=tuple(walk.small),
         executable_fields=tuple(walk.digests),
     )
+
+
+_PAYLOAD_MEMO: dict[str, EntryInfo] = {}
+_PAYLOAD_MEMO_MAX = 4096
+
+
+def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | None:
+    """Decode an entry decompressed in one call, or None to let the stream decoder do it.
+
+    The digest of the payload is known before the walk, so an executable already decoded in
+    this process (copies under other keys: unstable keys write the same executable again and
+    again, differing only in the compile-time prefix) is not walked again: what the payload
+    shows is a function of its bytes. Only clean decodes are returned; an entry with any
+    problem is decoded again by the stream decoder, which names it.
+    """
+    whole = decompress_whole(fh, cap)
+    if whole is None or len(whole[0]) < 5:
+        return None
+    raw, digest = whole
+    per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big")}
+    known = _PAYLOAD_MEMO.get(digest)
+    if known is not None:
+        return replace(
+            known,
+            key=info.key,
+            module=info.module,
+            path=info.path,
+            size=info.size,
+            mtime_ns=info.mtime_ns,
+            **per_entry,  # type: ignore[arg-type]
+        )
+    walk = _Walk()
+    stream = wire.ByteStream(io.BytesIO(raw))
+    try:
+        stream.skip(4)
+        _walk_payload(stream, walk)
+    except (DecodeFailure, wire.StreamEnd, wire.WireError):
+        return None
+    problems: list[Problem] = []
+    info = replace(
+        info,
+        compression="zstd",
+        decompressed_size=len(raw),
+        executable_digest=digest,
+        **per_entry,  # type: ignore[arg-type]
+    )
+    info = _finish(info, walk, problems)
+    if info.problems:
+        return None
+    if len(_PAYLOAD_MEMO) >= _PAYLOAD_MEMO_MAX:
+        _PAYLOAD_MEMO.clear()
+    _PAYLOAD_MEMO[digest] = info
+    return info
 
 
 def _decode_open_file(

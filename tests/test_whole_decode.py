@@ -1,0 +1,88 @@
+"""Entries decompressed in one call (``reader._decode_in_memory``) decode exactly as the stream
+decoder decodes them, and copies of one executable are walked once."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from cachedoctor.cache import decompress, listdir, reader
+from cachedoctor.cache.model import EntryInfo
+
+
+def _decode(path: Path, key: str) -> EntryInfo:
+    info = reader.decode_entry(path, key=key)
+    assert isinstance(info, EntryInfo)
+    return info
+
+
+def _streamed(path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> EntryInfo:
+    with monkeypatch.context() as m:
+        m.setattr(decompress, "WHOLE_DECODE_MAX", 0)
+        return _decode(path, key)
+
+
+def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
+    """Real entries, and the same entries damaged: cut short, a flipped byte, trailing bytes,
+    a zstd frame without a declared size, zlib, a forged declared size."""
+    out = []
+    for item in listdir.list_cache(seed_cache).entries:
+        data = (seed_cache / item.name).read_bytes()
+        raw = zstandard.ZstdDecompressor().decompress(data)
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0xFF
+        forged = bytearray(data)
+        forged[5] ^= 0x01  # the low byte of the frame content size
+        kinds = {
+            "real": data,
+            "cut": data[: len(data) * 2 // 3],
+            "flipped": bytes(flipped),
+            "trailing": data + b"\0garbage",
+            "unsized": zstandard.ZstdCompressor(write_content_size=False).compress(raw),
+            "zlib": zlib.compress(raw),
+            "forged": bytes(forged),
+        }
+        for kind, content in kinds.items():
+            folder = tmp_path / kind
+            folder.mkdir(exist_ok=True)
+            (folder / item.name).write_bytes(content)
+            out.append(folder / item.name)
+    return out
+
+
+def test_whole_decode_equals_the_stream_decoder(
+    seed_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = _variants(seed_cache, tmp_path)
+    whole_used = 0
+    for path in paths:
+        key = path.name[: -len("-cache")]
+        reader._PAYLOAD_MEMO.clear()
+        assert _decode(path, key) == _streamed(path, key, monkeypatch), path
+        with path.open("rb") as fh:
+            whole_used += decompress.decompress_whole(fh, 1 << 40) is not None
+    assert whole_used >= len(paths) // 7  # the real entries, at least, took the fast path
+
+
+def test_copies_are_walked_once(seed_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's three runs wrote one executable under three keys, with their own compile
+    times: each keeps its own key, path, time and mtime, and the payload is walked once."""
+    items = [i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_f-")]
+    assert len(items) == 3
+    expected = [_streamed(seed_cache / i.name, i.key, monkeypatch) for i in items]
+    assert len({e.executable_digest for e in expected}) == 1
+    walks = 0
+    real_walk = reader._walk_payload
+
+    def counting_walk(*args: object) -> None:
+        nonlocal walks
+        walks += 1
+        real_walk(*args)  # type: ignore[arg-type]
+
+    reader._PAYLOAD_MEMO.clear()
+    monkeypatch.setattr(reader, "_walk_payload", counting_walk)
+    assert [_decode(seed_cache / i.name, i.key) for i in items] == expected
+    assert walks == 1
