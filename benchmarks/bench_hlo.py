@@ -118,6 +118,7 @@ def main() -> None:
     def decode() -> None:  # what a first scan does per distinct entry, memos emptied
         reader._HLO_MEMO.clear()
         reader._OPTIONS_MEMO.clear()
+        reader._PAYLOAD_MEMO.clear()
         for path in paths:
             reader.decode_entry(path)
 

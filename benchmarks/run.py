@@ -463,6 +463,7 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
     for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):
         reader._HLO_MEMO.clear()
         reader._OPTIONS_MEMO.clear()
+        reader._PAYLOAD_MEMO.clear()
         prof = cProfile.Profile()
         prof.enable()
         fn()
