@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 from cachedoctor.formats import wire
@@ -70,15 +71,19 @@ def canonical_compile_options(buf: wire.Buffer) -> bytes:
             inner = bytearray()
             for n2, wt2, v2 in wire.iter_fields(value):
                 if n2 == 3 and wt2 == wire.LEN and not isinstance(v2, int):
-                    v2 = memoryview(_canonical_debug_options(v2))
+                    v2 = memoryview(_canonical_debug_options(bytes(v2)))
                 inner += wire.encode_field(n2, wt2, v2)
             value = memoryview(bytes(inner))
         f_out += wire.encode_field(number, wt, value)
     return bytes(f_out)
 
 
-def _canonical_debug_options(buf: wire.Buffer) -> bytes:
+@functools.lru_cache(maxsize=64)
+def _canonical_debug_options(buf: bytes) -> bytes:
     """DebugOptions in a canonical encoding: map entries sorted, cache paths reduced.
+
+    Memoised: distinct programs of one run share their DebugOptions byte for byte, and
+    re-encoding them costs ~4 ms an entry.
 
     Map fields (e.g. 357, latency-estimator options) serialize in hash order, so two runs of
     the same program can differ only in map order (seen with jax 0.6.2).
