@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import secrets
 import socket
@@ -55,6 +56,7 @@ def _s3_server() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1 with a bucket ``bench``; yields the cache URL."""
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     port = _free_port()
     os.environ.update(
         {

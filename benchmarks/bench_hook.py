@@ -268,6 +268,70 @@ def warm_start_many(modules: int, pairs: int, python: str) -> dict[str, Any]:
     return result
 
 
+# The hook's own CPU time inside one process started as a user starts it (CACHEDOCTOR_HOOK=stable):
+# start-up activation (timed by wrapping the function the .pth watcher calls right after
+# ``import jax``), and per lookup what the hook's key function costs beyond JAX's own key
+# (both timed again on the captured arguments afterwards, alternating, minimum per call).
+_SHARE = r"""
+import json, sys, time
+from cachedoctor.stablekeys import _startup
+pt = time.process_time
+activation = []
+real_activate = _startup.activate
+def timed_activate():
+    start = pt()
+    try:
+        return real_activate()
+    finally:
+        activation.append(pt() - start)
+_startup.activate = timed_activate
+from jax._src import compilation_cache as cc
+hooked = cc.get_cache_key
+original = hooked.__cachedoctor_original__
+captured = []
+def capture(*args, **kwargs):
+    captured.append((args, kwargs))
+    return hooked(*args, **kwargs)
+cc.get_cache_key = capture
+program, sys.argv = sys.argv[1], sys.argv[1:]
+exec(compile(program, "<program>", "exec"), {"__name__": "__main__"})
+process_cpu = pt()
+cc.get_cache_key = hooked
+best = {"jax": [float("inf")] * len(captured), "hook": [float("inf")] * len(captured)}
+for _ in range(20):
+    for i, (args, kwargs) in enumerate(captured):
+        for name, fn in (("jax", original), ("hook", hooked)):
+            start = time.perf_counter()
+            fn(*args, **kwargs)
+            best[name][i] = min(best[name][i], time.perf_counter() - start)
+print("SHARE " + json.dumps({
+    "activation_s": sum(activation), "lookups": len(captured), "jax_keys_s": sum(best["jax"]),
+    "hook_keys_s": sum(best["hook"]), "process_cpu_s": process_cpu,
+}))
+"""
+
+
+def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
+    """The hook's own CPU in a hooked warm start (medians of ``runs`` processes)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        for i in range(runs + 1):  # the first run warms the cache
+            out = subprocess.run(
+                [python, "-c", _SHARE, MANY_MODULES, str(modules)],
+                env=_user_env(cache, "stable"),
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            if i:
+                line = next(x for x in out.stdout.splitlines() if x.startswith("SHARE "))
+                rows.append(json.loads(line[6:]))
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    extra = med["hook_keys_s"] - med["jax_keys_s"]
+    hook = med["activation_s"] + extra
+    return {**med, "keys_extra_s": extra, "share": hook / (med["process_cpu_s"] - hook)}
+
+
 def _print_many(result: dict[str, Any]) -> None:
     print(
         f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs "
@@ -285,6 +349,16 @@ def _print_many(result: dict[str, Any]) -> None:
     print("BENCH-MANY " + json.dumps(result))
 
 
+def _print_share(share: dict[str, float]) -> None:
+    print(
+        f"hook's own CPU in a hooked start of {share['lookups']:.0f} lookups (medians of 5): "
+        f"activation {share['activation_s'] * 1e3:.1f} ms, keys {share['hook_keys_s'] * 1e3:.1f}"
+        f" ms against JAX's {share['jax_keys_s'] * 1e3:.1f} ms (+{share['keys_extra_s'] * 1e3:.1f}"
+        f" ms); process {share['process_cpu_s']:.2f} s CPU: the hook adds {share['share']:.2%}"
+    )
+    print("BENCH-SHARE " + json.dumps(share))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
@@ -296,6 +370,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.many_only:
         _print_many(warm_start_many(args.modules, args.pairs, args.python))
+        _print_share(hook_share(args.modules, 5, args.python))
         return
     print(
         f"{'program':<8} {'module':<18} {'jax ms':>8} {'stable ms':>10} {'hook ms':>8} "
@@ -317,6 +392,7 @@ def main() -> None:
             f"hook {w['hook_cpu_s']:.2f} s: hook/jax {w['cpu_ratio']:.3f}"
         )
     _print_many(warm_start_many(args.modules, args.pairs, args.python))
+    _print_share(hook_share(args.modules, 5, args.python))
 
 
 if __name__ == "__main__":
