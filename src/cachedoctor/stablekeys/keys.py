@@ -312,7 +312,7 @@ def canonical_options(options: Any, cache_dir: str | None) -> Iterator[list[Vola
     """Within the block, ``options`` has its cache-dir paths made relative; restored on exit.
 
     The fields are set on ``options`` itself rather than on a copy: a copy (a protobuf
-    round trip) cost as much as a third of JAX's whole key, on every lookup, since jax <= 0.10
+    round trip) cost about a quarter of JAX's whole key, on every lookup, since jax <= 0.10
     puts the autotune path into every compile's options. That is safe because JAX builds the
     options anew for each compile and hands them to the compiler only after the key is
     computed; ``cache_key.get`` copies them itself before hashing.
