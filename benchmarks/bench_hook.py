@@ -7,8 +7,15 @@
    custom_partitioning calls is the replay of its recorded partitioner calls (medians).
 2. Warm start: whole-process wall time of ``plain`` on a warm cache, with the hook and without,
    in alternating runs (ratio of medians, and of minimums).
+3. Warm start of many modules, as a user starts it: a fresh interpreter jits ``--modules``
+   distinct small functions (``bench_stats``'s program), every one a cache hit, with the hook
+   activated at start-up (``CACHEDOCTOR_HOOK=stable``: the ``.pth`` line, the hook's imports,
+   stats recording) and without (no activation), ``--pairs`` alternating pairs. Wall and CPU time
+   (user + system) of the whole process: the median of the per-pair ratios, with their
+   quartiles and extremes (the spread).
 
     python benchmarks/bench_hook.py [--repeat 50] [--starts 10] [--python PATH]
+    python benchmarks/bench_hook.py --many-only [--modules 100] [--pairs 15]
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from bench_stats import PROGRAM as MANY_MODULES
+
+from cachedoctor.layout import CACHE_SUFFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,12 +205,180 @@ def warm_start(program: str, starts: int, python: str) -> dict[str, float]:
     }
 
 
+def _user_env(cache: str, hook: str | None) -> dict[str, str]:
+    """A user's environment: no config file; ``CACHEDOCTOR_HOOK`` set or not."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEDOCTOR_", "JAX_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env |= {"JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": cache}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    env["CACHEDOCTOR_CONFIG"] = os.path.join(cache, "no-config.toml")
+    if hook is not None:
+        env["CACHEDOCTOR_HOOK"] = hook
+    return env
+
+
+def _entries(cache: str) -> int:
+    return sum(1 for p in Path(cache).iterdir() if p.name.endswith(CACHE_SUFFIX))
+
+
+def _spread(ratios: list[float]) -> dict[str, float]:
+    q1, median, q3 = statistics.quantiles(ratios, n=4)
+    return {"median": median, "q1": q1, "q3": q3, "min": min(ratios), "max": max(ratios)}
+
+
+def warm_start_many(modules: int, pairs: int, python: str) -> dict[str, Any]:
+    """Whole processes jitting ``modules`` functions on a warm cache, hook on and off alternating.
+
+    Every compile must be a hit: a miss writes an entry (the program caches every compile), so
+    the number of entries is checked unchanged after the timed runs.
+    """
+    runs: dict[str, list[tuple[float, float]]] = {"off": [], "stable": []}
+    hooks = {"off": None, "stable": "stable"}
+    with tempfile.TemporaryDirectory() as cache:
+
+        def start(mode: str) -> tuple[float, float]:
+            t0, c0 = time.perf_counter(), _child_cpu()
+            subprocess.run(
+                [python, "-c", MANY_MODULES, str(modules)],
+                env=_user_env(cache, hooks[mode]),
+                check=True,
+                capture_output=True,
+            )
+            return time.perf_counter() - t0, _child_cpu() - c0
+
+        for mode in runs:  # warm the cache for both key schemes (JAX's keys, stable keys)
+            start(mode)
+        entries = _entries(cache)
+        for _ in range(pairs):
+            for mode in runs:
+                runs[mode].append(start(mode))
+        if _entries(cache) != entries:
+            raise SystemExit("a timed run missed the cache (it wrote an entry): not a warm start")
+    result: dict[str, Any] = {"modules": modules, "pairs": pairs}
+    for i, what in enumerate(("wall", "cpu")):
+        off = [r[i] for r in runs["off"]]
+        on = [r[i] for r in runs["stable"]]
+        result[what] = {
+            "off_median_s": statistics.median(off),
+            "hook_median_s": statistics.median(on),
+            "ratio_of_medians": statistics.median(on) / statistics.median(off),
+            "pair_ratios": _spread([b / a for a, b in zip(off, on, strict=True)]),
+            "off_spread": max(off) / min(off),
+        }
+    return result
+
+
+# The hook's own CPU time inside one process started as a user starts it (CACHEDOCTOR_HOOK=stable):
+# start-up activation (timed by wrapping the function the .pth watcher calls right after
+# ``import jax``), and per lookup what the hook's key function costs beyond JAX's own key
+# (both timed again on the captured arguments afterwards, alternating, minimum per call), plus
+# what the first lookup cost beyond its later best (what the hook imports on first use).
+_SHARE = r"""
+import json, sys, time
+from cachedoctor.stablekeys import _startup
+pt = time.process_time
+activation = []
+real_activate = _startup.activate
+def timed_activate():
+    start = pt()
+    try:
+        return real_activate()
+    finally:
+        activation.append(pt() - start)
+_startup.activate = timed_activate
+from jax._src import compilation_cache as cc
+hooked = cc.get_cache_key
+original = hooked.__cachedoctor_original__
+captured, live = [], []
+def capture(*args, **kwargs):
+    captured.append((args, kwargs))
+    start = pt()
+    try:
+        return hooked(*args, **kwargs)
+    finally:
+        live.append(pt() - start)
+cc.get_cache_key = capture
+program, sys.argv = sys.argv[1], sys.argv[1:]
+exec(compile(program, "<program>", "exec"), {"__name__": "__main__"})
+process_cpu = pt()
+cc.get_cache_key = hooked
+best = {"jax": [float("inf")] * len(captured), "hook": [float("inf")] * len(captured)}
+for _ in range(20):
+    for i, (args, kwargs) in enumerate(captured):
+        for name, fn in (("jax", original), ("hook", hooked)):
+            start = time.perf_counter()
+            fn(*args, **kwargs)
+            best[name][i] = min(best[name][i], time.perf_counter() - start)
+print("SHARE " + json.dumps({
+    "activation_s": sum(activation), "lookups": len(captured), "jax_keys_s": sum(best["jax"]),
+    "hook_keys_s": sum(best["hook"]), "process_cpu_s": process_cpu,
+    "first_lookup_extra_s": live[0] - best["hook"][0],
+}))
+"""
+
+
+def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
+    """The hook's own CPU in a hooked warm start (medians of ``runs`` processes)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        for i in range(runs + 1):  # the first run warms the cache
+            out = subprocess.run(
+                [python, "-c", _SHARE, MANY_MODULES, str(modules)],
+                env=_user_env(cache, "stable"),
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            if i:
+                line = next(x for x in out.stdout.splitlines() if x.startswith("SHARE "))
+                rows.append(json.loads(line[6:]))
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    extra = med["hook_keys_s"] - med["jax_keys_s"]
+    hook = med["activation_s"] + med["first_lookup_extra_s"] + extra
+    return {**med, "keys_extra_s": extra, "share": hook / (med["process_cpu_s"] - hook)}
+
+
+def _print_many(result: dict[str, Any]) -> None:
+    print(
+        f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs "
+        "(hook on: CACHEDOCTOR_HOOK=stable; off: no activation)"
+    )
+    for what in ("wall", "cpu"):
+        r = result[what]
+        p = r["pair_ratios"]
+        print(
+            f"  {what:<4} off {r['off_median_s']:.3f} s, on {r['hook_median_s']:.3f} s (medians): "
+            f"on/off {r['ratio_of_medians']:.3f}; per pair median {p['median']:.3f}, "
+            f"quartiles {p['q1']:.3f}-{p['q3']:.3f}, range {p['min']:.3f}-{p['max']:.3f}; "
+            f"off's own max/min {r['off_spread']:.3f}"
+        )
+    print("BENCH-MANY " + json.dumps(result))
+
+
+def _print_share(share: dict[str, float]) -> None:
+    print(
+        f"hook's own CPU in a hooked start of {share['lookups']:.0f} lookups (medians of 5): "
+        f"activation {share['activation_s'] * 1e3:.1f} ms, first lookup +"
+        f"{share['first_lookup_extra_s'] * 1e3:.1f} ms, keys {share['hook_keys_s'] * 1e3:.1f}"
+        f" ms against JAX's {share['jax_keys_s'] * 1e3:.1f} ms (+{share['keys_extra_s'] * 1e3:.1f}"
+        f" ms); process {share['process_cpu_s']:.2f} s CPU: the hook adds {share['share']:.2%}"
+    )
+    print("BENCH-SHARE " + json.dumps(share))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--modules", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--many-only", action="store_true", help="only the many-module start")
     args = parser.parse_args()
+    if args.many_only:
+        _print_many(warm_start_many(args.modules, args.pairs, args.python))
+        _print_share(hook_share(args.modules, 5, args.python))
+        return
     print(
         f"{'program':<8} {'module':<18} {'jax ms':>8} {'stable ms':>10} {'hook ms':>8} "
         f"{'stable/jax':>10} {'hook/jax':>9}"
@@ -218,6 +398,8 @@ def main() -> None:
             f"(minimums: {w['min_ratio']:.3f}); CPU time JAX alone {w['jax_cpu_s']:.2f} s, "
             f"hook {w['hook_cpu_s']:.2f} s: hook/jax {w['cpu_ratio']:.3f}"
         )
+    _print_many(warm_start_many(args.modules, args.pairs, args.python))
+    _print_share(hook_share(args.modules, 5, args.python))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_PROGRAM = r"""
+PROGRAM = r"""
 import os, sys, time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax, jax.numpy as jnp
@@ -50,7 +50,7 @@ def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float]:
         env["CACHEDOCTOR_HOOK"] = mode
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", _PROGRAM, str(modules)],
+        [sys.executable, "-c", PROGRAM, str(modules)],
         env=env,
         capture_output=True,
         text=True,

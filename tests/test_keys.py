@@ -69,3 +69,47 @@ def test_combine_depends_on_version_and_every_component() -> None:
     assert keys.combine(comps, hasher_version=keys.HASHER_VERSION + 1) != base
     assert keys.combine([comps[0], ("compile_options", "12" * 32)]) != base
     assert keys.combine(list(reversed(comps))) != base
+
+
+def _real_key_inputs(autotune_dir: str) -> tuple[object, object, object, object]:
+    """What JAX passes to get_cache_key for a small jitted function, with an autotune path."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import compiler, xla_bridge
+
+    module = jax.jit(lambda x: jnp.sin(x) * 2.0).lower(jnp.arange(8.0)).compiler_ir("stablehlo")
+    options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+    debug = options.executable_build_options.debug_options
+    debug.xla_gpu_per_fusion_autotune_cache_dir = autotune_dir
+    devices = np.array([[jax.devices("cpu")[0]]])
+    return module, devices, options, xla_bridge.get_backend("cpu")
+
+
+def test_stable_key_leaves_jax_compile_options_as_they_were(monkeypatch) -> None:
+    """The cache-dir path is made relative on JAX's own options object for the key only: JAX
+    then compiles with exactly the options it built, also when the key computation fails."""
+    cache_dir = "/c/dir"
+    autotune = f"{cache_dir}/xla_gpu_per_fusion_autotune_cache_dir"
+    module, devices, options, backend = _real_key_inputs(autotune)
+    before = options.SerializeAsString()
+
+    result = keys.stable_key(module, devices, options, backend, cache_dir=cache_dir)
+    assert options.SerializeAsString() == before
+    assert [(v.raw, v.canonical) for v in result.volatile] == [
+        (autotune, "<cachedoctor:cache_dir>/xla_gpu_per_fusion_autotune_cache_dir")
+    ]
+    # the key hashes the relative path: the same cache at another path has the same key
+    moved = _real_key_inputs("/elsewhere/xla_gpu_per_fusion_autotune_cache_dir")
+    assert keys.stable_key(*moved, cache_dir="/elsewhere").key == result.key
+    assert keys.stable_key(*moved, cache_dir="/c/dir").key != result.key
+
+    def failing_key_functions() -> tuple[object, dict[str, object]]:
+        def get_cache_key(*args: object) -> str:
+            raise RuntimeError("simulated failure inside JAX's key code")
+
+        return get_cache_key, {}
+
+    monkeypatch.setattr(keys, "_jax_key_functions", failing_key_functions)
+    with pytest.raises(RuntimeError, match="simulated"):
+        keys.stable_key(module, devices, options, backend, cache_dir=cache_dir)
+    assert options.SerializeAsString() == before

@@ -243,7 +243,7 @@ def _local_cache_dir() -> Path | str | None:
     if not value:
         return None
     if "://" in str(value):
-        from cachedoctor.storage.stores import is_url
+        from cachedoctor.storage.urls import is_url
 
         return str(value) if is_url(value) else None
     return Path(value)

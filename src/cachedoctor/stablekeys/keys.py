@@ -21,13 +21,14 @@ Keys keep JAX's format ``<module>-<64 hex>``.
 from __future__ import annotations
 
 import base64
-import copy
+import contextlib
+import functools
 import hashlib
 import os
 import pathlib
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,18 +292,31 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
 
 
+@functools.lru_cache(maxsize=16)
+def _normalised(cache_dir: str) -> str:
+    return str(pathlib.PurePath(cache_dir))
+
+
 def canonical_path(value: str, cache_dir: str | None) -> str:
     """``value`` with a leading cache directory replaced by :data:`CACHE_DIR_PLACEHOLDER`."""
     if not cache_dir or not value:
         return value
-    base = str(pathlib.PurePath(cache_dir))
+    base = _normalised(cache_dir)
     if value == base or value.startswith(base.rstrip("/") + "/"):
         return CACHE_DIR_PLACEHOLDER + value[len(base) :]
     return value
 
 
-def canonical_options(options: Any, cache_dir: str | None) -> tuple[Any, list[VolatileField]]:
-    """Compile options with cache-dir paths made relative; a copy only when something changes."""
+@contextlib.contextmanager
+def canonical_options(options: Any, cache_dir: str | None) -> Iterator[list[VolatileField]]:
+    """Within the block, ``options`` has its cache-dir paths made relative; restored on exit.
+
+    The fields are set on ``options`` itself rather than on a copy: a copy (a protobuf
+    round trip) cost about a quarter of JAX's whole key, on every lookup, since jax <= 0.10
+    puts the autotune path into every compile's options. That is safe because JAX builds the
+    options anew for each compile and hands them to the compiler only after the key is
+    computed; ``cache_key.get`` copies them itself before hashing.
+    """
     debug = options.executable_build_options.debug_options
     changes = []
     for name in CACHE_DIR_FIELDS:
@@ -311,13 +325,13 @@ def canonical_options(options: Any, cache_dir: str | None) -> tuple[Any, list[Vo
             canonical = canonical_path(value, cache_dir)
             if canonical != value:
                 changes.append((name, value, canonical))
-    if not changes:
-        return options, []
-    options = copy.deepcopy(options)
-    debug = options.executable_build_options.debug_options
-    for name, _, canonical in changes:
-        setattr(debug, name, canonical)
-    return options, [VolatileField(f"debug_options.{n}", v, c) for n, v, c in changes]
+    try:
+        for name, _, canonical in changes:
+            setattr(debug, name, canonical)
+        yield [VolatileField(f"debug_options.{n}", v, c) for n, v, c in changes]
+    finally:
+        for name, value, _ in changes:
+            setattr(debug, name, value)
 
 
 def hashed_xla_flags() -> list[str]:
@@ -370,9 +384,9 @@ def stable_key(
 
         cache_dir = config.compilation_cache_dir.value
     canon_module, volatile, to_replay = canonical_module(module)
-    canon_options, opt_volatile = canonical_options(compile_options, cache_dir)
     get_cache_key, holder = _jax_key_functions()
-    key = get_cache_key(canon_module, devices, canon_options, backend)
+    with canonical_options(compile_options, cache_dir) as opt_volatile:
+        key = get_cache_key(canon_module, devices, compile_options, backend)
     split: _SplitHash | None = holder.get("hash")
     if split is None or not split.components:
         raise InternalsChanged("cache_key.get did not hash through the recording hash")

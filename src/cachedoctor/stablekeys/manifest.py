@@ -38,6 +38,7 @@ from cachedoctor.stablekeys.keys import (
     replayed_key,
 )
 from cachedoctor.storage.files import open_regular, write_atomic
+from cachedoctor.storage.urls import is_url
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
@@ -112,10 +113,10 @@ _STORES_LOCK = threading.Lock()
 
 def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
     """The process's one store for a bucket cache dir; None for a local directory."""
+    if not is_url(cache_dir):
+        return None
     from cachedoctor.storage import stores
 
-    if not stores.is_url(cache_dir):
-        return None
     url = str(cache_dir).rstrip("/")
     with _STORES_LOCK:
         if url not in _STORES:

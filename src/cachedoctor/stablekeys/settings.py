@@ -96,18 +96,20 @@ def load(path: Path | None = None) -> dict[str, Any]:
     Raises :class:`ConfigError` naming the file (and the line, for bad TOML) when it cannot be
     used: a folder, a FIFO, binary data or a syntax error.
     """
-    import tomllib
-
     from cachedoctor.storage.files import open_regular
 
     path = path or config_path()
     try:
         with open_regular(path) as f:
-            data = tomllib.loads(f.read().decode("utf-8"))
+            raw = f.read()
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    import tomllib  # only now: activation by CACHEDOCTOR_HOOK alone has no file to parse
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?)") from None
     except tomllib.TOMLDecodeError as exc:
@@ -219,7 +221,7 @@ def url_subcache_flags(values: dict[str, Any]) -> list[str]:
     write a URL. Empty for a local cache dir or ``xla_caches = "none"``. The local path is
     ``storage.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
     """
-    from cachedoctor.storage.stores import is_url, subcache_dir_for
+    from cachedoctor.storage.urls import is_url, subcache_dir_for
 
     cache_dir = str(values.get("cache_dir") or "")
     which = str(values.get("xla_caches") or "autotune")

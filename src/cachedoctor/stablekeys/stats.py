@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.storage.files import atomic_file
+from cachedoctor.storage.urls import is_url
 
 RECORD_FORMAT = "cachedoctor-stats/1"
 RECORD_SUFFIX = ".json"
@@ -263,12 +265,20 @@ def write_record() -> str | None:
             return None
         if not any(c["requests"] for c in record["modules"].values()):
             return None
-        from cachedoctor.storage.stores import open_store
-
         name = f"{STATS_DIRNAME}/{record_name(record)}"
-        store = open_store(cache_dir, workers=1)
-        store.write_atomic(name, json.dumps(record, sort_keys=True).encode())
-        _recorder.written = store.url_of(name)
+        data = json.dumps(record, sort_keys=True).encode()
+        if is_url(cache_dir):
+            from cachedoctor.storage.stores import open_store
+
+            store = open_store(cache_dir, workers=1)
+            store.write_atomic(name, data)
+            _recorder.written = store.url_of(name)
+        else:  # no store: importing one at exit would register exit handlers after shutdown
+            path = os.path.join(cache_dir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with atomic_file(path, temp_prefix=".cachedoctor-tmp-") as fh:
+                fh.write(data)
+            _recorder.written = path
         return _recorder.written
     except Exception as exc:
         _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")

@@ -26,7 +26,6 @@ import enum
 import errno
 import os
 import random
-import re
 import stat
 import threading
 import time
@@ -37,17 +36,18 @@ from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage.files import atomic_file, open_regular
+from cachedoctor.storage.urls import SCHEMES as SCHEMES
+from cachedoctor.storage.urls import SUBCACHE_ROOT_ENV as SUBCACHE_ROOT_ENV
+from cachedoctor.storage.urls import is_url as is_url
+from cachedoctor.storage.urls import split_url as split_url
+from cachedoctor.storage.urls import subcache_dir_for as subcache_dir_for
 
 T = TypeVar("T")
 
-SCHEMES = {"gs": "gcs", "s3": "s3"}  # URL scheme -> the extra that brings its filesystem
 EXTRA_PACKAGES = {"gcs": "gcsfs", "s3": "s3fs"}
 DEFAULT_WORKERS = 16  # concurrent requests per scan: well under any bucket's request-rate limit
 READ_BLOCK = 4 << 20  # one ranged GET per 4 MiB; a CPU entry is read in one request
-SUBCACHE_ROOT_ENV = "CACHEDOCTOR_XLA_SUBCACHE_ROOT"
-DEFAULT_SUBCACHE_ROOT = "/tmp/cachedoctor-xla-subcaches"
 
-_URL_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<bucket>[^/]+)(?:/(?P<prefix>.*))?$")
 _THROTTLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -165,22 +165,6 @@ class Store(Protocol):
     def url_of(self, name: str) -> str: ...
 
     def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> builtins.list[Any]: ...
-
-
-def is_url(location: object) -> bool:
-    """True for ``gs://…`` and ``s3://…`` (what JAX sends to etils.epath), False for paths."""
-    if not isinstance(location, str):
-        return False
-    m = _URL_RE.match(location)
-    return bool(m and m.group("scheme") in SCHEMES)
-
-
-def split_url(url: str) -> tuple[str, str, str]:
-    """``gs://b/p/q/`` -> ("gs", "b", "p/q")."""
-    m = _URL_RE.match(url)
-    if not m or m.group("scheme") not in SCHEMES:
-        raise CachedoctorError(f"not a gs:// or s3:// URL: {url}", slug="bad-url")
-    return m.group("scheme"), m.group("bucket"), (m.group("prefix") or "").strip("/")
 
 
 def open_store(location: str | os.PathLike[str], *, workers: int = DEFAULT_WORKERS) -> Store:
@@ -757,25 +741,3 @@ def one_line_errors(url: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise StoreError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
-
-
-# --- XLA's sub-caches ------------------------------------------------------------------------
-
-
-def subcache_dir_for(cache_dir: str, root: str | None = None) -> str | None:
-    """Where XLA's sub-caches (autotune dir, kernel cache file) go for ``cache_dir``.
-
-    None for a local cache: JAX puts them inside it. For a URL, a local directory, because XLA
-    opens these paths with plain file I/O and cannot write ``gs://`` or ``s3://``. The path is
-    the same on every host (no user name, no home directory), because jax <= 0.10.2 hashes the
-    autotune path into every cache key and 0.12 hashes the kernel cache path: a per-host path
-    would give every host its own keys and defeat the shared cache.
-    Override the root with ``$CACHEDOCTOR_XLA_SUBCACHE_ROOT`` (the same value on every host).
-    """
-    if not is_url(cache_dir):
-        return None
-    scheme, bucket, prefix = split_url(cache_dir)
-    base = root or os.environ.get(SUBCACHE_ROOT_ENV) or DEFAULT_SUBCACHE_ROOT
-    safe = [re.sub(r"[^A-Za-z0-9._-]", "_", p) for p in (scheme, bucket, *prefix.split("/")) if p]
-    safe = [p if p not in (".", "..") else p.replace(".", "_") for p in safe]
-    return os.path.join(base, *safe)
