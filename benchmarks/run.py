@@ -375,15 +375,15 @@ def corpus_rows(results: Result) -> list[tuple[str, Result, Result, Result | Non
     return rows
 
 
-def goals(results: Result) -> list[str]:
-    """Issue 12's goal table, one row per corpus (Markdown lines)."""
-    cores = results["machine"]["cores"]
+def goals(*runs: Result) -> list[str]:
+    """Issue 12's goal table, one row per corpus of every run given (Markdown lines)."""
+    cores = runs[0]["machine"]["cores"]
     lines = [
         f"| corpus | entries (distinct) | first scan: wall, {cores} workers | D: 1 thread "
         "| × D | goal | repeated scan | L | × L | goal | peak RSS scan / --json / lint |",
         "|---|---:|---:|---:|---:|:---:|---:|---:|---:|:---:|---:|",
     ]
-    for name, info, res, mem in corpus_rows(results):
+    for name, info, res, mem in (row for results in runs for row in corpus_rows(results)):
         copies = name.startswith("cache")
         limit = 1.0 if copies else 3.0
         first = again = "—"
@@ -602,10 +602,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--profile", action="store_true", help="also write cProfile top entries")
-    ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier run")
+    ap.add_argument(
+        "--table",
+        metavar="JSON",
+        nargs="+",
+        help="only print the tables of earlier runs (several: and one goal table for all)",
+    )
     args = ap.parse_args()
     if args.table:
-        print(markdown(json.loads(Path(args.table).read_text())))
+        runs = [json.loads(Path(name).read_text()) for name in args.table]
+        print("\n\n".join(markdown(results) for results in runs))
+        if len(runs) > 1:
+            print("\n**Goals of issue 12, all runs above**\n\n" + "\n".join(goals(*runs)))
         return
     sizes = [int(s) for s in args.sizes.split(",") if s]
     memory = [args.memory_size] if args.memory_size else []
