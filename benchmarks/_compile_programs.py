@@ -20,8 +20,8 @@ start-up. Families, from small to large:
 Families after these build the *distinct* corpora (``generate.py``: ``dist-*``), where most
 entries are programs of their own rather than copies:
 
-- ``deep``: Python-unrolled stacks of 120-900 layers with per-layer activations drawn at random
-  (large HLO: 1-8 MB decompressed entries, compiling in 10-100 s each)
+- ``deep``: Python-unrolled stacks of 150-1,000 layers with per-layer activations drawn at random
+  (large HLO: 1.1-9 MB decompressed entries, ~9 KB a layer; 10-70 CPU-seconds each to compile)
 - ``varied``: thousands of cheap small programs, each distinct (random op chains over random
   shapes and dtypes, optional reduction or matmul, and a constant of its own, so no two coincide)
 """
@@ -71,9 +71,9 @@ VARIED_SHAPES = [(8,), (32,), (100,), (256,), (1000,), (2048,), (16, 16), (64, 3
 VARIED_NAMES = ["loss_fn", "train_step", "predict", "eval_step", "update", "apply", "step", "f"]
 BINARY = [jnp.add, jnp.multiply, jnp.maximum, jnp.minimum, jnp.subtract]
 ACTIVATIONS = [jnp.tanh, jax.nn.relu, jax.nn.gelu, jax.nn.sigmoid, jnp.sin]
-# depths of the ``deep`` family: ~8 KB of decompressed entry per layer, ~0.06 CPU-s to compile
-DEEP_DEPTHS = [120, 130, 140, 150, 165, 180, 200, 220, 240, 260]
-DEEP_DEPTHS += [285, 310, 340, 380, 420, 470, 540, 620, 740, 900]
+# depths of the ``deep`` family: 7.5-9 KB of decompressed entry and ~0.07 CPU-s of compiling a layer
+DEEP_DEPTHS = [150, 160, 170, 180, 200, 220, 240, 260, 285, 310]
+DEEP_DEPTHS += [340, 380, 420, 470, 540, 620, 700, 800, 900, 1000]
 
 
 def family_of(i: int) -> tuple[str, int]:

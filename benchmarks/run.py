@@ -384,6 +384,11 @@ def corpus_rows(results: Result) -> list[tuple[str, Result, Result, Result | Non
     return rows
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds, with a decimal below 10 ms (the floors of the small corpora)."""
+    return f"{seconds * 1000:,.1f} ms" if seconds < 0.01 else f"{seconds * 1000:,.0f} ms"
+
+
 def goals(*runs: Result) -> list[str]:
     """Issue 12's goal table, one row per corpus of every run given (Markdown lines)."""
     cores = runs[0]["machine"]["cores"]
@@ -402,14 +407,14 @@ def goals(*runs: Result) -> list[str]:
             fl, cmd = res["floors"], res["commands"]
             d, lst = fl["D"]["median_s"], fl["L"]["median_s"]
             t = cmd["scan"]["median_s"]
-            first, d_ms, ratio_d = f"{t * 1000:,.0f} ms", f"{d * 1000:,.0f} ms", f"{t / d:.1f}"
+            first, d_ms, ratio_d = _ms(t), _ms(d), f"{t / d:.1f}"
             first_goal = f"≤ {limit:.0f} × D {'✅' if t <= limit * d else '❌'}"
             rep = cmd["scan (repeated)"]["median_s"]
         else:
             assert mem is not None
             lst, rep = mem["L"]["median_s"], mem["scan (repeated)"]["seconds"]
-            first = f"{mem['scan']['seconds'] * 1000:,.0f} ms"
-        again, l_ms, ratio_l = f"{rep * 1000:,.0f} ms", f"{lst * 1000:,.0f} ms", f"{rep / lst:.1f}"
+            first = _ms(mem["scan"]["seconds"])
+        again, l_ms, ratio_l = _ms(rep), _ms(lst), f"{rep / lst:.1f}"
         if info["entries"] >= 10_000:
             again_goal = f"≤ 2 × L {'✅' if rep <= 2 * lst else '❌'}"
         rss = "—"
@@ -451,7 +456,7 @@ def markdown(results: Result) -> str:
         lines.append(
             f"**{title}** ({corpus.get('entries', 0):,} entries, "
             f"{corpus.get('entry_bytes', 0) / 2**20:,.0f} MiB of "
-            f"entries, {corpus.get('distinct_programs', '?')} distinct programs"
+            f"entries, {corpus.get('distinct_programs', 0):,} distinct programs"
             + (f" of which {large} large" if large is not None else "")
             + f", {corpus.get('relocated', '?')} relocated, {corpus.get('corrupt', '?')} corrupt)"
         )
@@ -530,9 +535,7 @@ def markdown(results: Result) -> str:
         lines.append("```")
         lines.append("")
     else:
-        lines.append(
-            "Hook key computation: not measured (`benchmarks/bench_hook.py` is not on this branch)."
-        )
+        lines.append("Hook key computation: not measured in this run.")
         lines.append("")
     missing = [c for c in ("prune", "diff") if c not in results["commands_available"]]
     if missing:
@@ -631,7 +634,7 @@ def main() -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",") if s]
     memory = [args.memory_size] if args.memory_size else []
-    all_sizes = tuple(sorted({*sizes, *memory}))
+    all_sizes = tuple(sorted({*sizes, *memory})) if sizes else ()
     distinct: list[int | str] = [
         generate.LARGE if s == generate.LARGE else int(s)
         for s in args.distinct_sizes.split(",")
@@ -682,14 +685,15 @@ def main() -> None:
                 "deep", {"dir": src, "workers": 1}, args.reps
             ),
         }
-    if args.memory_size:
-        d = caches[str(args.memory_size)]["path"]
-        results["memory"] = bench_memory(d, args.memory_size)
+    if args.memory_size:  # for each family run: the copies and the distinct corpora
+        if sizes:
+            d = caches[str(args.memory_size)]["path"]
+            results["memory"] = bench_memory(d, args.memory_size)
         if distinct:
             d = dist_caches[str(args.memory_size)]["path"]
             results["distinct_memory"] = bench_memory(d, args.memory_size)
     hook = HERE / "bench_hook.py"  # written on the hook branch; measured here when present
-    if hook.exists():
+    if hook.exists() and not args.goals_only:
         proc = subprocess.run(
             [sys.executable, str(hook)], capture_output=True, text=True, check=False
         )
