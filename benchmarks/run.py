@@ -513,7 +513,14 @@ def markdown(results: Result) -> str:
         mem = results.get(key)
         if not mem:
             continue
-        lines.append(f"**`{name(mem['entries'])}`** ({mem['entries']:,} entries):")
+        corpus = results["corpus"]["caches"] if key == "memory" else distinct
+        info = corpus.get(str(mem["entries"]), {})
+        lines.append(
+            f"**`{name(mem['entries'])}`** ({mem['entries']:,} entries, "
+            f"{info.get('entry_bytes', 0) / 2**20:,.0f} MiB of entries, "
+            f"{info.get('distinct_programs', 0):,} distinct programs), each first scan without "
+            "an index:"
+        )
         lines.append("")
         lines.append("| command | time | whole process | peak RSS |")
         lines.append("|---|---:|---:|---:|")
@@ -522,10 +529,10 @@ def markdown(results: Result) -> str:
             if r is None:  # results from before lint and scan --json were measured here
                 continue
             label = command if command != "scan" else "scan (first)"
-            lines.append(
-                f"| {label} | {r['seconds']:.1f} s | {r['wall_s']:.1f} s | "
-                f"{r['maxrss_mb']:.0f} MB (workers ≤ {r['workers_maxrss_mb']:.0f} MB each) |"
-            )
+            rss = f"{r['maxrss_mb']:.0f} MB"
+            if r["workers_maxrss_mb"]:
+                rss += f" (workers ≤ {r['workers_maxrss_mb']:.0f} MB each)"
+            lines.append(f"| {label} | {r['seconds']:.1f} s | {r['wall_s']:.1f} s | {rss} |")
         lines.append("")
     if "hook" in results:
         lines.append("**Hook key computation** (`benchmarks/bench_hook.py`):")
