@@ -15,8 +15,9 @@ large programs only). For each, in this process and on the same cache (page cach
   the command's own: ``scan``, ``scan --json``, a repeated ``scan`` (index warm), the deep
   grouping (decode everything, ``duplicate_groups``), ``prune --max-size`` dry run (and JAX's own
   LRU eviction pass over the same directory), ``diff`` of the two largest entries;
-- at ``--memory-size`` entries (``cache-50k`` and ``dist-50k``): peak RSS of a first ``scan``,
-  ``scan --json`` and ``lint`` (each with no index) and of a repeated ``scan``, beside L;
+- at ``--memory-size`` entries (``cache-50k`` and ``dist-50k``, for the families run): peak RSS
+  of a first ``scan``, ``scan --json`` and ``lint`` (each with no index) and of a repeated
+  ``scan``, beside L;
 - start-up: ``cachedoctor --help`` and ``scan`` of an empty directory, whole process, and whether
   jax or jaxlib was imported (``python -X importtime``).
 
