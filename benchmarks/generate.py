@@ -265,13 +265,13 @@ def ensure_corpus(
     sizes: tuple[int, ...] = DEFAULT_SIZES,
     python: str | None = None,
     force: bool = False,
-    distinct_sizes: tuple[int, ...] = DEFAULT_DISTINCT_SIZES,
+    distinct_sizes: tuple[int, ...] | None = DEFAULT_DISTINCT_SIZES,
 ) -> dict[str, object]:
     """Generate what is missing and return the corpus description (also in ``corpus.json``).
 
     The distinct corpora (``stamp["distinct"]``) have a version of their own, so that changing
-    them leaves the copies corpora (the trend row) as they are; ``dist-lrg`` comes with any of
-    them."""
+    them leaves the copies corpora (the trend row) as they are; ``dist-lrg`` comes with them
+    (``()``: ``dist-lrg`` alone; ``None``: no distinct corpus)."""
     python = python or sys.executable
     root = bench_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -307,7 +307,7 @@ def ensure_corpus(
         caches[key] = info
         print(f"wrote {cache_name(size)}: {info}", file=sys.stderr)
         stamp_path.write_text(json.dumps(stamp, indent=2))
-    if distinct_sizes:
+    if distinct_sizes is not None:
         ensure_distinct(root, stamp, distinct_sizes, python, log)
     stamp_path.write_text(json.dumps(stamp, indent=2))
     return stamp
@@ -357,7 +357,7 @@ def main() -> None:
     ap.add_argument("--python", default=None, help="interpreter with JAX (default: this one)")
     args = ap.parse_args()
     sizes = tuple(int(s) for s in args.sizes.split(",") if s)
-    distinct = tuple(int(s) for s in args.distinct_sizes.split(",") if s)
+    distinct = tuple(int(s) for s in args.distinct_sizes.split(",") if s) or None
     stamp = ensure_corpus(sizes, args.python, args.force, distinct)
     print(json.dumps(stamp, indent=2))
 

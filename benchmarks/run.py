@@ -648,14 +648,14 @@ def main() -> None:
         for s in args.distinct_sizes.split(",")
         if s
     ]
-    distinct_sizes = tuple(sorted({*(s for s in distinct if isinstance(s, int)), *memory}))
-    if not distinct:
-        distinct_sizes = ()
+    distinct_sizes = (
+        tuple(sorted({*(s for s in distinct if isinstance(s, int)), *memory})) if distinct else None
+    )
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     corpus = generate.ensure_corpus(all_sizes, distinct_sizes=distinct_sizes)
     caches: dict[str, dict[str, Any]] = corpus["caches"]  # type: ignore[assignment]
     dist_caches: dict[str, dict[str, Any]] = (
-        corpus["distinct"]["caches"] if distinct_sizes else {}  # type: ignore[index]
+        corpus["distinct"]["caches"] if distinct else {}  # type: ignore[index]
     )
     cmds = available_commands()
     results: Result = {
