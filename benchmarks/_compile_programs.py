@@ -21,7 +21,7 @@ Families after these build the *distinct* corpora (``generate.py``: ``dist-*``),
 entries are programs of their own rather than copies:
 
 - ``deep``: Python-unrolled stacks of 150-1,000 layers with per-layer activations drawn at random
-  (large HLO: 1.1-9 MB decompressed entries, ~9 KB a layer; 10-70 CPU-seconds each to compile)
+  (large HLO: about 1.1-9 MB decompressed entries; 10-70 CPU-seconds each to compile)
 - ``varied``: thousands of cheap small programs, each distinct (random op chains over random
   shapes and dtypes, optional reduction or matmul, and a constant of its own, so no two coincide)
 """
@@ -71,7 +71,7 @@ VARIED_SHAPES = [(8,), (32,), (100,), (256,), (1000,), (2048,), (16, 16), (64, 3
 VARIED_NAMES = ["loss_fn", "train_step", "predict", "eval_step", "update", "apply", "step", "f"]
 BINARY = [jnp.add, jnp.multiply, jnp.maximum, jnp.minimum, jnp.subtract]
 ACTIVATIONS = [jnp.tanh, jax.nn.relu, jax.nn.gelu, jax.nn.sigmoid, jnp.sin]
-# depths of the ``deep`` family: 7.5-9 KB of decompressed entry and ~0.07 CPU-s of compiling a layer
+# depths of the ``deep`` family: 7.3-9 KB of decompressed entry and ~0.07 CPU-s of compiling a layer
 DEEP_DEPTHS = [150, 160, 170, 180, 200, 220, 240, 260, 285, 310]
 DEEP_DEPTHS += [340, 380, 420, 470, 540, 620, 700, 800, 900, 1000]
 

@@ -6,7 +6,7 @@
 Where: ``$CACHEDOCTOR_BENCH_DIR`` (default ``~/.cache/cachedoctor-bench``), outside the repository.
 A corpus is reused while its stamp (generator version, JAX version, sizes) matches.
 
-How, in two steps:
+How, for the copies corpora:
 
 1. *Compile* ~320 distinct real programs with the installed JAX (``_compile_programs.py``: small
    elementwise jits up to 300-layer unrolled stacks and 6 MB constant-heavy programs, including
@@ -62,7 +62,8 @@ DEEP_PROGRAMS = 20  # the ``deep`` family of _compile_programs.py, all of it
 VARIED_PROGRAMS = 5000  # enough for half of dist-10k
 LARGE_ENTRY = 512 * 1024  # decompressed bytes from which an entry counts as a large program
 LARGE_COPY_SHARE = 0.1  # of the copies in a distinct corpus
-DIST_01K_SMALL, DIST_01K_LARGE = 600, 6
+SMALL_SHARE = 0.6  # small distinct programs in dist-NNk, as a share of its entries (if compiled)
+LARGE_UNDER_10K = 6  # large programs in a distinct corpus under 10k entries: the smallest
 
 
 def bench_dir() -> Path:
@@ -185,12 +186,13 @@ def layout_distinct(root: Path, which: int | str, seed: str) -> dict[str, object
         return _write_cache(root, dist_name(which), large, [1.0] * len(large), len(large), seed)
     size = int(which)
     if size < 10_000:
-        large = large[:DIST_01K_LARGE]
-    small = small[: int(0.6 * size)]
+        large = large[:LARGE_UNDER_10K]
+    small = small[: int(SMALL_SHARE * size)]
     originals = small + large
     # a tenth of the copies are copies of large programs, the rest of small ones
-    weights = [(1 - LARGE_COPY_SHARE) / len(small)] * len(small)
-    weights += [LARGE_COPY_SHARE / len(large)] * len(large)
+    share = LARGE_COPY_SHARE if small and large else float(bool(large))
+    weights = [(1 - share) / max(1, len(small))] * len(small)
+    weights += [share / max(1, len(large))] * len(large)
     info = _write_cache(root, dist_name(which), originals, weights, size, seed)
     info["large_programs"] = len(large)
     return info
