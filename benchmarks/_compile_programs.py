@@ -1,6 +1,7 @@
 """Compile a range of distinct, real JAX programs into the persistent cache (run by generate.py).
 
 Usage: python _compile_programs.py START STOP   (JAX_COMPILATION_CACHE_DIR names the cache)
+       python _compile_programs.py FAMILY:START:STOP ...   (indices within each family)
 
 Program ``i`` is fully determined by ``i``: the same index always builds the same program, so a
 corpus can be regenerated or extended. Programs are compiled (``.lower().compile()``), not run:
@@ -15,6 +16,14 @@ start-up. Families, from small to large:
 - ``cp``: ``custom_partitioning`` programs (the unstable-key bug: a new key every process)
 - ``unrolled``: Python-unrolled stacks of 10-300 layers (large HLO, 20-250 KB entries)
 - ``const``: programs closing over big arrays (weights baked in as constants: 0.1-6 MB entries)
+
+Families after these build the *distinct* corpora (``generate.py``: ``dist-*``), where most
+entries are programs of their own rather than copies:
+
+- ``deep``: Python-unrolled stacks of 150-1,000 layers with per-layer activations drawn at random
+  (large HLO: about 1.1-9 MB decompressed entries; 10-70 CPU-seconds each to compile)
+- ``varied``: thousands of cheap small programs, each distinct (random op chains over random
+  shapes and dtypes, optional reduction or matmul, and a constant of its own, so no two coincide)
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
@@ -50,11 +60,20 @@ FAMILIES = [
     ("cp", 10),
     ("unrolled", 12),
     ("const", 14),
+    ("deep", 20),
+    ("varied", 30000),
 ]
 TOTAL = sum(n for _, n in FAMILIES)
 UNARY = [jnp.sin, jnp.cos, jnp.tanh, jnp.exp, jnp.abs, jnp.sqrt, jnp.log1p, jax.nn.relu]
 SHAPES = [(16,), (1024,), (4096,), (128, 128), (512, 256), (64, 64, 8)]
 DTYPES = [jnp.float32, jnp.float32, jnp.bfloat16, jnp.float16]
+VARIED_SHAPES = [(8,), (32,), (100,), (256,), (1000,), (2048,), (16, 16), (64, 32), (128, 256)]
+VARIED_NAMES = ["loss_fn", "train_step", "predict", "eval_step", "update", "apply", "step", "f"]
+BINARY = [jnp.add, jnp.multiply, jnp.maximum, jnp.minimum, jnp.subtract]
+ACTIVATIONS = [jnp.tanh, jax.nn.relu, jax.nn.gelu, jax.nn.sigmoid, jnp.sin]
+# depths of the ``deep`` family: 7.3-9 KB of decompressed entry and ~0.07 CPU-s of compiling a layer
+DEEP_DEPTHS = [150, 160, 170, 180, 200, 220, 240, 260, 285, 310]
+DEEP_DEPTHS += [340, 380, 420, 470, 540, 620, 700, 800, 900, 1000]
 
 
 def family_of(i: int) -> tuple[str, int]:
@@ -202,9 +221,11 @@ def build(i: int):  # type: ignore[no-untyped-def]
             _arg((8, width)),
             _arg((width, width)),
         )
+    if fam == "varied":
+        return _varied(j, rng)
+    if fam == "deep":
+        return _deep(j, rng)
     # const: weights closed over become HLO constants, stored in the entry (and the object code)
-    import numpy as np
-
     kib = [96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 5120, 6144][j]
     table = np.random.default_rng(i).standard_normal((kib * 256 // 64, 64)).astype(np.float32)
 
@@ -214,13 +235,70 @@ def build(i: int):  # type: ignore[no-untyped-def]
     return jax.jit(_named(embed, "embed_lookup")), (_arg((16,), jnp.int32),)
 
 
+def _varied(j: int, rng: random.Random):  # type: ignore[no-untyped-def]
+    """A small program of its own: the float32 constant ``1 + j / 4096`` makes it unique."""
+    shape, dtype = rng.choice(VARIED_SHAPES), rng.choice(DTYPES)
+    steps = [
+        (rng.choice(UNARY), None)
+        if rng.random() < 0.6
+        else (rng.choice(BINARY), rng.uniform(-2, 2))
+        for _ in range(rng.randint(1, 12))
+    ]
+    tail = rng.choice(["none", "sum", "max", "mean", "matmul"])
+    tag = np.float32(1 + j / 4096)  # exact in float32 for every j of the family: a literal
+
+    def varied(x):  # type: ignore[no-untyped-def]
+        x = x.astype(jnp.float32) * tag
+        for op, c in steps:
+            x = op(x) if c is None else op(x, c)
+        if tail == "matmul" and x.ndim == 2:
+            x = x @ x.T
+        elif tail in ("sum", "max", "mean"):
+            x = getattr(x, tail)(axis=-1)
+        return x.astype(dtype)
+
+    return jax.jit(_named(varied, rng.choice(VARIED_NAMES))), (_arg(shape, dtype),)
+
+
+def _deep(j: int, rng: random.Random):  # type: ignore[no-untyped-def]
+    """An unrolled stack (large HLO): layers with their own constants and activations."""
+    depth, width = DEEP_DEPTHS[j], rng.choice([32, 64, 128])
+    acts = [rng.choice(ACTIVATIONS) for _ in range(depth)]
+
+    def deep(x, w):  # type: ignore[no-untyped-def]
+        for k, act in enumerate(acts):
+            x = act(x @ w + k * 0.001)
+            if k % 3 == 0:
+                x = jnp.roll(x, k % 7, axis=-1) * jnp.cos(x)
+        return x
+
+    name = rng.choice(["transformer_stack", "decoder_stack", "resnet_apply", "unet_forward"])
+    return jax.jit(_named(deep, name)), (_arg((8, width)), _arg((width, width)))
+
+
+def family_range(spec: str) -> range:
+    """``FAMILY:START:STOP`` as program indices."""
+    name, start, stop = spec.split(":")
+    offset = 0
+    for fam, n in FAMILIES:
+        if fam == name:
+            return range(offset + int(start), offset + min(int(stop), n))
+        offset += n
+    raise SystemExit(f"no family {name!r}")
+
+
 def main() -> None:
-    start, stop = int(sys.argv[1]), int(sys.argv[2])
-    for i in range(start, min(stop, TOTAL)):
+    if len(sys.argv) == 3 and ":" not in sys.argv[1]:
+        indices = range(int(sys.argv[1]), min(int(sys.argv[2]), TOTAL))
+    else:
+        indices = [i for spec in sys.argv[1:] for i in family_range(spec)]
+    for i in indices:
         t0 = time.monotonic()
         fn, args = build(i)
         fn.lower(*args).compile()
         print(f"{i} {family_of(i)[0]} {time.monotonic() - t0:.2f}s", flush=True)
+        if i % 500 == 499:
+            jax.clear_caches()  # thousands of programs in one process: keep its memory flat
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """The benchmark harness: floors and commands on the same generated caches, as ratios.
 
-    python benchmarks/bench.py [--sizes 1000,10000] [--memory-size 50000] [--reps 5]
-                               [--out benchmarks/results/NAME.json] [--profile]
+    python benchmarks/run.py [--sizes 1000,10000] [--distinct-sizes 1000,10000,large]
+                             [--memory-size 50000] [--reps 5]
+                             [--out benchmarks/results/NAME.json] [--profile]
 
-For each cache size, in this process and on the same cache (page cache warmed first):
+Caches (``generate.py``): the *copies* corpora ``cache-NNk`` (``--sizes``: ~300 programs copied
+many times, the trend row) and the *distinct* corpora ``dist-NNk`` / ``dist-lrg``
+(``--distinct-sizes``: at least half distinct programs with some large HLO; ``large``: distinct
+large programs only). For each, in this process and on the same cache (page cache warmed first):
 
 - floors: **L** list the directory and lstat every file; **R** read every byte of every entry;
   **D** read and decompress every entry, single-threaded;
@@ -11,8 +15,15 @@ For each cache size, in this process and on the same cache (page cache warmed fi
   the command's own: ``scan``, ``scan --json``, a repeated ``scan`` (index warm), the deep
   grouping (decode everything, ``duplicate_groups``), ``prune --max-size`` dry run (and JAX's own
   LRU eviction pass over the same directory), ``diff`` of the two largest entries;
+- at ``--memory-size`` entries (``cache-50k`` and ``dist-50k``, for the families run): peak RSS
+  of a first ``scan``, ``scan --json`` and ``lint`` (each with no index) and of a repeated
+  ``scan``, beside L;
 - start-up: ``cachedoctor --help`` and ``scan`` of an empty directory, whole process, and whether
   jax or jaxlib was imported (``python -X importtime``).
+
+The goal table (issue 12) has one row per corpus: the first scan's wall time (the command as a
+user runs it, with its pool of worker processes) against D on one thread, the repeated scan
+against L, and peak RSS at the memory size.
 
 Times are the medians of ``--reps`` repetitions, with min and max. Command times exclude the
 interpreter's start-up and imports (that is the start-up target's job); the whole-process wall
@@ -234,7 +245,8 @@ def machine() -> Result:
     }
 
 
-def bench_cache(d: str, reps: int, cmds: set[str]) -> Result:
+def bench_cache(d: str, reps: int, cmds: set[str], goals_only: bool = False) -> Result:
+    """Floors and commands on one cache; ``goals_only``: only the first and repeated scan."""
     print(f"-- {d}", file=sys.stderr)
     floor_read(d)  # warm the page cache
     floors = {
@@ -248,11 +260,21 @@ def bench_cache(d: str, reps: int, cmds: set[str]) -> Result:
     )
     c: dict[str, Result] = {}
     c["scan"] = repeat_child("cli", {"argv": ["scan", d]}, reps, before=lambda: drop_index(d))
-    c["scan --json"] = repeat_child(
-        "cli", {"argv": ["scan", d, "--json"]}, reps, before=lambda: drop_index(d)
-    )
+    if not goals_only:
+        c["scan --json"] = repeat_child(
+            "cli", {"argv": ["scan", d, "--json"]}, reps, before=lambda: drop_index(d)
+        )
     child("cli", {"argv": ["scan", d]})  # leaves the index behind, if there is one
     c["scan (repeated)"] = repeat_child("cli", {"argv": ["scan", d]}, reps)
+    if not goals_only:
+        _other_commands(d, reps, cmds, c)
+    for name, r in c.items():
+        print(f"   {name}: {r['median_s']:.3f}s rss {r['maxrss_mb']:.0f} MB", file=sys.stderr)
+    return {"dir": d, "floors": floors, "commands": c}
+
+
+def _other_commands(d: str, reps: int, cmds: set[str], c: dict[str, Result]) -> None:
+    """What a full run measures beside the scans: grouping, prune, JAX's LRU pass, diff."""
     c["deep grouping"] = repeat_child("deep", {"dir": d}, max(1, reps // 2))
     c["deep grouping (1 process)"] = repeat_child("deep", {"dir": d, "workers": 1}, 1)
     size = sum(os.path.getsize(p) for p in _entry_paths(d))
@@ -264,9 +286,23 @@ def bench_cache(d: str, reps: int, cmds: set[str]) -> Result:
     if "diff" in cmds:
         big = sorted(_entry_paths(d), key=os.path.getsize)[-2:]
         c["diff (two largest entries)"] = repeat_child("cli", {"argv": ["diff", *big]}, reps)
-    for name, r in c.items():
-        print(f"   {name}: {r['median_s']:.3f}s rss {r['maxrss_mb']:.0f} MB", file=sys.stderr)
-    return {"dir": d, "floors": floors, "commands": c}
+
+
+def bench_memory(d: str, entries: int) -> Result:
+    """Peak RSS of the commands a user runs on a large cache, each first scan without an index."""
+    print(f"-- {d} (memory)", file=sys.stderr)
+    floor_read(d)
+    out: Result = {"entries": entries, "L": timed(lambda: floor_list(d), 3)}
+    for name, argv in (("scan", ["scan", d]), ("scan --json", ["scan", d, "--json"])):
+        drop_index(d)
+        out[name] = child("cli", {"argv": argv})
+    drop_index(d)
+    out["lint"] = child("cli", {"argv": ["lint", d]})
+    out["scan (repeated)"] = child("cli", {"argv": ["scan", d]})
+    for name in ("scan", "scan --json", "lint", "scan (repeated)"):
+        r = out[name]
+        print(f"   {name}: {r['seconds']:.3f}s rss {r['maxrss_mb']:.0f} MB", file=sys.stderr)
+    return out
 
 
 FLOOR_OF = {
@@ -303,13 +339,14 @@ def targets(results: Result, cores: int) -> list[Result]:
         out.append(
             _target("repeated scan ≤ 2 × L (10k)", cmd["scan (repeated)"]["median_s"], 2 * L)
         )
-        out.append(
-            _target(
-                f"deep grouping ≤ 1.2 × D / {cores} cores (10k)",
-                cmd["deep grouping"]["median_s"],
-                1.2 * D / cores,
+        if "deep grouping" in cmd:  # not measured with --goals-only
+            out.append(
+                _target(
+                    f"deep grouping ≤ 1.2 × D / {cores} cores (10k)",
+                    cmd["deep grouping"]["median_s"],
+                    1.2 * D / cores,
+                )
             )
-        )
     mem = results.get("memory")
     if mem:
         out.append(
@@ -328,6 +365,71 @@ def targets(results: Result, cores: int) -> list[Result]:
     return out
 
 
+def corpus_rows(results: Result) -> list[tuple[str, Result, Result, Result | None]]:
+    """(label, corpus description, bench_cache result, memory result) for every corpus run."""
+    described = results["corpus"]
+    rows: list[tuple[str, Result, Result, Result | None]] = []
+    for key, res in results["caches"].items():
+        rows.append((generate.cache_name(int(key)), described["caches"][key], res, None))
+    dist = described.get("distinct", {}).get("caches", {})
+    for key, res in results.get("distinct_caches", {}).items():
+        rows.append((generate.dist_name(key), dist[key], res, None))
+    for mem_key, label, info in (
+        ("memory", "cache", described["caches"]),
+        ("distinct_memory", "dist", dist),
+    ):
+        mem = results.get(mem_key)
+        if mem and "L" in mem:
+            name = (generate.cache_name if label == "cache" else generate.dist_name)(mem["entries"])
+            rows.append((name, info[str(mem["entries"])], {}, mem))
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds, with a decimal below 10 ms (the floors of the small corpora)."""
+    return f"{seconds * 1000:,.1f} ms" if seconds < 0.01 else f"{seconds * 1000:,.0f} ms"
+
+
+def goals(*runs: Result) -> list[str]:
+    """Issue 12's goal table, one row per corpus of every run given (Markdown lines)."""
+    cores = runs[0]["machine"]["cores"]
+    lines = [
+        f"| corpus | entries (distinct) | first scan: wall, {cores} workers | D: 1 thread "
+        "| × D | goal | repeated scan | L | × L | goal | peak RSS scan / --json / lint |",
+        "|---|---:|---:|---:|---:|:---:|---:|---:|---:|:---:|---:|",
+    ]
+    for name, info, res, mem in (row for results in runs for row in corpus_rows(results)):
+        copies = name.startswith("cache")
+        limit = 1.0 if copies else 3.0
+        first = again = "—"
+        first_goal = again_goal = "—"
+        d_ms = l_ms = ratio_d = ratio_l = "—"
+        if res:
+            fl, cmd = res["floors"], res["commands"]
+            d, lst = fl["D"]["median_s"], fl["L"]["median_s"]
+            t = cmd["scan"]["median_s"]
+            first, d_ms, ratio_d = _ms(t), _ms(d), f"{t / d:.1f}"
+            first_goal = f"≤ {limit:.0f} × D {'✅' if t <= limit * d else '❌'}"
+            rep = cmd["scan (repeated)"]["median_s"]
+        else:
+            assert mem is not None
+            lst, rep = mem["L"]["median_s"], mem["scan (repeated)"]["seconds"]
+            first = _ms(mem["scan"]["seconds"])
+        again, l_ms, ratio_l = _ms(rep), _ms(lst), f"{rep / lst:.1f}"
+        if info["entries"] >= 10_000:
+            again_goal = f"≤ 2 × L {'✅' if rep <= 2 * lst else '❌'}"
+        rss = "—"
+        if mem:
+            peaks = [mem[c]["maxrss_mb"] for c in ("scan", "scan --json", "lint")]
+            rss = " / ".join(f"{v:.0f}" for v in peaks) + " MB "
+            rss += "✅" if max(peaks) <= 200 else "❌"
+        lines.append(
+            f"| `{name}` | {info['entries']:,} ({info['distinct_programs']:,}) | {first} | {d_ms} "
+            f"| {ratio_d} | {first_goal} | {again} | {l_ms} | {ratio_l} | {again_goal} | {rss} |"
+        )
+    return lines
+
+
 def _target(name: str, value: float, limit: float, unit: str = "s") -> Result:
     return {"target": name, "value": value, "limit": limit, "unit": unit, "met": value <= limit}
 
@@ -341,12 +443,23 @@ def markdown(results: Result) -> str:
         f"(run {results['started']}, load average at start {m['load_avg_at_start'][0]:.1f})."
     )
     lines.append("")
-    for size, res in results["caches"].items():
-        corpus = results["corpus"]["caches"].get(size, {})
+    distinct = results["corpus"].get("distinct", {}).get("caches", {})
+    sections = [
+        (f"{int(key):,} entries", results["corpus"]["caches"].get(key, {}), res)
+        for key, res in results["caches"].items()
+    ]
+    sections += [
+        (f"`{generate.dist_name(key)}`", distinct.get(key, {}), res)
+        for key, res in results.get("distinct_caches", {}).items()
+    ]
+    for title, corpus, res in sections:
+        large = corpus.get("large_programs")
         lines.append(
-            f"**{int(size):,} entries** ({corpus.get('entry_bytes', 0) / 2**20:,.0f} MiB of "
-            f"entries, {corpus.get('distinct_programs', '?')} distinct programs, "
-            f"{corpus.get('relocated', '?')} relocated, {corpus.get('corrupt', '?')} corrupt)"
+            f"**{title}** ({corpus.get('entries', 0):,} entries, "
+            f"{corpus.get('entry_bytes', 0) / 2**20:,.0f} MiB of "
+            f"entries, {corpus.get('distinct_programs', 0):,} distinct programs"
+            + (f" of which {large} large" if large is not None else "")
+            + f", {corpus.get('relocated', '?')} relocated, {corpus.get('corrupt', '?')} corrupt)"
         )
         lines.append("")
         fl = res["floors"]
@@ -397,15 +510,30 @@ def markdown(results: Result) -> str:
                 f"{r['maxrss_mb']:.0f} MB |"
             )
         lines.append("")
-    mem = results.get("memory")
-    if mem:
-        first, again = mem["scan"], mem["scan (repeated)"]
+    for key, name in (("memory", generate.cache_name), ("distinct_memory", generate.dist_name)):
+        mem = results.get(key)
+        if not mem:
+            continue
+        corpus = results["corpus"]["caches"] if key == "memory" else distinct
+        info = corpus.get(str(mem["entries"]), {})
         lines.append(
-            f"**{mem['entries']:,} entries**: first `scan` {first['seconds']:.1f} s, "
-            f"peak RSS {first['maxrss_mb']:.0f} MB (workers ≤ {first['workers_maxrss_mb']:.0f}"
-            f" MB each); repeated `scan` {again['seconds']:.1f} s, peak RSS "
-            f"{again['maxrss_mb']:.0f} MB"
+            f"**`{name(mem['entries'])}`** ({mem['entries']:,} entries, "
+            f"{info.get('entry_bytes', 0) / 2**20:,.0f} MiB of entries, "
+            f"{info.get('distinct_programs', 0):,} distinct programs), each first scan without "
+            "an index:"
         )
+        lines.append("")
+        lines.append("| command | time | whole process | peak RSS |")
+        lines.append("|---|---:|---:|---:|")
+        for command in ("scan", "scan --json", "lint", "scan (repeated)"):
+            r = mem.get(command)
+            if r is None:  # results from before lint and scan --json were measured here
+                continue
+            label = command if command != "scan" else "scan (first)"
+            rss = f"{r['maxrss_mb']:.0f} MB"
+            if r["workers_maxrss_mb"]:
+                rss += f" (workers ≤ {r['workers_maxrss_mb']:.0f} MB each)"
+            lines.append(f"| {label} | {r['seconds']:.1f} s | {r['wall_s']:.1f} s | {rss} |")
         lines.append("")
     if "hook" in results:
         lines.append("**Hook key computation** (`benchmarks/bench_hook.py`):")
@@ -415,9 +543,7 @@ def markdown(results: Result) -> str:
         lines.append("```")
         lines.append("")
     else:
-        lines.append(
-            "Hook key computation: not measured (`benchmarks/bench_hook.py` is not on this branch)."
-        )
+        lines.append("Hook key computation: not measured in this run.")
         lines.append("")
     missing = [c for c in ("prune", "diff") if c not in results["commands_available"]]
     if missing:
@@ -426,6 +552,15 @@ def markdown(results: Result) -> str:
             "once registered; `prune` is compared with JAX's LRU pass above)."
         )
         lines.append("")
+    lines.append(
+        "**Goals of issue 12**, one row per corpus: a first scan is the command's wall time "
+        "after its imports, with its worker pool, against D decompressed on one thread; ≤ 1 × D "
+        "applies to the copies corpora (`cache-*`), ≤ 3 × D to the distinct ones (`dist-*`). "
+        "Repeated scans against L; peak RSS at the memory size."
+    )
+    lines.append("")
+    lines.extend(goals(results))
+    lines.append("")
     lines.append("| target | measured | limit | met |")
     lines.append("|---|---:|---:|:---:|")
     for t in results["targets"]:
@@ -478,21 +613,51 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--sizes", default="1000,10000", help="copies corpora (cache-NNk)")
+    ap.add_argument(
+        "--distinct-sizes",
+        default="1000,10000,large",
+        help="distinct corpora (dist-NNk; large: dist-lrg); '' for none",
+    )
     ap.add_argument("--memory-size", type=int, default=50000, help="0 to skip")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--profile", action="store_true", help="also write cProfile top entries")
-    ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier run")
+    ap.add_argument(
+        "--goals-only",
+        action="store_true",
+        help="per cache, only what the goal table needs: floors, first and repeated scan",
+    )
+    ap.add_argument(
+        "--table",
+        metavar="JSON",
+        nargs="+",
+        help="only print the tables of earlier runs (several: and one goal table for all)",
+    )
     args = ap.parse_args()
     if args.table:
-        print(markdown(json.loads(Path(args.table).read_text())))
+        runs = [json.loads(Path(name).read_text()) for name in args.table]
+        print("\n\n".join(markdown(results) for results in runs))
+        if len(runs) > 1:
+            print("\n**Goals of issue 12, all runs above**\n\n" + "\n".join(goals(*runs)))
         return
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    all_sizes = tuple(sorted({*sizes, *([args.memory_size] if args.memory_size else [])}))
+    memory = [args.memory_size] if args.memory_size else []
+    all_sizes = tuple(sorted({*sizes, *memory})) if sizes else ()
+    distinct: list[int | str] = [
+        generate.LARGE if s == generate.LARGE else int(s)
+        for s in args.distinct_sizes.split(",")
+        if s
+    ]
+    distinct_sizes = (
+        tuple(sorted({*(s for s in distinct if isinstance(s, int)), *memory})) if distinct else None
+    )
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    corpus = generate.ensure_corpus(all_sizes)
+    corpus = generate.ensure_corpus(all_sizes, distinct_sizes=distinct_sizes)
     caches: dict[str, dict[str, Any]] = corpus["caches"]  # type: ignore[assignment]
+    dist_caches: dict[str, dict[str, Any]] = (
+        corpus["distinct"]["caches"] if distinct else {}  # type: ignore[index]
+    )
     cmds = available_commands()
     results: Result = {
         "schema_version": 1,
@@ -506,31 +671,38 @@ def main() -> None:
     out_dir.mkdir(exist_ok=True)
     for size in sizes:
         d = caches[str(size)]["path"]
-        res = bench_cache(d, args.reps, cmds)
+        res = bench_cache(d, args.reps, cmds, args.goals_only)
         add_ratios(res)
         results["caches"][str(size)] = res
         if args.profile:
             res["profiles"] = profile(d, out_dir, f"{size}")
+    results["distinct_caches"] = {}
+    for which in distinct:
+        d = dist_caches[str(which)]["path"]
+        res = bench_cache(d, args.reps, cmds, args.goals_only)
+        add_ratios(res)
+        results["distinct_caches"][str(which)] = res
     # the distinct programs alone: no duplicate to share work between
     src = str(generate.bench_dir() / "cache-src")
-    floor_read(src)
-    results["distinct"] = {
-        "dir": src,
-        "D": timed(lambda: floor_decompress(src), args.reps),
-        "deep grouping": repeat_child("deep", {"dir": src}, args.reps),
-        "deep grouping (1 process)": repeat_child("deep", {"dir": src, "workers": 1}, args.reps),
-    }
-    if args.memory_size:
-        d = caches[str(args.memory_size)]["path"]
-        floor_read(d)
-        drop_index(d)
-        results["memory"] = {
-            "entries": args.memory_size,
-            "scan": child("cli", {"argv": ["scan", d]}),
-            "scan (repeated)": child("cli", {"argv": ["scan", d]}),
+    if sizes and not args.goals_only:
+        floor_read(src)
+        results["distinct"] = {
+            "dir": src,
+            "D": timed(lambda: floor_decompress(src), args.reps),
+            "deep grouping": repeat_child("deep", {"dir": src}, args.reps),
+            "deep grouping (1 process)": repeat_child(
+                "deep", {"dir": src, "workers": 1}, args.reps
+            ),
         }
+    if args.memory_size:  # for each family run: the copies and the distinct corpora
+        if sizes:
+            d = caches[str(args.memory_size)]["path"]
+            results["memory"] = bench_memory(d, args.memory_size)
+        if distinct:
+            d = dist_caches[str(args.memory_size)]["path"]
+            results["distinct_memory"] = bench_memory(d, args.memory_size)
     hook = HERE / "bench_hook.py"  # written on the hook branch; measured here when present
-    if hook.exists():
+    if hook.exists() and not args.goals_only:
         proc = subprocess.run(
             [sys.executable, str(hook)], capture_output=True, text=True, check=False
         )
