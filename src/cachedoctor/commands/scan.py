@@ -242,6 +242,7 @@ def _decode_entries(
 
     items = listing.entries
     idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
+    served = {} if idx is None else idx.serve(items, path_of)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -254,7 +255,7 @@ def _decode_entries(
                 mtime_ns=item.mtime_ns,
                 problems=(model.Problem("symlink", "is a symbolic link; not followed"),),
             )
-        elif idx is not None and (hit := idx.get(item, path_of(item))) is not None:
+        elif (hit := served.pop(item.name, None)) is not None:
             found[n] = hit
         else:
             todo.append(n)
