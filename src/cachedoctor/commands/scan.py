@@ -625,16 +625,21 @@ def _relocated(
         ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
     )
     moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
+    elsewhere_by_path: dict[str, bool] = {}  # entries name few distinct paths: judge each once
     for e in entries:
         if e.key in stable_keys:
             continue  # its key hashes the paths relative to the cache: see stable_hasher_keys
         for attr, option, hashed in checks:
             value = getattr(e, attr)
-            if not value or hashed is False or not os.path.isabs(value):
+            if not value or hashed is False:
+                continue
+            other_dir = elsewhere_by_path.get(value)
+            if other_dir is None:
                 # a relative path (JAX_COMPILATION_CACHE_DIR=.jax_cache) is hashed as written:
                 # JAX hits it from any working directory where it names this cache
-                continue
-            if not _same_dir(value, root):
+                other_dir = os.path.isabs(value) and not _same_dir(value, root)
+                elsewhere_by_path[value] = other_dir
+            if other_dir:
                 moved[option].append((e, value))
     findings = []
     for option, pairs in moved.items():
