@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section, share_strings
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
 FORMAT = "cachedoctor-index-v2"
@@ -137,7 +137,6 @@ class ScanIndex:
     hits: int = 0
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
-    _strings: dict[str, str] = field(default_factory=dict)  # copies share their strings
     _changed: dict[str, tuple[Identity, EntryInfo]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
@@ -152,10 +151,14 @@ class ScanIndex:
             return {os.fsdecode(name): ident for name, ident in rows}
 
     def serve(
-        self, items: Iterable[DirItem], path_of: Callable[[DirItem], str]
+        self,
+        items: Iterable[DirItem],
+        path_of: Callable[[DirItem], str],
+        strings: dict[str, str],
     ) -> dict[str, EntryInfo]:
         """The stored result of every item whose file or object is unchanged, by name, each
-        reported at ``path_of(item)``. Rows of names no longer listed are dropped at ``save``."""
+        reported at ``path_of(item)``, its strings shared through ``strings``
+        (``model.share_strings``). Rows of names no longer listed are dropped at ``save``."""
         db, self._db = self._db, None
         if db is None:
             return {}
@@ -170,7 +173,7 @@ class ScanIndex:
                     if item is None:
                         self._removed.add(name)
                     elif row[0] == identity(item, self.remote):
-                        info = self._decode(name, row, hlo_rows, item, path_of(item))
+                        info = self._decode(name, row, hlo_rows, item, path_of(item), strings)
                         if info is not None:
                             served[name] = info
         except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
@@ -181,7 +184,13 @@ class ScanIndex:
         return served
 
     def _decode(
-        self, name: str, row: list[Any], hlo_rows: dict[str, str], item: DirItem, path: str
+        self,
+        name: str,
+        row: list[Any],
+        hlo_rows: dict[str, str],
+        item: DirItem,
+        path: str,
+        strings: dict[str, str],
     ) -> EntryInfo | None:
         """The row's entry, or None when the row is damaged or of another shape."""
         ident, scalars, parts, hlo_id, checksum = row
@@ -204,13 +213,8 @@ class ScanIndex:
             return None
         if not isinstance(values, list) or len(values) != len(_SCALARS):
             return None
-        strings = self._strings
-        for n, value in enumerate(values):
-            if value.__class__ is str:  # one string object for the values copies share
-                values[n] = strings.setdefault(value, value)
-        values[_KEY] = item.key if values[_KEY] == item.key else values[_KEY]
         values[_PATH] = path  # the same cache reached by another spelling of its path
-        return _entry(values, compound, summary)
+        return share_strings(_entry(values, compound, summary), strings, item.key)
 
     def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
         """Mark the decoded entries to store (when storable) or to drop from the index."""
@@ -407,7 +411,7 @@ _PARTS = tuple(_ENTRY_PARTS)
 _SCALARS = tuple(f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo")
 # frozen and slotted: fill the slots directly, several times faster than __init__
 _SETTERS = tuple(getattr(EntryInfo, f).__set__ for f in (*_SCALARS, *_PARTS, "hlo"))
-_KEY, _PATH = _SCALARS.index("key"), _SCALARS.index("path")
+_PATH = _SCALARS.index("path")
 
 
 def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:

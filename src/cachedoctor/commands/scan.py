@@ -242,7 +242,8 @@ def _decode_entries(
 
     items = listing.entries
     idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
-    served = {} if idx is None else idx.serve(items, path_of)
+    strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
+    served = {} if idx is None else idx.serve(items, path_of, strings)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -271,7 +272,7 @@ def _decode_entries(
 
     decoded = decode([items[n] for n in todo], advance if progress is not None else None)
     for n, info in zip(todo, decoded, strict=True):
-        found[n] = info
+        found[n] = model.share_strings(info, strings, items[n].key)
     entries = [e for e in found if e is not None]
     if idx is not None:
         idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
