@@ -137,7 +137,7 @@ class ScanIndex:
     hits: int = 0
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
-    _changed: dict[str, tuple[Identity, EntryInfo]] = field(default_factory=dict)
+    _changed: dict[str, tuple[DirItem, EntryInfo]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
@@ -229,7 +229,7 @@ class ScanIndex:
                 self._changed.pop(name, None)
                 self._removed.add(name)
                 continue
-            self._changed[name] = (identity(item, self.remote), info)
+            self._changed[name] = (item, info)
             self._removed.discard(name)
 
     def save(self) -> None:
@@ -293,7 +293,8 @@ class ScanIndex:
         summaries: dict[int, tuple[HloSummary, str]] = {}  # decoded copies share one summary
 
         def rows() -> Iterator[tuple[object, ...]]:
-            for name, (ident, info) in self._changed.items():
+            for name, (item, info) in self._changed.items():
+                ident = identity(item, self.remote)
                 hlo_id = None
                 if info.hlo is not None:
                     known = summaries.get(id(info.hlo))
