@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import errno
 import operator
@@ -157,21 +156,20 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
                 kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
             elif key is not None:
                 key = keys.setdefault(key, key)
-            # no version: a local file's identity is its inode and times (fsops.FileId)
             items.append(
-                _dir_item(
-                    name,
-                    kind,
-                    key,
-                    st.st_size,
-                    st.st_mtime_ns,
-                    mode,
-                    st.st_uid,
-                    is_link,
-                    is_dir,
-                    None,
-                    st.st_ino,
-                    st.st_ctime_ns,
+                DirItem(
+                    name=name,
+                    kind=kind,
+                    key=key,
+                    size=st.st_size,
+                    mtime_ns=st.st_mtime_ns,
+                    mode=mode,
+                    uid=st.st_uid,
+                    is_symlink=is_link,
+                    is_dir=is_dir,
+                    # no version: a local file's identity is its inode and times (fsops.FileId)
+                    ino=st.st_ino,
+                    ctime_ns=st.st_ctime_ns,
                 )
             )
     items.sort(key=_by_name)
@@ -179,16 +177,6 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
 
 
 _by_name = operator.attrgetter("name")
-_DIR_ITEM_SETTERS = tuple(getattr(DirItem, f.name).__set__ for f in dataclasses.fields(DirItem))
-
-
-def _dir_item(*values: object) -> DirItem:
-    """``DirItem(*values)`` without the frozen dataclass's ``__init__`` (one
-    ``object.__setattr__`` per field): a listing makes one per file, 100k in a 50k cache."""
-    item: DirItem = object.__new__(DirItem)
-    for setter, value in zip(_DIR_ITEM_SETTERS, values, strict=True):
-        setter(item, value)
-    return item
 
 
 def store_item(si: StoreItem) -> DirItem:
