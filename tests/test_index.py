@@ -14,7 +14,8 @@ import pytest
 
 from cachedoctor.cache import index, parallel, reader
 from cachedoctor.commands import scan
-from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+from tests.test_prune import evict_cache  # noqa: F401 (the fixture)
 from tests.test_reader_gpu import plain_gpu_entry, real_hlo_with_config  # noqa: F401 (fixture)
 
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
@@ -306,3 +307,36 @@ def test_same_report_with_or_without_index_on_one_or_more_workers(
     touched = scanned(use_index=False, workers=1)
     assert touched != baseline  # the new mtime shows
     assert scanned(use_index=True, workers=2) == touched  # one decoded, the rest from the index
+
+
+def test_streamed_json_is_byte_equal_with_or_without_index_on_one_or_more_workers(
+    evict_cache: Path,  # noqa: F811 (the fixture)
+    copy_of: Callable[[Path], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What `scan --json` writes (entries, findings and files streamed one at a time) is the same
+    text whichever of the index and the pool served each entry, and is the whole document."""
+    cache = copy_of(evict_cache)  # written by JAX with LRU eviction on: -atime files, .lockfile
+    data = (cache / entry_names(cache)[0]).read_bytes()
+    (cache / f"jit_cut-{'c' * 64}-cache").write_bytes(data[: len(data) // 3])  # a finding
+    (cache / "notes.txt").write_text("not JAX's")  # another file
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ENTRIES", 0)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
+
+    def streamed(use_index: bool, workers: int) -> str:
+        got = scan.scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        return "".join(iter_scan_json(got))
+
+    plain = scan.scan_directory(cache, now=NOW, use_index=False, workers=1)
+    whole = dumps(scan_document(plain))
+    doc = json.loads(whole)
+    assert doc["findings"] and doc["entries"]  # every streamed array has elements
+    assert any(f["kind"] == "atime" for f in doc["files"])
+    assert streamed(use_index=False, workers=1) == whole
+    assert streamed(use_index=False, workers=2) == whole
+    assert streamed(use_index=True, workers=2) == whole  # decodes all, writes the index
+    assert streamed(use_index=True, workers=1) == whole  # everything from the index
+    assert set(index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).entries) == set(
+        entry_names(cache)
+    )  # so the index served every entry

@@ -34,13 +34,13 @@ import sqlite3
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section, share_strings
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
 FORMAT = "cachedoctor-index-v2"
@@ -51,10 +51,6 @@ DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
 BUSY_TIMEOUT_S = 2.0  # another scan writing the same index: wait this long, then go without
 
 Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:version" for an object
-# identity, scalar fields (JSON), compound fields (JSON), HLO summary id, checksum
-Row = tuple[str, str, str, str | None, bytes]
-
-_SERVED: Row = ("", "", "", None, b"")  # a row already turned into its EntryInfo
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -127,60 +123,102 @@ def identity(item: DirItem, remote: bool) -> Identity:
 
 @dataclass
 class ScanIndex:
-    """The index of one cache, loaded (or empty), updated by the scan, then saved."""
+    """The index of one cache, opened (or empty), consulted once by the scan, then saved.
+
+    Rows are read when they are served (``serve``), one at a time, and only the changed ones are
+    written (``save``): the index never holds the text of a whole cache's rows in memory.
+    """
 
     cache: str
     options: tuple[object, ...]
-    entries: dict[str, Row]
     path: Path
     loaded: bool = False
     remote: bool = False  # a bucket: objects are known by generation/ETag, never racy
     hits: int = 0
-    _hlo_rows: dict[str, str] = field(default_factory=dict)
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
-    _changed: dict[str, Row] = field(default_factory=dict)
+    _changed: dict[str, tuple[DirItem, EntryInfo]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
+    _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
-    def get(self, item: DirItem, path: str) -> EntryInfo | None:
-        """The stored result for this exact file or object (reported at ``path``), or None."""
-        found = self.entries.get(item.name)
-        if found is None or found[0] != identity(item, self.remote):
-            return None
+    @property
+    def entries(self) -> dict[str, Identity]:
+        """Name -> identity of each row in the file (read anew each time; for tools and tests)."""
+        if not self.loaded:
+            return {}
+        with contextlib.closing(_connect(self.path)) as db:
+            rows = db.execute("SELECT name, identity FROM entries")
+            return {os.fsdecode(name): ident for name, ident in rows}
+
+    def serve(
+        self,
+        items: Iterable[DirItem],
+        path_of: Callable[[DirItem], str],
+        strings: dict[str, str],
+    ) -> dict[str, EntryInfo]:
+        """The stored result of every item whose file or object is unchanged, by name, each
+        reported at ``path_of(item)``, its strings shared through ``strings``
+        (``model.share_strings``). Rows of names no longer listed are dropped at ``save``."""
+        db, self._db = self._db, None
+        if db is None:
+            return {}
+        current = {item.name: item for item in items}
+        served: dict[str, EntryInfo] = {}
         try:
-            info = self._decode(item.name, found)
-        except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
-            return None
-        if info.path != path:  # the same cache reached by another spelling of its path
-            info = replace(info, path=path)
-        self.entries[item.name] = _SERVED  # only changed rows are written: free the text
-        self.hits += 1
-        return info
+            with contextlib.closing(db):
+                hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
+                for raw_name, *row in db.execute("SELECT * FROM entries"):
+                    name = os.fsdecode(raw_name)
+                    item = current.get(name)
+                    if item is None:
+                        self._removed.add(name)
+                    elif row[0] == identity(item, self.remote):
+                        info = self._decode(name, row, hlo_rows, item, path_of(item), strings)
+                        if info is not None:
+                            served[name] = info
+        except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
+            self.loaded = False  # decode everything and write a fresh index
+            self._removed.clear()
+            return {}
+        self.hits = len(served)
+        return served
 
-    def _decode(self, name: str, row: Row) -> EntryInfo:
+    def _decode(
+        self,
+        name: str,
+        row: list[Any],
+        hlo_rows: dict[str, str],
+        item: DirItem,
+        path: str,
+        strings: dict[str, str],
+    ) -> EntryInfo | None:
+        """The row's entry, or None when the row is damaged or of another shape."""
         ident, scalars, parts, hlo_id, checksum = row
         if checksum != _checksum(name, ident, scalars, parts, hlo_id):
-            raise ValueError("index row checksum")
-        summary = None
-        if hlo_id is not None:
-            summary = self._hlo_memo.get(hlo_id)
-            if summary is None:
-                body = self._hlo_rows[hlo_id]
-                if _hlo_id(body) != hlo_id:
-                    raise ValueError("index summary checksum")
-                summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
-        compound = self._parts_memo.get(parts)
-        if compound is None:
-            compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts))
-        return _entry(json.loads(scalars), compound, summary)
+            return None
+        try:
+            summary = None
+            if hlo_id is not None:
+                summary = self._hlo_memo.get(hlo_id)
+                if summary is None:
+                    body = hlo_rows[hlo_id]
+                    if _hlo_id(body) != hlo_id:
+                        return None
+                    summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
+            compound = self._parts_memo.get(parts)
+            if compound is None:
+                compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts))
+            values = json.loads(scalars)
+        except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
+            return None
+        if not isinstance(values, list) or len(values) != len(_SCALARS):
+            return None
+        values[_PATH] = path  # the same cache reached by another spelling of its path
+        return share_strings(_entry(values, compound, summary), strings, item.key)
 
     def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
-        """Keep exactly the current, storable entries: drop vanished names, add decoded ones."""
+        """Mark the decoded entries to store (when storable) or to drop from the index."""
         current = {i.name: i for i in items}
-        for name in list(self.entries):
-            if name not in current:
-                del self.entries[name]
-                self._removed.add(name)
         racy_ns = int((now - RACY_S) * 1e9)
         for name, info in decoded.items():
             item = current.get(name)
@@ -188,22 +226,11 @@ class ScanIndex:
                 continue
             racy = not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns
             if racy or not _storable(info):
-                if self.entries.pop(name, None) is not None:
-                    self._removed.add(name)
+                self._changed.pop(name, None)
+                self._removed.add(name)
                 continue
-            row = self._freeze(name, identity(item, self.remote), info)
-            self.entries[name] = self._changed[name] = row
+            self._changed[name] = (item, info)
             self._removed.discard(name)
-
-    def _freeze(self, name: str, ident: Identity, info: EntryInfo) -> Row:
-        hlo_id = None
-        if info.hlo is not None:
-            body = _dumps(_plain(info.hlo))
-            hlo_id = _hlo_id(body)
-            self._hlo_rows[hlo_id] = body
-        scalars = _dumps([getattr(info, f) for f in _SCALARS])
-        parts = _dumps([_plain(getattr(info, f)) for f in _PARTS])
-        return (ident, scalars, parts, hlo_id, _checksum(name, ident, scalars, parts, hlo_id))
 
     def save(self) -> None:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
@@ -227,7 +254,7 @@ class ScanIndex:
                 db.executemany(
                     "DELETE FROM entries WHERE name = ?", [(os.fsencode(n),) for n in self._removed]
                 )
-                self._insert(db, self._changed)
+                self._insert(db)
                 if self._removed:
                     db.execute(
                         "DELETE FROM hlo WHERE id NOT IN "
@@ -250,7 +277,7 @@ class ScanIndex:
                     db.executemany(
                         "INSERT INTO meta VALUES (?, ?)", _header(self.cache, self.options).items()
                     )
-                    self._insert(db, self._changed)  # not loaded: every row is new
+                    self._insert(db)  # not loaded: every row is new
             finally:
                 db.close()
             os.replace(tmp, self.path)
@@ -259,15 +286,30 @@ class ScanIndex:
                 os.unlink(tmp)
             raise
 
-    def _insert(self, db: sqlite3.Connection, rows: dict[str, Row]) -> None:
-        used = {row[3] for row in rows.values() if row[3] is not None}
-        db.executemany(
-            "INSERT OR REPLACE INTO hlo VALUES (?, ?)", [(i, self._hlo_rows[i]) for i in used]
-        )
-        db.executemany(
-            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-            [(os.fsencode(name), *row) for name, row in rows.items()],
-        )
+    def _insert(self, db: sqlite3.Connection) -> None:
+        """Write the changed rows, each made when sqlite asks for it (never all held at once),
+        and the HLO summaries they use, each once."""
+        bodies: dict[str, str] = {}
+        summaries: dict[int, tuple[HloSummary, str]] = {}  # decoded copies share one summary
+
+        def rows() -> Iterator[tuple[object, ...]]:
+            for name, (item, info) in self._changed.items():
+                ident = identity(item, self.remote)
+                hlo_id = None
+                if info.hlo is not None:
+                    known = summaries.get(id(info.hlo))
+                    if known is None:
+                        body = _dumps(_plain(info.hlo))
+                        known = summaries[id(info.hlo)] = (info.hlo, _hlo_id(body))
+                        bodies[known[1]] = body
+                    hlo_id = known[1]
+                scalars = _dumps([getattr(info, f) for f in _SCALARS])
+                parts = _dumps([_plain(getattr(info, f)) for f in _PARTS])
+                checksum = _checksum(name, ident, scalars, parts, hlo_id)
+                yield (os.fsencode(name), ident, scalars, parts, hlo_id, checksum)
+
+        db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows())
+        db.executemany("INSERT OR REPLACE INTO hlo VALUES (?, ?)", bodies.items())
 
 
 def _storable(info: EntryInfo) -> bool:
@@ -275,11 +317,11 @@ def _storable(info: EntryInfo) -> bool:
 
 
 def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
-    """The index for ``cache`` (a directory or a bucket URL), or an empty one when there is
-    none we can use."""
+    """The index for ``cache`` (a directory or a bucket URL), open for ``serve``, or an empty
+    one when there is none we can use. Its rows are not read here."""
     path = index_path(cache)
     remote = "://" in cache
-    empty = ScanIndex(cache, options, {}, path, remote=remote)
+    empty = ScanIndex(cache, options, path, remote=remote)
     if not enabled():
         return empty
     try:
@@ -292,16 +334,13 @@ def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
     try:
         meta = dict(db.execute("SELECT k, v FROM meta"))
         if meta != _header(cache, options):
+            db.close()
             return empty
-        entries: dict[str, Row] = {}
-        for name, *row in db.execute("SELECT * FROM entries"):
-            entries[os.fsdecode(name)] = tuple(row)
-        hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
+        db.execute("SELECT count(*) FROM entries").fetchone()  # visits every page: truncated?
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
-        return empty
-    finally:
         db.close()
-    return ScanIndex(cache, options, entries, path, True, remote, _hlo_rows=hlo_rows)
+        return empty
+    return ScanIndex(cache, options, path, True, remote, _db=db)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -373,6 +412,7 @@ _PARTS = tuple(_ENTRY_PARTS)
 _SCALARS = tuple(f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo")
 # frozen and slotted: fill the slots directly, several times faster than __init__
 _SETTERS = tuple(getattr(EntryInfo, f).__set__ for f in (*_SCALARS, *_PARTS, "hlo"))
+_PATH = _SCALARS.index("path")
 
 
 def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:
@@ -390,9 +430,7 @@ def _thaw_parts(values: Any) -> list[Any]:
     return _thaw(_PARTS, _ENTRY_PARTS, values)
 
 
-def _entry(scalars: Any, parts: list[Any], summary: HloSummary | None) -> EntryInfo:
-    if not isinstance(scalars, list) or len(scalars) != len(_SCALARS):
-        raise ValueError("index row of another shape")
+def _entry(scalars: list[Any], parts: list[Any], summary: HloSummary | None) -> EntryInfo:
     info = object.__new__(EntryInfo)
     for setter, value in zip(_SETTERS, (*scalars, *parts, summary), strict=True):
         setter(info, value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import operator
 import os
 import re
 import stat
@@ -19,7 +20,7 @@ from cachedoctor.layout import (
     LOCKFILE,
 )
 from cachedoctor.storage.files import open_regular
-from cachedoctor.storage.stores import Store, StoreItem, local_version
+from cachedoctor.storage.stores import Store, StoreItem
 
 _KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
 
@@ -139,35 +140,43 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
     if not stat.S_ISDIR(root_stat.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
     items = []
+    keys: dict[str, str] = {}  # an entry's -cache and -atime items share one key string
     with os.scandir(root_path) as it:
         for de in it:
             try:
                 st = de.stat(follow_symlinks=False)
             except OSError:
                 continue  # vanished between listing and stat (a concurrent JAX eviction)
-            is_link = stat.S_ISLNK(st.st_mode)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            kind, key = classify(de.name, is_dir)
-            if not (is_link or is_dir or stat.S_ISREG(st.st_mode)):
+            mode = st.st_mode
+            is_link = stat.S_ISLNK(mode)
+            is_dir = stat.S_ISDIR(mode)
+            name = de.name
+            kind, key = classify(name, is_dir)
+            if not (is_link or is_dir or stat.S_ISREG(mode)):
                 kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
+            elif key is not None:
+                key = keys.setdefault(key, key)
             items.append(
                 DirItem(
-                    name=de.name,
+                    name=name,
                     kind=kind,
                     key=key,
                     size=st.st_size,
                     mtime_ns=st.st_mtime_ns,
-                    mode=st.st_mode,
+                    mode=mode,
                     uid=st.st_uid,
                     is_symlink=is_link,
                     is_dir=is_dir,
-                    version=local_version(st),
+                    # no version: a local file's identity is its inode and times (fsops.FileId)
                     ino=st.st_ino,
                     ctime_ns=st.st_ctime_ns,
                 )
             )
-    items.sort(key=lambda i: i.name)
+    items.sort(key=_by_name)
     return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+
+
+_by_name = operator.attrgetter("name")
 
 
 def store_item(si: StoreItem) -> DirItem:

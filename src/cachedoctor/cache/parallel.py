@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
 
 from cachedoctor.cache import reader
 from cachedoctor.cache.listdir import CacheListing, DirItem
@@ -30,6 +31,7 @@ MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this pr
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None]  # path, key
+T = TypeVar("T")
 
 
 def default_workers() -> int:
@@ -52,12 +54,12 @@ def _decode_batch(jobs: Sequence[Job], max_decompressed: int) -> list[EntryInfo]
     return out
 
 
-def _batches(jobs: Sequence[Job], sizes: Sequence[int], parts: int = 1) -> list[list[Job]]:
+def _batches(jobs: Sequence[T], sizes: Sequence[int], parts: int = 1) -> list[list[T]]:
     """Consecutive jobs cut into batches of at most BATCH_BYTES / BATCH_ENTRIES, and at least
     ``parts`` batches when there are enough jobs (so that every worker gets work)."""
     per_batch = max(1, min(BATCH_ENTRIES, -(-len(jobs) // max(1, parts))))
-    batches: list[list[Job]] = []
-    current: list[Job] = []
+    batches: list[list[T]] = []
+    current: list[T] = []
     current_bytes = 0
     for job, size in zip(jobs, sizes, strict=True):
         current.append(job)
@@ -95,19 +97,23 @@ def decode_items(
 
     ``progress(n)`` is called with the number of entries finished since the last call.
     """
-    jobs = [(str(listing.path(i)), i.key) for i in items]
+
+    def job(n: int) -> Job:
+        return (str(listing.path(items[n])), items[n].key)
+
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
-    small = len(jobs) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
-    if workers == 1 or small or len(jobs) <= 1:
+    small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
+    if workers == 1 or small or len(items) <= 1:
+        jobs = [job(n) for n in range(len(items))]
         yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
         return
     # Copies of one executable (unstable keys) have the same module and size: send them to the
     # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
-    order = sorted(range(len(jobs)), key=lambda n: (sizes[n], _module_of(jobs[n][1])))
-    batches = _batches([jobs[n] for n in order], [sizes[n] for n in order], parts=8 * workers)
-    found: list[EntryInfo | None] = [None] * len(jobs)
-    decoded = _pooled(batches, max_decompressed, min(workers, len(batches)), progress)
+    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
+    batches = _batches(order, [sizes[n] for n in order], parts=8 * workers)
+    found: list[EntryInfo | None] = [None] * len(items)
+    decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
@@ -139,7 +145,8 @@ def _serial(
 
 
 def _pooled(
-    batches: Sequence[Sequence[Job]],
+    batches: Sequence[Sequence[int]],
+    job: Callable[[int], Job],
     max_decompressed: int,
     workers: int,
     progress: Callable[[int], None] | None,
@@ -148,7 +155,7 @@ def _pooled(
     try:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
     except (OSError, ValueError, NotImplementedError):
-        yield from _serial(batches, max_decompressed, progress)
+        yield from _serial([[job(n) for n in b] for b in batches], max_decompressed, progress)
         return
     broken = False
     try:
@@ -156,7 +163,8 @@ def _pooled(
         submitted = 0
         while done < len(batches):
             while submitted < len(batches) and len(pending) < 2 * workers:
-                pending.append(pool.submit(_decode_batch, batches[submitted], max_decompressed))
+                jobs = [job(n) for n in batches[submitted]]  # made when sent: never all at once
+                pending.append(pool.submit(_decode_batch, jobs, max_decompressed))
                 submitted += 1
             result = pending.popleft().result()
             done += 1
@@ -172,7 +180,8 @@ def _pooled(
             pool.shutdown(wait=True, cancel_futures=True)
     if broken:
         # a worker died (killed, out of memory): finish here, from the first unfinished batch
-        yield from _serial(batches[done:], max_decompressed, progress)
+        left = [[job(n) for n in batch] for batch in batches[done:]]
+        yield from _serial(left, max_decompressed, progress)
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:

@@ -242,6 +242,8 @@ def _decode_entries(
 
     items = listing.entries
     idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
+    strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
+    served = {} if idx is None else idx.serve(items, path_of, strings)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -254,7 +256,7 @@ def _decode_entries(
                 mtime_ns=item.mtime_ns,
                 problems=(model.Problem("symlink", "is a symbolic link; not followed"),),
             )
-        elif idx is not None and (hit := idx.get(item, path_of(item))) is not None:
+        elif (hit := served.pop(item.name, None)) is not None:
             found[n] = hit
         else:
             todo.append(n)
@@ -270,7 +272,7 @@ def _decode_entries(
 
     decoded = decode([items[n] for n in todo], advance if progress is not None else None)
     for n, info in zip(todo, decoded, strict=True):
-        found[n] = info
+        found[n] = model.share_strings(info, strings, items[n].key)
     entries = [e for e in found if e is not None]
     if idx is not None:
         idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
@@ -624,16 +626,21 @@ def _relocated(
         ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
     )
     moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
+    elsewhere_by_path: dict[str, bool] = {}  # entries name few distinct paths: judge each once
     for e in entries:
         if e.key in stable_keys:
             continue  # its key hashes the paths relative to the cache: see stable_hasher_keys
         for attr, option, hashed in checks:
             value = getattr(e, attr)
-            if not value or hashed is False or not os.path.isabs(value):
+            if not value or hashed is False:
+                continue
+            other_dir = elsewhere_by_path.get(value)
+            if other_dir is None:
                 # a relative path (JAX_COMPILATION_CACHE_DIR=.jax_cache) is hashed as written:
                 # JAX hits it from any working directory where it names this cache
-                continue
-            if not _same_dir(value, root):
+                other_dir = os.path.isabs(value) and not _same_dir(value, root)
+                elsewhere_by_path[value] = other_dir
+            if other_dir:
                 moved[option].append((e, value))
     findings = []
     for option, pairs in moved.items():

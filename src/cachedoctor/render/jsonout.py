@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
 from cachedoctor import __version__
+from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.scan import SCHEMA_VERSION, Finding, ScanReport
 
@@ -45,49 +47,82 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def scan_document(report: ScanReport) -> dict[str, Any]:
-    return {**_scan_skeleton(report), "entries": [entry_dict(e) for e in report.entries]}
+    return {key: _whole(value) for key, value in _scan_fields(report)}
 
 
 def iter_scan_json(report: ScanReport) -> Iterator[str]:
-    """``dumps(scan_document(report))`` in pieces, one entry at a time: the same text, without
-    holding the whole document (its entries array is most of it) in memory."""
-    if not report.entries:
-        yield dumps(scan_document(report))
+    """``dumps(scan_document(report))`` in pieces, one top-level field, and one element of the
+    long arrays (entries, findings, files), at a time: the same text, without holding the whole
+    document or any of its long arrays in memory (50k entries hold 50k -atime files)."""
+    yield "{"
+    for n, (key, value) in enumerate(_scan_fields(report)):
+        yield ("," if n else "") + "\n  " + json.dumps(key) + ": "
+        if isinstance(value, _Stream):
+            yield from _iter_array(value)
+        else:
+            yield _indented(dumps(value), 1)
+    yield "\n}"
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """A long array of the scan document: its elements, each made when it is written."""
+
+    items: Sequence[Any]
+    make: Callable[[Any], Any]
+
+
+def _whole(value: Any) -> Any:
+    return [value.make(v) for v in value.items] if isinstance(value, _Stream) else value
+
+
+def _iter_array(array: _Stream) -> Iterator[str]:
+    if not array.items:
+        yield "[]"
         return
-    head, tail = dumps(_scan_skeleton(report)).split(f'"entries": "{_ENTRIES_SLOT}"', 1)
-    yield head + '"entries": ['
-    separator = "\n    "
-    for n, entry in enumerate(report.entries):
-        text = dumps(entry_dict(entry)).replace("\n", "\n    ")
-        yield ("," if n else "") + separator + text
-    yield "\n  ]" + tail
+    yield "["
+    for n, item in enumerate(array.items):
+        yield ("," if n else "") + "\n    " + _indented(dumps(array.make(item)), 2)
+    yield "\n  ]"
 
 
-_ENTRIES_SLOT = "cachedoctor:entries"  # where the streamed entries array goes
+def _indented(text: str, depth: int) -> str:
+    """A value dumped alone, indented as it is inside the document (JSON strings hold no raw
+    newline, so every newline is a line break of the layout)."""
+    return text.replace("\n", "\n" + "  " * depth)
 
 
-def _scan_skeleton(report: ScanReport) -> dict[str, Any]:
-    """The scan document with its entries array left as a placeholder string."""
+def _scan_fields(report: ScanReport) -> list[tuple[str, Any]]:
+    """The scan document's fields in order, its long arrays as ``_Stream``s."""
+    return [
+        ("schema_version", SCHEMA_VERSION),
+        ("tool", {"name": "cachedoctor", "version": __version__}),
+        ("cache_dir", report.cache_dir),
+        ("scanned_at", report.scanned_at),
+        ("jax", to_plain(report.jax)),
+        (
+            "summary",
+            {
+                **to_plain(report.summary),
+                "platforms": dict(report.summary.platforms),
+                "formats": dict(report.summary.formats),
+                "subcaches": dict(report.summary.subcaches),
+            },
+        ),
+        ("modules", to_plain(report.modules)),
+        ("entries", _Stream(report.entries, entry_dict)),
+        ("findings", _Stream(report.findings, finding_dict)),
+        ("subcaches", to_plain(report.subcaches)),
+        ("files", _Stream(report.other_files, _file_dict)),
+    ]
+
+
+def _file_dict(item: DirItem) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "cachedoctor", "version": __version__},
-        "cache_dir": report.cache_dir,
-        "scanned_at": report.scanned_at,
-        "jax": to_plain(report.jax),
-        "summary": {
-            **to_plain(report.summary),
-            "platforms": dict(report.summary.platforms),
-            "formats": dict(report.summary.formats),
-            "subcaches": dict(report.summary.subcaches),
-        },
-        "modules": to_plain(report.modules),
-        "entries": _ENTRIES_SLOT,
-        "findings": [finding_dict(f) for f in report.findings],
-        "subcaches": to_plain(report.subcaches),
-        "files": [
-            {"name": i.name, "kind": i.kind.value, "size": i.size, "is_symlink": i.is_symlink}
-            for i in report.other_files
-        ],
+        "name": item.name,
+        "kind": item.kind.value,
+        "size": item.size,
+        "is_symlink": item.is_symlink,
     }
 
 

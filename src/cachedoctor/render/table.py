@@ -121,14 +121,15 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
         console.print(Text("no findings", style="green"))
         return
     console.print(Text(count(len(findings), "finding"), style="bold"))
+    lines = Text()  # one print for all: rich's cost is per call, and a cache may have thousands
     for f in findings:
-        line = Text()
-        line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
-        line.append(f"{f.kind.value:15} ", style="bold")
-        line.append(f.message)
-        console.print(line, soft_wrap=True)
-        console.print(Text(f"        → {f.advice}", style="dim"), soft_wrap=True)
-        console.print(Text(f"        evidence: {f.evidence}", style="dim"), soft_wrap=True)
+        lines.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+        lines.append(f"{f.kind.value:15} ", style="bold")
+        lines.append(f.message)
+        lines.append(f"\n        → {f.advice}\n", style="dim")
+        lines.append(f"        evidence: {f.evidence}\n", style="dim")
+    lines.rstrip()
+    console.print(lines, soft_wrap=True)
 
 
 def _fmt_time(ns: int) -> str:
