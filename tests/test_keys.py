@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import types
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -69,3 +73,249 @@ def test_combine_depends_on_version_and_every_component() -> None:
     assert keys.combine(comps, hasher_version=keys.HASHER_VERSION + 1) != base
     assert keys.combine([comps[0], ("compile_options", "12" * 32)]) != base
     assert keys.combine(list(reversed(comps))) != base
+
+
+# -- the hasher in this process, against JAX's own get_cache_key on the same inputs ----------------
+
+CP_MODULE = """
+module @jit_cp attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = stablehlo.custom_call @CustomSPMDPartitioning(%arg0)
+      {backend_config = "POINTER", api_version = 2 : i32} : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}"""
+
+
+def _lowered(fn: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(fn).lower(jnp.ones((4,), jnp.float32)).compiler_ir("stablehlo")
+
+
+def _cp_module(pointer: str) -> Any:
+    """A module with one custom_partitioning call, parsed by JAX's MLIR bindings."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        return ir.Module.parse(CP_MODULE.replace("POINTER", pointer))
+
+
+def _target() -> tuple[Any, Any, Any]:
+    """Devices, compile options and backend, the other arguments of JAX's get_cache_key."""
+    import jax
+    from jax._src import compiler, xla_bridge
+
+    options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+    return np.array([[jax.devices()[0]]]), options, xla_bridge.get_backend()
+
+
+def _jax_key(module: Any, devices: Any, options: Any, backend: Any) -> str:
+    from jax._src import compilation_cache
+
+    return str(compilation_cache.get_cache_key(module, devices, options, backend))
+
+
+def double(x: Any) -> Any:
+    return x * 2
+
+
+def test_a_plain_module_keys_like_jax() -> None:
+    """No volatile input: JAX's formula over our inputs is JAX's key; the stable key is the
+    combination of the per-component digests that JAX hashed."""
+    devices, options, backend = _target()
+    module = _lowered(double)
+    result = keys.stable_key(module, devices, options, backend, record_ir=True)
+    assert result.jax_equivalent_key == _jax_key(module, devices, options, backend)
+    assert result.module_name == "jit_double" and result.volatile == [] and result.sound
+    assert not result.changed and result.to_replay == []
+    assert next(iter(result.components)) == "computation"
+    assert "compile_options" in result.components
+    assert result.key == f"jit_double-{keys.combine(list(result.components.items()))}"
+    # the small components keep the bytes JAX hashed, so a manifest can be checked offline
+    assert "computation" not in result.component_data
+    for name, data in result.component_data.items():
+        raw = base64.b64decode(data)
+        assert hashlib.sha256(raw).hexdigest() == result.components[name], name
+    assert result.xla_flags == keys.hashed_xla_flags()
+    assert result.canonical_ir is not None and "@main" in result.canonical_ir
+    assert "loc(" not in result.canonical_ir
+    assert keys.stable_key(module, devices, options, backend).canonical_ir is None
+    other = keys.stable_key(_lowered(lambda x: x * 3), devices, options, backend)
+    assert other.key != result.key
+    assert [n for n in other.components if other.components[n] != result.components[n]] == [
+        "computation"
+    ]
+
+
+def test_cache_dir_paths_are_relative_to_the_cache_dir(tmp_path: Path) -> None:
+    devices, _, backend = _target()
+    module = _lowered(double)
+    results, jax_keys = [], []
+    for cache_dir in (tmp_path / "a", tmp_path / "b"):
+        _, options, _ = _target()
+        debug = options.executable_build_options.debug_options
+        debug.xla_gpu_kernel_cache_file = f"{cache_dir}/xla_gpu_kernel_cache_file"
+        debug.xla_gpu_per_fusion_autotune_cache_dir = f"{cache_dir}/xla_gpu_per_fusion_autotune"
+        results.append(keys.stable_key(module, devices, options, backend, cache_dir=str(cache_dir)))
+        jax_keys.append(_jax_key(module, devices, options, backend))
+        # the caller's options are left as they were
+        assert debug.xla_gpu_kernel_cache_file.startswith(str(cache_dir))
+    assert jax_keys[0] != jax_keys[1] and results[0].key == results[1].key
+    # JAX's own key of the options with the placeholder paths is what we hashed
+    _, canonical, _ = _target()
+    debug = canonical.executable_build_options.debug_options
+    placeholder = keys.CACHE_DIR_PLACEHOLDER
+    debug.xla_gpu_kernel_cache_file = f"{placeholder}/xla_gpu_kernel_cache_file"
+    debug.xla_gpu_per_fusion_autotune_cache_dir = f"{placeholder}/xla_gpu_per_fusion_autotune"
+    assert results[0].jax_equivalent_key == _jax_key(module, devices, canonical, backend)
+    assert results[0].changed and results[0].sound
+    assert [(v.field, v.raw, v.canonical) for v in results[1].volatile] == [
+        (f"debug_options.{name}", f"{tmp_path}/b/{leaf}", f"<cachedoctor:cache_dir>/{leaf}")
+        for name, leaf in [
+            ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_per_fusion_autotune"),
+            ("xla_gpu_kernel_cache_file", "xla_gpu_kernel_cache_file"),
+        ]
+    ]
+    # a path outside the cache directory is an input like any other
+    _, elsewhere, _ = _target()
+    elsewhere.executable_build_options.debug_options.xla_gpu_kernel_cache_file = "/x/kernels"
+    moved = keys.stable_key(module, devices, elsewhere, backend, cache_dir=str(tmp_path / "a"))
+    assert moved.volatile == [] and moved.key != results[0].key
+    assert moved.jax_equivalent_key == _jax_key(module, devices, elsewhere, backend)
+
+
+class _Callbacks:
+    """Stands in for JAX's registered partitioner info (a weak-referenceable object)."""
+
+    def __init__(self, partition: Any) -> None:
+        self.partition = partition
+
+
+def test_custom_partitioning_pointers_become_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src import custom_partitioning as cp
+
+    devices, options, backend = _target()
+    registered = {
+        b"1111": _Callbacks(lambda: 0),
+        b"2222": _Callbacks(lambda: 0),
+        b"3333": _Callbacks(replay.depends_on(lambda: "tile=4")(lambda: 0)),
+        b"4444": _Callbacks(replay.depends_on(lambda: "tile=4")(lambda: 0)),
+        b"5555": _Callbacks(replay.depends_on(lambda: 1 / 0)(lambda: 0)),
+    }
+    for pointer, info in registered.items():
+        monkeypatch.setitem(cp._sharding_callbacks, pointer, info)
+
+    def key(pointer: str) -> keys.KeyResult:
+        return keys.stable_key(_cp_module(pointer), devices, options, backend)
+
+    first, second = key("1111"), key("2222")
+    assert first.key == second.key and first.to_replay == [(0, b"1111")]
+    assert [(v.field, v.raw, v.canonical, v.reason) for v in first.volatile] == [
+        ("custom_call[0].backend_config", "1111", keys.CP_REPLAY, None)
+    ]
+    replay_module = _cp_module(keys.CP_REPLAY)
+    assert first.jax_equivalent_key == _jax_key(replay_module, devices, options, backend)
+    # declared inputs decide the key instead of a replay
+    declared = key("3333")
+    assert declared.key == key("4444").key != first.key and declared.to_replay == []
+    placeholder = declared.volatile[0].canonical
+    assert placeholder.startswith(keys.CP_PREFIX + "declared:")
+    declared_module = _cp_module(placeholder)
+    assert declared.jax_equivalent_key == _jax_key(declared_module, devices, options, backend)
+    # no callbacks, or declared inputs that cannot be read: the pointer stays (a miss, never a
+    # wrong hit), and the result says why
+    for pointer, reason in [
+        ("6666", "no callbacks registered"),
+        ("5555", "depends_on raised ZeroDivisionError: division by zero"),
+    ]:
+        kept = key(pointer)
+        assert [(v.raw, v.canonical, v.reason) for v in kept.volatile] == [
+            (pointer, pointer, reason)
+        ]
+        assert not kept.sound and kept.to_replay == []
+        assert kept.jax_equivalent_key == _jax_key(_cp_module(pointer), devices, options, backend)
+    assert key("6666").key != key("7777").key
+    plain = _lowered(double)
+    assert keys.canonical_module(plain) == (plain, [], [])
+
+
+def test_replayed_keys_extend_the_base_key() -> None:
+    devices, options, backend = _target()
+    result = keys.stable_key(_lowered(double), devices, options, backend)
+    one, two = keys.replayed_key(result, "aa" * 32), keys.replayed_key(result, "bb" * 32)
+    assert len({one, two, result.key}) == 3
+    assert one.startswith("jit_double-") and len(one) == len(result.key)
+
+
+def test_xla_flags_are_hashed_as_jax_hashes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flags we report are the ones that change JAX's key: an excluded one does not."""
+    devices, options, backend = _target()
+    module = _lowered(double)
+
+    def hashed(flags: str) -> tuple[list[str], str, str]:
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        result = keys.stable_key(module, devices, options, backend)
+        return result.xla_flags, result.key, _jax_key(module, devices, options, backend)
+
+    monkeypatch.setattr("sys.argv", ["prog", "--xla_cpu_from_argv=1", "-v"])
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_x=1")
+    flags, key, jax_key = hashed("--xla_dump_to=/a --xla_cpu_b=1")
+    assert flags == ["--xla_cpu_b=1", "--xla_cpu_from_argv=1", "--xla_tpu_x=1"]
+    flags2, key2, jax_key2 = hashed("--xla_cpu_b=1 --xla_dump_to=/b")
+    assert (flags2, key2) == (flags, key) and jax_key2 == jax_key
+    flags3, key3, jax_key3 = hashed("--xla_cpu_b=2")
+    assert key3 != key and jax_key3 != jax_key and "--xla_cpu_b=2" in flags3
+
+
+def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook falls back to JAX when JAX's key code is not what the hasher was written for."""
+    from jax._src import cache_key as ck
+    from jax._src import compilation_cache as cc
+    from jax._src import custom_partitioning as cp
+
+    keys.check_internals()  # the installed JAX passes
+    real_get_cache_key = cc.get_cache_key
+
+    def wrapped(module: Any, devices: Any, compile_options: Any, backend: Any, x: Any = 0) -> str:
+        raise AssertionError("never called")
+
+    wrapped.__cachedoctor_original__ = real_get_cache_key  # type: ignore[attr-defined]
+    monkeypatch.setattr(cc, "get_cache_key", wrapped)
+    assert keys.jax_get_cache_key() is real_get_cache_key
+    keys.check_internals()  # the hook's own wrapper is seen through
+    monkeypatch.undo()
+
+    def fails(message: str) -> None:
+        keys._checked.clear()
+        with pytest.raises(keys.InternalsChanged) as info:
+            keys.check_internals()
+        assert str(info.value) == message
+        monkeypatch.undo()
+        keys._checked.clear()
+
+    monkeypatch.setattr(ck, "get", lambda *a: 0)
+    fails("jax._src.cache_key.get no longer hashes through hashlib.sha256")
+    monkeypatch.setattr(cc, "get_cache_key", lambda module, devices, options, backend, x: 0)
+    fails("compilation_cache.get_cache_key no longer calls cache_key.get")
+
+    def renamed(module: Any, devices: Any, options: Any, backend: Any, x: Any = 0) -> Any:
+        return cache_key.get(module)  # noqa: F821 - only its names are read
+
+    monkeypatch.setattr(cc, "get_cache_key", renamed)
+    fails("unexpected get_cache_key signature ['module', 'devices', 'options', 'backend', 'x']")
+
+    def extra(module: Any, devices: Any, compile_options: Any, backend: Any) -> Any:
+        return cache_key.get(module)  # noqa: F821 - only its names are read
+
+    monkeypatch.setattr(cc, "get_cache_key", extra)
+    fails("unexpected get_cache_key signature ['module', 'devices', 'compile_options', 'backend']")
+    monkeypatch.delattr(cp, "_sharding_callbacks")
+    fails("jax._src.custom_partitioning._sharding_callbacks is gone")
+    # the answer is remembered for the same pair of JAX functions
+    keys.check_internals()
+    monkeypatch.delattr(cp, "_sharding_callbacks")
+    keys.check_internals()
+    monkeypatch.undo()
