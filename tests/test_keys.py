@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,131 @@ def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(cp, "_sharding_callbacks")
     keys.check_internals()
     monkeypatch.undo()
+
+
+# -- recording and replaying partitioner calls, with stand-in callbacks ---------------------------
+
+
+def _infer_args() -> tuple[Any, ...]:
+    from jax._src.lib import xla_client as xc
+
+    shape = xc.Shape.array_shape(np.dtype("float32"), (8,))
+    return [shape], [xc.HloSharding.iota_tile((2,))], shape
+
+
+def test_recorded_calls_are_kept_per_expected_pointer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src.lib import xla_client as xc
+
+    monkeypatch.setattr(replay, "_calls", {})
+    monkeypatch.setattr(replay, "_overflow", set())
+    results = [xc.HloSharding.replicate()]
+    record = replay._recorder("infer", lambda *args: results[0])
+    args = _infer_args()
+    assert record(*args, b"not-expected") is results[0]  # XLA's answer passes through
+    replay.expect([b"p1", b"p2"])
+    record(*args, b"p1")
+    record(*args, b"p1")  # the same call again is kept once
+    results[0] = xc.HloSharding.iota_tile((2,))
+    record(*args, b"p1")
+    recorded = replay.take([b"p1", b"p2"])
+    assert recorded is not None and recorded[1] == []
+    first, second = recorded[0]
+    assert first["fn"] == "infer" and first["args"] == json.loads(json.dumps(first["args"]))
+    assert first["args"] == second["args"] and first["digest"] != second["digest"]
+    assert replay.take([b"p1"]) is None  # taken: no longer recorded
+    assert replay.calls_digest(recorded) != replay.calls_digest([[first], []])
+    assert replay.calls_digest(recorded) == replay.calls_digest(json.loads(json.dumps(recorded)))
+    # a call that cannot be recorded spoils its pointer, but never XLA's compile
+    replay.expect([b"p3"])
+    assert record("not", "shapes", None, b"p3") is results[0]
+    assert replay.take([b"p3"]) is None
+    monkeypatch.setattr(replay, "_MAX_CALLS_PER_OP", 1)
+    replay.expect([b"p4"])
+    record(*args, b"p4")
+    assert replay.take([b"p4"]) is not None
+    replay.expect([b"p4"])
+    record(*args, b"p4")
+    results[0] = xc.HloSharding.replicate()
+    record(*args, b"p4")
+    assert replay.take([b"p4"]) is None
+
+
+def test_replay_compares_what_the_callbacks_return_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src.lib import xla_client as xc
+
+    monkeypatch.setattr(replay, "_calls", {})
+    monkeypatch.setattr(replay, "_overflow", set())
+    answer: list[Any] = [xc.HloSharding.iota_tile((2,))]
+    threads = []
+
+    def infer(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        assert [str(a) for a in args[:-1]] == [str(a) for a in (*_infer_args(), b"p")][:-1]
+        return answer[0]
+
+    monkeypatch.setattr(replay, "_originals", {})
+    assert replay.reproduces([], []) == "the partition recorder is not installed"
+    monkeypatch.setattr(replay, "_originals", dict.fromkeys(replay.ENTRY_POINTS, infer))
+    replay.expect([b"p"])
+    replay._recorder("infer", infer)(*_infer_args(), b"p")
+    calls = replay.take([b"p"])
+    assert calls is not None
+    assert replay.reproduces(calls, [b"p"]) is None
+    assert threads[-1] == "cachedoctor-replay"  # a fresh thread, as XLA calls the partitioner
+    assert replay.reproduces(calls, []) == "1 recorded custom calls, the module has 0"
+    answer[0] = xc.HloSharding.replicate()
+    assert replay.reproduces(calls, [b"p"]) == "custom call 0: infer returned something else"
+    answer[0] = ValueError("boom")
+    assert replay.reproduces(calls, [b"p"]) == "replay raised ValueError: boom"
+
+
+def test_partition_digest_ignores_debug_locations() -> None:
+    """The per-shard module is compared without the locations of the Python frames that built it."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+    from jax._src.lib.mlir import ir
+
+    def bytecode(text: str) -> bytes:
+        with mlir.make_ir_context():
+            return bytes(mlir.module_to_bytecode(ir.Module.parse(text)))
+
+    body = "func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {{ return %arg0 : {} }}"
+    plain = bytecode("module {" + body.format("tensor<4xf32>") + "}")
+    located = bytecode("module {" + body.format('tensor<4xf32> loc("a.py":3:1)') + "}")
+    other = bytecode("module {" + body.format("tensor<4xf32>").replace("@main", "@other") + "}")
+    shardings = ([xc.HloSharding.replicate()], xc.HloSharding.replicate())
+    digest = replay._digest("partition", (plain, *shardings))
+    assert plain != located and replay._digest("partition", (located, *shardings)) == digest
+    assert replay._digest("partition", (other, *shardings)) != digest
+    tiled = ([xc.HloSharding.iota_tile((2,))], xc.HloSharding.replicate())
+    assert replay._digest("partition", (plain, *tiled)) != digest
+    assert replay._digest("infer", shardings[1]) != replay._digest("propagate", shardings[1])
+
+
+def test_entry_points_are_checked_before_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src import custom_partitioning as cp
+
+    monkeypatch.setattr(replay, "_originals", {})
+    found = replay._entry_points()
+    assert {k: fn.__name__ for k, fn in found.items()} == {
+        k: name for k, (name, _) in replay.ENTRY_POINTS.items()
+    }
+    name = replay.ENTRY_POINTS["infer"][0]
+
+    def renamed(arg_shapes, arg_shardings, result_shape, pointer):  # type: ignore[no-untyped-def]
+        raise AssertionError
+
+    monkeypatch.setattr(cp, name, renamed)
+    with pytest.raises(replay.ReplayUnavailable) as info:
+        replay._entry_points()
+    assert str(info.value) == (
+        f"{name} takes ['arg_shapes', 'arg_shardings', 'result_shape', 'pointer'], expected"
+        " ['arg_shapes', 'arg_shardings', 'result_shape', 'backend_string']"
+    )
+    monkeypatch.delattr(cp, name)
+    with pytest.raises(
+        replay.ReplayUnavailable, match=f"^jax._src.custom_partitioning.{name} is gone$"
+    ):
+        replay._entry_points()
