@@ -56,6 +56,17 @@ def test_declared_inputs_key_the_callback() -> None:
     deterministic = replay.depends_on()(lambda: 0)
     assert replay.declared_inputs(types.SimpleNamespace(partition=deterministic))
 
+    # the attribute set by hand (no cachedoctor import) may hold the value itself
+    def by_hand() -> None:  # pragma: no cover - never called here
+        raise AssertionError
+
+    by_hand.cachedoctor_depends_on = "tile=8"  # type: ignore[attr-defined]
+    declared = replay.depends_on(lambda: "tile=8")(lambda: 0)
+    assert replay.declared_inputs(types.SimpleNamespace(partition=by_hand)) == (
+        replay.declared_inputs(types.SimpleNamespace(partition=declared))
+    )
+    assert replay.declared_inputs(types.SimpleNamespace()) is None
+
 
 def test_canonical_path() -> None:
     assert keys.canonical_path("/c/dir/xla_gpu_kernel_cache_file", "/c/dir") == (
@@ -233,12 +244,31 @@ def test_custom_partitioning_pointers_become_placeholders(monkeypatch: pytest.Mo
         ("5555", "depends_on raised ZeroDivisionError: division by zero"),
     ]:
         kept = key(pointer)
-        assert [(v.raw, v.canonical, v.reason) for v in kept.volatile] == [
-            (pointer, pointer, reason)
+        assert [(v.field, v.raw, v.canonical, v.reason) for v in kept.volatile] == [
+            ("custom_call[0].backend_config", pointer, pointer, reason)
         ]
         assert not kept.sound and kept.to_replay == []
         assert kept.jax_equivalent_key == _jax_key(_cp_module(pointer), devices, options, backend)
     assert key("6666").key != key("7777").key
+    # every custom call is looked at, whatever came before it
+    call = '{backend_config = "SECOND", api_version = 2 : i32} : (tensor<8xf32>) -> tensor<8xf32>'
+    second = CP_MODULE.replace(
+        "return %0", f"%1 = stablehlo.custom_call @CustomSPMDPartitioning(%0) {call}\n    return %1"
+    )
+    for first_pointer in ("6666", "5555"):
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+
+        with mlir.make_ir_context():
+            module = ir.Module.parse(
+                second.replace("POINTER", first_pointer).replace("SECOND", "1111")
+            )
+        both = keys.stable_key(module, devices, options, backend)
+        assert [(v.field, v.canonical) for v in both.volatile] == [
+            ("custom_call[0].backend_config", first_pointer),
+            ("custom_call[1].backend_config", keys.CP_REPLAY),
+        ]
+        assert both.to_replay == [(1, b"1111")]
     plain = _lowered(double)
     assert keys.canonical_module(plain) == (plain, [], [])
 
@@ -269,6 +299,18 @@ def test_xla_flags_are_hashed_as_jax_hashes_them(monkeypatch: pytest.MonkeyPatch
     assert (flags2, key2) == (flags, key) and jax_key2 == jax_key
     flags3, key3, jax_key3 = hashed("--xla_cpu_b=2")
     assert key3 != key and jax_key3 != jax_key and "--xla_cpu_b=2" in flags3
+    monkeypatch.delenv("LIBTPU_INIT_ARGS")
+    assert hashed("--xla_cpu_b=2")[0] == ["--xla_cpu_b=2", "--xla_cpu_from_argv=1"]
+    # arguments with one of JAX's flag prefixes are hashed too
+    from jax._src import cache_key as ck
+
+    monkeypatch.setattr(ck, "get_flag_prefixes", lambda: ["--my_backend"])
+    monkeypatch.setattr("sys.argv", ["prog", "--my_backend_x=1", "--other=1"])
+    flags4, key4, jax_key4 = hashed("--xla_cpu_b=2")
+    assert flags4 == ["--my_backend_x=1", "--xla_cpu_b=2"]
+    monkeypatch.setattr("sys.argv", ["prog", "--my_backend_x=2", "--other=2"])
+    _, key5, jax_key5 = hashed("--xla_cpu_b=2")
+    assert key5 != key4 and jax_key5 != jax_key4
 
 
 def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -298,6 +340,12 @@ def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         keys._checked.clear()
 
     monkeypatch.setattr(ck, "get", lambda *a: 0)
+    fails("jax._src.cache_key.get no longer hashes through hashlib.sha256")
+
+    def unlogged(*args: Any) -> Any:
+        return hashlib.sha256()  # hashes, but no longer logs each component
+
+    monkeypatch.setattr(ck, "get", unlogged)
     fails("jax._src.cache_key.get no longer hashes through hashlib.sha256")
     monkeypatch.setattr(cc, "get_cache_key", lambda module, devices, options, backend, x: 0)
     fails("compilation_cache.get_cache_key no longer calls cache_key.get")
@@ -354,6 +402,11 @@ def test_recorded_calls_are_kept_per_expected_pointer(monkeypatch: pytest.Monkey
     assert replay.take([b"p1"]) is None  # taken: no longer recorded
     assert replay.calls_digest(recorded) != replay.calls_digest([[first], []])
     assert replay.calls_digest(recorded) == replay.calls_digest(json.loads(json.dumps(recorded)))
+    # a manifest rewritten with its keys in another order commits to the same calls
+    reordered = [
+        [{k: call[k] for k in sorted(call, reverse=True)} for call in op] for op in recorded
+    ]
+    assert replay.calls_digest(reordered) == replay.calls_digest(recorded)
     # a call that cannot be recorded spoils its pointer, but never XLA's compile
     replay.expect([b"p3"])
     assert record("not", "shapes", None, b"p3") is results[0]
@@ -367,6 +420,14 @@ def test_recorded_calls_are_kept_per_expected_pointer(monkeypatch: pytest.Monkey
     results[0] = xc.HloSharding.replicate()
     record(*args, b"p4")
     assert replay.take([b"p4"]) is None
+    # expecting a pointer again starts afresh, even after an overflow
+    replay.expect([b"p5"])
+    record(*args, b"p5")
+    results[0] = xc.HloSharding.iota_tile((2,))
+    record(*args, b"p5")
+    replay.expect([b"p5"])
+    record(*args, b"p5")
+    assert replay.take([b"p5"]) is not None
 
 
 def test_replay_compares_what_the_callbacks_return_now(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,7 +442,8 @@ def test_replay_compares_what_the_callbacks_return_now(monkeypatch: pytest.Monke
         threads.append(threading.current_thread().name)
         if isinstance(answer[0], Exception):
             raise answer[0]
-        assert [str(a) for a in args[:-1]] == [str(a) for a in (*_infer_args(), b"p")][:-1]
+        assert [str(a) for a in args[:-1]] == [str(a) for a in _infer_args()]
+        assert args[-1] == b"p"  # the pointer by which JAX finds the op's callbacks
         return answer[0]
 
     monkeypatch.setattr(replay, "_originals", {})
@@ -448,3 +510,36 @@ def test_entry_points_are_checked_before_wrapping(monkeypatch: pytest.MonkeyPatc
         replay.ReplayUnavailable, match=f"^jax._src.custom_partitioning.{name} is gone$"
     ):
         replay._entry_points()
+
+
+def test_split_hash_keeps_small_components_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Components up to the limit keep their bytes (for offline checks), larger ones only the
+    digest; the count starts afresh with each component."""
+    monkeypatch.setattr(keys, "_RAW_COMPONENT_LIMIT", 16)
+    split = keys._SplitHash()
+    split.update(b"a" * 10)
+    split.update(b"b" * 6)
+    split.mark("at_limit")
+    split.update(b"c" * 16)
+    split.mark("again_at_limit")
+    split.update(b"d" * 17)
+    split.mark("over")
+    split.update(b"e")
+    split.mark("computation")
+    assert {n: base64.b64decode(d) for n, d in split.data.items()} == {
+        "at_limit": b"a" * 10 + b"b" * 6,
+        "again_at_limit": b"c" * 16,
+    }
+    assert dict(split.components) == {
+        name: hashlib.sha256(data).hexdigest()
+        for name, data in [
+            ("at_limit", b"a" * 10 + b"b" * 6),
+            ("again_at_limit", b"c" * 16),
+            ("over", b"d" * 17),
+            ("computation", b"e"),
+        ]
+    }
+    assert (
+        split.total.hexdigest()
+        == hashlib.sha256(b"a" * 10 + b"b" * 6 + b"c" * 16 + b"d" * 17 + b"e").hexdigest()
+    )
