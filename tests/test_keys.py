@@ -176,6 +176,20 @@ def test_cache_dir_paths_are_relative_to_the_cache_dir(tmp_path: Path) -> None:
         # the caller's options are left as they were
         assert debug.xla_gpu_kernel_cache_file.startswith(str(cache_dir))
     assert jax_keys[0] != jax_keys[1] and results[0].key == results[1].key
+    # without cache_dir, the hasher takes JAX's configured cache directory (as the hook does)
+    import jax
+
+    _, options, _ = _target()
+    options.executable_build_options.debug_options.xla_gpu_kernel_cache_file = (
+        f"{tmp_path}/b/xla_gpu_kernel_cache_file"
+    )
+    previous = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", f"{tmp_path}/b")
+    try:
+        configured = keys.stable_key(module, devices, options, backend)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
+    assert configured.cache_dir == f"{tmp_path}/b" and configured.changed
     # JAX's own key of the options with the placeholder paths is what we hashed
     _, canonical, _ = _target()
     debug = canonical.executable_build_options.debug_options
