@@ -199,3 +199,18 @@ def test_detect_compression_agrees_with_the_decoders() -> None:
     assert detect_compression(b"\x78\x9d") is None  # (0x789d % 31) != 0: not a zlib header
     assert detect_compression(b"\x28\xb5\x2f") is None  # three of the four zstd magic bytes
     assert detect_compression(b"\x08\x00\x00\x00") is None  # the 4-byte compile-time prefix
+
+
+def test_a_zstd_entry_without_zstandard_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAX itself runs without zstandard (it then writes zlib): a zstd entry is then a finding."""
+    from cachedoctor.cache import decompress
+
+    monkeypatch.setattr(decompress, "zstandard", None)
+    with pytest.raises(DecodeFailure) as info:
+        _decompressor(_compress("zstd", b"x" * 10), "zstd")
+    assert (info.value.problem.kind, info.value.problem.message) == (
+        "unsupported",
+        "a zstd entry, but the zstandard package is not installed",
+    )
+    dec = _decompressor(_compress("zlib", b"x" * 10), "zlib")
+    assert _read_all(dec, -1) == b"x" * 10
