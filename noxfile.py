@@ -1,5 +1,5 @@
 """Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
-mutation (mutmut), bench.
+mutation (mutmut 3), bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import nox
@@ -125,40 +126,33 @@ def crossver(session: nox.Session) -> None:
     session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs, env=env)
 
 
-# Mutation testing: each module with the fast tests that guard it (one pytest run per mutant).
-MUTATION_TARGETS = {
-    "src/cachedoctor/formats/wire.py": ["tests/test_wire.py", "tests/test_splitproto.py"],
-    "src/cachedoctor/stablekeys/keys.py": ["tests/test_keys.py"],
-    "src/cachedoctor/cache/decompress.py": ["tests/test_reader.py"],
-    "src/cachedoctor/cache/reader.py": ["tests/test_reader.py"],
-}
+def _mutation_targets() -> list[str]:
+    """The modules mutmut may mutate: ``only_mutate`` of ``[tool.mutmut]`` in pyproject.toml."""
+    with open("pyproject.toml", "rb") as f:
+        return list(tomllib.load(f)["tool"]["mutmut"]["only_mutate"])
 
 
 @nox.session(python="3.11")
 def mutation(session: nox.Session) -> None:
-    """mutmut on the byte-level core (docs/development.md has the scores).
+    """mutmut on the byte-level core and the stable hasher (docs/development.md has the scores).
 
-    mutmut rewrites each module in place while it runs: use a clean checkout. Positional
-    arguments pick modules (paths as in MUTATION_TARGETS). The JAX-written test caches are
-    built once into the nox cache folder (CACHEDOCTOR_PREBUILT_CACHES), not once per mutant.
+    Positional arguments pick modules (paths as in ``only_mutate``); the runner tests are
+    ``pytest_add_cli_args_test_selection``. mutmut 3 works on a copy in ``mutants/`` and leaves
+    the sources alone. The JAX-written test caches are built once into the nox cache folder
+    (CACHEDOCTOR_PREBUILT_CACHES), not once per mutant.
     """
-    session.install("-e", ".[test]", "mutmut==2.5.1")
-    for cache in Path("src").rglob("__pycache__"):
-        shutil.rmtree(cache)
-    env = {
-        "CACHEDOCTOR_PREBUILT_CACHES": str(Path(session.cache_dir) / "mutation-caches"),
-        # a mutant of the same size written in the same second would reuse the stale .pyc
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    for module in session.posargs or list(MUTATION_TARGETS):
-        tests = " ".join(MUTATION_TARGETS[module])
-        runner = f"python -m pytest -x -q -p no:cacheprovider -p no:xdist {tests}"
-        # exit status: a bit mask (2 survivors, 4 timeouts, 8 slow); 1 is a real failure
-        session.run(
-            "mutmut", "run", "--no-progress", "--paths-to-mutate", module, "--runner", runner,
-            env=env, success_codes=[0, 2, 4, 6, 8, 10, 12, 14],
-        )  # fmt: skip
-    session.run("mutmut", "results", success_codes=[0, 2, 4, 6, 8, 10, 12, 14])
+    targets = _mutation_targets()
+    modules = session.posargs or targets
+    unknown = [m for m in modules if m not in targets]
+    if unknown:
+        session.error(f"not a mutation target: {', '.join(unknown)} (choose from {targets})")
+    session.install("-e", ".[test]", "mutmut==3.8.1")
+    env = {"CACHEDOCTOR_PREBUILT_CACHES": str(Path(session.cache_dir) / "mutation-caches")}
+    # mutant names are module.function: one glob per module
+    patterns = [m[len("src/") : -len(".py")].replace("/", ".") + ".*" for m in modules]
+    # two workers: each mutant runs its covering tests, and a few of those start JAX processes
+    session.run("mutmut", "run", "--max-children", "2", *patterns, env=env)
+    session.run("mutmut", "results")
 
 
 @nox.session(python="3.11")

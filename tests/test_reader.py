@@ -14,6 +14,7 @@ from cachedoctor import layout
 from cachedoctor.cache import decompress, listdir, reader
 from cachedoctor.cache.listdir import FileKind
 from cachedoctor.cache.model import EntryDetail, EntryInfo
+from tests.conftest import raw_payload_layout
 
 
 def _entries(cache: Path) -> list[EntryInfo]:
@@ -72,6 +73,15 @@ def test_decodes_real_entries(seed_cache: Path) -> None:
     g = next(e for e in entries if e.module == "jit_g")
     assert g.hlo is not None and g.hlo.parameters == ("f32[16]{0}",)
     assert g.program_digest != f_entries[0].program_digest
+
+
+def test_payload_layout_is_read_from_the_bytes(seed_cache: Path) -> None:
+    """The layout label (and the IFRT version in it) is what the raw bytes say."""
+    entries = _entries(seed_cache)
+    assert entries
+    for e in entries:
+        assert e.format_label == raw_payload_layout(Path(e.path)), e.path
+        assert (e.ifrt_version is None) == (e.payload_format == "pjrt")
 
 
 def test_detail_and_extract_agree(seed_cache: Path, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ FIELDS = [
     ("text", 5, F.TYPE_STRING, False),
     ("blob", 16, F.TYPE_BYTES, False),
     ("packed", 17, F.TYPE_UINT32, True),
+    ("v128", 128, F.TYPE_UINT64, False),  # tag bytes 0x80 0x08: a first byte of exactly 0x80
     ("dbl", 2047, F.TYPE_DOUBLE, False),
     ("child", 2048, F.TYPE_MESSAGE, False),
     ("far", 536870911, F.TYPE_UINT32, False),  # the largest field number
@@ -61,6 +62,7 @@ def _random_message(rng: random.Random, depth: int = 0) -> Any:
     m.text = "".join(rng.choice("aé中\n") for _ in range(rng.randint(1, 200)))
     m.blob = rng.randbytes(rng.choice([1, 127, 128, 20000]))
     m.packed.extend(rng.getrandbits(32) for _ in range(rng.randint(1, 50)))
+    m.v128 = rng.choice([1, 300, rng.getrandbits(40)])
     m.dbl = rng.uniform(-1e300, 1e300)
     m.far = rng.getrandbits(32) or 1
     if depth < 2:
@@ -77,6 +79,7 @@ def _check(m: Any, fields: dict[int, list[wire.FieldValue]]) -> None:
     assert wire.as_str(wire.first(fields, 5)) == m.text
     assert bytes(fields[16][0]) == m.blob
     assert wire.packed_varints(fields[17][0]) == list(m.packed)
+    assert wire.first(fields, 128) == m.v128
     dbl = wire.as_int(wire.first(fields, 2047))
     assert dbl is not None and struct.unpack("<d", dbl.to_bytes(8, "little"))[0] == m.dbl
     assert wire.first(fields, 536870911) == m.far
@@ -88,17 +91,35 @@ def _check(m: Any, fields: dict[int, list[wire.FieldValue]]) -> None:
         assert 2048 not in fields
 
 
+# The two whole-buffer walkers: the generator and the list builder with its own fast paths.
+WALKERS = {"iter_fields": lambda *a: list(wire.iter_fields(*a)), "field_list": wire.field_list}
+
+
+def _by_number(fields: list[tuple[int, int, wire.FieldValue]]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for number, wire_type, value in fields:
+        # LEN values are views into the buffer, never copies
+        assert isinstance(value, memoryview) == (wire_type == wire.LEN)
+        out.setdefault(number, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("walker", WALKERS)
 @pytest.mark.parametrize("seed", range(20))
-def test_walker_reads_what_protobuf_wrote(seed: int) -> None:
+def test_walker_reads_what_protobuf_wrote(seed: int, walker: str) -> None:
+    walk = WALKERS[walker]
     m = _random_message(random.Random(seed))
     data = m.SerializeToString()
+    _check(m, _by_number(walk(data)))
     _check(m, wire.fields_by_number(data))
     wire.validate(data)
-    numbers = [n for n, _, _ in wire.iter_fields(data)]
+    numbers = [n for n, _, _ in walk(data)]
     assert numbers == sorted(numbers)  # protobuf writes fields in number order
-    # a window of a larger buffer: only the window is walked
-    framed = b"\xff" * 7 + data + b"\xff" * 5
-    assert [n for n, _, _ in wire.iter_fields(framed, 7, 7 + len(data))] == numbers
+    # a window of a larger buffer: only the window is walked, whatever bytes surround it
+    for pad in (b"\xff", b"\x01"):
+        framed = pad * 7 + data + pad * 5
+        _check(m, _by_number(walk(framed, 7, 7 + len(data))))
+        _check(m, _by_number(walk(memoryview(framed)[7 : 7 + len(data)])))
 
 
 def _stream_fields(stream: wire.ByteStream, length: int | None = None) -> dict[int, list[Any]]:
@@ -190,10 +211,13 @@ def test_varints_match_protobuf(value: int) -> None:
     )
 
 
+@pytest.mark.parametrize("walker", WALKERS)
 @pytest.mark.parametrize("seed", range(4))
-def test_truncation_is_an_error_for_both(seed: int) -> None:
+def test_truncation_is_an_error_for_both(seed: int, walker: str) -> None:
     """Cut protobuf's bytes inside a field: protobuf refuses them and so does the walker,
-    with a WireError that names an offset inside the data."""
+    with a WireError that names an offset inside the data; also when the cut is the end of a
+    window and the bytes after it would complete the field."""
+    walk = WALKERS[walker]
     data = _random_message(random.Random(seed)).SerializeToString()
     rng = random.Random(seed)
     cuts = 0
@@ -202,63 +226,112 @@ def test_truncation_is_an_error_for_both(seed: int) -> None:
             AllTypes.FromString(data[:cut])
         except DecodeError:
             cuts += 1
-            with pytest.raises(wire.WireError) as info:
-                wire.validate(data[:cut])
-            assert 0 <= info.value.offset < cut
-            assert f"at byte {info.value.offset}" in str(info.value)
+            for buf, end in ((data[:cut], None), (data[:cut] + b"\x01" * 16, cut)):
+                with pytest.raises(wire.WireError) as info:
+                    walk(buf, 0, end)
+                assert 0 <= info.value.offset < cut
+                assert f"at byte {info.value.offset}" in str(info.value)
     assert cuts > 50
 
 
-def test_malformed_inputs_name_their_offset() -> None:
-    with pytest.raises(wire.WireError, match="field number 0 at byte 0"):
-        wire.validate(b"\x00\x01")
-    with pytest.raises(wire.WireError, match="unsupported wire type 3 at byte 2"):
-        wire.validate(b"\x08\x01\x0b")
-    with pytest.raises(wire.WireError, match="unsupported wire type 6 at byte 0"):
-        wire.validate(b"\x0e")
-    with pytest.raises(wire.WireError, match="varint longer than 10 bytes at byte 1"):
-        wire.validate(b"\x08" + b"\xff" * 11)
-    with pytest.raises(wire.WireError, match="varint runs past the end at byte 1"):
-        wire.validate(b"\x08\x80")
-    with pytest.raises(wire.WireError, match="field 2 claims 5 bytes but 2 remain at byte 0"):
-        wire.validate(b"\x12\x05ab")
-    with pytest.raises(wire.WireError, match="fixed64 runs past the end at byte 0"):
-        wire.validate(b"\x09" + bytes(7))
-    with pytest.raises(wire.WireError, match="fixed32 runs past the end at byte 0"):
-        wire.validate(b"\x0d" + bytes(3))
+@pytest.mark.parametrize("walker", WALKERS)
+def test_every_cut_at_a_two_byte_tag_or_length(walker: str) -> None:
+    """Fields 16 to 2047 have two-byte tags and 128 to 16383-byte values two-byte lengths:
+    protobuf and the walker agree on every prefix of such a message."""
+    walk = WALKERS[walker]
+    data = AllTypes(blob=b"b" * 200, v128=300, dbl=1.5, packed=[1]).SerializeToString()
+    for cut in range(len(data) + 1):
+        try:
+            expected = AllTypes.FromString(data[:cut])
+        except DecodeError:
+            with pytest.raises(wire.WireError):
+                walk(data[:cut])
+        else:
+            fields = _by_number(walk(data[:cut]))
+            assert bytes(fields.get(16, [b""])[0]) == expected.blob
+            assert wire.first(fields, 128) == (expected.v128 or None)
+
+
+MALFORMED = [
+    (b"\x00\x01", "field number 0 at byte 0", 0),
+    (b"\x08\x01\x0b", "unsupported wire type 3 at byte 2", 2),
+    (b"\x0e", "unsupported wire type 6 at byte 0", 0),
+    (b"\x08" + b"\xff" * 11, "varint longer than 10 bytes at byte 1", 1),
+    (b"\x08\x80", "varint runs past the end at byte 1", 1),
+    (b"\x12\x05ab", "field 2 claims 5 bytes but 2 remain at byte 0", 0),
+    (b"\x08\x01\x82\x01\x83\x01ab", "field 16 claims 131 bytes but 2 remain at byte 2", 2),
+    (b"\x09" + bytes(7), "fixed64 runs past the end at byte 0", 0),
+    (b"\x0d" + bytes(3), "fixed32 runs past the end at byte 0", 0),
+]
+
+
+@pytest.mark.parametrize("walker", WALKERS)
+@pytest.mark.parametrize(("data", "message", "offset"), MALFORMED)
+def test_malformed_inputs_name_their_offset(
+    walker: str, data: bytes, message: str, offset: int
+) -> None:
+    with pytest.raises(wire.WireError) as info:
+        WALKERS[walker](data)
+    assert (str(info.value), info.value.offset) == (message, offset)
+    with pytest.raises(DecodeError):
+        AllTypes.FromString(data)
+
+
+def test_field_helpers() -> None:
     assert wire.fields_by_number(b"") == {}
     assert wire.first({}, 1) is None and wire.as_str(None) is None and wire.as_str(5) is None
     assert wire.first({1: [1, 2]}, 1) == 2  # the last occurrence wins
     assert wire.as_int(memoryview(b"x")) is None
     assert wire.packed_varints(7) == [7]
+    # strings are decoded for display: bytes that are not UTF-8 do not stop the walk
+    assert wire.as_str(memoryview("é".encode() + b"\xff")) == "é\ufffd"
 
 
-def test_streaming_errors() -> None:
-    def walk(data: bytes, length: int | None = None) -> None:
+def _stream_error(data: bytes, length: int | None = None, cap: int = 1 << 20) -> wire.WireError:
+    """The WireError that streaming ``data`` raises (every LEN field read with ``cap``)."""
+    with pytest.raises(wire.WireError) as info:
         for _n, _wt, value in wire.iter_stream_fields(wire.ByteStream(io.BytesIO(data)), length):
             if isinstance(value, wire.StreamField):
-                value.read(1 << 20)
+                value.read(cap)
+    return info.value
 
+
+STREAM_MALFORMED = [
+    (b"\x12\x05ab", None, "field 2 claims 5 bytes but the data ends 2 bytes into it at byte 2"),
+    (b"\x08\x01\x12\x09abc", 7, "field 2 claims 9 bytes, past its parent's end at byte 2"),
+    (b"\x08\x01\x08", 4, "a message claims 4 bytes but the data ends 3 bytes into it at byte 0"),
+    (b"\x08\x01\x09" + bytes(8), 4, "nested field overran its parent at byte 11"),
+    (b"\x08\x01\x00", None, "field number 0 at byte 2"),
+    (b"\x08\x01\x0f", None, "unsupported wire type 7 at byte 2"),
+    (b"\x08\x01\x08" + b"\xff" * 11, None, "varint longer than 10 bytes at byte 3"),
+]
+
+
+@pytest.mark.parametrize(("data", "length", "message"), STREAM_MALFORMED)
+def test_streaming_errors_name_their_offset(data: bytes, length: int | None, message: str) -> None:
+    assert str(_stream_error(data, length)) == message
+
+
+def test_streaming_limits() -> None:
     with pytest.raises(wire.StreamEnd):
-        walk(b"\x12\x05ab"[:1])
-    with pytest.raises(wire.WireError, match="field 2 claims 5 bytes but the data ends"):
-        walk(b"\x12\x05ab")
-    with pytest.raises(wire.WireError, match="field 2 is 5 bytes, over the 4-byte limit"):
-        for _n, _wt, value in wire.iter_stream_fields(
-            wire.ByteStream(io.BytesIO(b"\x12\x05abcde"))
-        ):
-            assert isinstance(value, wire.StreamField)
-            value.read(4)
-    with pytest.raises(wire.WireError, match="claims 9 bytes, past its parent's end"):
-        walk(b"\x12\x09abc", 5)
-    with pytest.raises(wire.WireError, match="a message claims 4 bytes but the data ends"):
-        walk(b"\x08", 4)
-    with pytest.raises(wire.WireError, match="field number 0"):
-        walk(b"\x00")
-    with pytest.raises(wire.WireError, match="unsupported wire type 7"):
-        walk(b"\x0f")
-    with pytest.raises(wire.WireError, match="varint longer than 10 bytes"):
-        walk(b"\x08" + b"\xff" * 11)
+        list(wire.iter_stream_fields(wire.ByteStream(io.BytesIO(b"\x12"))))
+    error = _stream_error(b"\x08\x01\x12\x05abcde", cap=4)
+    assert (str(error), error.offset) == ("field 2 is 5 bytes, over the 4-byte limit at byte 4", 4)
+    # a field exactly as long as the limit is read
+    _n, _wt, field = next(wire.iter_stream_fields(wire.ByteStream(io.BytesIO(b"\x12\x05abcde"))))
+    assert isinstance(field, wire.StreamField) and field.read(5) == b"abcde"
+
+
+def test_nested_stream_field_ending_with_its_parent() -> None:
+    """A LEN field that ends exactly where its parent ends is the normal case, not an overrun."""
+    data = AllTypes(child=AllTypes(u64=1, blob=b"xyz")).SerializeToString()
+    stream = wire.ByteStream(io.BytesIO(data))
+    fields = wire.iter_stream_fields(stream)
+    number, _wt, child = next(fields)
+    assert number == 2048 and isinstance(child, wire.StreamField)
+    inner = [(n, v if isinstance(v, int) else v.read(10)) for n, _wt, v in child.sub()]
+    assert inner == [(1, 1), (16, b"xyz")]
+    assert next(fields, None) is None and stream.at_end()
 
 
 @pytest.mark.parametrize("name", [name for name, *_ in FIELDS])
@@ -274,6 +347,7 @@ def test_a_field_at_the_very_end_of_the_buffer(name: str) -> None:
         setattr(m, name, getattr(full, name))
     data = m.SerializeToString()
     ((number, _wt, value),) = list(wire.iter_fields(data))
+    assert wire.field_list(data) == [(number, _wt, value)]
     (streamed,) = list(wire.iter_stream_fields(wire.ByteStream(io.BytesIO(data))))
     assert streamed[0] == number
     if isinstance(value, int):

@@ -40,7 +40,6 @@ class Decompressor:
         self.hasher = hashlib.sha256()
         self._fh = fh
         self._zlib = zlib.decompressobj() if compression == "zlib" else None
-        self._zlib_buf = b""
         self.declared_size: int | None = None
         self._zstd: IO[bytes] | None = None
         if compression == "zstd":

@@ -334,7 +334,8 @@ class ByteStream:
             chunk = self._raw.read(
                 self.READAHEAD if need < self.READAHEAD else min(need, self.CHUNK)
             )
-            if not chunk:
+            if not chunk:  # what was read is consumed: the position is where the data ends
+                self.position += n - need
                 raise StreamEnd(f"stream ended {need} bytes short at byte {self.position}")
             if len(chunk) > need:  # keep the read-ahead
                 self._buf = chunk
