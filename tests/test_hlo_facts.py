@@ -251,7 +251,7 @@ def test_volatile_addresses_are_masked(real_modules: list[bytes]) -> None:
     for variant, facts in ((a, fa), (b, fb)):
         assert facts.volatile == _key_volatile(hlo.canonicalize(variant))
     categories = [v.category for v in fa.volatile]
-    assert categories.count("backend_config-pointer") > 3 and "custom-partitioning" in categories
+    assert categories.count("backend_config-pointer") >= 2 and "custom-partitioning" in categories
     assert categories[-1] != "custom-partitioning"  # the order matters: not simply appended
 
 

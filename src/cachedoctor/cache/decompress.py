@@ -116,35 +116,39 @@ class Decompressor:
             )
 
 
-# Entries up to this size (decompressed, as their zstd frame declares) are decompressed in one
-# call: faster than streaming, and their digest is known before the walk, so copies of one
-# executable are walked once (reader.decode_entry). Bigger ones stream.
+# Entries up to this size (decompressed) are decompressed whole into memory, so their digest is
+# known before the walk and copies of one executable are walked once (reader.decode_entry).
+# Bigger ones stream.
 WHOLE_DECODE_MAX = 64 << 20
 
 
-def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str] | None:
-    """The whole decompressed entry and the SHA-256 of its payload (after the 4-byte prefix),
-    when it is zstd and declares at most ``WHOLE_DECODE_MAX`` (and ``cap``) bytes. None
-    otherwise, and for anything amiss (damaged, cut short, trailing bytes): the caller then
-    decodes it as a stream, which names the problem. The checks are the stream decoder's own."""
-    head = fh.read(4)
+def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
+    """The whole decompressed entry, its compression and the SHA-256 of its payload (after the
+    4-byte prefix), for an entry of at most ``WHOLE_DECODE_MAX`` decompressed bytes (and
+    ``cap``). None otherwise, and for anything amiss (damaged, cut short, trailing bytes): the
+    caller then decodes it as a stream, which names the problem. The checks are the stream
+    decoder's own; the frame's declared size, where there is one, rules out a bigger entry
+    before anything is read (older JAX releases declare none)."""
+    compression = detect_compression(fh.read(4))
     fh.seek(0)
-    if not head.startswith(ZSTD_MAGIC) or zstandard is None:
+    if compression is None:
         return None
+    limit = min(cap, WHOLE_DECODE_MAX)
     try:
-        dec = Decompressor(fh, "zstd", cap, hash_from=4)
-        declared = dec.declared_size
-        if declared is None or declared > WHOLE_DECODE_MAX:
+        dec = Decompressor(fh, compression, cap, hash_from=4)
+        if dec.declared_size is not None and dec.declared_size > limit:
             return None
         parts = []
-        while dec.produced <= declared and (chunk := dec.read(declared - dec.produced + 1)):
-            parts.append(chunk)  # never more than declared + 1 bytes: a forged size is caught
+        while chunk := dec.read(1 << 20):
+            parts.append(chunk)
+            if dec.produced > limit:
+                return None
         dec.check_complete()
     except (DecodeFailure, OSError):
         return None
     finally:
         fh.seek(0)
-    return b"".join(parts), dec.hasher.hexdigest()
+    return b"".join(parts), compression, dec.hasher.hexdigest()
 
 
 def detect_compression(head: bytes) -> str | None:

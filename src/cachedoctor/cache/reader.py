@@ -259,7 +259,7 @@ _PAYLOAD_MEMO_MAX = 4096
 
 
 def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | None:
-    """Decode an entry decompressed in one call, or None to let the stream decoder do it.
+    """Decode an entry decompressed whole into memory, or None to let the stream decoder do it.
 
     The digest of the payload is known before the walk, so an executable already decoded in
     this process (copies under other keys: unstable keys write the same executable again and
@@ -270,8 +270,8 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     whole = decompress_whole(fh, cap)
     if whole is None or len(whole[0]) < 5:
         return None
-    raw, digest = whole
-    per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big")}
+    raw, compression, digest = whole
+    per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big"), "compression": compression}
     known = _PAYLOAD_MEMO.get(digest)
     if known is not None:
         return replace(
@@ -293,7 +293,6 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     problems: list[Problem] = []
     info = replace(
         info,
-        compression="zstd",
         decompressed_size=len(raw),
         executable_digest=digest,
         **per_entry,  # type: ignore[arg-type]
