@@ -67,13 +67,24 @@ def test_whole_decode_equals_the_stream_decoder(
     assert whole_used >= len(paths) // 7  # the real entries, at least, took the fast path
 
 
-def test_copies_are_walked_once(seed_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seed's three runs wrote one executable under three keys, with their own compile
-    times: each keeps its own key, path, time and mtime, and the payload is walked once."""
+def test_copies_are_walked_once(
+    seed_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies of one executable keep their own key, path, time and mtime, and the payload is
+    walked once. The copies: the seed's three runs (one executable on jax >= 0.10; older
+    releases write some differing bytes), and a rerun of the first with another compile time
+    (the 4-byte prefix), as JAX writes it when the same program compiles again."""
     items = [i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_f-")]
     assert len(items) == 3
-    expected = [_streamed(seed_cache / i.name, i.key, monkeypatch) for i in items]
-    assert len({e.executable_digest for e in expected}) == 1
+    paths = [(seed_cache / i.name, i.key) for i in items]
+    raw = zstandard.ZstdDecompressor().decompress(paths[0][0].read_bytes())
+    rerun_key = "jit_f-" + "0" * 64
+    rerun = tmp_path / f"{rerun_key}-cache"
+    rerun.write_bytes(zstandard.ZstdCompressor().compress((12345).to_bytes(4, "big") + raw[4:]))
+    paths.append((rerun, rerun_key))
+    expected = [_streamed(path, key, monkeypatch) for path, key in paths]
+    distinct = len({e.executable_digest for e in expected})
+    assert distinct < len(paths) and expected[-1].compile_time_s == 12345
     walks = 0
     real_walk = reader._walk_payload
 
@@ -84,5 +95,5 @@ def test_copies_are_walked_once(seed_cache: Path, monkeypatch: pytest.MonkeyPatc
 
     reader._PAYLOAD_MEMO.clear()
     monkeypatch.setattr(reader, "_walk_payload", counting_walk)
-    assert [_decode(seed_cache / i.name, i.key) for i in items] == expected
-    assert walks == 1
+    assert [_decode(path, key) for path, key in paths] == expected
+    assert walks == distinct
