@@ -26,8 +26,9 @@ def _streamed(path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> EntryInf
 
 
 def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
-    """Real entries, and the same entries damaged: cut short, a flipped byte, trailing bytes,
-    a zstd frame without a declared size, zlib, a forged declared size."""
+    """Real entries, and the same entries damaged: cut short, a flipped byte, a malformed HLO
+    module (recompressed: it decompresses cleanly), trailing bytes, a zstd frame without a
+    declared size, zlib, a forged declared size."""
     out = []
     for item in listdir.list_cache(seed_cache).entries:
         data = (seed_cache / item.name).read_bytes()
@@ -36,8 +37,13 @@ def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
         flipped[len(data) // 2] ^= 0xFF
         forged = bytearray(data)
         forged[5] ^= 0x01  # the low byte of the frame content size
+        detail = reader.decode_entry(seed_cache / item.name, detail=True)
+        assert isinstance(detail, reader.EntryDetail) and detail.hlo_module
+        damaged_payload = bytearray(raw)  # the HLO module's first tag made wire type 7
+        damaged_payload[raw.index(detail.hlo_module)] = 0x0F
         kinds = {
             "real": data,
+            "payload": zstandard.ZstdCompressor().compress(bytes(damaged_payload)),
             "cut": data[: len(data) * 2 // 3],
             "flipped": bytes(flipped),
             "trailing": data + b"\0garbage",

@@ -127,8 +127,8 @@ def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
     4-byte prefix), for an entry of at most ``WHOLE_DECODE_MAX`` decompressed bytes (and
     ``cap``). None otherwise, and for anything amiss (damaged, cut short, trailing bytes): the
     caller then decodes it as a stream, which names the problem. The checks are the stream
-    decoder's own; the frame's declared size, where there is one, rules out a bigger entry
-    before anything is read (older JAX releases declare none)."""
+    decoder's own; a zstd frame's declared size, where there is one, rules out a bigger entry
+    before anything is read (zlib and an unsized frame are read until the limit)."""
     compression = detect_compression(fh.read(4))
     fh.seek(0)
     if compression is None:

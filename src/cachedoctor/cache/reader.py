@@ -264,8 +264,9 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     The digest of the payload is known before the walk, so an executable already decoded in
     this process (copies under other keys: unstable keys write the same executable again and
     again, differing only in the compile-time prefix) is not walked again: what the payload
-    shows is a function of its bytes. Only clean decodes are returned; an entry with any
-    problem is decoded again by the stream decoder, which names it.
+    shows is a function of its bytes. A payload the walk cannot finish (damaged bytes) is
+    decoded again by the stream decoder, which names the problem and where; problems found
+    after the walk (a malformed HLO module) are the same from either decoder and are returned.
     """
     whole = decompress_whole(fh, cap)
     if whole is None or len(whole[0]) < 5:
@@ -299,7 +300,7 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     )
     info = _finish(info, walk, problems)
     if info.problems:
-        return None
+        return info  # not memoised: only clean decodes are served to copies
     if len(_PAYLOAD_MEMO) >= _PAYLOAD_MEMO_MAX:
         _PAYLOAD_MEMO.clear()
     _PAYLOAD_MEMO[digest] = info
