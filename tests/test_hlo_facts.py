@@ -233,26 +233,50 @@ def test_volatile_addresses_are_masked(real_modules: list[bytes]) -> None:
         if any(v.category == "custom-partitioning" for v in _key_volatile(hlo.canonicalize(m)))
     )
 
-    def with_config(config: bytes) -> bytes:
-        """The module with ``config`` as the backend_config of every instruction."""
-
-        def instructions(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
-            if number == 2 and not isinstance(value, int):
-                kept = _rewrite(value, (), lambda n, _wt, v: b"" if n == 43 else v)
-                return kept + wire.encode_field(43, wire.LEN, config)
-            return value
-
-        return _rewrite(module, (3,), instructions)
-
-    a, b = with_config(b"140245123456789"), with_config(b" 140245987654321 ")
+    a, b = _with_config(module, b"140245123456789"), _with_config(module, b" 140245987654321 ")
     fa, fb = hlo_facts.scan_facts(a), hlo_facts.scan_facts(b)
     assert fa.program_digest == fb.program_digest
-    assert fa.program_digest != hlo_facts.scan_facts(with_config(b"1402459")).program_digest
+    short = _with_config(module, b"1402459")
+    assert fa.program_digest != hlo_facts.scan_facts(short).program_digest
     for variant, facts in ((a, fa), (b, fb)):
         assert facts.volatile == _key_volatile(hlo.canonicalize(variant))
     categories = [v.category for v in fa.volatile]
     assert categories.count("backend_config-pointer") >= 2 and "custom-partitioning" in categories
     assert categories[-1] != "custom-partitioning"  # the order matters: not simply appended
+
+
+def _with_config(module: bytes, config: bytes) -> bytes:
+    """The module with ``config`` as the backend_config of every instruction."""
+
+    def instructions(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+        if number == 2 and not isinstance(value, int):
+            kept = _rewrite(value, (), lambda n, _wt, v: b"" if n == 43 else v)
+            return kept + wire.encode_field(43, wire.LEN, config)
+        return value
+
+    return _rewrite(module, (3,), instructions)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [b"140245123456789", b"\t\n 140245123456789 ", b" " * 200 + b"140245123456789", b"12345678 9"],
+)
+def test_address_configs_in_a_module_without_custom_calls(
+    real_modules: list[bytes], config: bytes
+) -> None:
+    """The byte gate that spares most modules a look at every backend_config must let through
+    every address-like config, on any instruction of a plain module (no custom call, no
+    custom_partitioning), whatever its whitespace and length prefix (a config of 128 bytes or
+    more has a two-byte length); what it lets through is then as the pure walker says."""
+    plain = [m for m in real_modules if b"custom-call" not in m and b"custom_partitioning" not in m]
+    module = max(plain, key=len)
+    variant = _with_config(module, config)
+    facts = hlo_facts.scan_facts(variant)
+    assert facts.volatile == _key_volatile(hlo.canonicalize(variant))
+    is_address = config.strip().isdigit()
+    assert bool(facts.volatile) == is_address
+    other = hlo_facts.scan_facts(_with_config(module, config.replace(b"4", b"7")))
+    assert (facts.program_digest == other.program_digest) == is_address
 
 
 def test_non_utf8_names_parse(real_modules: list[bytes]) -> None:

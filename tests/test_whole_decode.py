@@ -92,7 +92,7 @@ def test_copies_are_walked_once(
     distinct = len({e.executable_digest for e in expected})
     assert distinct < len(paths) and expected[-1].compile_time_s == 12345
     walks = 0
-    real_walk = reader._walk_payload
+    real_walk = reader._walk_payload_buffer
 
     def counting_walk(*args: object) -> None:
         nonlocal walks
@@ -100,6 +100,6 @@ def test_copies_are_walked_once(
         real_walk(*args)  # type: ignore[arg-type]
 
     reader._PAYLOAD_MEMO.clear()
-    monkeypatch.setattr(reader, "_walk_payload", counting_walk)
+    monkeypatch.setattr(reader, "_walk_payload_buffer", counting_walk)
     assert [_decode(path, key) for path, key in paths] == expected
     assert walks == distinct

@@ -92,13 +92,7 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
     to ``gpu.decode_gpu_executable``; everything else is walked as a stream.
     """
     if fld.length and fld._stream.peek_byte() == RIEGELI_MAGIC[0]:
-        data = fld.read(MAX_HLO_BYTES)
-        try:
-            decoded = gpu.decode_gpu_executable(data, max_bytes=MAX_HLO_BYTES)
-        except FormatError as exc:
-            raise DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
-        walk.gpu_executable = decoded
-        walk.hlo_module = decoded.hlo_module
+        _note_gpu_executable(walk, fld.read(MAX_HLO_BYTES))
         return
     for number, _wt, value in fld.sub():
         if not isinstance(value, wire.StreamField):
@@ -111,15 +105,7 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
             data = value.read(MAX_HLO_BYTES)
             if walk.hash_fields:
                 walk.digests.append(FieldDigest(1, len(data), hashlib.sha256(data).hexdigest()))
-            hf = wire.fields_by_number(data)
-            module = wire.first(hf, 1)
-            config = wire.first(hf, 2)
-            walk.hlo_module = (
-                bytes(module) if module is not None and not isinstance(module, int) else None
-            )
-            walk.hlo_config = (
-                bytes(config) if config is not None and not isinstance(config, int) else None
-            )
+            _note_hlo_proto(walk, data)
         elif value.length <= SMALL_FIELD:
             data = value.read(SMALL_FIELD)
             walk.small.append((number, data))
@@ -137,6 +123,25 @@ def _walk_executable(fld: wire.StreamField, walk: _Walk) -> None:
                     hasher.update(chunk)
                     left -= len(chunk)
                 walk.digests.append(FieldDigest(number, value.length, hasher.hexdigest()))
+
+
+def _note_gpu_executable(walk: _Walk, data: bytes) -> None:
+    """A GPU executable written as a Riegeli split proto: decoded whole by ``gpu``."""
+    try:
+        decoded = gpu.decode_gpu_executable(data, max_bytes=MAX_HLO_BYTES)
+    except FormatError as exc:
+        raise DecodeFailure(_format_problem_kind(exc), f"GPU executable: {exc}") from exc
+    walk.gpu_executable = decoded
+    walk.hlo_module = decoded.hlo_module
+
+
+def _note_hlo_proto(walk: _Walk, data: wire.Buffer) -> None:
+    """The executable's ``HloProto``: keep its module and config. Raises WireError."""
+    hf = wire.fields_by_number(data)
+    module = wire.first(hf, 1)
+    config = wire.first(hf, 2)
+    walk.hlo_module = bytes(module) if module is not None and not isinstance(module, int) else None
+    walk.hlo_config = bytes(config) if config is not None and not isinstance(config, int) else None
 
 
 def _infer_platform(walk: _Walk) -> str:
@@ -285,11 +290,9 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
             **per_entry,  # type: ignore[arg-type]
         )
     walk = _Walk()
-    stream = wire.ByteStream(io.BytesIO(raw))
     try:
-        stream.skip(4)
-        _walk_payload(stream, walk)
-    except (DecodeFailure, wire.StreamEnd, wire.WireError):
+        _walk_payload_buffer(memoryview(raw)[4:], walk)
+    except (DecodeFailure, wire.WireError):
         return None
     problems: list[Problem] = []
     info = replace(
@@ -403,36 +406,47 @@ def _opens_payload(data: bytes) -> bool:
     return True
 
 
-def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
-    head = stream.peek(wire.MAX_VARINT_BYTES + len(RIEGELI_MAGIC))
+def _payload_prefix(peek: Callable[[int], bytes]) -> tuple[int, bytes] | None:
+    """``(prefix length, header)`` when the payload opens with a ``pjrt_ifrt`` header; None
+    when it opens an ``ExecutableAndOptionsProto`` or a Riegeli file. ``peek(n)`` shows up to
+    ``n`` bytes of the payload. Raises DecodeFailure when the payload opens none of these."""
+    head = peek(wire.MAX_VARINT_BYTES + len(RIEGELI_MAGIC))
     if not head:
         raise DecodeFailure("truncated", "no executable after the compile-time prefix")
-    fmt = "pjrt"
+    if head.startswith(RIEGELI_MAGIC):
+        return None
+    try:
+        claimed, start = wire.read_varint(head, 0, len(head))
+    except wire.WireError:
+        claimed, start = -1, 0
     found = None
-    if not head.startswith(RIEGELI_MAGIC):
-        try:
-            claimed, start = wire.read_varint(head, 0, len(head))
-        except wire.WireError:
-            claimed, start = -1, 0
-        if 0 < claimed <= MAX_HEADER_BYTES:
-            found = _ifrt_header_at(stream.peek(start + claimed + wire.MAX_VARINT_BYTES + 8))
-        if found is None and not _opens_payload(head):
-            raise DecodeFailure(
-                "header",
-                "payload is neither an ExecutableAndOptionsProto, a Riegeli file, nor a"
-                f" pjrt_ifrt header followed by one (starts {head[:8].hex(' ')})",
-            )
+    if 0 < claimed <= MAX_HEADER_BYTES:
+        found = _ifrt_header_at(peek(start + claimed + wire.MAX_VARINT_BYTES + 8))
+    if found is None and not _opens_payload(head):
+        raise DecodeFailure(
+            "header",
+            "payload is neither an ExecutableAndOptionsProto, a Riegeli file, nor a"
+            f" pjrt_ifrt header followed by one (starts {head[:8].hex(' ')})",
+        )
+    return found
+
+
+def _note_ifrt_header(walk: _Walk, header: bytes) -> None:
+    hf = wire.fields_by_number(header)
+    walk.ifrt_header = header
+    walk.fields["ifrt_version"] = wire.as_int(wire.first(hf, 1))
+    walk.fields["runtime_name"] = wire.as_str(wire.first(hf, 2))
+
+
+def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
+    found = _payload_prefix(stream.peek)
     if found is not None:
         prefix, header = found
         stream.skip(prefix + len(header))
-        hf = wire.fields_by_number(header)
-        walk.ifrt_header = header
-        walk.fields["ifrt_version"] = wire.as_int(wire.first(hf, 1))
-        walk.fields["runtime_name"] = wire.as_str(wire.first(hf, 2))
-        fmt = "ifrt"
+        _note_ifrt_header(walk, header)
     if stream.peek(len(RIEGELI_MAGIC)) == RIEGELI_MAGIC:
         stream = _unsplit_payload(stream, walk)
-    walk.fields["payload_format"] = fmt
+    walk.fields["payload_format"] = "pjrt" if found is None else "ifrt"
     for number, _wt, value in wire.iter_stream_fields(stream):
         if not isinstance(value, wire.StreamField):
             continue
@@ -449,6 +463,58 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
             walk.compile_options = value.read(MAX_OPTIONS_BYTES)
         elif number == 3:
             walk.fields["pjrt_client_name"] = value.read(4096).decode("utf-8", "replace")
+
+
+def _walk_payload_buffer(payload: memoryview, walk: _Walk) -> None:
+    """``_walk_payload`` over a payload held in memory: the same steps, with fields sliced out
+    of the buffer by ``wire.field_list`` instead of read from a stream one by one (a CPU
+    executable holds hundreds of small object files; streaming them cost a quarter of a large
+    program's decode).
+
+    Raises WireError or DecodeFailure wherever the stream walk would note or report something
+    (an executable that is not a proto we know, a field over its limit): the caller then lets
+    the stream decoder say it, in its words and offsets.
+    """
+    found = _payload_prefix(lambda n: bytes(payload[:n]))
+    if found is not None:
+        prefix, header = found
+        payload = payload[prefix + len(header) :]
+        _note_ifrt_header(walk, header)
+    if payload[: len(RIEGELI_MAGIC)] == RIEGELI_MAGIC:
+        payload = memoryview(_unsplit(bytes(payload), walk))
+    walk.fields["payload_format"] = "pjrt" if found is None else "ifrt"
+    for number, wt, value in wire.field_list(payload):
+        if wt != wire.LEN:
+            continue
+        assert isinstance(value, memoryview)
+        if number == 1:
+            _walk_executable_buffer(value, walk)
+        elif number == 2:
+            walk.compile_options = bytes(_capped(value, MAX_OPTIONS_BYTES))
+        elif number == 3:
+            walk.fields["pjrt_client_name"] = bytes(_capped(value, 4096)).decode("utf-8", "replace")
+
+
+def _capped(value: memoryview, cap: int) -> memoryview:
+    if len(value) > cap:
+        raise wire.WireError(f"a field is {len(value)} bytes, over the {cap}-byte limit", 0)
+    return value
+
+
+def _walk_executable_buffer(executable: memoryview, walk: _Walk) -> None:
+    """``_walk_executable`` over an executable held in memory (see ``_walk_payload_buffer``)."""
+    if len(executable) and executable[0] == RIEGELI_MAGIC[0]:
+        _note_gpu_executable(walk, bytes(_capped(executable, MAX_HLO_BYTES)))
+        return
+    for number, _wt, value in wire.field_list(executable):
+        if isinstance(value, int):
+            walk.scalars.append((number, value))
+        elif number == 1:
+            _note_hlo_proto(walk, _capped(value, MAX_HLO_BYTES))
+        elif len(value) <= SMALL_FIELD:
+            walk.small.append((number, bytes(value)))
+        else:
+            walk.sections.append((number, len(value), bytes(value[:64])))
 
 
 # What the stored HLO shows of key inputs that change from run to run (evidence of an unstable key)
@@ -502,16 +568,18 @@ def _format_problem_kind(exc: FormatError) -> str:
 def _unsplit_payload(stream: wire.ByteStream, walk: _Walk) -> wire.ByteStream:
     """A GPU payload written as a Riegeli split proto: reassemble it, walk the result."""
     parts = []
-    total = 0
     while chunk := stream.read_some(1 << 20):
         parts.append(chunk)
-        total += len(chunk)
+    return wire.ByteStream(io.BytesIO(_unsplit(b"".join(parts), walk)))
+
+
+def _unsplit(data: bytes, walk: _Walk) -> bytes:
     try:
-        unwrapped = gpu.unwrap_pjrt_payload(b"".join(parts), max_bytes=DEFAULT_MAX_DECOMPRESSED)
+        unwrapped = gpu.unwrap_pjrt_payload(data, max_bytes=DEFAULT_MAX_DECOMPRESSED)
     except FormatError as exc:
         raise DecodeFailure(_format_problem_kind(exc), f"split-proto payload: {exc}") from exc
     walk.payload_split = True
-    return wire.ByteStream(io.BytesIO(unwrapped.executable_and_options))
+    return unwrapped.executable_and_options
 
 
 def _gpu_summary(walk: _Walk) -> GpuSummary:
