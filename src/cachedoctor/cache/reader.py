@@ -76,7 +76,7 @@ class _Walk:
     hlo_config: bytes | None = None
     compile_options: bytes | None = None
     ifrt_header: bytes | None = None
-    small: list[tuple[int, bytes]] = field(default_factory=list)
+    small: list[tuple[int, bytes | memoryview]] = field(default_factory=list)  # <= SMALL_FIELD
     scalars: list[tuple[int, int]] = field(default_factory=list)
     sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
     gpu_executable: gpu.GpuExecutable | None = None
@@ -154,7 +154,7 @@ def _infer_platform(walk: _Walk) -> str:
         if "cpu" in client:
             return "cpu"
     numbers = {n for n, _ in walk.small} | {n for n, _, _ in walk.sections}
-    heads = [(n, d[:64]) for n, d in walk.small] + [(n, h) for n, _, h in walk.sections]
+    heads = [(n, bytes(d[:64])) for n, d in walk.small] + [(n, h) for n, _, h in walk.sections]
     for n, head in heads:
         if head.startswith(b"\x7fELF") and len(head) >= 20:
             machine = int.from_bytes(head[18:20], "little")
@@ -184,7 +184,7 @@ def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) ->
         label = names.get(n, f"field {n}")
         sizes[label] = sizes.get(label, 0) + size
     for n, data in walk.small:
-        if n in names and isinstance(data, bytes):
+        if n in names:
             label = names[n]
             sizes[label] = sizes.get(label, 0) + len(data)
         if platform == "cpu" and n == 9:
@@ -254,7 +254,7 @@ def decode_entry(
         hlo_config=walk.hlo_config,
         compile_options=walk.compile_options,
         ifrt_header=walk.ifrt_header,
-        small_fields=tuple(walk.small),
+        small_fields=tuple((n, bytes(d)) for n, d in walk.small),
         executable_fields=tuple(walk.digests),
     )
 
@@ -512,7 +512,7 @@ def _walk_executable_buffer(executable: memoryview, walk: _Walk) -> None:
         elif number == 1:
             _note_hlo_proto(walk, _capped(value, MAX_HLO_BYTES))
         elif len(value) <= SMALL_FIELD:
-            walk.small.append((number, bytes(value)))
+            walk.small.append((number, value))  # a slice: no copy of each object file
         else:
             walk.sections.append((number, len(value), bytes(value[:64])))
 
