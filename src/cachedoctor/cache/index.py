@@ -291,6 +291,9 @@ class ScanIndex:
         and the HLO summaries they use, each once."""
         bodies: dict[str, str] = {}
         summaries: dict[int, tuple[HloSummary, str]] = {}  # decoded copies share one summary
+        # copies also share their parts' objects (reader._PAYLOAD_MEMO): one text for them all;
+        # each value keeps its objects alive, so no id is reused while this runs
+        part_texts: dict[tuple[int, ...], tuple[tuple[object, ...], str]] = {}
 
         def rows() -> Iterator[tuple[object, ...]]:
             for name, (item, info) in self._changed.items():
@@ -304,7 +307,15 @@ class ScanIndex:
                         bodies[known[1]] = body
                     hlo_id = known[1]
                 scalars = _dumps([getattr(info, f) for f in _SCALARS])
-                parts = _dumps([_plain(getattr(info, f)) for f in _PARTS])
+                objects = tuple(getattr(info, f) for f in _PARTS)
+                ids = tuple(map(id, objects))
+                known_parts = part_texts.get(ids)
+                if known_parts is None:
+                    if len(part_texts) >= 4096:  # distinct entries: bound what is held
+                        part_texts.clear()
+                    text = _dumps([_plain(o) for o in objects])
+                    known_parts = part_texts[ids] = (objects, text)
+                parts = known_parts[1]
                 checksum = _checksum(name, ident, scalars, parts, hlo_id)
                 yield (os.fsencode(name), ident, scalars, parts, hlo_id, checksum)
 
