@@ -6,8 +6,13 @@ preceded from jax 0.9.1 by a varint-length ``pjrt_ifrt`` metadata header, and on
 Riegeli "split proto". Every function here returns data; a bad entry comes back with
 ``problems`` set, it never raises.
 
-Entries are decoded as a stream: large fields (object code, cubins) are hashed and skipped, only
-the HLO module and compile options are held, so memory does not grow with entry size.
+Two walks of one format, sharing every step but the reading. An entry of at most 64 MiB
+decompressed is decompressed whole and its payload walked by slicing (``_walk_payload_buffer``);
+a copy of a payload already decoded in this process is not walked again. Bigger entries, detail
+decodes (``show``/``diff`` hash every field) and any entry the in-memory walk cannot finish
+are walked as a stream (``_walk_payload``): large fields (object code, cubins) are hashed and
+skipped, only the HLO module and compile options are held, so memory does not grow with entry
+size, and a problem is named with its offset.
 """
 
 from __future__ import annotations
