@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.storage.files import atomic_file, replace_with_link, write_atomic
+from cachedoctor.storage.files import atomic_file, replace_with_link, replacing, write_atomic
 
 
 def test_write_replaces_whole_and_sets_the_mode(tmp_path: Path) -> None:
@@ -31,6 +31,29 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
         raise RuntimeError("disk full")
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["index"]
+
+
+def test_replacing_renames_the_path_over_or_removes_it(tmp_path: Path) -> None:
+    """For writers that need a path (sqlite): the target is the old file until the block ends,
+    then the new one; a failure leaves the old file and no temp."""
+    import sqlite3
+
+    target = tmp_path / "index.sqlite"
+    target.write_bytes(b"old")
+    with replacing(target, temp_prefix=".tmp-", suffix=".sqlite") as tmp:
+        db = sqlite3.connect(tmp)
+        with db:
+            db.execute("CREATE TABLE t (v)")
+        db.close()
+        assert target.read_bytes() == b"old" and os.path.dirname(tmp) == str(tmp_path)
+    db = sqlite3.connect(target)
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    db.close()
+    with pytest.raises(RuntimeError), replacing(target, temp_prefix=".tmp-") as tmp:
+        Path(tmp).write_bytes(b"half")
+        raise RuntimeError("disk full")
+    assert sorted(os.listdir(tmp_path)) == ["index.sqlite"]
+    assert target.read_bytes().startswith(b"SQLite format 3")
 
 
 def test_replace_with_link_publishes_a_copy_under_the_new_name(tmp_path: Path) -> None:

@@ -32,7 +32,6 @@ import json
 import os
 import sqlite3
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section, share_strings
+from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
 FORMAT = "cachedoctor-index-v2"
@@ -265,11 +265,8 @@ class ScanIndex:
 
     def _save_whole(self) -> None:
         """Write a fresh index beside the old one, then rename it over (atomic)."""
-        root = self.path.parent
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX)
-        os.close(fd)
-        try:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with replacing(self.path, temp_prefix=".tmp-", suffix=SUFFIX) as tmp:
             db = _connect(Path(tmp))
             try:
                 with db:
@@ -280,11 +277,6 @@ class ScanIndex:
                     self._insert(db)  # not loaded: every row is new
             finally:
                 db.close()
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def _insert(self, db: sqlite3.Connection) -> None:
         """Write the changed rows, each made when sqlite asks for it (never all held at once),

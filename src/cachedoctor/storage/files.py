@@ -50,6 +50,20 @@ def atomic_file(
         os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def replacing(path: StrPath, *, temp_prefix: str, suffix: str = ".tmp") -> Iterator[str]:
+    """A new empty temp file's path beside ``path``, renamed over ``path`` when the block ends
+    and removed if it raises: :func:`atomic_file` for writers that need a path rather than a
+    file (sqlite builds the scan index at a path). No fsync: for files that are only a
+    shortcut, where a crash may lose the new file but never leaves half of it."""
+    folder = os.path.dirname(os.fspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix, suffix=suffix, dir=folder or ".")
+    os.close(fd)
+    with _removed_on_failure(tmp):
+        yield tmp
+        os.replace(tmp, path)
+
+
 def write_atomic(path: StrPath, data: bytes, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` whole (see :func:`atomic_file`)."""
     with atomic_file(path, mode=mode) as fh:
