@@ -1,6 +1,6 @@
 """The split-proto and GPU-executable decoders on messages built with XLA's real schemas.
 
-FORMATS.md took the field numbers of ``SplitProtoManifest``, ``GpuExecutableProto`` and
+docs/format.md took the field numbers of ``SplitProtoManifest``, ``GpuExecutableProto`` and
 ``CudaComputeCapabilityProto`` from sources that a GPU was to confirm. The installed (CPU)
 jaxlib embeds all three files (``tests/jaxlib_schema.py``), so protobuf builds and merges the
 messages here, and our decoders must agree with it.
