@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section, share_strings
+from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = "cachedoctor-index-v2"
+FORMAT = "cachedoctor-index-v3"
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -157,8 +157,9 @@ class ScanIndex:
         strings: dict[str, str],
     ) -> dict[str, EntryInfo]:
         """The stored result of every item whose file or object is unchanged, by name, each
-        reported at ``path_of(item)``, its strings shared through ``strings``
-        (``model.share_strings``). Rows of names no longer listed are dropped at ``save``."""
+        reported at ``path_of(item)``, its strings shared through ``strings`` (as
+        ``model.share_strings`` does for decoded entries: once per distinct shared text here).
+        Rows of names no longer listed are dropped at ``save``."""
         db, self._db = self._db, None
         if db is None:
             return {}
@@ -207,14 +208,19 @@ class ScanIndex:
                     summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
             compound = self._parts_memo.get(parts)
             if compound is None:
-                compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts))
+                compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts), strings)
             values = json.loads(scalars)
         except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
             return None
-        if not isinstance(values, list) or len(values) != len(_SCALARS):
+        if not isinstance(values, list) or len(values) != len(_OWN_SCALARS):
             return None
+        if values[_KEY] == item.key:
+            values[_KEY] = item.key  # one string for the entry's key (model.share_strings)
         values[_PATH] = path  # the same cache reached by another spelling of its path
-        return share_strings(_entry(values, compound, summary), strings, item.key)
+        compression = values[_COMPRESSION]
+        if compression is not None:
+            values[_COMPRESSION] = strings.setdefault(compression, compression)
+        return _entry(values, compound, summary)
 
     def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
         """Mark the decoded entries to store (when storable) or to drop from the index."""
@@ -298,15 +304,16 @@ class ScanIndex:
                         known = summaries[id(info.hlo)] = (info.hlo, _hlo_id(body))
                         bodies[known[1]] = body
                     hlo_id = known[1]
-                scalars = _dumps([getattr(info, f) for f in _SCALARS])
+                scalars = _dumps([getattr(info, f) for f in _OWN_SCALARS])
                 objects = tuple(getattr(info, f) for f in _PARTS)
-                ids = tuple(map(id, objects))
-                known_parts = part_texts.get(ids)
+                shared = tuple(getattr(info, f) for f in _SHARED_SCALARS)
+                memo_key = (*map(id, objects), *shared)
+                known_parts = part_texts.get(memo_key)
                 if known_parts is None:
                     if len(part_texts) >= 4096:  # distinct entries: bound what is held
                         part_texts.clear()
-                    text = _dumps([_plain(o) for o in objects])
-                    known_parts = part_texts[ids] = (objects, text)
+                    text = _dumps([*(_plain(o) for o in objects), *shared])
+                    known_parts = part_texts[memo_key] = (objects, text)
                 parts = known_parts[1]
                 checksum = _checksum(name, ident, scalars, parts, hlo_id)
                 yield (os.fsencode(name), ident, scalars, parts, hlo_id, checksum)
@@ -412,10 +419,18 @@ _SUMMARY_FIELDS: dict[str, Callable[[Any], Any]] = {
     "source_files": _strings,
 }
 _PARTS = tuple(_ENTRY_PARTS)
-_SCALARS = tuple(f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo")
+# Scalar fields that are each entry's own; every other scalar (module, digests, platform, the
+# options read from the entry...) is the same for copies of one executable and is stored with
+# the parts, so a row of a copy holds only these and its shared text is decoded once.
+_OWN_SCALARS = ("key", "path", "size", "mtime_ns", "compile_time_s", "compression")
+_SHARED_SCALARS = tuple(
+    f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo" and f not in _OWN_SCALARS
+)
 # frozen and slotted: fill the slots directly, several times faster than __init__
-_SETTERS = tuple(getattr(EntryInfo, f).__set__ for f in (*_SCALARS, *_PARTS, "hlo"))
-_PATH = _SCALARS.index("path")
+_SETTERS = tuple(
+    getattr(EntryInfo, f).__set__ for f in (*_OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo")
+)
+_KEY, _PATH, _COMPRESSION = (_OWN_SCALARS.index(f) for f in ("key", "path", "compression"))
 
 
 def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:
@@ -429,8 +444,12 @@ def _thaw_hlo(values: Any) -> HloSummary:
     return HloSummary(*_thaw(_HLO_FIELDS, _SUMMARY_FIELDS, values))
 
 
-def _thaw_parts(values: Any) -> list[Any]:
-    return _thaw(_PARTS, _ENTRY_PARTS, values)
+def _thaw_parts(values: Any, strings: dict[str, str]) -> list[Any]:
+    """The parts and shared scalars of a row, their strings shared through ``strings``."""
+    if not isinstance(values, list) or len(values) != len(_PARTS) + len(_SHARED_SCALARS):
+        raise ValueError("index row of another shape")
+    shared = [strings.setdefault(v, v) if isinstance(v, str) else v for v in values[len(_PARTS) :]]
+    return [*_thaw(_PARTS, _ENTRY_PARTS, values[: len(_PARTS)]), *shared]
 
 
 def _entry(scalars: list[Any], parts: list[Any], summary: HloSummary | None) -> EntryInfo:
