@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import errno
 import operator
@@ -156,20 +157,21 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
                 kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
             elif key is not None:
                 key = keys.setdefault(key, key)
+            # no version: a local file's identity is its inode and times (fsops.FileId)
             items.append(
-                DirItem(
-                    name=name,
-                    kind=kind,
-                    key=key,
-                    size=st.st_size,
-                    mtime_ns=st.st_mtime_ns,
-                    mode=mode,
-                    uid=st.st_uid,
-                    is_symlink=is_link,
-                    is_dir=is_dir,
-                    # no version: a local file's identity is its inode and times (fsops.FileId)
-                    ino=st.st_ino,
-                    ctime_ns=st.st_ctime_ns,
+                _dir_item(
+                    name,
+                    kind,
+                    key,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    mode,
+                    st.st_uid,
+                    is_link,
+                    is_dir,
+                    None,
+                    st.st_ino,
+                    st.st_ctime_ns,
                 )
             )
     items.sort(key=_by_name)
@@ -177,6 +179,17 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
 
 
 _by_name = operator.attrgetter("name")
+# DirItem is frozen and slotted: filling its slots directly is ~2x faster than __init__, which
+# a listing of 100,000 names calls 100,000 times.
+_DIR_ITEM_SETTERS = tuple(getattr(DirItem, f.name).__set__ for f in dataclasses.fields(DirItem))
+
+
+def _dir_item(*values: object) -> DirItem:
+    """A DirItem from all its fields, in declaration order."""
+    item = object.__new__(DirItem)
+    for setter, value in zip(_DIR_ITEM_SETTERS, values, strict=True):
+        setter(item, value)
+    return item
 
 
 def store_item(si: StoreItem) -> DirItem:
