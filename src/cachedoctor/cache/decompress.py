@@ -134,6 +134,10 @@ def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
     if compression is None:
         return None
     limit = min(cap, WHOLE_DECODE_MAX)
+    if compression == "zstd":
+        whole = _zstd_sized_whole(fh, limit)
+        if whole is not None:
+            return whole, compression, hashlib.sha256(memoryview(whole)[4:]).hexdigest()
     try:
         dec = Decompressor(fh, compression, cap, hash_from=4)
         if dec.declared_size is not None and dec.declared_size > limit:
@@ -149,6 +153,28 @@ def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
     finally:
         fh.seek(0)
     return b"".join(parts), compression, dec.hasher.hexdigest()
+
+
+def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
+    """A zstd frame that declares its size (at most ``limit``), decompressed in one call: no
+    1 MiB reads joined, one allocation of the declared size. None for anything else (no
+    declared size, damage, fewer bytes than declared, any byte after the frame), for
+    ``Decompressor`` to read and name."""
+    if zstandard is None:
+        return None
+    try:
+        params = zstandard.get_frame_parameters(fh.read(18))
+        if params.content_size == zstandard.CONTENTSIZE_UNKNOWN or params.content_size > limit:
+            return None
+        fh.seek(0)
+        whole = zstandard.ZstdDecompressor().decompress(
+            fh.read(), read_across_frames=False, allow_extra_data=False
+        )
+    except (zstandard.ZstdError, OSError):
+        return None
+    finally:
+        fh.seek(0)
+    return whole if len(whole) == params.content_size else None
 
 
 def detect_compression(head: bytes) -> str | None:
