@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -99,6 +100,27 @@ _SHARED_STRINGS: tuple[Any, ...] = tuple(
     if f.type in ("str", "str | None") and f.name not in ("key", "path")
 )
 _KEY_SLOT: Any = getattr(EntryInfo, "key")  # noqa: B009 (the slot's descriptor)
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(EntryInfo))
+_ALL_ENTRY_FIELDS = operator.attrgetter(*_ENTRY_FIELDS)
+_ENTRY_SETTERS: tuple[Any, ...] = tuple(getattr(EntryInfo, name).__set__ for name in _ENTRY_FIELDS)
+_ENTRY_SETTER = dict(zip(_ENTRY_FIELDS, _ENTRY_SETTERS, strict=True))
+
+
+def updated(info: EntryInfo, **changes: Any) -> EntryInfo:
+    """``dataclasses.replace(info, **changes)`` at about half its cost, for the scan's hot path
+    (a copy of an executable already decoded takes the first's facts): the slots are copied
+    and set directly, where ``replace`` goes through ``__init__`` (EntryInfo has no
+    ``__post_init__`` to skip). Not checked by mypy as ``replace`` is: elsewhere use that."""
+    new = object.__new__(EntryInfo)
+    for setter, value in zip(_ENTRY_SETTERS, _ALL_ENTRY_FIELDS(info), strict=True):
+        setter(new, value)
+    for name, value in changes.items():
+        if name not in _ENTRY_SETTER:
+            raise TypeError(f"EntryInfo has no field {name!r}")
+        _ENTRY_SETTER[name](new, value)
+    return new
 
 
 def share_strings(info: EntryInfo, strings: dict[str, str], key: str | None = None) -> EntryInfo:

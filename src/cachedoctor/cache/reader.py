@@ -47,6 +47,7 @@ from cachedoctor.cache.model import (
     GpuSummary,
     Problem,
     Section,
+    updated,
 )
 from cachedoctor.formats import wire
 from cachedoctor.formats.errors import FormatError
@@ -227,10 +228,9 @@ def decode_entry(
     parsed_key = parse_key(key)
     module = parsed_key[1] if parsed_key else None
     walk = _Walk(hash_fields=detail)
-    info = EntryInfo(key=key, module=module, path=path, size=0, mtime_ns=0)
+    info = EntryInfo(key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
     problems: list[Problem] = []
     if fileobj is not None:
-        info = replace(info, size=size, mtime_ns=mtime_ns)
         whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed)
         if whole is not None:
             return whole
@@ -245,7 +245,9 @@ def decode_entry(
         else:
             with fh:
                 st = os.fstat(fh.fileno())
-                info = replace(info, size=st.st_size, mtime_ns=st.st_mtime_ns)
+                info = EntryInfo(
+                    key=key, module=module, path=path, size=st.st_size, mtime_ns=st.st_mtime_ns
+                )
                 whole = None if detail else _decode_in_memory(fh, info, max_decompressed)
                 if whole is not None:
                     return whole
@@ -285,14 +287,14 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big"), "compression": compression}
     known = _PAYLOAD_MEMO.get(digest)
     if known is not None:
-        return replace(
+        return updated(
             known,
             key=info.key,
             module=info.module,
             path=info.path,
             size=info.size,
             mtime_ns=info.mtime_ns,
-            **per_entry,  # type: ignore[arg-type]
+            **per_entry,
         )
     walk = _Walk()
     try:
