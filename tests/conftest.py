@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from cachedoctor.cache import reader
 from cachedoctor.commands.runner import Run, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
@@ -74,6 +75,16 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "cachedoctor-config.toml"))
     # the scan index lives in the user cache dir: keep each test's index its own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _cold_reader_memos() -> None:
+    """Each test decodes for real: the reader memoises payloads, HLO facts and compile options
+    by content for the rest of the process, so a test would otherwise see what an earlier test
+    (or mutmut's first run, from which each mutant is forked) left there."""
+    reader._PAYLOAD_MEMO.clear()
+    reader._HLO_MEMO.clear()
+    reader._OPTIONS_MEMO.clear()
 
 
 PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"
