@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -16,9 +17,10 @@ import pytest
 import zstandard
 
 from cachedoctor.cache import reader
-from cachedoctor.commands.runner import Run, run_program
+from cachedoctor.commands.runner import Run, program_env, run_command, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
+TESTS_DIR = Path(__file__).parent
 
 OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
 CROSSVER_SKIP = (
@@ -30,7 +32,11 @@ def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None =
     path.mkdir(parents=True, exist_ok=True)
     runs = []
     for name, env in programs:
-        run = run_program(name, str(path), env, python=python)
+        if name.endswith(".py"):  # a program of the tests' own (tests/NAME), not a bundled one
+            argv = [python or sys.executable, str(TESTS_DIR / name)]
+            run = run_command(argv, program_env(str(path), env))
+        else:
+            run = run_program(name, str(path), env, python=python)
         assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
         runs.append(run)
     return runs
