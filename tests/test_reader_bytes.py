@@ -15,6 +15,7 @@ import errno
 import hashlib
 import io
 import os
+import random
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from google.protobuf import empty_pb2
+from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cachedoctor.cache import decompress, listdir, reader
@@ -141,7 +143,9 @@ def check_detail(detail: EntryDetail, path: Path, t: Taken) -> None:
     digests = []
     for n, _wt, value in t.executable:
         if isinstance(value, int):
-            digests.append(FieldDigest(n, 0, hashlib.sha256(str(value).encode()).hexdigest(), value))
+            digests.append(
+                FieldDigest(n, 0, hashlib.sha256(str(value).encode()).hexdigest(), value)
+            )
         else:
             digests.append(FieldDigest(n, len(value), hashlib.sha256(value).hexdigest()))
     assert detail.executable_fields == tuple(digests)
@@ -169,10 +173,23 @@ def test_the_large_entry_has_large_parts(large_entry: Path) -> None:
     assert len(t.raw) - 4 > 1 << 20
 
 
+def _without_header(path: Path, folder: Path) -> Path:
+    """The entry in the layout of jax <= 0.9.0 (no pjrt_ifrt header), as test_layout builds it."""
+    t = take_apart(path)
+    payload = t.raw[4:]
+    if t.header is not None:
+        payload = payload[payload.index(t.header) + len(t.header) :]
+    folder.mkdir(exist_ok=True)
+    out = folder / path.name
+    out.write_bytes(zstandard.ZstdCompressor().compress(t.raw[:4] + payload))
+    return out
+
+
 def test_every_decode_path_reports_the_bytes(
-    seed_cache: Path, large_cache: Path, monkeypatch: pytest.MonkeyPatch
+    seed_cache: Path, large_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for path in _entries(seed_cache, large_cache):
+    real = _entries(seed_cache, large_cache)
+    for path in real + [_without_header(p, tmp_path / "pjrt") for p in real]:
         t = take_apart(path)
         whole = reader.decode_entry(path)
         assert isinstance(whole, EntryInfo)
@@ -262,6 +279,17 @@ DAMAGE_CASES: dict[str, tuple[Callable[[bytes], bytes], tuple[str, ...]]] = {
     "cut-zlib-in-header": (lambda raw: _flushed_zlib_cut(raw, 40), ("truncated", "HEADER")),
     # a complete frame whose payload ends inside a field tag (protobuf: truncated message)
     "tag-cut": (lambda raw: zstandard.ZstdCompressor().compress(raw + b"\x80"), ("truncated",)),
+    # random bytes: no varint length of a header that parses, and no field 1 (protobuf's
+    # parser refuses them too: checked in the test)
+    "garbage": (
+        lambda raw: zstandard.ZstdCompressor().compress(raw[:4] + random.Random(2).randbytes(5000)),
+        ("header",),
+    ),
+    # a varint longer than 10 bytes where the header length would be
+    "no-varint": (
+        lambda raw: zstandard.ZstdCompressor().compress(raw[:4] + b"\xff" * 64),
+        ("header",),
+    ),
     # a complete frame holding the compile time only
     "time-only": (lambda raw: zstandard.ZstdCompressor().compress(raw[:4]), ("truncated",)),
 }
@@ -276,6 +304,10 @@ def test_damage_kinds(case: str, seed_cache: Path, tmp_path: Path) -> None:
         kinds = tuple(k.replace("HEADER", "header" if t.header else "protobuf") for k in kinds)
     path = tmp_path / real.name
     path.write_bytes(make(t.raw))
+    if kinds == ("header",):  # the premise: protobuf does not parse the payload either
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+        with pytest.raises(DecodeError):
+            fields_of(raw[4:])
     for streamed in (False, True):
         with pytest.MonkeyPatch.context() as m:
             if streamed:
