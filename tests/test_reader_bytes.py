@@ -65,6 +65,15 @@ def varint(data: bytes) -> tuple[int, int]:
             return value, pos
 
 
+def split_payload(raw: bytes) -> tuple[bytes | None, bytes]:
+    """The pjrt_ifrt header (None before jax 0.9.1) and the ExecutableAndOptionsProto."""
+    payload = raw[4:]
+    if payload[0] == 0x0A:  # see conftest.raw_payload_layout
+        return None, payload
+    length, start = varint(payload)
+    return payload[start : start + length], payload[start + length :]
+
+
 @dataclass(frozen=True)
 class Taken:
     """An entry taken apart by the oracle."""
@@ -78,12 +87,7 @@ class Taken:
 
 def take_apart(path: Path) -> Taken:
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
-    payload = raw[4:]
-    header = None
-    if payload[0] != 0x0A:  # see conftest.raw_payload_layout
-        length, start = varint(payload)
-        header = payload[start : start + length]
-        payload = payload[start + length :]
+    header, payload = split_payload(raw)
     top = fields_of(payload)
     executable = first(top, 1)
     assert isinstance(executable, bytes)
@@ -107,6 +111,8 @@ def expected_sections(t: Taken) -> tuple[Section, ...]:
 def check_info(info: EntryInfo, path: Path, t: Taken) -> None:
     st = path.stat()
     assert info.problems == ()
+    assert info.key == path.name.removesuffix("-cache")  # JAX names the file KEY-cache
+    assert info.module == info.key.rsplit("-", 1)[0]  # and the key MODULE-SHA256HEX
     assert (info.size, info.mtime_ns) == (st.st_size, st.st_mtime_ns)
     assert info.compression == "zstd"
     assert info.compile_time_s == int.from_bytes(t.raw[:4], "big")
@@ -259,6 +265,23 @@ def _flushed_zlib_cut(raw: bytes, keep: int) -> bytes:
     return comp.compress(raw[:keep]) + comp.flush(zlib.Z_FULL_FLUSH)
 
 
+def _spoiled(raw: bytes, part: str) -> bytes:
+    """zstd of ``raw`` with the first byte of its HLO module or compile options made 0x0f."""
+    top = fields_of(split_payload(raw)[1])
+    executable = first(top, 1)
+    assert isinstance(executable, bytes)
+    target = first(fields_of(executable), 1) if part == "hlo" else first(top, 2)
+    if part == "hlo":
+        assert isinstance(target, bytes)
+        target = first(fields_of(target), 1)
+    assert isinstance(target, bytes)
+    spoiled = bytearray(raw)
+    spoiled[raw.index(target)] = 0x0F
+    with pytest.raises(DecodeError):
+        fields_of(bytes(spoiled[raw.index(target) : raw.index(target) + len(target)]))
+    return zstandard.ZstdCompressor().compress(bytes(spoiled))
+
+
 # The first problem's kind decides what scan makes of an entry (scan.DAMAGE; a young "truncated"
 # entry may be a write in progress), and docs/format.md defines the kinds. Each case's kinds,
 # in order, on the grounds in its comment.
@@ -290,6 +313,10 @@ DAMAGE_CASES: dict[str, tuple[Callable[[bytes], bytes], tuple[str, ...]]] = {
         lambda raw: zstandard.ZstdCompressor().compress(raw[:4] + b"\xff" * 64),
         ("header",),
     ),
+    # the HLO module's first tag made wire type 7 (protobuf refuses it: checked in the test)
+    "hlo-malformed": (lambda raw: _spoiled(raw, "hlo"), ("protobuf",)),
+    # the same in the compile options
+    "options-malformed": (lambda raw: _spoiled(raw, "options"), ("protobuf",)),
     # a complete frame holding the compile time only
     "time-only": (lambda raw: zstandard.ZstdCompressor().compress(raw[:4]), ("truncated",)),
 }
@@ -316,7 +343,7 @@ def test_damage_kinds(case: str, seed_cache: Path, tmp_path: Path) -> None:
         assert isinstance(info, EntryInfo)
         assert tuple(p.kind for p in info.problems) == kinds, info.problems
         assert all(isinstance(p.message, str) and p.message for p in info.problems)
-        assert info.program_digest is None and info.executable_digest is None
+        assert info.program_digest is None
 
 
 def test_over_the_cap_still_says_its_compression(seed_cache: Path, tmp_path: Path) -> None:
@@ -348,12 +375,24 @@ def test_read_errors_are_unreadable(at: int, seed_cache: Path) -> None:
     """An I/O error is "unreadable" (scan never calls it corrupt), wherever the read fails."""
     (real,) = seed_cache.glob("jit_g-*-cache")
     data = real.read_bytes()
+    url = f"gs://bucket/cache/{real.name}"
     for detail in (False, True):
         fh = _FailingFile(data, at % len(data))
-        info = reader.decode_entry(real.name, fileobj=fh, size=len(data), detail=detail)
+        info = reader.decode_entry(url, fileobj=fh, size=len(data), mtime_ns=5, detail=detail)
         if isinstance(info, EntryDetail):
             info = info.info
         assert info.problems == (Problem("unreadable", os.strerror(errno.EIO)),)
+        assert (info.key, info.module, info.path) == (real.name[: -len("-cache")], "jit_g", url)
+        assert (info.size, info.mtime_ns) == (len(data), 5)
+
+
+def test_a_vanished_entry_is_unreadable(tmp_path: Path) -> None:
+    """JAX's own eviction may delete an entry between the listing and the read."""
+    path = tmp_path / ("jit_gone-" + "6" * 64 + "-cache")
+    info = reader.decode_entry(path)
+    assert isinstance(info, EntryInfo)
+    assert info.problems == (Problem("unreadable", os.strerror(errno.ENOENT)),)
+    assert (info.key, info.module) == ("jit_gone-" + "6" * 64, "jit_gone")
 
 
 def test_copies_under_other_names_keep_their_own(seed_cache: Path, tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     assert info.ok, info.problems
     assert info.platform == "gpu" and info.compile_time_s == 7
     assert info.pjrt_client_name == gpu.GPU_CLIENT_NAME
+    sections = dict((s.name, s.size) for s in info.sections)
+    assert (sections["PTX"], sections["cubin"]) == (len(PTX), len(CUBIN))
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.gpu is not None
     assert (info.gpu.layout, info.gpu.compute_capability) == ("gpu_executable_legacy", "9.0")
