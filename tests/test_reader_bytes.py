@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 import zstandard
@@ -29,6 +30,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cachedoctor.cache import decompress, listdir, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo, FieldDigest, Problem, Section
+from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.stores import LocalStore
 
 SMALL = 64 << 10  # the reader keeps executable fields up to this size whole (SMALL_FIELD)
@@ -216,6 +218,38 @@ def test_every_decode_path_reports_the_bytes(
         check_detail(store_detail, path, t)
 
 
+class _UrlStore(LocalStore):
+    """A local store that names its objects by URL, as a bucket does (no local path)."""
+
+    def url_of(self, name: str) -> str:
+        return f"store://cache/{name}"
+
+    def open_read(self, name: str) -> BinaryIO:
+        return open_regular(os.path.join(self.root, name))
+
+
+def test_a_store_entry_is_read_through_the_store(seed_cache: Path) -> None:
+    store = _UrlStore(str(seed_cache))
+    for item in listdir.list_cache(seed_cache).entries:
+        info = reader.decode_item(store, item)
+        assert isinstance(info, EntryInfo)
+        path = seed_cache / item.name
+        assert info.path == f"store://cache/{item.name}"
+        check_info(info, path, take_apart(path))
+        capped = reader.decode_item(store, item, max_decompressed=100)
+        assert isinstance(capped, EntryInfo)
+        assert [p.kind for p in capped.problems] == ["too-large"]
+    capped_all = reader.decode_store_entries(
+        store, listdir.list_cache(seed_cache).entries, max_decompressed=100
+    )
+    assert {p.kind for e in capped_all for p in e.problems} == {"too-large"}
+    listing = listdir.list_cache(seed_cache)
+    assert all(
+        [p.kind for p in e.problems] == ["too-large"]
+        for e in reader.iter_entries(listing, max_decompressed=100)
+    )
+
+
 def test_store_entries_in_listing_order_with_progress(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
     items = list(listdir.list_cache(seed_cache).entries)
@@ -263,6 +297,30 @@ def _flushed_zlib_cut(raw: bytes, keep: int) -> bytes:
     (zlib then yields exactly ``keep`` bytes and reports the stream unfinished)."""
     comp = zlib.compressobj()
     return comp.compress(raw[:keep]) + comp.flush(zlib.Z_FULL_FLUSH)
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _without_hlo(raw: bytes) -> bytes:
+    """zstd of ``raw`` with the executable's field 1 (its HloProto) left out."""
+    payload = split_payload(raw)[1]
+    exe_length, exe_start = varint(payload[1:])  # payload: 0a LENGTH executable, then the rest
+    executable = payload[1 + exe_start : 1 + exe_start + exe_length]
+    rest = payload[1 + exe_start + exe_length :]
+    assert executable[0] == 0x0A  # the executable opens with its HloProto
+    hlo_length, hlo_start = varint(executable[1:])
+    kept = executable[1 + hlo_start + hlo_length :]
+    assert first(fields_of(kept), 1) is None
+    before = raw[: len(raw) - len(payload)]
+    return zstandard.ZstdCompressor().compress(
+        before + b"\x0a" + _encode_varint(len(kept)) + kept + rest
+    )
 
 
 def _spoiled(raw: bytes, part: str) -> bytes:
@@ -317,6 +375,13 @@ DAMAGE_CASES: dict[str, tuple[Callable[[bytes], bytes], tuple[str, ...]]] = {
     "hlo-malformed": (lambda raw: _spoiled(raw, "hlo"), ("protobuf",)),
     # the same in the compile options
     "options-malformed": (lambda raw: _spoiled(raw, "options"), ("protobuf",)),
+    # field 1 of a bare proto whose length never ends
+    "length-never-ends": (
+        lambda raw: zstandard.ZstdCompressor().compress(raw[:4] + b"\x0a" + b"\xff" * 20),
+        ("header",),
+    ),
+    # an executable without its HLO module (XLA cannot rebuild the program)
+    "no-hlo": (lambda raw: _without_hlo(raw), ("protobuf",)),
     # a complete frame holding the compile time only
     "time-only": (lambda raw: zstandard.ZstdCompressor().compress(raw[:4]), ("truncated",)),
 }
@@ -343,7 +408,7 @@ def test_damage_kinds(case: str, seed_cache: Path, tmp_path: Path) -> None:
         assert isinstance(info, EntryInfo)
         assert tuple(p.kind for p in info.problems) == kinds, info.problems
         assert all(isinstance(p.message, str) and p.message for p in info.problems)
-        assert info.program_digest is None
+        assert info.program_digest is None and info.volatile == ()
 
 
 def test_over_the_cap_still_says_its_compression(seed_cache: Path, tmp_path: Path) -> None:
@@ -393,6 +458,20 @@ def test_a_vanished_entry_is_unreadable(tmp_path: Path) -> None:
     assert isinstance(info, EntryInfo)
     assert info.problems == (Problem("unreadable", os.strerror(errno.ENOENT)),)
     assert (info.key, info.module) == ("jit_gone-" + "6" * 64, "jit_gone")
+    assert (info.size, info.mtime_ns, info.volatile) == (0, 0, ())
+    stray = reader.decode_entry(tmp_path / "leftover-cache")  # not a key: no module
+    assert isinstance(stray, EntryInfo)
+    assert (stray.key, stray.module, stray.problems[0].kind) == ("leftover", None, "unreadable")
+
+
+def test_an_entry_without_suffix_is_named_by_its_key(seed_cache: Path, tmp_path: Path) -> None:
+    """jax <= 0.4.29 wrote entries as KEY, without "-cache"."""
+    (real,) = seed_cache.glob("jit_g-*-cache")
+    old = tmp_path / real.name.removesuffix("-cache")
+    old.write_bytes(real.read_bytes())
+    info = reader.decode_entry(old)
+    assert isinstance(info, EntryInfo)
+    assert (info.key, info.module, info.problems) == (old.name, "jit_g", ())
 
 
 def test_copies_under_other_names_keep_their_own(seed_cache: Path, tmp_path: Path) -> None:

@@ -118,6 +118,7 @@ def test_damaged_split_payload_is_a_problem(tmp_path: Path) -> None:
     payload = riegeli_file([manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), b"x", b"y"])
     info = _decode(_entry(tmp_path, payload[: len(payload) - 9], header=True, name="c"))
     assert not info.ok and "split-proto payload" in info.problems[0].message
+    assert info.problems[0].kind == "protobuf"  # damage (scan calls it corrupt), not "unsupported"
 
 
 def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ignore[no-untyped-def]
