@@ -83,6 +83,7 @@ def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.gpu is not None
     assert (info.gpu.layout, info.gpu.compute_capability) == ("gpu_executable_legacy", "9.0")
+    assert (info.gpu.payload_split, info.gpu.executable_split) == (False, False)
     assert (info.gpu.ptx_size, info.gpu.cubin_size, info.gpu.cudnn_graphs) == (
         len(PTX),
         len(CUBIN),
@@ -107,6 +108,12 @@ def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_con
     assert (info.pjrt_client_name, info.runtime_name) == (gpu.GPU_CLIENT_NAME, "pjrt_ifrt")
     assert info.gpu is not None and info.gpu.executable_split and info.gpu.payload_split
     assert (info.gpu.layout, info.gpu.thunks) == ("gpu_executable_thunks", len(THUNKS))
+    assert (info.gpu.compute_capability, info.gpu.ptx_size, info.gpu.cubin_size) == (
+        "9.0",
+        len(PTX),
+        len(CUBIN),
+    )
+    assert info.gpu.cudnn_graphs == len(DNN)
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.autotune_dir == f"{tmp_path}/xla_gpu_per_fusion_autotune_cache_dir"
     report = scan_directory(tmp_path)
