@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -15,9 +16,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor.commands.runner import Run, run_program
+from cachedoctor.cache import reader
+from cachedoctor.commands.runner import Run, program_env, run_command, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
+TESTS_DIR = Path(__file__).parent
 
 OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
 CROSSVER_SKIP = (
@@ -29,7 +32,11 @@ def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None =
     path.mkdir(parents=True, exist_ok=True)
     runs = []
     for name, env in programs:
-        run = run_program(name, str(path), env, python=python)
+        if name.endswith(".py"):  # a program of the tests' own (tests/NAME), not a bundled one
+            argv = [python or sys.executable, str(TESTS_DIR / name)]
+            run = run_command(argv, program_env(str(path), env))
+        else:
+            run = run_program(name, str(path), env, python=python)
         assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
         runs.append(run)
     return runs
@@ -74,6 +81,16 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "cachedoctor-config.toml"))
     # the scan index lives in the user cache dir: keep each test's index its own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _cold_reader_memos() -> None:
+    """Each test decodes for real: the reader memoises payloads, HLO facts and compile options
+    by content for the rest of the process, so a test would otherwise see what an earlier test
+    (or mutmut's first run, from which each mutant is forked) left there."""
+    reader._PAYLOAD_MEMO.clear()
+    reader._HLO_MEMO.clear()
+    reader._OPTIONS_MEMO.clear()
 
 
 PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"

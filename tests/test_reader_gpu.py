@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from cachedoctor import layout
-from cachedoctor.cache import model, reader
+from cachedoctor.cache import decompress, model, reader
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import FindingKind, scan_directory
 from cachedoctor.xla import gpu
@@ -37,6 +37,18 @@ def _entry(tmp_path: Path, payload: bytes, header: bool, name: str) -> Path:
     path = tmp_path / f"jit_g-{name * 64}-cache"
     path.write_bytes(zstandard.ZstdCompressor().compress((7).to_bytes(4, "big") + payload))
     return path
+
+
+def _decode(path: Path) -> EntryInfo:
+    """The entry decoded in memory, as a stream and in detail: the three must agree."""
+    info = reader.decode_entry(path)
+    assert isinstance(info, EntryInfo)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(decompress, "WHOLE_DECODE_MAX", 0)
+        assert reader.decode_entry(path) == info
+    detail = reader.decode_entry(path, detail=True)
+    assert isinstance(detail, model.EntryDetail) and detail.info == info
+    return info
 
 
 def _varint(n: int) -> bytes:
@@ -62,13 +74,16 @@ def plain_gpu_entry(cache: Path, real_hlo_with_config: bytes) -> Path:
 
 
 def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
-    info = reader.decode_entry(plain_gpu_entry(tmp_path, real_hlo_with_config))
-    assert isinstance(info, EntryInfo)
+    info = _decode(plain_gpu_entry(tmp_path, real_hlo_with_config))
     assert info.ok, info.problems
     assert info.platform == "gpu" and info.compile_time_s == 7
+    assert info.pjrt_client_name == gpu.GPU_CLIENT_NAME
+    sections = dict((s.name, s.size) for s in info.sections)
+    assert (sections["PTX"], sections["cubin"]) == (len(PTX), len(CUBIN))
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.gpu is not None
     assert (info.gpu.layout, info.gpu.compute_capability) == ("gpu_executable_legacy", "9.0")
+    assert (info.gpu.payload_split, info.gpu.executable_split) == (False, False)
     assert (info.gpu.ptx_size, info.gpu.cubin_size, info.gpu.cudnn_graphs) == (
         len(PTX),
         len(CUBIN),
@@ -87,12 +102,18 @@ def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_con
     tail = f_bytes(2, _options(tmp_path)) + f_bytes(3, gpu.GPU_CLIENT_NAME)
     payload = riegeli_file([manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), executable, tail])
     path = _entry(tmp_path, payload, header=True, name="b")
-    info = reader.decode_entry(path)
-    assert isinstance(info, EntryInfo)
+    info = _decode(path)
     assert info.ok, info.problems
     assert info.platform == "gpu" and info.format_label == "ifrt-v3+split"
+    assert (info.pjrt_client_name, info.runtime_name) == (gpu.GPU_CLIENT_NAME, "pjrt_ifrt")
     assert info.gpu is not None and info.gpu.executable_split and info.gpu.payload_split
     assert (info.gpu.layout, info.gpu.thunks) == ("gpu_executable_thunks", len(THUNKS))
+    assert (info.gpu.compute_capability, info.gpu.ptx_size, info.gpu.cubin_size) == (
+        "9.0",
+        len(PTX),
+        len(CUBIN),
+    )
+    assert info.gpu.cudnn_graphs == len(DNN)
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.autotune_dir == f"{tmp_path}/xla_gpu_per_fusion_autotune_cache_dir"
     report = scan_directory(tmp_path)
@@ -102,9 +123,9 @@ def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_con
 
 def test_damaged_split_payload_is_a_problem(tmp_path: Path) -> None:
     payload = riegeli_file([manifest(gpu.EXECUTABLE_AND_OPTIONS, [1, "merge"]), b"x", b"y"])
-    info = reader.decode_entry(_entry(tmp_path, payload[: len(payload) - 9], header=True, name="c"))
-    assert isinstance(info, EntryInfo)
+    info = _decode(_entry(tmp_path, payload[: len(payload) - 9], header=True, name="c"))
     assert not info.ok and "split-proto payload" in info.problems[0].message
+    assert info.problems[0].kind == "protobuf"  # damage (scan calls it corrupt), not "unsupported"
 
 
 def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ignore[no-untyped-def]

@@ -125,12 +125,15 @@ WHOLE_DECODE_MAX = 64 << 20
 def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
     """The whole decompressed entry, its compression and the SHA-256 of its payload (after the
     4-byte prefix), for an entry of at most ``WHOLE_DECODE_MAX`` decompressed bytes (and
-    ``cap``). None otherwise, and for anything amiss (damaged, cut short, trailing bytes): the
-    caller then decodes it as a stream, which names the problem. The checks are the stream
-    decoder's own; a zstd frame's declared size, where there is one, rules out a bigger entry
-    before anything is read (zlib and an unsized frame are read until the limit)."""
-    compression = detect_compression(fh.read(4))
-    fh.seek(0)
+    ``cap``). None otherwise, and for anything amiss (damaged, cut short, trailing bytes, a read
+    that fails): the caller then decodes it as a stream, which names the problem. The checks
+    are the stream decoder's own; a zstd frame's declared size, where there is one, rules out a
+    bigger entry before anything is read (zlib and an unsized frame are read until the limit)."""
+    try:
+        compression = detect_compression(fh.read(4))
+        fh.seek(0)
+    except OSError:  # the stream decoder reads again and reports the entry unreadable
+        return None
     if compression is None:
         return None
     limit = min(cap, WHOLE_DECODE_MAX)
