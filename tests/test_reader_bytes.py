@@ -487,3 +487,34 @@ def test_copies_under_other_names_keep_their_own(seed_cache: Path, tmp_path: Pat
     assert (again.key, again.module, again.path) == ("renamed-" + "5" * 64, "renamed", str(copy))
     assert (again.size, again.mtime_ns) == (copy.stat().st_size, 2_000_000_000)
     assert again.executable_digest == first_info.executable_digest
+
+
+class _SeekFailsFile(io.BytesIO):
+    """A file whose seeks fail from the ``fail_from``-th on (a stream that cannot go back)."""
+
+    def __init__(self, data: bytes, fail_from: int) -> None:
+        super().__init__(data)
+        self.fail_from = fail_from
+        self.seeks = 0
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self.seeks += 1
+        if self.seeks > self.fail_from:
+            raise OSError(errno.ESPIPE, os.strerror(errno.ESPIPE))
+        return super().seek(pos, whence)
+
+
+@pytest.mark.parametrize("fail_from", range(8))
+def test_seek_errors_never_escape(fail_from: int, seed_cache: Path) -> None:
+    """Whichever seek fails, decode_entry returns: the entry decoded, or "unreadable"."""
+    (real,) = seed_cache.glob("jit_g-*-cache")
+    data = real.read_bytes()
+    clean = reader.decode_entry(real)
+    assert isinstance(clean, EntryInfo) and clean.ok
+    fh = _SeekFailsFile(data, fail_from)
+    info = reader.decode_entry(f"gs://b/c/{real.name}", fileobj=fh, size=len(data), mtime_ns=5)
+    assert isinstance(info, EntryInfo)
+    if info.problems:
+        assert info.problems == (Problem("unreadable", os.strerror(errno.ESPIPE)),)
+    else:
+        assert info.executable_digest == clean.executable_digest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import zlib
 from typing import IO, BinaryIO
@@ -154,11 +155,17 @@ def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str, str] | None:
     except (DecodeFailure, OSError):
         return None
     finally:
-        fh.seek(0)
+        _rewind(fh)
     return b"".join(parts), compression, dec.hasher.hexdigest()
 
 
 _ONE_READ = 1 << 20  # what Decompressor.read returns at most
+
+
+def _rewind(fh: BinaryIO) -> None:
+    """Back to the start for the next reader; a failing seek is that reader's to report."""
+    with contextlib.suppress(OSError):
+        fh.seek(0)
 
 
 def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
@@ -182,7 +189,7 @@ def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
     except (zstandard.ZstdError, OSError):
         return None
     finally:
-        fh.seek(0)
+        _rewind(fh)
     return whole if len(whole) == size else None
 
 
