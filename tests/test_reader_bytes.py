@@ -128,12 +128,21 @@ def check_info(info: EntryInfo, path: Path, t: Taken) -> None:
         assert info.ifrt_version == first(header, 1)
         assert info.runtime_name == text(first(header, 2))
     assert info.pjrt_client_name == text(first(t.top, 3))
-    assert info.platform == "cpu"  # the programs ran with JAX_PLATFORMS=cpu
+    # the programs ran with JAX_PLATFORMS=cpu; an entry whose bytes name no client and hold no
+    # code (jax 0.6.2's jit_squeeze, a bitcast) shows nothing of its platform: "unknown"
+    code = {"object code", "object files"} & {s.name for s in expected_sections(t)}
+    if code or first(t.top, 3) is not None:
+        assert info.platform == "cpu"
+    else:
+        assert info.platform in ("cpu", "unknown")
     target = first(t.executable, 9)  # TargetMachineOptionsProto: triple, cpu
-    assert isinstance(target, bytes)
-    target_fields = fields_of(target)
-    assert info.cpu_triple == text(first(target_fields, 1))
-    assert info.cpu_name == text(first(target_fields, 2))
+    if target is None:  # older releases (jax 0.4.38) store none
+        assert (info.cpu_triple, info.cpu_name) == (None, None)
+    else:
+        assert isinstance(target, bytes)
+        target_fields = fields_of(target)
+        assert info.cpu_triple == text(first(target_fields, 1))
+        assert info.cpu_name == text(first(target_fields, 2))
     assert info.sections == expected_sections(t)
     assert info.hlo is not None and info.hlo.name == info.module
     assert info.program_digest is not None
