@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -56,3 +57,62 @@ def test_a_format_refuses_a_report_it_has_no_output_for(seed_cache: Path) -> Non
     report = scan.scan_directory(seed_cache, now=2e9)
     with pytest.raises(TypeError, match="no junit output for a ScanReport"):
         renderer("junit").render(report, _console()[0])
+
+
+def _finding(kind: str, message: str, advice: str = "do this", evidence: str = "seen that") -> Any:
+    from cachedoctor.commands.scan import Finding, FindingKind, Severity
+
+    severity = Severity.ERROR if kind == "corrupt" else Severity.INFO
+    return Finding(FindingKind(kind), severity, message, advice, evidence)
+
+
+def test_findings_with_one_advice_share_it() -> None:
+    """Consecutive findings of one kind with the same advice and evidence (100 corrupt entries,
+    thousands of same-program ones) print one line each and the advice once; the order stays."""
+    from cachedoctor.render.table import render_finding_list
+
+    a = [_finding("corrupt", f"jit_f-{n}: cut short") for n in range(3)]
+    other = _finding("same-program", "jit_g: the same program under 2 keys", "diff jit_g")
+    console, buf = _console()
+    render_finding_list([*a, other, a[0]], console)
+    assert buf.getvalue() == (
+        "5 findings\n"
+        "error   corrupt         jit_f-0: cut short\n"
+        "error   corrupt         jit_f-1: cut short\n"
+        "error   corrupt         jit_f-2: cut short\n"
+        "        → (the 3 above) do this\n"
+        "        evidence: (the 3 above) seen that\n"
+        "info    same-program    jit_g: the same program under 2 keys\n"
+        "        → diff jit_g\n"
+        "        evidence: seen that\n"
+        "error   corrupt         jit_f-0: cut short\n"
+        "        → do this\n"
+        "        evidence: seen that\n"
+    )
+
+
+def test_a_lone_finding_prints_as_before_in_colour() -> None:
+    """A finding alone is printed as it always was (the same bytes with colour)."""
+    from rich.text import Text
+
+    from cachedoctor.render.table import SEVERITY_STYLE, render_finding_list
+
+    f = _finding("corrupt", "jit_f-0: cut \x07short")
+    outputs = []
+    for build in ("renderer", "reference"):
+        buf = io.StringIO()
+        console = Console(file=buf, width=120, force_terminal=True, color_system="truecolor")
+        if build == "renderer":
+            render_finding_list([f], console)
+        else:  # the layout of every finding before groups existed
+            console.print(Text("1 finding", style="bold"))
+            lines = Text()
+            lines.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+            lines.append(f"{f.kind.value:15} ", style="bold")
+            lines.append(f.message)
+            lines.append(f"\n        → {f.advice}\n", style="dim")
+            lines.append(f"        evidence: {f.evidence}\n", style="dim")
+            lines.rstrip()
+            console.print(lines, soft_wrap=True)
+        outputs.append(buf.getvalue())
+    assert outputs[0] == outputs[1] and "\x1b[" in outputs[0] and "\x07" not in outputs[0]

@@ -116,20 +116,44 @@ def render_findings(report: ScanReport, console: Console) -> None:
 
 
 def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
-    """One line per finding and one line of advice (scan's, and the stats records')."""
+    """One line per finding, then its advice and evidence; consecutive findings of one kind with
+    the same advice and evidence (thousands of same-program findings in a large cache) share
+    one advice and one evidence line, under the last of them (scan's, and the stats records')."""
     if not findings:
         console.print(Text("no findings", style="green"))
         return
     console.print(Text(count(len(findings), "finding"), style="bold"))
     lines = Text()  # one print for all: rich's cost is per call, and a cache may have thousands
-    for f in findings:
-        lines.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
-        lines.append(f"{f.kind.value:15} ", style="bold")
-        lines.append(f.message)
-        lines.append(f"\n        → {f.advice}\n", style="dim")
-        lines.append(f"        evidence: {f.evidence}\n", style="dim")
+    for group in _runs(findings):
+        for n, f in enumerate(group, 1):
+            lines.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+            lines.append(f"{f.kind.value:15} ", style="bold")
+            lines.append(f.message)
+            if n < len(group):
+                lines.append("\n")
+        shared = f"(the {len(group):,} above) " if len(group) > 1 else ""
+        lines.append(f"\n        → {shared}{group[0].advice}\n", style="dim")
+        lines.append(f"        evidence: {shared}{group[0].evidence}\n", style="dim")
     lines.rstrip()
     console.print(lines, soft_wrap=True)
+
+
+def _runs(findings: Sequence[Finding]) -> list[list[Finding]]:
+    """Consecutive findings of the same severity and kind, with the same advice and evidence."""
+    runs: list[list[Finding]] = []
+    for f in findings:
+        last = runs[-1][-1] if runs else None
+        same = last is not None and (f.severity, f.kind, f.advice, f.evidence) == (
+            last.severity,
+            last.kind,
+            last.advice,
+            last.evidence,
+        )
+        if same:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    return runs
 
 
 def _fmt_time(ns: int) -> str:
