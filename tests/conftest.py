@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import listdir, reader
 from cachedoctor.commands.runner import Run, program_env, run_command, run_program
 
 ProgramSpec = tuple[str, dict[str, str]]
@@ -40,6 +40,17 @@ def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None =
         assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
         runs.append(run)
     return runs
+
+
+def hlo_modules(cache: Path) -> list[bytes]:
+    """The HLO module of every entry of a cache that has one, as the reader extracts it."""
+    out = []
+    for item in listdir.list_cache(cache).entries:
+        detail = reader.decode_entry(cache / item.name, detail=True)
+        assert isinstance(detail, reader.EntryDetail)
+        if detail.hlo_module is not None:
+            out.append(detail.hlo_module)
+    return out
 
 
 def other_jax_python() -> str:

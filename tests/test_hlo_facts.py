@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import listdir, reader
+from cachedoctor.cache import reader
 from cachedoctor.commands.runner import program_env, run_command
 from cachedoctor.formats import wire
 from cachedoctor.xla import hlo, hlo_facts
+from tests.conftest import hlo_modules
 
 # Programs whose modules cover what the view reads: called computations (while, cond, sort,
 # reduce, scatter), parameters and tuples, 8-way sharding with shard_map, LAPACK custom calls,
@@ -71,16 +72,6 @@ print("done")
 """
 
 
-def _modules(cache: Path) -> list[bytes]:
-    out = []
-    for item in listdir.list_cache(cache).entries:
-        detail = reader.decode_entry(cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail)
-        if detail.hlo_module is not None:
-            out.append(detail.hlo_module)
-    return out
-
-
 @pytest.fixture(scope="module")
 def real_modules(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> list[bytes]:
     """Modules of the seed cache (custom_partitioning) and of the VARIETY program."""
@@ -97,7 +88,7 @@ def real_modules(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> 
         )
     run = run_command([sys.executable, str(script)], program_env(str(cache)))
     assert run.returncode == 0, run.stderr[-3000:]
-    modules = _modules(seed_cache) + _modules(cache)
+    modules = hlo_modules(seed_cache) + hlo_modules(cache)
     assert len(modules) >= 12
     return modules
 

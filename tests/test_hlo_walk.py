@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import listdir, reader
 from cachedoctor.formats import wire
 from cachedoctor.xla import hlo
+from tests.conftest import hlo_modules
 
 
 def _modules(cache: Path) -> list[bytes]:
-    out = []
-    for item in listdir.list_cache(cache).entries:
-        detail = reader.decode_entry(cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail)
-        if detail.hlo_module is not None:
-            out.append(detail.hlo_module)
+    out = hlo_modules(cache)
     assert out, "the seed cache holds HLO modules"
     return out
 

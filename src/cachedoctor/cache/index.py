@@ -134,7 +134,6 @@ class ScanIndex:
     path: Path
     loaded: bool = False
     remote: bool = False  # a bucket: objects are known by generation/ETag, never racy
-    hits: int = 0
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
     _changed: dict[str, tuple[DirItem, EntryInfo]] = field(default_factory=dict)
@@ -181,7 +180,6 @@ class ScanIndex:
             self.loaded = False  # decode everything and write a fresh index
             self._removed.clear()
             return {}
-        self.hits = len(served)
         return served
 
     def _decode(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
+import operator
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -140,20 +142,8 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
 
 def _runs(findings: Sequence[Finding]) -> list[list[Finding]]:
     """Consecutive findings of the same severity and kind, with the same advice and evidence."""
-    runs: list[list[Finding]] = []
-    for f in findings:
-        last = runs[-1][-1] if runs else None
-        same = last is not None and (f.severity, f.kind, f.advice, f.evidence) == (
-            last.severity,
-            last.kind,
-            last.advice,
-            last.evidence,
-        )
-        if same:
-            runs[-1].append(f)
-        else:
-            runs.append([f])
-    return runs
+    same = operator.attrgetter("severity", "kind", "advice", "evidence")
+    return [list(run) for _, run in itertools.groupby(findings, key=same)]
 
 
 def _fmt_time(ns: int) -> str:
