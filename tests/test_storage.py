@@ -15,7 +15,7 @@ import pytest
 
 from cachedoctor.cache import listdir, reader
 from cachedoctor.commands.scan import scan_directory
-from cachedoctor.storage import stores
+from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import (
     DeleteOutcome,
     IoStats,
@@ -24,9 +24,9 @@ from cachedoctor.storage.stores import (
     RetryPolicy,
     StoreError,
     call_with_retry,
-    subcache_dir_for,
     transient_reason,
 )
+from cachedoctor.storage.urls import subcache_dir_for
 from tests.conftest import cli_env
 
 FAST = RetryPolicy(attempts=4, base_s=0.0, cap_s=0.0)
@@ -41,13 +41,13 @@ class FakeClientError(Exception):
 
 
 def test_urls() -> None:
-    assert stores.is_url("gs://bucket/jax-cache")
-    assert stores.is_url("s3://bucket")
-    assert not stores.is_url("/tmp/cache")
-    assert not stores.is_url("file:///tmp/cache")
-    assert not stores.is_url("http://example/cache")
-    assert stores.split_url("s3://b/a/b/") == ("s3", "b", "a/b")
-    assert stores.split_url("gs://b") == ("gs", "b", "")
+    assert urls.is_url("gs://bucket/jax-cache")
+    assert urls.is_url("s3://bucket")
+    assert not urls.is_url("/tmp/cache")
+    assert not urls.is_url("file:///tmp/cache")
+    assert not urls.is_url("http://example/cache")
+    assert urls.split_url("s3://b/a/b/") == ("s3", "b", "a/b")
+    assert urls.split_url("gs://b") == ("gs", "b", "")
 
 
 def test_retry_counts_throttles_and_succeeds() -> None:
@@ -117,7 +117,7 @@ def test_transient_reason_sees_through_library_wrappers() -> None:
 
 def test_subcache_dir_is_local_and_the_same_on_every_host(monkeypatch: pytest.MonkeyPatch) -> None:
     assert subcache_dir_for("/data/jax-cache") is None
-    monkeypatch.delenv(stores.SUBCACHE_ROOT_ENV, raising=False)
+    monkeypatch.delenv(urls.SUBCACHE_ROOT_ENV, raising=False)
     monkeypatch.setenv("HOME", "/home/alice")
     monkeypatch.setenv("USER", "alice")
     first = subcache_dir_for("gs://team-bucket/jax/cache")
@@ -126,7 +126,7 @@ def test_subcache_dir_is_local_and_the_same_on_every_host(monkeypatch: pytest.Mo
     assert subcache_dir_for("gs://team-bucket/jax/cache/") == first
     assert first == "/tmp/cachedoctor-xla-subcaches/gs/team-bucket/jax/cache"
     assert subcache_dir_for("s3://b/../x") == "/tmp/cachedoctor-xla-subcaches/s3/b/__/x"
-    monkeypatch.setenv(stores.SUBCACHE_ROOT_ENV, "/scratch/xla")
+    monkeypatch.setenv(urls.SUBCACHE_ROOT_ENV, "/scratch/xla")
     assert subcache_dir_for("s3://b/p") == "/scratch/xla/s3/b/p"
 
 

@@ -32,7 +32,7 @@ from cachedoctor import layout
 from cachedoctor.cache import index, listdir, reader
 from cachedoctor.commands.runner import run_program
 from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
-from cachedoctor.storage import stores
+from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
 from tests.conftest import cli_env
 
@@ -694,7 +694,7 @@ def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     monkeypatch.setenv("CACHEDOCTOR_XLA_SUBCACHE_ROOT", str(tmp_path / "subcaches"))
     enabled = _cli(servers, "enable", "--dir", url, "--xla-caches", "autotune", "--mode", "off")
     assert enabled.returncode == 0, enabled.stderr
-    local = stores.subcache_dir_for(url)
+    local = urls.subcache_dir_for(url)
     assert local is not None and local.startswith(str(tmp_path))
     assert f"XLA sub-caches kept locally at {local} (XLA cannot write gs:// or s3://)" in (
         enabled.stdout

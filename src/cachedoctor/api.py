@@ -33,7 +33,8 @@ def scan(cache_dir: PathLike | None = None) -> ScanReport:
     then the directory ``cachedoctor enable`` configured.
     """
     from cachedoctor.commands.scan import scan_directory
-    from cachedoctor.storage.stores import is_url, one_line_errors, open_store
+    from cachedoctor.storage.stores import one_line_errors, open_store
+    from cachedoctor.storage.urls import is_url
 
     where = _dir(cache_dir)
     with one_line_errors(where):

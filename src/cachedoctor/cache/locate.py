@@ -9,7 +9,8 @@ from pathlib import Path
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError, clip
-from cachedoctor.storage.stores import Store, StoreError, is_url, one_line_errors, open_store
+from cachedoctor.storage.stores import Store, StoreError, one_line_errors, open_store
+from cachedoctor.storage.urls import is_url
 
 
 def locate_entry(ref: str, cache_dir: str | None) -> Path:

@@ -72,7 +72,7 @@ def diff(
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
     from cachedoctor.cache.locate import locate_entry
-    from cachedoctor.storage.stores import is_url
+    from cachedoctor.storage.urls import is_url
 
     cache_dir = default_cache_dir(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
 

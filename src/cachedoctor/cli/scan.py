@@ -12,7 +12,7 @@ from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, sc
 from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
-from cachedoctor.storage.stores import is_url
+from cachedoctor.storage.urls import is_url
 
 
 @click.command()

@@ -12,7 +12,8 @@ from cachedoctor.cache.reader import decode_item
 from cachedoctor.commands.dirs import default_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
-from cachedoctor.storage.stores import is_url, one_line_errors
+from cachedoctor.storage.stores import one_line_errors
+from cachedoctor.storage.urls import is_url
 
 
 @click.command()

@@ -27,7 +27,7 @@ from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
 from cachedoctor.formats import wire
 from cachedoctor.stablekeys.manifest import load_ir, load_manifest
-from cachedoctor.storage import stores
+from cachedoctor.storage import stores, urls
 from cachedoctor.xla import compile_options, optionschema
 from cachedoctor.xla import hlo as hlo_mod
 
@@ -303,7 +303,7 @@ def _usable(detail: EntryDetail, where: str) -> EntryDetail:
 
 def _parent(path: str) -> str:
     """The cache directory of an entry path or URL (``Path`` would collapse ``gs://``)."""
-    if stores.is_url(path):
+    if urls.is_url(path):
         return path.rstrip("/").rpartition("/")[0]
     return str(Path(path).parent)
 
@@ -1165,7 +1165,7 @@ def diff_details(
     raw_hlo: bool = False,
 ) -> DiffReport:
     """Compare two decoded entries (see :func:`diff_entries`)."""
-    if stores.is_url(a.info.path) or stores.is_url(b.info.path):
+    if urls.is_url(a.info.path) or urls.is_url(b.info.path):
         same_file = a.info.path == b.info.path
     else:
         try:
@@ -1201,7 +1201,7 @@ def diff_module(
 ) -> ModuleDiffReport:
     """Every entry of ``module`` against the most recently written one."""
     store: stores.Store | None = None
-    if stores.is_url(cache_dir):
+    if urls.is_url(cache_dir):
         root = str(cache_dir)
         store = stores.open_store(root)
     else:

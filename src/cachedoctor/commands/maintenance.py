@@ -18,7 +18,7 @@ from cachedoctor.commands import scan
 from cachedoctor.commands.plan import Op, Plan, Rule, open_dir
 from cachedoctor.commands.stats import plan_folder_bound
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import stores
+from cachedoctor.storage import stores, urls
 
 DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a compile may take hours)
 
@@ -126,7 +126,7 @@ def plan_prune(
             "--corrupt, --orphans, --relocated, --stale-jax, --module, --xla-subcaches, --repair",
             slug="usage",
         )
-    if options.repair and stores.is_url(cache_dir):
+    if options.repair and urls.is_url(cache_dir):
         raise CachedoctorError(
             "--repair works on local cache directories only: it recreates -atime files for "
             "JAX's LRU eviction and fixes file modes, and a gs:// or s3:// cache has neither",

@@ -29,7 +29,7 @@ from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
-from cachedoctor.storage import stores
+from cachedoctor.storage import urls
 from cachedoctor.storage.fsops import CacheDir, FileId, StoreDir
 
 Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
@@ -216,7 +216,7 @@ def open_cache(cache_dir: str | os.PathLike[str]) -> CacheDir:
 
 
 def open_dir(cache_dir: str | os.PathLike[str]) -> Dir:
-    if stores.is_url(cache_dir):
+    if urls.is_url(cache_dir):
         return StoreDir.open(str(cache_dir))
     return open_cache(cache_dir)
 

@@ -92,7 +92,7 @@ def plan_rekey(
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
     follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
-    from cachedoctor.storage.stores import is_url
+    from cachedoctor.storage.urls import is_url
 
     if is_url(cache_dir):
         raise CachedoctorError(

@@ -25,7 +25,7 @@ from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import count
-from cachedoctor.storage import stores
+from cachedoctor.storage import stores, urls
 from cachedoctor.xla import subcaches
 
 SCHEMA_VERSION = 1
@@ -171,7 +171,7 @@ def scan_directory(
     now = time.time() if now is None else now
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
-    if isinstance(cache_dir, stores.Store) or stores.is_url(cache_dir):
+    if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
         store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
         with stores.one_line_errors(store.url):
             listing = listdir.list_cache(store)
@@ -524,7 +524,7 @@ def _root_spellings(root: str) -> frozenset[str]:
     link gets other keys than the same files reached directly (JAX misses there). For a bucket,
     its sub-caches live at a local path (`enable`), which counts as ``root`` too.
     """
-    from cachedoctor.storage.stores import subcache_dir_for
+    from cachedoctor.storage.urls import subcache_dir_for
 
     spellings = {os.path.normpath(root), os.path.abspath(root)}
     local = subcache_dir_for(root)

@@ -133,7 +133,7 @@ def render_plan(
 
 
 def _lock_note(plan: Plan, locked: bool) -> str:
-    from cachedoctor.storage.stores import is_url
+    from cachedoctor.storage.urls import is_url
 
     if is_url(plan.cache_dir):
         return " (conditional deletes: a bucket has no locks)"

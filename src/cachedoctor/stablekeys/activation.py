@@ -276,7 +276,7 @@ def local_subcaches(values: dict[str, Any]) -> str | None:
     """The local folder of XLA's sub-caches for a URL cache dir (None: JAX's own layout)."""
     if not settings.url_subcache_flags(values):
         return None
-    from cachedoctor.storage.stores import subcache_dir_for
+    from cachedoctor.storage.urls import subcache_dir_for
 
     return subcache_dir_for(str(values["cache_dir"]))
 
@@ -414,9 +414,9 @@ def status(python: str | None = None) -> StatusReport:
 def _key_modes(cache_dir: object) -> dict[str, Any] | None:
     """Key modes from a local cache dir's manifests; None for a bucket (``scan`` reads those)."""
     from cachedoctor.stablekeys import manifest
-    from cachedoctor.storage import stores
+    from cachedoctor.storage import urls
 
-    if not cache_dir or stores.is_url(str(cache_dir)):
+    if not cache_dir or urls.is_url(str(cache_dir)):
         return None
     try:
         return manifest.key_mode_summary(manifest.iter_manifests(str(cache_dir)))

@@ -219,7 +219,7 @@ def url_subcache_flags(values: dict[str, Any]) -> list[str]:
 
     JAX would put them inside the cache dir, and XLA opens them with plain file I/O: it cannot
     write a URL. Empty for a local cache dir or ``xla_caches = "none"``. The local path is
-    ``storage.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
+    ``storage.urls.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
     """
     from cachedoctor.storage.urls import is_url, subcache_dir_for
 

@@ -36,11 +36,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage.files import atomic_file, open_regular
-from cachedoctor.storage.urls import SCHEMES as SCHEMES
-from cachedoctor.storage.urls import SUBCACHE_ROOT_ENV as SUBCACHE_ROOT_ENV
-from cachedoctor.storage.urls import is_url as is_url
-from cachedoctor.storage.urls import split_url as split_url
-from cachedoctor.storage.urls import subcache_dir_for as subcache_dir_for
+from cachedoctor.storage.urls import SCHEMES, is_url, split_url
 
 T = TypeVar("T")
 
