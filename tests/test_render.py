@@ -116,3 +116,23 @@ def test_a_lone_finding_prints_as_before_in_colour() -> None:
             console.print(lines, soft_wrap=True)
         outputs.append(buf.getvalue())
     assert outputs[0] == outputs[1] and "\x1b[" in outputs[0] and "\x07" not in outputs[0]
+
+
+def test_findings_without_colour_are_the_coloured_text_unstyled() -> None:
+    """Off a terminal no span is built (thousands of findings), and the text is what rich
+    exports from the coloured output: control characters, tabs, wide and odd names alike."""
+    from cachedoctor.render.table import render_finding_list
+
+    odd = ["jit_f-0: cut \x07short", "tab\there", "wide ＡＢＣ 名前", "bad \udcff byte", "x" * 300]
+    findings = [_finding("corrupt", m) for m in odd]
+    findings += [_finding("same-program", "jit_g: 2 keys", "diff\tjit_g", "seen\x1b[31m that")]
+    plain_buf = io.StringIO()
+    plain = Console(file=plain_buf, width=120, highlight=False, soft_wrap=False)
+    assert plain.color_system is None
+    render_finding_list(findings, plain)
+    coloured = Console(
+        file=io.StringIO(), width=120, force_terminal=True, color_system="truecolor", record=True
+    )
+    render_finding_list(findings, coloured)
+    assert "\x1b[" in coloured.file.getvalue()  # type: ignore[attr-defined]
+    assert plain_buf.getvalue() == coloured.export_text(styles=False)

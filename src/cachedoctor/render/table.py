@@ -125,17 +125,23 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
         console.print(Text("no findings", style="green"))
         return
     console.print(Text(count(len(findings), "finding"), style="bold"))
-    lines = Text()  # one print for all: rich's cost is per call, and a cache may have thousands
+    pieces: list[tuple[str, str | None]] = []
     for group in _runs(findings):
         for n, f in enumerate(group, 1):
-            lines.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
-            lines.append(f"{f.kind.value:15} ", style="bold")
-            lines.append(f.message)
+            pieces.append((f"{f.severity.label:7} ", SEVERITY_STYLE[f.severity]))
+            pieces.append((f"{f.kind.value:15} ", "bold"))
+            pieces.append((f.message, None))
             if n < len(group):
-                lines.append("\n")
+                pieces.append(("\n", None))
         shared = f"(the {len(group):,} above) " if len(group) > 1 else ""
-        lines.append(f"\n        → {shared}{group[0].advice}\n", style="dim")
-        lines.append(f"        evidence: {shared}{group[0].evidence}\n", style="dim")
+        pieces.append((f"\n        → {shared}{group[0].advice}\n", "dim"))
+        pieces.append((f"        evidence: {shared}{group[0].evidence}\n", "dim"))
+    if console.color_system is None:  # no styles will be written: spans would only cost time
+        lines = Text("".join(text for text, _ in pieces))
+    else:
+        lines = Text()  # one print for all: rich's cost is per call
+        for text, style in pieces:
+            lines.append(text, style=style)
     lines.rstrip()
     console.print(lines, soft_wrap=True)
 
