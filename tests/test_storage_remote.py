@@ -375,6 +375,30 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
+    scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan memo keys a bucket's report by every object's generation / ETag: a scan after
+    a rewrite is the scan without index or memo."""
+    from cachedoctor.commands.scanmemo import Deferred
+
+    url = servers.url(scheme, "memo/cache")
+    _upload(url, local_cache)
+    later = 4_000_000_000.0  # every object was written more than a minute before
+    first = scan_directory(url, now=later)
+    again = scan_directory(url, now=later)
+    assert isinstance(again.entries, Deferred) and not isinstance(first.entries, Deferred)
+    assert again == first == scan_directory(url, now=later, use_index=False)
+    store = stores.open_store(url)
+    assert isinstance(store, RemoteStore)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    store.fs.pipe_file(store.path_of(names[0]), b"\x28\xb5\x2f\xfd garbage")
+    changed = scan_directory(url, now=later)
+    assert not isinstance(changed.entries, Deferred)
+    assert changed == scan_directory(url, now=later, use_index=False) != first
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_cli_scan_and_show_of_a_bucket(
     scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
 ) -> None:

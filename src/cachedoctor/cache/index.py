@@ -43,7 +43,7 @@ from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = "cachedoctor-index-v3"
+FORMAT = "cachedoctor-index-v4"
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
   name BLOB PRIMARY KEY, identity TEXT NOT NULL, scalars TEXT NOT NULL, parts TEXT NOT NULL,
   hlo TEXT, checksum BLOB
+);
+CREATE TABLE IF NOT EXISTS memo (
+  k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB
 );
 """
 
@@ -105,7 +108,29 @@ def _code_fingerprint() -> bytes:
     return h.digest()
 
 
+def _package_fingerprint() -> bytes:
+    """Hash of every module of the package: a whole report depends on all of them."""
+    from cachedoctor import __version__
+
+    package = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(__version__.encode())
+    for path in sorted(package.rglob("*.py")):
+        try:
+            h.update(os.fsencode(path.relative_to(package)) + b"\0" + path.read_bytes())
+        except OSError:
+            h.update(os.urandom(16))  # cannot tell: never match
+    return h.digest()
+
+
 _FINGERPRINT: bytes | None = None
+_PACKAGE_FINGERPRINT: bytes | None = None
+
+
+def package_fingerprint() -> bytes:
+    global _PACKAGE_FINGERPRINT
+    if _PACKAGE_FINGERPRINT is None:
+        _PACKAGE_FINGERPRINT = _package_fingerprint()
+    return _PACKAGE_FINGERPRINT
 
 
 def code_fingerprint() -> bytes:
@@ -327,28 +352,64 @@ def _storable(info: EntryInfo) -> bool:
 def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
     """The index for ``cache`` (a directory or a bucket URL), open for ``serve``, or an empty
     one when there is none we can use. Its rows are not read here."""
-    path = index_path(cache)
     remote = "://" in cache
-    empty = ScanIndex(cache, options, path, remote=remote)
-    if not enabled():
-        return empty
+    db = _open_checked(cache, options)
+    if db is None:
+        return ScanIndex(cache, options, index_path(cache), remote=remote)
     try:
-        st = os.lstat(path)
-        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-            return empty  # another user's file (or a link to one): never read it
-        db = _connect(path)
-    except (OSError, sqlite3.Error):
-        return empty
-    try:
-        meta = dict(db.execute("SELECT k, v FROM meta"))
-        if meta != _header(cache, options):
-            db.close()
-            return empty
         db.execute("SELECT count(*) FROM entries").fetchone()  # visits every page: truncated?
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         db.close()
-        return empty
-    return ScanIndex(cache, options, path, True, remote, _db=db)
+        return ScanIndex(cache, options, index_path(cache), remote=remote)
+    return ScanIndex(cache, options, index_path(cache), True, remote, _db=db)
+
+
+def _open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection | None:
+    """The index file of ``cache``, open, when it is ours, of this code and these options."""
+    if not enabled():
+        return None
+    path = index_path(cache)
+    try:
+        st = os.lstat(path)
+        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+            return None  # another user's file (or a link to one): never read it
+        db = _connect(path)
+    except (OSError, sqlite3.Error):
+        return None
+    try:
+        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache, options):
+            return db
+    except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
+        pass
+    db.close()
+    return None
+
+
+def read_memo(cache: str, options: tuple[object, ...], inputs: str) -> str | None:
+    """The body stored by ``write_memo`` for exactly these ``inputs`` (a digest of everything
+    the body was made from), or None."""
+    db = _open_checked(cache, options)
+    if db is None:
+        return None
+    try:
+        with contextlib.closing(db):
+            row = db.execute("SELECT inputs, body, checksum FROM memo WHERE k = 'scan'").fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None or row[0] != inputs or not isinstance(row[1], str):
+        return None
+    return row[1] if row[2] == _memo_checksum(inputs, row[1]) else None
+
+
+def write_memo(cache: str, options: tuple[object, ...], inputs: str, body: str) -> None:
+    """Keep ``body`` for the next scan that sees the same ``inputs``; only into an index this
+    scan could use (the scan writes it first), and failures are ignored (only a shortcut)."""
+    db = _open_checked(cache, options)
+    if db is None:
+        return
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(db), db:
+        row = (inputs, body, _memo_checksum(inputs, body))
+        db.execute("INSERT OR REPLACE INTO memo VALUES ('scan', ?, ?, ?)", row)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -370,6 +431,11 @@ def _header(cache: str, options: tuple[object, ...]) -> dict[str, str]:
 def _checksum(name: str, ident: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
     text = "\0".join((ident, scalars, parts, hlo_id or ""))
     return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
+
+
+def _memo_checksum(inputs: str, body: str) -> bytes:
+    data = (inputs + "\0" + body).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _hlo_id(body: str) -> str:

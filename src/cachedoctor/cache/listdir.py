@@ -126,6 +126,42 @@ def classify(name: str, is_dir: bool) -> tuple[FileKind, str | None]:
     return FileKind.UNKNOWN, None
 
 
+@dataclass(frozen=True)
+class DirSnapshot:
+    """What one pass over a local directory saw: its own stat and each member's lstat, by name.
+
+    ``list_cache`` classifies it into a ``CacheListing``; the scan memo (``commands/scanmemo``)
+    fingerprints it as it is, so a repeated scan of an unchanged cache builds no ``DirItem``.
+    """
+
+    root: str
+    root_mode: int
+    root_uid: int
+    members: tuple[tuple[str, os.stat_result], ...]  # sorted by name
+
+
+def read_dir(root: str | os.PathLike[str]) -> DirSnapshot:
+    """``lstat`` every name in ``root`` (links not followed). Raises OSError when the directory
+    itself cannot be read; a name that vanishes before its ``lstat`` is left out (a concurrent
+    JAX eviction)."""
+    root_path = Path(root)
+    root_stat = root_path.stat()
+    if not stat.S_ISDIR(root_stat.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
+    members = []
+    with os.scandir(root_path) as it:
+        for de in it:
+            try:
+                members.append((de.name, de.stat(follow_symlinks=False)))
+            except OSError:
+                continue
+    members.sort(key=_first)
+    return DirSnapshot(str(root_path), root_stat.st_mode, root_stat.st_uid, tuple(members))
+
+
+_first = operator.itemgetter(0)
+
+
 def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
     """List and classify a cache directory. Raises OSError when the directory cannot be read.
 
@@ -136,46 +172,40 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
         if not root.is_local:
             return _list_store(root)
         root = root.url  # a LocalStore: the directory listing below, with modes and owners
-    root_path = Path(root)
-    root_stat = root_path.stat()
-    if not stat.S_ISDIR(root_stat.st_mode):
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root))
+    return listing_of(read_dir(root))
+
+
+def listing_of(snapshot: DirSnapshot) -> CacheListing:
+    """The snapshot's names classified (in name order)."""
     items = []
     keys: dict[str, str] = {}  # an entry's -cache and -atime items share one key string
-    with os.scandir(root_path) as it:
-        for de in it:
-            try:
-                st = de.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished between listing and stat (a concurrent JAX eviction)
-            mode = st.st_mode
-            is_link = stat.S_ISLNK(mode)
-            is_dir = stat.S_ISDIR(mode)
-            name = de.name
-            kind, key = classify(name, is_dir)
-            if not (is_link or is_dir or stat.S_ISREG(mode)):
-                kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
-            elif key is not None:
-                key = keys.setdefault(key, key)
-            # no version: a local file's identity is its inode and times (fsops.FileId)
-            items.append(
-                _dir_item(
-                    name,
-                    kind,
-                    key,
-                    st.st_size,
-                    st.st_mtime_ns,
-                    mode,
-                    st.st_uid,
-                    is_link,
-                    is_dir,
-                    None,
-                    st.st_ino,
-                    st.st_ctime_ns,
-                )
+    for name, st in snapshot.members:
+        mode = st.st_mode
+        is_link = stat.S_ISLNK(mode)
+        is_dir = stat.S_ISDIR(mode)
+        kind, key = classify(name, is_dir)
+        if not (is_link or is_dir or stat.S_ISREG(mode)):
+            kind, key = FileKind.UNKNOWN, None  # a FIFO, socket or device: never opened
+        elif key is not None:
+            key = keys.setdefault(key, key)
+        # no version: a local file's identity is its inode and times (fsops.FileId)
+        items.append(
+            _dir_item(
+                name,
+                kind,
+                key,
+                st.st_size,
+                st.st_mtime_ns,
+                mode,
+                st.st_uid,
+                is_link,
+                is_dir,
+                None,
+                st.st_ino,
+                st.st_ctime_ns,
             )
-    items.sort(key=_by_name)
-    return CacheListing(str(root_path), tuple(items), root_stat.st_mode, root_stat.st_uid)
+        )
+    return CacheListing(snapshot.root, tuple(items), snapshot.root_mode, snapshot.root_uid)
 
 
 _by_name = operator.attrgetter("name")

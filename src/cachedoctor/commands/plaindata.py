@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -26,6 +27,8 @@ def plain(value: Any) -> Any:
         return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
+    if isinstance(value, Sequence) and not isinstance(value, str):  # scanmemo.Deferred
+        return [plain(v) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if value is None or isinstance(value, bool | int | float | str):

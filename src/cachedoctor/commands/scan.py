@@ -116,9 +116,9 @@ class ScanReport(ToDict):
     jax: JaxInfo
     summary: ScanSummary
     modules: tuple[ModuleStats, ...]
-    entries: tuple[EntryInfo, ...]
+    entries: Sequence[EntryInfo]  # a tuple, or made when first used (scanmemo.Deferred)
     findings: tuple[Finding, ...]
-    other_files: tuple[DirItem, ...] = field(default=())
+    other_files: Sequence[DirItem] = field(default=())
     subcaches: subcaches.SubcacheReport | None = None
 
     def worst(self) -> Severity | None:
@@ -169,39 +169,99 @@ def scan_directory(
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
+    scan = _Scan(jax_info, now, max_decompressed, use_index, progress)
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
     if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
         store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
         with stores.one_line_errors(store.url):
-            listing = listdir.list_cache(store)
-            remote_entries = _decode_entries(
-                listing,
-                functools.partial(_decode_from_store, store, max_decompressed),
-                lambda item: store.url_of(item.name),
-                progress,
-                max_decompressed if use_index else None,
-            )
-            manifests = _read_manifests(listing, store.url)
-        return build_report(listing, remote_entries, jax_info, now, manifests=manifests)
-    from cachedoctor.cache import parallel
+            return scan.bucket(store)
+    return scan.local(os.fspath(cache_dir), workers)
 
-    root = os.fspath(cache_dir)
-    listing = listdir.list_cache(root)
-    entries = _decode_entries(
-        listing,
-        lambda todo, advance: parallel.decode_items(
-            listing, todo, max_decompressed=max_decompressed, workers=workers, progress=advance
-        ),
-        _local_path_of(listing),
-        progress,
-        max_decompressed if use_index else None,
-    )
-    sub = None
-    if any(i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE) for i in listing.items):
-        sub = subcaches.scan_subcaches(Path(root))
-    manifests = _read_manifests(listing, root)
-    return build_report(listing, entries, jax_info, now, sub, manifests=manifests)
+
+@dataclass(frozen=True)
+class _Scan:
+    """One scan's settings, and its two paths: a local directory and a bucket. Each first asks
+    the scan memo (``scanmemo``) for the report of an unchanged cache; its entries and other
+    files are then made (without progress) only if a caller reads them."""
+
+    jax_info: JaxInfo
+    now: float
+    max_decompressed: int
+    use_index: bool
+    progress: ProgressCallback | None
+
+    def local(self, root: str, workers: int | None) -> ScanReport:
+        from cachedoctor.cache import parallel
+        from cachedoctor.commands import scanmemo
+
+        snapshot = listdir.read_dir(root)
+        args = (self.jax_info, self.max_decompressed, self.now)
+        inputs = self.use_index and scanmemo.local_inputs(snapshot, *args)
+        memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
+
+        def decoded(progress: ProgressCallback | None) -> tuple[CacheListing, list[EntryInfo]]:
+            listing = listdir.listing_of(snapshot)
+            entries = _decode_entries(
+                listing,
+                lambda todo, advance: parallel.decode_items(
+                    listing,
+                    todo,
+                    max_decompressed=self.max_decompressed,
+                    workers=workers,
+                    progress=advance,
+                ),
+                _local_path_of(listing),
+                progress,
+                self.max_decompressed if self.use_index else None,
+            )
+            return listing, entries
+
+        def rest() -> tuple[list[EntryInfo], tuple[DirItem, ...]]:
+            listing, entries = decoded(None)
+            return entries, _other_files(listing)
+
+        served = memo.served(self.now, rest)
+        if served is not None:
+            return served
+        listing, entries = decoded(self.progress)
+        sub = None
+        kinds = (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE)
+        if any(i.kind in kinds for i in listing.items):
+            sub = subcaches.scan_subcaches(Path(snapshot.root))
+        manifests = _read_manifests(listing, snapshot.root)
+        report = build_report(listing, entries, self.jax_info, self.now, sub, manifests=manifests)
+        return memo.kept(report)
+
+    def bucket(self, store: stores.Store) -> ScanReport:
+        from cachedoctor.commands import scanmemo
+
+        listing = listdir.list_cache(store)
+        args = (self.jax_info, self.max_decompressed, self.now)
+        inputs = self.use_index and scanmemo.bucket_inputs(listing, *args)
+        memo = scanmemo.Memo(inputs, listing.root, self.max_decompressed)
+
+        def decoded(progress: ProgressCallback | None) -> list[EntryInfo]:
+            with stores.one_line_errors(store.url):
+                return _decode_entries(
+                    listing,
+                    functools.partial(_decode_from_store, store, self.max_decompressed),
+                    lambda item: store.url_of(item.name),
+                    progress,
+                    self.max_decompressed if self.use_index else None,
+                )
+
+        served = memo.served(self.now, lambda: (decoded(None), _other_files(listing)))
+        if served is not None:
+            return served
+        entries = decoded(self.progress)
+        manifests = _read_manifests(listing, store.url)
+        report = build_report(listing, entries, self.jax_info, self.now, manifests=manifests)
+        return memo.kept(report)
+
+
+def _other_files(listing: CacheListing) -> tuple[DirItem, ...]:
+    return tuple(i for i in listing.items if i.kind is not FileKind.ENTRY)
 
 
 def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
@@ -317,7 +377,7 @@ def build_report(
         modules=_module_stats(entries, manifests),
         entries=tuple(entries),
         findings=tuple(findings),
-        other_files=tuple(i for i in listing.items if i.kind is not FileKind.ENTRY),
+        other_files=_other_files(listing),
         subcaches=sub,
     )
 
