@@ -193,14 +193,40 @@ def test_the_same_cache_by_another_spelling_is_not_served(
     assert relative.entries[0].path.startswith(cache.name + os.sep)
 
 
-def test_recent_changes_and_a_clock_set_back_are_not_served(cache: Path) -> None:
-    scanned(cache, now=time.time())  # the copy was just made: a write may be in flight
+def test_recent_changes_and_a_clock_set_back_are_not_served(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index, "RACY_S", 3600.0)  # the copy was made within it: may be in flight
+    scanned(cache, now=time.time())
     assert not served(scanned(cache, now=time.time()))
+    monkeypatch.setattr(index, "RACY_S", 2.0)
     scanned(cache, now=NOW)
     earlier = scanned(cache, now=NOW - 1000)
     assert not served(earlier) and earlier.scanned_at == NOW - 1000
     later = scanned(cache, now=NOW + 1000)
     assert served(later) and later.scanned_at == NOW + 1000
+
+
+def test_a_young_truncated_entry_is_judged_again_when_it_comes_of_age(cache: Path) -> None:
+    """Under a minute old, a truncated entry may be a write in progress (a warning); then it is
+    corrupt (an error): a report kept while it was young is served until then, not after."""
+    data = entry_files(cache)[0].read_bytes()
+    cut = cache / f"jit_cut-{'c' * 64}{layout.CACHE_SUFFIX}"
+    cut.write_bytes(data[: len(data) // 3])
+    written = NOW - 10
+    os.utime(cut, (written, written))
+
+    def severity(report: scan.ScanReport) -> scan.Severity:
+        return next(f.severity for f in report.findings if f.kind is scan.FindingKind.CORRUPT)
+
+    assert severity(scanned(cache)) is scan.Severity.WARNING
+    young = scanned(cache, now=written + scan.RECENT_WRITE_S - 1)
+    assert served(young) and severity(young) is scan.Severity.WARNING
+    grown = scanned(cache, now=written + scan.RECENT_WRITE_S)
+    assert not served(grown) and severity(grown) is scan.Severity.ERROR
+    plain = scanned(cache, now=written + scan.RECENT_WRITE_S, use_index=False)
+    assert document(grown) == document(plain)
+    assert served(scanned(cache, now=NOW + 10_000))  # its verdict is final now: kept for good
 
 
 def _memo_sql(cache: Path, sql: str) -> None:

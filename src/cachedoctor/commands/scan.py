@@ -820,6 +820,16 @@ def _real_problems(e: EntryInfo) -> list[model.Problem]:
     return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
 
 
+def judged_by_age_until(entry: EntryInfo, now: float) -> float | None:
+    """Until when ``entry`` counts as a write in progress: a truncated file written less than
+    ``RECENT_WRITE_S`` ago (JAX writes entries in place); None when its verdict is final."""
+    real = _real_problems(entry)
+    if not real or real[0].kind != "truncated":
+        return None
+    until = entry.mtime_ns / 1e9 + RECENT_WRITE_S
+    return until if now < until else None
+
+
 def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
     findings = []
     for e in entries:
@@ -842,7 +852,7 @@ def _corrupt(entries: list[EntryInfo], now: float) -> list[Finding]:
                 )
             )
             continue
-        young = now - e.mtime_ns / 1e9 < RECENT_WRITE_S and real[0].kind == "truncated"
+        young = judged_by_age_until(e, now) is not None
         findings.append(
             Finding(
                 kind=FindingKind.CORRUPT,

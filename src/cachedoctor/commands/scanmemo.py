@@ -13,12 +13,14 @@ the index file) under a digest of all of it, and served when the digest comes ou
 - the code (every module of the package), the installed JAX facts the findings use, the user
   (ownership findings), the path as given and made absolute, and the decode limit.
 
-A report is not stored when it read more than that (XLA sub-caches, a bucket's manifests) or
-when anything changed in the last ``RECENT_WRITE_S``: a write may still be in flight within one
-timestamp tick, and a young truncated entry is judged by its age. It is served only forward in
-time (a clock set back misses). Its entries and other files are not stored: they are read from
-the index (the same rows a scan without the memo serves) only when a caller asks for them
-(``--json``, ``check``); the text report and ``lint`` never do.
+A report is not stored when it read more than that (XLA sub-caches, a bucket's manifests) or,
+locally, when a file changed in the last ``index.RACY_S`` (a write may still be in flight within
+one timestamp tick; a bucket object's generation/ETag changes with every write). It is served
+only forward in time (a clock set back misses), and only while no young truncated entry it holds
+has come of age (``scan.judged_by_age_until``: its verdict changes then). Its entries and
+other files are not stored: they are read from the index (the same rows a scan without the memo
+serves) only when a caller asks for them (``--json``, ``check``); the text report and ``lint``
+never do.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import (
-    RECENT_WRITE_S,
     Finding,
     FindingKind,
     KeyModeUse,
@@ -46,6 +47,7 @@ from cachedoctor.commands.scan import (
     ScanReport,
     ScanSummary,
     Severity,
+    judged_by_age_until,
 )
 from cachedoctor.storage import urls
 
@@ -138,7 +140,7 @@ def local_inputs(
     snapshot: DirSnapshot, jax_info: JaxInfo, max_decompressed: int, now: float
 ) -> str | None:
     """The digest of everything a local scan of ``snapshot`` reads, or None when a report made
-    from it must not be kept or served (something changed too recently, or cannot be told)."""
+    from it must not be kept or served (a file changed too recently, or cannot be read)."""
     h = hashlib.sha256()
     _common(h, snapshot.root, jax_info, max_decompressed)
     h.update(_STAT(snapshot.root_mode, snapshot.root_uid, 0, 0, 0, 0))
@@ -153,7 +155,7 @@ def local_inputs(
             return None
         h.update(b"\0manifests\0")
         newest = max(newest, _hash_members(h, inside))
-    if newest >= (now - RECENT_WRITE_S) * 1e9:
+    if newest >= (now - index.RACY_S) * 1e9:
         return None
     return h.hexdigest()
 
@@ -173,18 +175,14 @@ def _hash_members(h: Any, members: Sequence[tuple[str, os.stat_result]]) -> int:
 def bucket_inputs(
     listing: CacheListing, jax_info: JaxInfo, max_decompressed: int, now: float
 ) -> str | None:
-    """As ``local_inputs`` for a bucket's listing (objects by generation/ETag); None when the
-    bucket holds key manifests (read with a second listing) or anything changed recently."""
+    """As ``local_inputs`` for a bucket's listing (objects by generation/ETag, which every write
+    changes); None when the bucket holds key manifests (read with a second listing)."""
     if any(i.name == layout.MANIFEST_DIRNAME for i in listing.items):
         return None
     h = hashlib.sha256()
     _common(h, listing.root, jax_info, max_decompressed)
-    newest = 0
     for i in listing.items:
         h.update(json.dumps([i.name, i.size, i.mtime_ns, i.version, i.is_dir]).encode() + b"\0")
-        newest = max(newest, i.mtime_ns)
-    if newest >= (now - RECENT_WRITE_S) * 1e9:
-        return None
     return h.hexdigest()
 
 
@@ -198,8 +196,10 @@ def keeps(report: ScanReport) -> bool:
 
 
 def dump(report: ScanReport) -> str:
+    ages = (judged_by_age_until(e, report.scanned_at) for e in report.entries)
     body = {
         "scanned_at": report.scanned_at,
+        "until": min((t for t in ages if t is not None), default=None),
         "cache_dir": report.cache_dir,
         "jax": _fields(report.jax),
         "summary": _fields(report.summary),
@@ -220,6 +220,8 @@ def served(
     try:
         data = json.loads(body)
         if not isinstance(data, dict) or not data["scanned_at"] <= now:
+            return None
+        if data["until"] is not None and not now < data["until"]:
             return None
         n_entries, n_other = data["counts"]
         later = functools.cache(rest)
