@@ -165,7 +165,8 @@ def scan_directory(
     A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
     entries decoded concurrently (a bounded pool) by the same reader. A local directory's
     unchanged entries come from the scan index (``index.py``); the rest are decoded on
-    ``workers`` processes (default: every core, see ``parallel.py``).
+    ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
+    which nothing changed comes whole from the scan memo (``scanmemo.py``).
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
