@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -118,10 +119,17 @@ def test_a_lone_finding_prints_as_before_in_colour() -> None:
     assert outputs[0] == outputs[1] and "\x1b[" in outputs[0] and "\x07" not in outputs[0]
 
 
-def test_findings_without_colour_are_the_coloured_text_unstyled() -> None:
+@pytest.mark.parametrize("per_call", [2, 3, 200])
+def test_findings_without_colour_are_the_coloured_text_unstyled(
+    per_call: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Off a terminal no span is built (thousands of findings), and the text is what rich
-    exports from the coloured output: control characters, tabs, wide and odd names alike."""
+    exports from the coloured output: control characters, tabs, wide and odd names alike,
+    wherever the calls split the lines."""
+    from cachedoctor.render import console as console_mod
     from cachedoctor.render.table import render_finding_list
+
+    monkeypatch.setattr(console_mod, "LINES_PER_CALL", per_call)
 
     odd = ["jit_f-0: cut \x07short", "tab\there", "wide ＡＢＣ 名前", "bad \udcff byte", "x" * 300]
     findings = [_finding("corrupt", m) for m in odd]
@@ -136,3 +144,84 @@ def test_findings_without_colour_are_the_coloured_text_unstyled() -> None:
     render_finding_list(findings, coloured)
     assert "\x1b[" in coloured.file.getvalue()  # type: ignore[attr-defined]
     assert plain_buf.getvalue() == coloured.export_text(styles=False)
+    monkeypatch.setattr(console_mod, "LINES_PER_CALL", 10**6)  # all in one call, as before
+    one_call = Console(file=io.StringIO(), width=120, force_terminal=True, color_system="truecolor")
+    render_finding_list(findings, one_call)
+    assert coloured.file.getvalue() == one_call.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _lint_as_before(report: Any, console: Console) -> None:
+    """lint's text output as it was written before it was printed in one call: a print a line."""
+    from rich.text import Text
+
+    from cachedoctor.render.table import SEVERITY_STYLE
+
+    if not report.findings:
+        console.print(Text("no findings", style="green"))
+    for lf in report.findings:
+        f = lf.finding
+        line = Text()
+        mark = "FAIL" if lf.failing else ("base" if lf.baselined else "  ok")
+        line.append(f"{mark} ", style="bold red" if lf.failing else "dim")
+        line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
+        line.append(f"{f.kind.value:15} ", style="bold")
+        line.append(f.message)
+        console.print(line)
+        console.print(Text(f"     → {f.advice}", style="dim"))
+        console.print(Text(f"     evidence: {f.evidence}", style="dim"))
+    for fp in report.fixed:
+        console.print(Text(f"gone from the cache, still in the baseline: {fp}", style="cyan"))
+    console.print(Text(report.summary_line(), style="bold"))
+
+
+@pytest.mark.parametrize("per_call", [2, 3, 200])
+@pytest.mark.parametrize("colour", [None, "truecolor"])
+@pytest.mark.parametrize("fixed", [(), ("ab12", "cd34")])
+@pytest.mark.parametrize("count", [0, 1, 4])
+def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
+    colour: str | None,
+    fixed: tuple[str, ...],
+    count: int,
+    per_call: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long lines wrap as if printed alone (120 columns off a terminal), in colour or not,
+    wherever the calls split the lines."""
+    from cachedoctor.commands.lint import LintFinding, LintReport
+    from cachedoctor.render import console as console_mod
+    from cachedoctor.render.ci import render_lint
+
+    monkeypatch.setattr(console_mod, "LINES_PER_CALL", per_call)
+
+    wide = "tab\there, wide ＡＢＣ 名前, bell \x07"
+    messages = ["short", "word " * 60, "x" * 300, wide, "ends  "]
+    findings = tuple(
+        LintFinding(
+            _finding("corrupt" if n % 2 else "orphan", messages[n % len(messages)], "a " * 70),
+            f"fp{n}",
+            baselined=n == 2,
+            failing=n % 2 == 1,
+        )
+        for n in range(count)
+    )
+    report = LintReport(
+        scan=SimpleNamespace(cache_dir="/data/jax-cache"),  # type: ignore[arg-type]  # all it reads
+        fail_on=scan.Severity.ERROR,
+        ignored_kinds=(),
+        findings=findings,
+        ignored=0,
+        baseline_path=None,
+        fixed=fixed,
+    )
+    outputs = []
+    for render in (render_lint, _lint_as_before):
+        buf = io.StringIO()
+        console = Console(
+            file=buf, width=120, highlight=False, color_system=colour, force_terminal=bool(colour)
+        )
+        render(report, console)
+        outputs.append(buf.getvalue())
+    assert outputs[0] == outputs[1]
+    assert ("\x1b[" in outputs[0]) == bool(colour)
+    if count and not colour:  # it wrapped
+        assert max(len(line) for line in outputs[0].splitlines()) <= 120 < len(messages[1])

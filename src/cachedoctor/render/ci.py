@@ -11,26 +11,33 @@ from cachedoctor import __version__
 from cachedoctor.commands.check import CheckReport
 from cachedoctor.commands.lint import LintReport
 from cachedoctor.commands.scan import SCHEMA_VERSION
+from cachedoctor.render.console import Line, print_lines
 from cachedoctor.render.jsonout import finding_dict, to_plain
 from cachedoctor.render.table import SEVERITY_STYLE
 
 
 def render_lint(report: LintReport, console: Console) -> None:
+    """Each finding's line, advice and evidence, and the baseline's fixed ones, printed in few
+    calls (each line wrapped as if printed alone), then the summary."""
     if not report.findings:
         console.print(Text("no findings", style="green"))
+    lines: list[Line] = []
     for lf in report.findings:
         f = lf.finding
-        line = Text()
         mark = "FAIL" if lf.failing else ("base" if lf.baselined else "  ok")
-        line.append(f"{mark} ", style="bold red" if lf.failing else "dim")
-        line.append(f"{f.severity.label:7} ", style=SEVERITY_STYLE[f.severity])
-        line.append(f"{f.kind.value:15} ", style="bold")
-        line.append(f.message)
-        console.print(line)
-        console.print(Text(f"     → {f.advice}", style="dim"))
-        console.print(Text(f"     evidence: {f.evidence}", style="dim"))
+        lines.append(
+            [
+                (f"{mark} ", "bold red" if lf.failing else "dim"),
+                (f"{f.severity.label:7} ", SEVERITY_STYLE[f.severity]),
+                (f"{f.kind.value:15} ", "bold"),
+                (f.message, None),
+            ]
+        )
+        lines.append([(f"     → {f.advice}", "dim")])
+        lines.append([(f"     evidence: {f.evidence}", "dim")])
     for fp in report.fixed:
-        console.print(Text(f"gone from the cache, still in the baseline: {fp}", style="cyan"))
+        lines.append([(f"gone from the cache, still in the baseline: {fp}", "cyan")])
+    print_lines(console, lines)
     console.print(Text(report.summary_line(), style="bold"))
 
 

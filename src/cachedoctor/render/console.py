@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 
 def stdout_console() -> Console:
@@ -37,3 +38,26 @@ def print_table(console: Console, table: Table) -> None:
         console.print(table)
     finally:
         console.width = width
+
+
+Line = list[tuple[str, str | None]]  # the pieces of one line: text and its style
+LINES_PER_CALL = 200  # rich's cost is per call, but it splits one text's lines in O(n^2)
+
+
+def print_lines(console: Console, lines: list[Line], *, soft_wrap: bool = False) -> None:
+    """Print many lines in few calls (a cache may have thousands of findings), each wrapped as
+    if printed alone. Where rich writes no styles at all (no colour system: a pipe, a file) the
+    text is built without spans, which only cost time."""
+    plain = console.color_system is None
+    for start in range(0, len(lines), LINES_PER_CALL):
+        chunk = lines[start : start + LINES_PER_CALL]
+        if plain:
+            text = Text("\n".join("".join(piece for piece, _ in line) for line in chunk))
+        else:
+            text = Text()
+            for n, line in enumerate(chunk):
+                if n:
+                    text.append("\n")
+                for piece, style in line:
+                    text.append(piece, style=style)
+        console.print(text, soft_wrap=soft_wrap)

@@ -14,7 +14,7 @@ from rich.text import Text
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.commands.scan import Finding, ModuleStats, ScanReport, Severity
 from cachedoctor.errors import count
-from cachedoctor.render.console import print_table
+from cachedoctor.render.console import Line, print_lines, print_table
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -125,25 +125,17 @@ def render_finding_list(findings: Sequence[Finding], console: Console) -> None:
         console.print(Text("no findings", style="green"))
         return
     console.print(Text(count(len(findings), "finding"), style="bold"))
-    pieces: list[tuple[str, str | None]] = []
+    lines: list[Line] = []
     for group in _runs(findings):
-        for n, f in enumerate(group, 1):
-            pieces.append((f"{f.severity.label:7} ", SEVERITY_STYLE[f.severity]))
-            pieces.append((f"{f.kind.value:15} ", "bold"))
-            pieces.append((f.message, None))
-            if n < len(group):
-                pieces.append(("\n", None))
+        for f in group:
+            severity = (f"{f.severity.label:7} ", SEVERITY_STYLE[f.severity])
+            lines.append([severity, (f"{f.kind.value:15} ", "bold"), (f.message, None)])
         shared = f"(the {len(group):,} above) " if len(group) > 1 else ""
-        pieces.append((f"\n        → {shared}{group[0].advice}\n", "dim"))
-        pieces.append((f"        evidence: {shared}{group[0].evidence}\n", "dim"))
-    if console.color_system is None:  # no styles will be written: spans would only cost time
-        lines = Text("".join(text for text, _ in pieces))
-    else:
-        lines = Text()  # one print for all: rich's cost is per call
-        for text, style in pieces:
-            lines.append(text, style=style)
-    lines.rstrip()
-    console.print(lines, soft_wrap=True)
+        lines.append([(f"        → {shared}{group[0].advice}", "dim")])
+        lines.append([(f"        evidence: {shared}{group[0].evidence}", "dim")])
+    (text, style), *_ = lines[-1]
+    lines[-1] = [(text.rstrip(), style)]  # the end, as Text.rstrip did
+    print_lines(console, lines, soft_wrap=True)
 
 
 def _runs(findings: Sequence[Finding]) -> list[list[Finding]]:
