@@ -177,7 +177,7 @@ def _lint_as_before(report: Any, console: Console) -> None:
 @pytest.mark.parametrize("per_call", [2, 3, 200])
 @pytest.mark.parametrize("colour", [None, "truecolor"])
 @pytest.mark.parametrize("fixed", [(), ("ab12", "cd34")])
-@pytest.mark.parametrize("count", [0, 1, 4])
+@pytest.mark.parametrize("count", [0, 1, 4, 10])
 def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     colour: str | None,
     fixed: tuple[str, ...],
@@ -194,7 +194,8 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     monkeypatch.setattr(console_mod, "LINES_PER_CALL", per_call)
 
     wide = "tab\there, wide ＡＢＣ 名前, bell \x07"
-    messages = ["short", "word " * 60, "x" * 300, wide, "ends  "]
+    edge = ["y" * 120, "z" * 121, "x" * 118 + "    ", "ＷＩＤＥ" * 30, "ctrl \x1b[31m red"]
+    messages = ["short", "word " * 60, "x" * 300, wide, "ends  ", *edge]
     findings = tuple(
         LintFinding(
             _finding("corrupt" if n % 2 else "orphan", messages[n % len(messages)], "a " * 70),
@@ -222,6 +223,6 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
         render(report, console)
         outputs.append(buf.getvalue())
     assert outputs[0] == outputs[1]
-    assert ("\x1b[" in outputs[0]) == bool(colour)
+    assert ("\x1b[1m" in outputs[0]) == bool(colour)  # bold: styles written, or none
     if count and not colour:  # it wrapped
         assert max(len(line) for line in outputs[0].splitlines()) <= 120 < len(messages[1])
