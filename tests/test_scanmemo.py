@@ -271,3 +271,20 @@ def test_disabled_with_the_index(cache: Path, monkeypatch: pytest.MonkeyPatch) -
     assert not served(scanned(cache))
     monkeypatch.delenv(index.DISABLE_ENV)
     assert not served(scanned(cache, use_index=False))
+
+
+def test_the_digest_depends_on_values_not_on_which_objects_hold_them(cache: Path) -> None:
+    """Equal names and numbers held by other objects (every listing makes new ones) give the
+    same digest; marshal's newer formats would write back-references where objects repeat."""
+    import hashlib
+
+    members = listdir.read_dir(cache).members
+    name, st = members[0]
+    same_again = [(str(name), st)] * 3  # one name object three times
+    separate = [("".join(name), st), (name[:], st), (name.encode().decode(), st)]
+    digests = []
+    for listing in (same_again, separate):
+        h = hashlib.sha256()
+        scanmemo._hash_members(h, listing)
+        digests.append(h.hexdigest())
+    assert digests[0] == digests[1]

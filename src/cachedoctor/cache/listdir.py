@@ -137,7 +137,7 @@ class DirSnapshot:
     root: str
     root_mode: int
     root_uid: int
-    members: tuple[tuple[str, os.stat_result], ...]  # sorted by name
+    members: list[tuple[str, os.stat_result]]  # in the directory's order
 
 
 def read_dir(root: str | os.PathLike[str]) -> DirSnapshot:
@@ -155,11 +155,7 @@ def read_dir(root: str | os.PathLike[str]) -> DirSnapshot:
                 members.append((de.name, de.stat(follow_symlinks=False)))
             except OSError:
                 continue
-    members.sort(key=_first)
-    return DirSnapshot(str(root_path), root_stat.st_mode, root_stat.st_uid, tuple(members))
-
-
-_first = operator.itemgetter(0)
+    return DirSnapshot(str(root_path), root_stat.st_mode, root_stat.st_uid, members)
 
 
 def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
@@ -176,10 +172,10 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
 
 
 def listing_of(snapshot: DirSnapshot) -> CacheListing:
-    """The snapshot's names classified (in name order)."""
+    """The snapshot's names classified, in name order."""
     items = []
     keys: dict[str, str] = {}  # an entry's -cache and -atime items share one key string
-    for name, st in snapshot.members:
+    for name, st in sorted(snapshot.members, key=_first):
         mode = st.st_mode
         is_link = stat.S_ISLNK(mode)
         is_dir = stat.S_ISDIR(mode)
@@ -206,6 +202,9 @@ def listing_of(snapshot: DirSnapshot) -> CacheListing:
             )
         )
     return CacheListing(snapshot.root, tuple(items), snapshot.root_mode, snapshot.root_uid)
+
+
+_first = operator.itemgetter(0)
 
 
 _by_name = operator.attrgetter("name")

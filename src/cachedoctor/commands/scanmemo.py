@@ -29,8 +29,8 @@ import dataclasses
 import functools
 import hashlib
 import json
+import marshal
 import os
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
@@ -53,7 +53,7 @@ from cachedoctor.storage import urls
 
 MEMO_FORMAT = "cachedoctor-scan-memo-v1"
 T = TypeVar("T")
-_STAT = struct.Struct("<6q").pack
+_BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
 
 
 class Deferred(Sequence[T]):
@@ -143,7 +143,7 @@ def local_inputs(
     from it must not be kept or served (a file changed too recently, or cannot be read)."""
     h = hashlib.sha256()
     _common(h, snapshot.root, jax_info, max_decompressed)
-    h.update(_STAT(snapshot.root_mode, snapshot.root_uid, 0, 0, 0, 0))
+    h.update(marshal.dumps((snapshot.root_mode, snapshot.root_uid), _BY_VALUE))
     members: Sequence[tuple[str, os.stat_result]] = snapshot.members
     newest = _hash_members(h, members)
     if any(name == layout.MANIFEST_DIRNAME for name, _ in members):
@@ -161,15 +161,14 @@ def local_inputs(
 
 
 def _hash_members(h: Any, members: Sequence[tuple[str, os.stat_result]]) -> int:
-    """Hash each name and its lstat facts; the newest mtime or ctime among them (ns)."""
-    newest = 0
-    for name, st in members:
-        h.update(os.fsencode(name) + b"\0")
-        h.update(
-            _STAT(st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-        )
-        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
-    return newest
+    """Hash each name and its lstat facts, in the order given (a directory lists in the same
+    order while unchanged; another order only misses); the newest mtime or ctime (ns)."""
+    rows = [
+        (name, st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        for name, st in members
+    ]
+    h.update(marshal.dumps(rows, _BY_VALUE))  # one C call over plain tuples of str and int
+    return max((max(row[4], row[6]) for row in rows), default=0)
 
 
 def bucket_inputs(
