@@ -11,6 +11,7 @@ dies, the remaining entries are decoded here.
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import os
 import sys
@@ -153,7 +154,9 @@ def _pooled(
 ) -> Iterator[EntryInfo]:
     done = 0
     try:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+        pool = ProcessPoolExecutor(  # a forked worker inherits a scan's paused collector
+            max_workers=workers, mp_context=_context(), initializer=gc.enable
+        )
     except (OSError, ValueError, NotImplementedError):
         yield from _serial([[job(n) for n in b] for b in batches], max_decompressed, progress)
         return

@@ -10,11 +10,12 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import gc
 import os
 import stat
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,11 +174,33 @@ def scan_directory(
     scan = _Scan(jax_info, now, max_decompressed, use_index, progress)
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
-    if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
-        store = cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
-        with stores.one_line_errors(store.url):
-            return scan.bucket(store)
-    return scan.local(os.fspath(cache_dir), workers)
+    with _cyclic_gc_paused():
+        if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
+            store = (
+                cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
+            )
+            with stores.one_line_errors(store.url):
+                return scan.bucket(store)
+        return scan.local(os.fspath(cache_dir), workers)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the scan runs (reference counting still frees).
+
+    A scan makes tens of thousands of listing items, rows and findings, none in a cycle; each
+    700 new objects the collector runs, and every so often it walks all of the process's
+    objects: about a tenth of a repeated scan. Pool workers turn it back on
+    (``parallel.py``).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True)
