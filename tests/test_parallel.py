@@ -99,3 +99,37 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert parallel.default_workers() == 3
     monkeypatch.setenv(parallel.WORKERS_ENV, "zero")
     assert parallel.default_workers() == len(os.sched_getaffinity(0))
+
+
+def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+    """Decode, and say in each entry's module whether this process collects cyclic garbage."""
+    import dataclasses
+    import gc
+
+    state = f"gc-{gc.isenabled()}-in-{'worker' if multiprocessing.parent_process() else 'main'}"
+    return [
+        dataclasses.replace(e, module=state) for e in _REAL_DECODE_BATCH(jobs, max_decompressed)
+    ]
+
+
+def test_a_scan_pauses_the_collector_but_its_workers_collect(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's own process makes tens of thousands of acyclic objects (no collection
+    while it runs); a worker decodes protobufs for minutes and keeps collecting."""
+    import gc
+
+    monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
+    report = scan.scan_directory(cache, now=2e9, use_index=False, workers=2)
+    assert {e.module for e in report.entries} == {"gc-True-in-worker"}
+    assert gc.isenabled()
+    with scan._cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with scan._cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()  # the caller's choice stays
+    finally:
+        gc.enable()
