@@ -18,6 +18,7 @@ import zstandard
 
 from cachedoctor.cache import listdir, reader
 from cachedoctor.commands.runner import Run, program_env, run_command, run_program
+from cachedoctor.xla import hlo_facts
 
 ProgramSpec = tuple[str, dict[str, str]]
 TESTS_DIR = Path(__file__).parent
@@ -96,12 +97,13 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture(autouse=True)
 def _cold_reader_memos() -> None:
-    """Each test decodes for real: the reader memoises payloads, HLO facts and compile options
-    by content for the rest of the process, so a test would otherwise see what an earlier test
-    (or mutmut's first run, from which each mutant is forked) left there."""
+    """Each test decodes for real: the reader memoises payloads, HLO facts, compile options and
+    program shapes by content for the rest of the process, so a test would otherwise see what an
+    earlier test (or mutmut's first run, from which each mutant is forked) left there."""
     reader._PAYLOAD_MEMO.clear()
     reader._HLO_MEMO.clear()
     reader._OPTIONS_MEMO.clear()
+    hlo_facts._SHAPES.clear()
 
 
 PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"

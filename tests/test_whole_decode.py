@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -107,6 +108,31 @@ def test_copies_are_walked_once(
     monkeypatch.setattr(reader, "_walk_payload_buffer", counting_walk)
     assert [_decode(path, key) for path, key in paths] == expected
     assert walks == distinct
+
+
+def test_small_sized_frames_take_one_call_through_one_context_per_thread(
+    seed_cache: Path, tmp_path: Path
+) -> None:
+    """A zstd frame that declares a size under 1 MiB is decompressed in one call, whatever its
+    ratio, by this thread's one context: damaged frames between real ones (cut short, bytes
+    after the frame) are refused and leave nothing behind; each real entry comes out as
+    zstandard's own decoder gives it. Another thread has a context of its own."""
+    real = [(seed_cache / i.name).read_bytes() for i in listdir.list_cache(seed_cache).entries]
+    assert all(zstandard.get_frame_parameters(d).content_size <= 1 << 20 for d in real)
+    path = tmp_path / "entry"
+    results = []
+    for data in real:
+        for content in (data[: len(data) // 2], data, data + b"\0garbage", data):
+            path.write_bytes(content)
+            with path.open("rb") as fh:
+                results.append(decompress._zstd_sized_whole(fh, 1 << 30))
+    expected = [zstandard.ZstdDecompressor().decompress(d) for d in real]
+    assert results[1::4] == expected and results[3::4] == expected
+    assert results[0::4] == results[2::4] == [None] * len(real)
+    mine = decompress._one_shot_zstd()
+    assert decompress._one_shot_zstd() is mine
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(decompress._one_shot_zstd).result() is not mine
 
 
 LARGE = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 import zlib
 from typing import IO, BinaryIO
 
@@ -168,9 +169,24 @@ def _rewind(fh: BinaryIO) -> None:
         fh.seek(0)
 
 
+_THREAD = threading.local()
+
+
+def _one_shot_zstd() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor for one-shot calls. A fresh one per entry cost ~30 us (its
+    context allocated and first used again; most entries of a large cache are tens of KB).
+    One per thread: a context is not to be shared by concurrent calls (bucket scans decode
+    on threads). Each ``decompress`` call starts a new frame, so nothing carries over, and a
+    one-shot call keeps no window buffer (the context stays ~100 KB)."""
+    found: zstandard.ZstdDecompressor | None = getattr(_THREAD, "zstd", None)
+    if found is None:
+        found = _THREAD.zstd = zstandard.ZstdDecompressor()
+    return found
+
+
 def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
-    """A zstd frame that declares its size (over 1 MiB, at most ``limit``, at least 4 x the
-    file), decompressed in one call: no 1 MiB reads joined, one allocation of the declared
+    """A zstd frame that declares its size (at most ``limit``; over 1 MiB, only at least 4 x
+    the file), decompressed in one call: no reads joined, one allocation of the declared
     size. None for anything else (no declared size, damage, fewer bytes than declared, any
     byte after the frame), for ``Decompressor`` to read and name."""
     if zstandard is None:
@@ -178,12 +194,12 @@ def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
     try:
         params = zstandard.get_frame_parameters(fh.read(18))
         size = params.content_size
-        if size == zstandard.CONTENTSIZE_UNKNOWN or not _ONE_READ < size <= limit:
-            return None  # up to one read, the stream reader is as fast (measured)
-        if size < 4 * fh.seek(0, 2):
-            return None  # barely compressed: reading it whole first costs what joining saves
+        if size == zstandard.CONTENTSIZE_UNKNOWN or size > limit:
+            return None
+        if size > _ONE_READ and size < 4 * fh.seek(0, 2):
+            return None  # large and barely compressed: reading it whole first costs more
         fh.seek(0)
-        whole = zstandard.ZstdDecompressor().decompress(
+        whole = _one_shot_zstd().decompress(
             fh.read(), read_across_frames=False, allow_extra_data=False
         )
     except (zstandard.ZstdError, OSError):

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import TypeVar
 
 from cachedoctor.cache import reader
@@ -99,8 +100,11 @@ def decode_items(
     ``progress(n)`` is called with the number of entries finished since the last call.
     """
 
+    base = str(Path(listing.root))  # str(listing.path(item)), without a Path per entry
+
     def job(n: int) -> Job:
-        return (str(listing.path(items[n])), items[n].key)
+        item = items[n]
+        return (item.name if base == "." else os.path.join(base, item.name), item.key)
 
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
