@@ -278,10 +278,14 @@ def test_the_digest_depends_on_values_not_on_which_objects_hold_them(cache: Path
     same digest; marshal's newer formats would write back-references where objects repeat."""
     import hashlib
 
-    members = listdir.read_dir(cache).members
-    name, st = members[0]
-    same_again = [(str(name), st)] * 3  # one name object three times
-    separate = [("".join(name), st), (name[:], st), (name.encode().decode(), st)]
+    name, *facts = listdir.read_dir(cache).members[0]
+    big = facts[3] + 10**9  # an mtime: an int no other object shares
+    same_again = [(name, *facts[:3], big, *facts[4:])] * 3  # the same objects three times
+    separate = [
+        (copy, *facts[:3], big + offset - offset, *facts[4:])  # equal values, other objects
+        for offset, copy in enumerate(["".join(name), name.encode().decode(), name + ""], 7)
+    ]
+    assert separate[0][0] is not separate[1][0] and separate[0][4] is not separate[1][4]
     digests = []
     for listing in (same_again, separate):
         h = hashlib.sha256()

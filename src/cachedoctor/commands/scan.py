@@ -216,46 +216,51 @@ class _Scan:
     progress: ProgressCallback | None
 
     def local(self, root: str, workers: int | None) -> ScanReport:
-        from cachedoctor.cache import parallel
         from cachedoctor.commands import scanmemo
 
         snapshot = listdir.read_dir(root)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = self.use_index and scanmemo.local_inputs(snapshot, *args)
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
-
-        def decoded(progress: ProgressCallback | None) -> tuple[CacheListing, list[EntryInfo]]:
-            listing = listdir.listing_of(snapshot)
-            entries = _decode_entries(
-                listing,
-                lambda todo, advance: parallel.decode_items(
-                    listing,
-                    todo,
-                    max_decompressed=self.max_decompressed,
-                    workers=workers,
-                    progress=advance,
-                ),
-                _local_path_of(listing),
-                progress,
-                self.max_decompressed if self.use_index else None,
-            )
-            return listing, entries
-
-        def rest() -> tuple[list[EntryInfo], tuple[DirItem, ...]]:
-            listing, entries = decoded(None)
-            return entries, _other_files(listing)
-
-        served = memo.served(self.now, rest)
+        served = memo.served(self.now, functools.partial(self._local_rest, snapshot, workers))
         if served is not None:
             return served
-        listing, entries = decoded(self.progress)
+        listing = listdir.listing_of(snapshot)
+        del snapshot  # its facts are the listing's now: 100,000 names hold ~25 MB
+        entries = self._local_entries(listing, workers, self.progress)
         sub = None
         kinds = (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE)
         if any(i.kind in kinds for i in listing.items):
-            sub = subcaches.scan_subcaches(Path(snapshot.root))
-        manifests = _read_manifests(listing, snapshot.root)
+            sub = subcaches.scan_subcaches(Path(listing.root))
+        manifests = _read_manifests(listing, listing.root)
         report = build_report(listing, entries, self.jax_info, self.now, sub, manifests=manifests)
         return memo.kept(report)
+
+    def _local_entries(
+        self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
+    ) -> list[EntryInfo]:
+        from cachedoctor.cache import parallel
+
+        return _decode_entries(
+            listing,
+            lambda todo, advance: parallel.decode_items(
+                listing,
+                todo,
+                max_decompressed=self.max_decompressed,
+                workers=workers,
+                progress=advance,
+            ),
+            _local_path_of(listing),
+            progress,
+            self.max_decompressed if self.use_index else None,
+        )
+
+    def _local_rest(
+        self, snapshot: listdir.DirSnapshot, workers: int | None
+    ) -> tuple[list[EntryInfo], tuple[DirItem, ...]]:
+        """A served report's entries and other files, when first read (no progress)."""
+        listing = listdir.listing_of(snapshot)
+        return self._local_entries(listing, workers, None), _other_files(listing)
 
     def bucket(self, store: stores.Store) -> ScanReport:
         from cachedoctor.commands import scanmemo

@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 from cachedoctor import layout
-from cachedoctor.cache import index
+from cachedoctor.cache import index, listdir
 from cachedoctor.cache.jaxenv import JaxInfo
-from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot
+from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot, Member
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.commands.scan import (
     Finding,
@@ -144,31 +144,24 @@ def local_inputs(
     h = hashlib.sha256()
     _common(h, snapshot.root, jax_info, max_decompressed)
     h.update(marshal.dumps((snapshot.root_mode, snapshot.root_uid), _BY_VALUE))
-    members: Sequence[tuple[str, os.stat_result]] = snapshot.members
-    newest = _hash_members(h, members)
-    if any(name == layout.MANIFEST_DIRNAME for name, _ in members):
-        folder = os.path.join(snapshot.root, layout.MANIFEST_DIRNAME)
+    newest = _hash_members(h, snapshot.members)
+    if any(m[0] == layout.MANIFEST_DIRNAME for m in snapshot.members):
         try:
-            with os.scandir(folder) as it:
-                inside = sorted((de.name, de.stat(follow_symlinks=False)) for de in it)
+            manifests = listdir.read_dir(os.path.join(snapshot.root, layout.MANIFEST_DIRNAME))
         except OSError:
             return None
         h.update(b"\0manifests\0")
-        newest = max(newest, _hash_members(h, inside))
+        newest = max(newest, _hash_members(h, sorted(manifests.members)))
     if newest >= (now - index.RACY_S) * 1e9:
         return None
     return h.hexdigest()
 
 
-def _hash_members(h: Any, members: Sequence[tuple[str, os.stat_result]]) -> int:
+def _hash_members(h: Any, members: list[Member]) -> int:
     """Hash each name and its lstat facts, in the order given (a directory lists in the same
     order while unchanged; another order only misses); the newest mtime or ctime (ns)."""
-    rows = [
-        (name, st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-        for name, st in members
-    ]
-    h.update(marshal.dumps(rows, _BY_VALUE))  # one C call over plain tuples of str and int
-    return max((max(row[4], row[6]) for row in rows), default=0)
+    h.update(marshal.dumps(members, _BY_VALUE))  # one C call over tuples of str and int
+    return max((max(m[4], m[6]) for m in members), default=0)
 
 
 def bucket_inputs(
