@@ -23,6 +23,7 @@ from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.commands import scan, scanmemo
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
+from tests.test_index import decodes  # noqa: F401 (the fixture)
 from tests.test_prune import write_manifest
 
 NOW = 2_000_000_000.0  # every file of the fixture is older than a minute at this "now"
@@ -44,19 +45,6 @@ def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
     return root
 
 
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = reader.decode_entry
-
-    def counting(path, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(os.path.basename(path))
-        return real(path, **kwargs)
-
-    monkeypatch.setattr(reader, "decode_entry", counting)
-    return seen
-
-
 def document(report: scan.ScanReport) -> str:
     return dumps(scan_document(report))
 
@@ -73,7 +61,10 @@ def entry_files(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.endswith(layout.CACHE_SUFFIX))
 
 
-def test_repeated_scan_is_served_and_is_the_scan(cache: Path, decodes: list[str]) -> None:
+def test_repeated_scan_is_served_and_is_the_scan(
+    cache: Path,
+    decodes: list[str],  # noqa: F811 (the fixture)
+) -> None:
     plain = scanned(cache, use_index=False)
     assert not served(scanned(cache))  # the first scan keeps it
     decodes.clear()
