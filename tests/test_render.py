@@ -132,6 +132,7 @@ def test_findings_without_colour_are_the_coloured_text_unstyled(
     monkeypatch.setattr(console_mod, "LINES_PER_CALL", per_call)
 
     odd = ["jit_f-0: cut \x07short", "tab\there", "wide ＡＢＣ 名前", "bad \udcff byte", "x" * 300]
+    odd += ["名\tafter wide", "\ttab first\t\tand twice", "cr\r\nlf, vt\x0b ff\x0c bs\x08", "nl\n"]
     findings = [_finding("corrupt", m) for m in odd]
     findings += [_finding("same-program", "jit_g: 2 keys", "diff\tjit_g", "seen\x1b[31m that")]
     plain_buf = io.StringIO()
@@ -144,6 +145,17 @@ def test_findings_without_colour_are_the_coloured_text_unstyled(
     render_finding_list(findings, coloured)
     assert "\x1b[" in coloured.file.getvalue()  # type: ignore[attr-defined]
     assert plain_buf.getvalue() == coloured.export_text(styles=False)
+    assert "\t" not in plain_buf.getvalue() and "\r" not in plain_buf.getvalue()
+
+    def through_rich(console: Console, text: str) -> None:  # what the direct write stands for
+        from rich.text import Text
+
+        console.print(Text(text), soft_wrap=True)
+
+    monkeypatch.setattr(console_mod, "_write_as_rich_would", through_rich)
+    by_rich = Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=False)
+    render_finding_list(findings, by_rich)
+    assert by_rich.file.getvalue() == plain_buf.getvalue()  # type: ignore[attr-defined]
     monkeypatch.setattr(console_mod, "LINES_PER_CALL", 10**6)  # all in one call, as before
     one_call = Console(file=io.StringIO(), width=120, force_terminal=True, color_system="truecolor")
     render_finding_list(findings, one_call)
@@ -226,3 +238,29 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     assert ("\x1b[1m" in outputs[0]) == bool(colour)  # bold: styles written, or none
     if count and not colour:  # it wrapped
         assert max(len(line) for line in outputs[0].splitlines()) <= 120 < len(messages[1])
+
+
+@pytest.mark.parametrize("code", [7, 8, 11, 12, 13, 27, 0])
+def test_each_control_character_alone_is_written_as_rich_writes_it(
+    code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct write off a terminal against rich's own print, one control character at a
+    time (rich strips BEL, BS, VT, FF and CR, and keeps the others)."""
+    from rich.text import Text
+
+    from cachedoctor.render import console as console_mod
+    from cachedoctor.render.table import render_finding_list
+
+    findings = [_finding("orphan", f"before {chr(code)} after")]
+    outputs = []
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(
+                console_mod,
+                "_write_as_rich_would",
+                lambda console, text: console.print(Text(text), soft_wrap=True),
+            )
+        console = Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=False)
+        render_finding_list(findings, console)
+        outputs.append(console.file.getvalue())  # type: ignore[attr-defined]
+    assert outputs[0] == outputs[1]
