@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import marshal
+import operator
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
@@ -51,7 +52,7 @@ from cachedoctor.commands.scan import (
 )
 from cachedoctor.storage import urls
 
-MEMO_FORMAT = "cachedoctor-scan-memo-v1"
+MEMO_FORMAT = "cachedoctor-scan-memo-v2"
 T = TypeVar("T")
 _BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
 
@@ -161,7 +162,10 @@ def _hash_members(h: Any, members: list[Member]) -> int:
     """Hash each name and its lstat facts, in the order given (a directory lists in the same
     order while unchanged; another order only misses); the newest mtime or ctime (ns)."""
     h.update(marshal.dumps(members, _BY_VALUE))  # one C call over tuples of str and int
-    return max((max(m[4], m[6]) for m in members), default=0)
+    return max(max(map(_MTIME, members), default=0), max(map(_CTIME, members), default=0))
+
+
+_MTIME, _CTIME = operator.itemgetter(4), operator.itemgetter(6)  # listdir.Member's fields
 
 
 def bucket_inputs(
@@ -188,6 +192,9 @@ def keeps(report: ScanReport) -> bool:
 
 
 def dump(report: ScanReport) -> str:
+    """The report without entries and other files, as JSON; each advice and evidence text once
+    (thousands of findings share a few: 2 of the 3 MB of ``dist-10k``'s report were repeats)."""
+    texts: dict[str, int] = {}
     ages = (judged_by_age_until(e, report.scanned_at) for e in report.entries)
     body = {
         "scanned_at": report.scanned_at,
@@ -196,7 +203,8 @@ def dump(report: ScanReport) -> str:
         "jax": _fields(report.jax),
         "summary": _fields(report.summary),
         "modules": [[*_fields(m)[:-1], [_fields(u) for u in m.key_modes]] for m in report.modules],
-        "findings": [_fields(f) for f in report.findings],
+        "findings": [_finding_row(f, texts) for f in report.findings],
+        "texts": list(texts),
         "counts": [len(report.entries), len(report.other_files)],
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=True)
@@ -224,7 +232,7 @@ def served(
             summary=_summary(data["summary"]),
             modules=tuple(_module(m) for m in data["modules"]),
             entries=Deferred(int(n_entries), lambda: later()[0]),
-            findings=tuple(_finding(f) for f in data["findings"]),
+            findings=tuple(_finding(f, data["texts"]) for f in data["findings"]),
             other_files=Deferred(int(n_other), lambda: later()[1]),
         )
     except (ValueError, TypeError, KeyError, IndexError):
@@ -262,8 +270,20 @@ def _module(values: list[Any]) -> ModuleStats:
     return ModuleStats(module, entries, programs, bytes_on_disk, compile_seconds, key_modes)
 
 
-def _finding(values: list[Any]) -> Finding:
+def _finding_row(f: Finding, texts: dict[str, int]) -> list[Any]:
+    advice = texts.setdefault(f.advice, len(texts))
+    evidence = texts.setdefault(f.evidence, len(texts))
+    return [f.kind, f.severity, f.message, advice, evidence, f.entries, f.module]
+
+
+def _finding(values: list[Any], texts: list[str]) -> Finding:
     kind, severity, message, advice, evidence, entries, module = values
     return Finding(
-        FindingKind(kind), Severity(severity), message, advice, evidence, tuple(entries), module
+        FindingKind(kind),
+        Severity(severity),
+        message,
+        _str(texts[advice]),
+        _str(texts[evidence]),
+        tuple(entries),
+        module,
     )
