@@ -264,3 +264,42 @@ def test_each_control_character_alone_is_written_as_rich_writes_it(
         render_finding_list(findings, console)
         outputs.append(console.file.getvalue())  # type: ignore[attr-defined]
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ["jit_f", "12", "3.4 KiB"],  # fits: printed without measuring
+        ["jit_" + "x" * 150, "12", "3.4 KiB"],  # wider than the console: measured and widened
+        ["[bold]jit_g[/bold]", "名前ＡＢＣ", "a\nbb"],  # markup, wide characters, two lines
+        ["tab\there", "1", "2"],  # a tab may grow: measured
+    ],
+)
+def test_a_table_prints_the_same_with_or_without_measuring_it_first(
+    cells: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal a table that surely fits is printed at once; one that may not is measured
+    and the console widened. Either way the text is what the measured path prints."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from cachedoctor.render import console as console_mod
+
+    def table() -> Table:
+        t = Table(title="modules " * 30, title_justify="left", show_edge=False)
+        for name in ("module", "entries", "on disk"):
+            t.add_column(name, overflow="fold")
+        t.add_row(*cells)
+        t.add_row(Text("styled", style="bold"), "7", "1 B", style="yellow")
+        return t
+
+    widest = console_mod._widest_possible(table())
+    outputs = []
+    for measured in (False, True):
+        if measured:
+            monkeypatch.setattr(console_mod, "_widest_possible", lambda table: None)
+        console = Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=False)
+        console_mod.print_table(console, table())
+        outputs.append(console.file.getvalue())  # type: ignore[attr-defined]
+    assert outputs[0] == outputs[1]
+    assert (widest is not None and widest <= 120) == (cells[0] in ("jit_f", "[bold]jit_g[/bold]"))

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.control import STRIP_CONTROL_CODES, strip_control_codes
 from rich.measure import Measurement
@@ -29,8 +30,9 @@ def print_table(console: Console, table: Table) -> None:
     Off a terminal (a pipe, a CI log) the console is 120 columns; a long key, module name or
     reason would be cropped there, so the table gets the width its widest row asks for.
     """
-    if console.is_terminal:
-        console.print(table)
+    widest = _widest_possible(table)
+    if console.is_terminal or (widest is not None and widest <= console.width):
+        console.print(table)  # fits as it is: measuring it first costs as much as printing it
         return
     unbounded = console.options.update_width(1 << 20)  # measure without the console's limit
     needed = Measurement.get(console, unbounded, table).maximum
@@ -40,6 +42,22 @@ def print_table(console: Console, table: Table) -> None:
         console.print(table)
     finally:
         console.width = width
+
+
+def _widest_possible(table: Table) -> int | None:
+    """A width no row of ``table`` can need more than (each column's longest text, its
+    padding and a rule), or None when a cell could grow when rendered (a tab, not text)."""
+    _, right, _, left = table.padding
+    total = 1
+    for column in table.columns:
+        longest = 0
+        for cell in (column.header, *column.cells):
+            text = cell.plain if isinstance(cell, Text) else cell
+            if not isinstance(text, str) or "\t" in text:
+                return None
+            longest = max(longest, cell_len(text))
+        total += longest + left + right + 1
+    return total
 
 
 Line = list[tuple[str, str | None]]  # the pieces of one line: text and its style
