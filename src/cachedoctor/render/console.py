@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -65,13 +66,17 @@ LINES_PER_CALL = 200  # rich's cost is per call, but it splits one text's lines 
 
 
 def print_lines(console: Console, lines: list[Line], *, soft_wrap: bool = False) -> None:
-    """Print many lines in few calls (a cache may have thousands of findings), each wrapped as
-    if printed alone. Where rich writes no styles at all (no colour system: a pipe, a file) the
-    text is built without spans, which only cost time."""
+    """Print many lines (a cache may have thousands of findings), each wrapped as if printed
+    alone. Where rich writes no styles at all (no colour system: a pipe, a file) they are
+    written at once, as rich would write them (``_write_as_rich_would``, ``_write_wrapped``);
+    elsewhere printed in a few calls."""
     plain = console.color_system is None
     if plain and soft_wrap:
         if lines:
             _write_as_rich_would(console, "\n".join("".join(p for p, _ in line) for line in lines))
+        return
+    if plain:
+        _write_wrapped(console, ["".join(p for p, _ in line) for line in lines])
         return
     for start in range(0, len(lines), LINES_PER_CALL):
         chunk = lines[start : start + LINES_PER_CALL]
@@ -99,6 +104,34 @@ def _write_as_rich_would(console: Console, text: str) -> None:
     if "\t" in text:
         text = "\n".join(_tabs_expanded(console, line) for line in text.split("\n"))
     console.file.write(text + "\n")
+    console.file.flush()
+
+
+def _write_wrapped(console: Console, lines: list[str]) -> None:
+    """Write what printing each line alone writes on a console without colour: a line that
+    fits the width as it is (rich breaks, pads and crops nothing there); any other through rich
+    itself, once per distinct text (thousands of findings share a few advice lines)."""
+    width = console.width
+    wrapped: dict[str, str] = {}
+    out = []
+    for line in lines:
+        if "\t" not in line and "\n" not in line and cell_len(line) <= width:
+            out.append(strip_control_codes(line) if _CONTROL_CODE.search(line) else line)
+            continue
+        text = wrapped.get(line)
+        if text is None:
+            alone = Console(
+                file=io.StringIO(),
+                width=width,
+                tab_size=console.tab_size,
+                color_system=None,
+                highlight=False,
+                soft_wrap=False,
+            )
+            alone.print(Text(line))
+            text = wrapped[line] = alone.file.getvalue()[:-1]  # type: ignore[attr-defined]
+        out.append(text)
+    console.file.write("".join(f"{text}\n" for text in out))
     console.file.flush()
 
 
