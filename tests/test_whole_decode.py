@@ -199,3 +199,22 @@ def test_large_entries_decompress_in_one_call_and_decode_as_streamed(
     raw = zstandard.ZstdDecompressor().decompress(data)
     assert info.ok and info.decompressed_size == len(raw)
     assert info.executable_digest == hashlib.sha256(raw[4:]).hexdigest()
+
+
+def test_a_small_declared_size_in_front_of_a_huge_file_is_not_read_whole(tmp_path: Path) -> None:
+    """A damaged or forged entry: a zstd frame declaring 100 bytes, then 512 MiB (sparse). The
+    one-call path must not read the file whole to find that out; the stream decoder names it."""
+    import tracemalloc
+
+    path = tmp_path / f"jit_forged-{'f' * 64}-cache"
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"x" * 100))
+    with open(path, "r+b") as fh:
+        fh.truncate(512 << 20)
+    tracemalloc.start()
+    try:
+        info = reader.decode_entry(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+    assert info.problems and not info.ok

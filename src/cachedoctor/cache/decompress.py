@@ -185,10 +185,11 @@ def _one_shot_zstd() -> zstandard.ZstdDecompressor:
 
 
 def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
-    """A zstd frame that declares its size (at most ``limit``; over 1 MiB, only at least 4 x
-    the file), decompressed in one call: no reads joined, one allocation of the declared
-    size. None for anything else (no declared size, damage, fewer bytes than declared, any
-    byte after the frame), for ``Decompressor`` to read and name."""
+    """A zstd frame that declares its size (at most ``limit``, in a file no bigger than such a
+    frame can be; over 1 MiB, only at least 4 x the file), decompressed in one call: no reads
+    joined, one allocation of the declared size. None for anything else (no declared size,
+    damage, fewer bytes than declared, any byte after the frame), for ``Decompressor`` to read
+    and name."""
     if zstandard is None:
         return None
     try:
@@ -196,7 +197,10 @@ def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
         size = params.content_size
         if size == zstandard.CONTENTSIZE_UNKNOWN or size > limit:
             return None
-        if size > _ONE_READ and size < 4 * fh.seek(0, 2):
+        stored = fh.seek(0, 2)
+        if stored > _compress_bound(size):
+            return None  # more bytes than any frame of that size holds: damaged or forged
+        if size > _ONE_READ and size < 4 * stored:
             return None  # large and barely compressed: reading it whole first costs more
         fh.seek(0)
         whole = _one_shot_zstd().decompress(
@@ -207,6 +211,12 @@ def _zstd_sized_whole(fh: BinaryIO, limit: int) -> bytes | None:
     finally:
         _rewind(fh)
     return whole if len(whole) == size else None
+
+
+def _compress_bound(size: int) -> int:
+    """More than a zstd frame of ``size`` content bytes can take (ZSTD_compressBound is
+    size + size/256 + a few hundred bytes), with room for a skippable frame or two."""
+    return size + (size >> 7) + (64 << 10)
 
 
 def detect_compression(head: bytes) -> str | None:
