@@ -93,34 +93,34 @@ def enabled() -> bool:
     return not os.environ.get(DISABLE_ENV)
 
 
-def _code_fingerprint() -> bytes:
-    """Hash of every module that can shape an EntryInfo: the cache, xla and formats layers."""
+def _sources_digest(select: Callable[[Path], Iterable[Path]]) -> bytes:
+    """SHA-256 of the version and of the package's modules that ``select`` names (given the
+    package folder), each with its path in the package; an unreadable one never matches."""
     from cachedoctor import __version__
 
     package = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(__version__.encode())
-    for layer in ("cache", "xla", "formats"):
-        for path in sorted((package / layer).glob("*.py")):
-            try:
-                h.update(path.name.encode() + b"\0" + path.read_bytes())
-            except OSError:
-                h.update(os.urandom(16))  # cannot tell: never match
-    h.update((package / "layout.py").read_bytes())
-    return h.digest()
-
-
-def _package_fingerprint() -> bytes:
-    """Hash of every module of the package: a whole report depends on all of them."""
-    from cachedoctor import __version__
-
-    package = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(__version__.encode())
-    for path in sorted(package.rglob("*.py")):
+    for path in sorted(select(package)):
         try:
             h.update(os.fsencode(path.relative_to(package)) + b"\0" + path.read_bytes())
         except OSError:
-            h.update(os.urandom(16))  # cannot tell: never match
+            h.update(os.urandom(16))
     return h.digest()
+
+
+def _code_fingerprint() -> bytes:
+    """Every module that can shape an EntryInfo: the cache, xla and formats layers, layout."""
+    return _sources_digest(
+        lambda package: [
+            *(p for layer in ("cache", "xla", "formats") for p in (package / layer).glob("*.py")),
+            package / "layout.py",
+        ]
+    )
+
+
+def _package_fingerprint() -> bytes:
+    """Every module of the package: a whole report depends on all of them."""
+    return _sources_digest(lambda package: package.rglob("*.py"))
 
 
 _FINGERPRINT: bytes | None = None

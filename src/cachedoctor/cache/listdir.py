@@ -211,7 +211,6 @@ def listing_of(snapshot: DirSnapshot) -> CacheListing:
 _first = operator.itemgetter(0)
 
 
-_by_name = operator.attrgetter("name")
 # DirItem is frozen and slotted: filling its slots directly is ~2x faster than __init__, which
 # a listing of 100,000 names calls 100,000 times.
 _DIR_ITEM_SETTERS = tuple(getattr(DirItem, f.name).__set__ for f in dataclasses.fields(DirItem))

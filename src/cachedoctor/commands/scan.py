@@ -220,7 +220,7 @@ class _Scan:
 
         snapshot = listdir.read_dir(root)
         args = (self.jax_info, self.max_decompressed, self.now)
-        inputs = self.use_index and scanmemo.local_inputs(snapshot, *args)
+        inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
         served = memo.served(self.now, functools.partial(self._local_rest, snapshot, workers))
         if served is not None:
@@ -267,7 +267,7 @@ class _Scan:
 
         listing = listdir.list_cache(store)
         args = (self.jax_info, self.max_decompressed, self.now)
-        inputs = self.use_index and scanmemo.bucket_inputs(listing, *args)
+        inputs = scanmemo.bucket_inputs(listing, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, listing.root, self.max_decompressed)
 
         def decoded(progress: ProgressCallback | None) -> list[EntryInfo]:

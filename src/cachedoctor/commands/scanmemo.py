@@ -100,18 +100,13 @@ class Deferred(Sequence[T]):
         return f"Deferred({self._length} items, {made})"
 
 
-@dataclasses.dataclass(frozen=True, init=False)
+@dataclasses.dataclass(frozen=True)
 class Memo:
     """The memo of one scan: serve the stored report, or keep the one the scan makes."""
 
     inputs: str | None  # None: not used (no index, or a report that must not be kept)
     cache: str
     max_decompressed: int
-
-    def __init__(self, inputs: str | bool | None, cache: str, max_decompressed: int) -> None:
-        object.__setattr__(self, "inputs", inputs if isinstance(inputs, str) else None)
-        object.__setattr__(self, "cache", cache)
-        object.__setattr__(self, "max_decompressed", max_decompressed)
 
     def served(
         self, now: float, rest: Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]]

@@ -79,16 +79,12 @@ def print_lines(console: Console, lines: list[Line], *, soft_wrap: bool = False)
         _write_wrapped(console, ["".join(p for p, _ in line) for line in lines])
         return
     for start in range(0, len(lines), LINES_PER_CALL):
-        chunk = lines[start : start + LINES_PER_CALL]
-        if plain:
-            text = Text("\n".join("".join(piece for piece, _ in line) for line in chunk))
-        else:
-            text = Text()
-            for n, line in enumerate(chunk):
-                if n:
-                    text.append("\n")
-                for piece, style in line:
-                    text.append(piece, style=style)
+        text = Text()
+        for n, line in enumerate(lines[start : start + LINES_PER_CALL]):
+            if n:
+                text.append("\n")
+            for piece, style in line:
+                text.append(piece, style=style)
         console.print(text, soft_wrap=soft_wrap)
 
 
@@ -113,6 +109,10 @@ def _write_wrapped(console: Console, lines: list[str]) -> None:
     itself, once per distinct text (thousands of findings share a few advice lines)."""
     width = console.width
     wrapped: dict[str, str] = {}
+    scratch = io.StringIO()
+    alone = Console(
+        file=scratch, width=width, tab_size=console.tab_size, color_system=None, highlight=False
+    )
     out = []
     for line in lines:
         if "\t" not in line and "\n" not in line and cell_len(line) <= width:
@@ -120,16 +120,10 @@ def _write_wrapped(console: Console, lines: list[str]) -> None:
             continue
         text = wrapped.get(line)
         if text is None:
-            alone = Console(
-                file=io.StringIO(),
-                width=width,
-                tab_size=console.tab_size,
-                color_system=None,
-                highlight=False,
-                soft_wrap=False,
-            )
+            scratch.seek(0)
+            scratch.truncate()
             alone.print(Text(line))
-            text = wrapped[line] = alone.file.getvalue()[:-1]  # type: ignore[attr-defined]
+            text = wrapped[line] = scratch.getvalue()[:-1]
         out.append(text)
     console.file.write("".join(f"{text}\n" for text in out))
     console.file.flush()
