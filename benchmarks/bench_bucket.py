@@ -154,7 +154,7 @@ def main() -> None:
     os.environ.pop("CACHEDOCTOR_NO_INDEX", None)  # measured both ways below
     with _s3_server() if args.store == "s3" else _gcs_server() as (url, put):
         from cachedoctor.cache import listdir, reader
-        from cachedoctor.commands.scan import scan_directory
+        from cachedoctor.core.scan.run import scan_directory
         from cachedoctor.storage import stores
 
         sources = sorted(p for p in Path(args.source).glob("*-cache") if p.is_file())

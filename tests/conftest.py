@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from cachedoctor.cache import listdir, reader
-from cachedoctor.commands.runner import Run, program_env, run_command, run_program
+from cachedoctor.core.check.runner import Run, program_env, run_command, run_program
 from cachedoctor.xla import hlo_facts
 
 ProgramSpec = tuple[str, dict[str, str]]

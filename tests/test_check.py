@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.commands.check import jax_has_verify_option
+from cachedoctor.core.check.check import jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.conftest import cli_env, make_cache
 

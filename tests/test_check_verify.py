@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.commands.check import check_env, jax_has_verify_option, run_check
-from cachedoctor.commands.runner import run_command
+from cachedoctor.core.check.check import jax_has_verify_option, run_check
+from cachedoctor.core.check.runner import check_env, run_command
 
 # jit_first runs before jit_second; both take and return one f32[4]
 TWO_MODULES = """

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
-from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from tests.conftest import make_cache
 
 

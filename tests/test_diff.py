@@ -16,8 +16,10 @@ import pytest
 from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands import diff
-from cachedoctor.commands.runner import program_env, run_command
+from cachedoctor.core.check.runner import program_env, run_command
+from cachedoctor.core.diff.compare import diff_entries, diff_module
+from cachedoctor.core.diff.report import VerdictKind
+from cachedoctor.errors import EntryNotFoundError
 from cachedoctor.programs import program_path
 from cachedoctor.xla import optionschema
 from conftest import cli_env, make_cache, other_jax_python, raw_payload_layout
@@ -78,8 +80,8 @@ def _plain(cache: Path, *, size: int, written_under: Path) -> EntryInfo:
 
 def test_two_seed_runs_are_the_same_executable_under_unstable_keys(seed_cache: Path) -> None:
     a, b, *_ = entries(seed_cache, "jit_f")
-    report = diff.diff_entries(a.path, b.path)
-    assert report.verdict.kind is diff.VerdictKind.SAME_EXECUTABLE
+    report = diff_entries(a.path, b.path)
+    assert report.verdict.kind is VerdictKind.SAME_EXECUTABLE
     assert report.verdict.line.startswith("same executable under different keys")
     assert "key instability" in report.verdict.line
     assert "custom_partitioning" in " ".join(report.verdict.because)
@@ -96,9 +98,9 @@ def test_relocated_cache_names_the_autotune_path_field(seed_cache: Path, moved: 
     original = _plain(seed_cache, size=16, written_under=seed_cache)
     relocated = _plain(moved, size=16, written_under=moved)
     assert original.key != relocated.key
-    report = diff.diff_entries(original.path, relocated.path)
+    report = diff_entries(original.path, relocated.path)
     v = report.verdict
-    assert v.kind is diff.VerdictKind.SAME_PROGRAM
+    assert v.kind is VerdictKind.SAME_PROGRAM
     assert AUTOTUNE_FIELD in v.line and "cache relocated" in v.line
     assert str(seed_cache) in v.line and str(moved) in v.line
     (field,) = report.options.compile_options
@@ -111,9 +113,9 @@ def test_relocated_cache_names_the_autotune_path_field(seed_cache: Path, moved: 
 def test_two_input_shapes_are_different_programs(moved: Path) -> None:
     small = _plain(moved, size=16, written_under=moved)
     large = _plain(moved, size=32, written_under=moved)
-    report = diff.diff_entries(small.path, large.path, context=0)
+    report = diff_entries(small.path, large.path, context=0)
     v = report.verdict
-    assert v.kind is diff.VerdictKind.DIFFERENT_PROGRAM
+    assert v.kind is VerdictKind.DIFFERENT_PROGRAM
     assert "parameter shapes differ" in v.line and "f32[16]" in v.line and "f32[32]" in v.line
     assert not v.equivalent
     assert any(line.startswith("+") and "f32[32]" in line for line in report.hlo.canonical_diff)
@@ -138,9 +140,9 @@ def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: Path) -> N
     old_layout, new_layout = raw_payload_layout(Path(old.path)), raw_payload_layout(Path(new.path))
     # crossver pairs jax 0.8.3 (no header) with a JAX that writes the pjrt_ifrt header
     assert old_layout == "pjrt" and new_layout.startswith("ifrt-v"), (old_layout, new_layout)
-    report = diff.diff_entries(old.path, new.path)
+    report = diff_entries(old.path, new.path)
     v = report.verdict
-    assert v.kind is diff.VerdictKind.DIFFERENT_JAX, v.line
+    assert v.kind is VerdictKind.DIFFERENT_JAX, v.line
     assert f"payload format {old_layout} (A) vs {new_layout} (B)" in v.line
     assert not v.equivalent
     assert report.options.names_from  # every option path below is named where known
@@ -149,27 +151,27 @@ def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: Path) -> N
 
 def test_entry_against_itself_is_identical(seed_cache: Path) -> None:
     (g,) = entries(seed_cache, "jit_g")[:1]
-    report = diff.diff_entries(g.path, g.path)
-    assert report.verdict.kind is diff.VerdictKind.IDENTICAL
+    report = diff_entries(g.path, g.path)
+    assert report.verdict.kind is VerdictKind.IDENTICAL
     assert report.verdict.line == "identical: A and B are the same file"
     assert report.equivalent and report.executable.identical
 
 
 def test_same_key_in_two_directories_is_identical(seed_cache: Path, moved: Path) -> None:
     (g,) = entries(seed_cache, "jit_g")[:1]
-    report = diff.diff_entries(g.path, moved / Path(g.path).name)
-    assert report.verdict.kind is diff.VerdictKind.IDENTICAL
+    report = diff_entries(g.path, moved / Path(g.path).name)
+    assert report.verdict.kind is VerdictKind.IDENTICAL
     assert "same key" in report.verdict.line
 
 
 def test_module_mode_compares_each_entry_with_the_latest(seed_cache: Path) -> None:
-    report = diff.diff_module(seed_cache, "jit_f")
+    report = diff_module(seed_cache, "jit_f")
     keys = [e.key for e in entries(seed_cache, "jit_f")]
     assert report.latest in keys and len(report.reports) == len(keys) - 1
     assert all(r.b.key == report.latest for r in report.reports)
-    assert all(r.verdict.kind is diff.VerdictKind.SAME_EXECUTABLE for r in report.reports)
-    with pytest.raises(diff.EntryNotFoundError, match="jit_f"):
-        diff.diff_module(seed_cache, "no_such_module")
+    assert all(r.verdict.kind is VerdictKind.SAME_EXECUTABLE for r in report.reports)
+    with pytest.raises(EntryNotFoundError, match="jit_f"):
+        diff_module(seed_cache, "no_such_module")
 
 
 # --- the command line ----------------------------------------------------------------------
@@ -241,7 +243,7 @@ def test_cli_usage_errors(seed_cache: Path) -> None:
 def test_raw_hlo_diff_uses_jaxlib_text(moved: Path) -> None:
     small = _plain(moved, size=16, written_under=moved)
     large = _plain(moved, size=32, written_under=moved)
-    report = diff.diff_entries(small.path, large.path, raw_hlo=True)
+    report = diff_entries(small.path, large.path, raw_hlo=True)
     assert report.hlo.raw_diff is not None
     assert any(line.startswith("+") and "f32[32]" in line for line in report.hlo.raw_diff)
 
@@ -313,13 +315,13 @@ def test_manifests_name_the_backend_config_of_both_runs(tmp_path: Path) -> None:
         run = run_command([sys.executable, "-c", _HOOK_RUNNER, str(program_path("seed"))], env)
         assert run.returncode == 0, run.stderr[-2000:]
     a, b = entries(cache, "jit_f")
-    report = diff.diff_entries(a.path, b.path)
+    report = diff_entries(a.path, b.path)
     m = report.manifest
     assert m.available and m.stable_keys[0] == m.stable_keys[1]
     (pointer,) = [v for v in m.volatile if v.a_raw != v.b_raw]
     assert pointer.field.endswith("backend_config") and pointer.a_raw and pointer.b_raw
     assert pointer.a_raw.isdigit() and pointer.b_raw.isdigit()
-    assert report.verdict.kind is diff.VerdictKind.SAME_EXECUTABLE
+    assert report.verdict.kind is VerdictKind.SAME_EXECUTABLE
     assert pointer.a_raw in report.verdict.line and pointer.b_raw in report.verdict.line
     assert all(c.same for c in m.components)
     assert m.backend_configs and all(t == "CustomSPMDPartitioning" for t, _, _ in m.backend_configs)
@@ -363,10 +365,10 @@ def test_manifest_components_that_differ_are_named(
     write(a.key, ["--xla_a=1"], "111")
     write(b.key, ["--xla_a=2"], "222")
     assert gzip.decompress((mf.manifest_dir(cache) / f"{a.key}.mlir.gz").read_bytes())
-    report = diff.diff_entries(a.path, b.path)
+    report = diff_entries(a.path, b.path)
     changed = [c for c in report.manifest.components if not c.same]
     assert [c.name for c in changed] == ["XLA flags"]
     assert (changed[0].a, changed[0].b) == ("--xla_a=1", "--xla_a=2")
     assert "111 vs 222" in report.verdict.line
     os.unlink(mf.manifest_path(cache, b.key))
-    assert diff.diff_entries(a.path, b.path).manifest.note.endswith("(no manifest for B)")
+    assert diff_entries(a.path, b.path).manifest.note.endswith("(no manifest for B)")

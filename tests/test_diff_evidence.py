@@ -10,8 +10,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from cachedoctor.commands.diff import VerdictKind, diff_details, diff_module, load_detail
-from cachedoctor.commands.runner import program_env, run_command
+from cachedoctor.core.check.runner import program_env, run_command
+from cachedoctor.core.diff.compare import diff_details, diff_module
+from cachedoctor.core.diff.load import load_detail
+from cachedoctor.core.diff.report import VerdictKind
 
 ONE_PROCESS = """
 import jax, jax.numpy as jnp

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import reader
-from cachedoctor.commands.runner import program_env, run_command
+from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.formats import wire
 from cachedoctor.xla import hlo, hlo_facts
 from tests.conftest import hlo_modules

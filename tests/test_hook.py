@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.commands.maintenance import PruneOptions, plan_prune
-from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.planner import plan_prune
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
 from hookrun import base_env, entries, run_program
 

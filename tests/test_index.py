@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import index, parallel, reader
-from cachedoctor.commands import scan
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
 from tests.test_prune import evict_cache  # noqa: F401 (the fixture)
 from tests.test_reader_gpu import plain_gpu_entry, real_hlo_with_config  # noqa: F401 (fixture)
@@ -49,7 +49,7 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def report(d: Path, use_index: bool = True) -> str:
-    return dumps(scan_document(scan.scan_directory(d, now=NOW, use_index=use_index)))
+    return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
 
 
 def entry_names(d: Path) -> list[str]:
@@ -72,7 +72,7 @@ def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> No
     data = victim.read_bytes()
     victim.write_bytes(data[: len(data) // 2])  # cut short: must now be reported corrupt
     decodes.clear()
-    got = scan.scan_directory(cache, now=NOW)
+    got = scan_directory(cache, now=NOW)
     assert decodes == [victim.name]
     bad = [e for e in got.entries if e.problems]
     assert [e.path for e in bad] == [str(victim)]
@@ -105,7 +105,7 @@ def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
     os.replace(swap, victim)
     decodes.clear()
     fresh = reader.decode_entry(victim)
-    got = {e.key: e for e in scan.scan_directory(cache, now=NOW).entries}
+    got = {e.key: e for e in scan_directory(cache, now=NOW).entries}
     assert decodes.count(victim.name) == 2  # once by the test, once by the scan
     assert got[victim.name[: -len("-cache")]] == fresh
 
@@ -206,7 +206,7 @@ def test_gpu_entry_keeps_the_rest_of_the_index(
     """One GPU entry among CPU entries: every entry, the GPU one included, comes from the index."""
     gpu_entry = plain_gpu_entry(cache, real_hlo_with_config)
     expected = report(cache, use_index=False)
-    assert any(e.gpu is not None for e in scan.scan_directory(cache, now=NOW).entries)
+    assert any(e.gpu is not None for e in scan_directory(cache, now=NOW).entries)
     decodes.clear()
     assert report(cache) == expected
     assert decodes == []
@@ -248,7 +248,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
     link = tmp_path / "link-to-cache"
     link.symlink_to(cache)
     decodes.clear()
-    got = scan.scan_directory(link, now=NOW)
+    got = scan_directory(link, now=NOW)
     assert decodes == []
     assert all(e.path.startswith(str(link) + os.sep) for e in got.entries)
 
@@ -294,7 +294,7 @@ def test_same_report_with_or_without_index_on_one_or_more_workers(
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def scanned(use_index: bool, workers: int) -> tuple[str, tuple[object, ...]]:
-        got = scan.scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
         return dumps(scan_document(got)), got.entries
 
     baseline = scanned(use_index=False, workers=1)
@@ -325,10 +325,10 @@ def test_streamed_json_is_byte_equal_with_or_without_index_on_one_or_more_worker
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def streamed(use_index: bool, workers: int) -> str:
-        got = scan.scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
         return "".join(iter_scan_json(got))
 
-    plain = scan.scan_directory(cache, now=NOW, use_index=False, workers=1)
+    plain = scan_directory(cache, now=NOW, use_index=False, workers=1)
     whole = dumps(scan_document(plain))
     doc = json.loads(whole)
     assert doc["findings"] and doc["entries"]  # every streamed array has elements

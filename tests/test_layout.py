@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.cache.reader import decode_entry
-from cachedoctor.commands.scan import scan_directory
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.formats import wire
 
 # Loads each entry file named in argv through JAX's own path (compilation_cache's decompress and

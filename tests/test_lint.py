@@ -12,8 +12,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cachedoctor.cli import main
-from cachedoctor.commands.lint import fingerprint, judge, lint_directory
-from cachedoctor.commands.scan import Finding, FindingKind, Severity, scan_directory
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.lint import fingerprint, judge, lint_directory
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render import github, junit
 from tests.conftest import make_cache
 

@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.commands.check import run_check
-from cachedoctor.commands.maintenance import PruneOptions, plan_prune
-from cachedoctor.commands.runner import program_env, run_command
-from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
+from cachedoctor.core.check.check import run_check
+from cachedoctor.core.check.runner import program_env, run_command
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.planner import plan_prune
+from cachedoctor.core.scan.report import ScanReport
+from cachedoctor.core.scan.run import scan_directory
 
 CORPUS = Path(__file__).with_name("oracle_corpus.py")
 HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)' with key '([^']+)'")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, parallel, reader
-from cachedoctor.commands import scan
+from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
 
 
@@ -57,8 +57,8 @@ def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
 
 
 def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
-    a = scan.scan_directory(cache, now=2e9, use_index=False, workers=1)
-    b = scan.scan_directory(cache, now=2e9, use_index=False, workers=2)
+    a = scan_directory(cache, now=2e9, use_index=False, workers=1)
+    b = scan_directory(cache, now=2e9, use_index=False, workers=2)
     assert dumps(scan_document(a)) == dumps(scan_document(b))
 
 
@@ -120,15 +120,15 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
     import gc
 
     monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
-    report = scan.scan_directory(cache, now=2e9, use_index=False, workers=2)
+    report = scan_directory(cache, now=2e9, use_index=False, workers=2)
     assert {e.module for e in report.entries} == {"gc-True-in-worker"}
     assert gc.isenabled()
-    with scan._cyclic_gc_paused():
+    with _cyclic_gc_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
     gc.disable()
     try:
-        with scan._cyclic_gc_paused():
+        with _cyclic_gc_paused():
             pass
         assert not gc.isenabled()  # the caller's choice stays
     finally:

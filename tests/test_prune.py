@@ -19,13 +19,16 @@ from click.testing import CliRunner
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
-from cachedoctor.commands import scan
-from cachedoctor.commands.apply import apply
-from cachedoctor.commands.maintenance import PruneOptions, parse_duration, parse_size, plan_prune
-from cachedoctor.commands.plan import Op, Rule, Status
-from cachedoctor.commands.runner import run_program
+from cachedoctor.core.check.runner import run_program
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.prune.actions import Op, Rule, Status
+from cachedoctor.core.prune.apply import apply
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.planner import plan_prune
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import fsops
+from cachedoctor.units import parse_duration, parse_size
 from tests.conftest import make_cache, other_jax_python, raw_payload_layout
 
 EVICT = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(10**9)}
@@ -116,10 +119,10 @@ def rules_by_name(plan) -> dict[str, tuple[Rule, ...]]:  # type: ignore[no-untyp
 
 def assert_usable(root: Path) -> None:
     """No corrupt entry, and every entry has its -atime when eviction is in use."""
-    report = scan.scan_directory(root)
+    report = scan_directory(root)
     kinds = {f.kind for f in report.findings}
-    assert scan.FindingKind.CORRUPT not in kinds, report.findings
-    assert scan.FindingKind.MISSING_ATIME not in kinds, report.findings
+    assert FindingKind.CORRUPT not in kinds, report.findings
+    assert FindingKind.MISSING_ATIME not in kinds, report.findings
 
 
 # --- caches --------------------------------------------------------------------------------------
@@ -263,8 +266,8 @@ def test_duplicates_keep_the_most_recently_used(
     assert all(jit_f[1] in a.reason for a in plan.actions)
     assert result.count(Status.DONE) == 2
     assert jit_f[1] in entry_keys(root)
-    kinds = {f.kind for f in scan.scan_directory(root).findings}
-    assert scan.FindingKind.UNSTABLE_KEY not in kinds
+    kinds = {f.kind for f in scan_directory(root).findings}
+    assert FindingKind.UNSTABLE_KEY not in kinds
 
 
 def test_corrupt_removes_damage_but_not_a_write_in_progress(
@@ -327,23 +330,21 @@ def test_any_run_finishes_an_interrupted_removal(
 def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)  # written for the session's path: relocated here
     make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "48"})])  # native entries
-    finding = [
-        f for f in scan.scan_directory(root).findings if f.kind is scan.FindingKind.RELOCATED
-    ]
+    finding = [f for f in scan_directory(root).findings if f.kind is FindingKind.RELOCATED]
     assert finding, "a moved cache must be relocated on this JAX"
     plan, result = prune(root, relocated=True)
     assert {a.name for a in plan.actions} == set(finding[0].entries)
     assert result.count(Status.DONE) == len(plan.actions)
-    report = scan.scan_directory(root)
+    report = scan_directory(root)
     assert report.entries  # the native entries stay
-    assert scan.FindingKind.RELOCATED not in {f.kind for f in report.findings}
+    assert FindingKind.RELOCATED not in {f.kind for f in report.findings}
 
 
 def test_stale_jax_from_layout_and_manifests(
     copy_of: Callable[[Path], Path], mixed_cache: Path
 ) -> None:
     root = copy_of(mixed_cache)
-    report = scan.scan_directory(root)
+    report = scan_directory(root)
     layouts = {p.name[: -len("-cache")]: raw_payload_layout(p) for p in root.glob("*-cache")}
     old_layout = {key for key, layout in layouts.items() if layout == "pjrt"}
     assert old_layout, "jax 0.8.3 writes entries without the pjrt_ifrt header"
@@ -553,7 +554,7 @@ def test_cli_usage_errors_are_one_line(tmp_path: Path) -> None:
 def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     from rich.console import Console
 
-    from cachedoctor.commands.plan import Action, ApplyReport, Outcome, Plan, Skip
+    from cachedoctor.core.prune.actions import Action, ApplyReport, Outcome, Plan, Skip
     from cachedoctor.render.plan import plan_document, render_plan
     from cachedoctor.storage.fsops import FileId
 

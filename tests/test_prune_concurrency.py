@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from cachedoctor.cache import listdir, reader
-from cachedoctor.commands import scan
-from cachedoctor.commands.apply import apply
-from cachedoctor.commands.maintenance import PruneOptions, plan_prune
-from cachedoctor.commands.rekey import plan_rekey
-from cachedoctor.commands.runner import Run, run_program
+from cachedoctor.core.check.runner import Run, run_program
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.prune.apply import apply
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.planner import plan_prune
+from cachedoctor.core.prune.rekey import plan_rekey
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 from tests.conftest import cli_env
 from tests.test_prune import (
@@ -177,8 +179,8 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
         proc.wait()
         left = len(entry_keys(root))
         killed_mid_apply += 0 < left < remaining
-        report = scan.scan_directory(root)
-        assert not [f for f in report.findings if f.kind is scan.FindingKind.CORRUPT]
+        report = scan_directory(root)
+        assert not [f for f in report.findings if f.kind is FindingKind.CORRUPT]
         assert_usable(root)  # in particular: no -cache without its -atime
         names = set(os.listdir(root))
         unknown = [i.name for i in listdir.list_cache(root).of_kind(listdir.FileKind.UNKNOWN)]
@@ -202,8 +204,8 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
 
 REKEY_SCRIPT = """
 import hashlib, sys
-from cachedoctor.commands.apply import apply
-from cachedoctor.commands.rekey import plan_rekey
+from cachedoctor.core.prune.apply import apply
+from cachedoctor.core.prune.rekey import plan_rekey
 
 class Hasher:
     version = 2

@@ -16,7 +16,8 @@ import zstandard
 from cachedoctor import layout
 from cachedoctor.cache import decompress, model, reader
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.xla import gpu
 from tests.gpu_vectors import f_bytes, f_varint, manifest, riegeli_file
 from tests.test_gpu import BUFFERS, CC_H100, CUBIN, DNN, PTX, THUNKS

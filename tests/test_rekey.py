@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.commands.apply import apply
-from cachedoctor.commands.plan import Op, Status
-from cachedoctor.commands.rekey import plan_rekey
+from cachedoctor.core.prune.actions import Op, Status
+from cachedoctor.core.prune.apply import apply
+from cachedoctor.core.prune.rekey import plan_rekey
 from cachedoctor.layout import MANIFEST_DIRNAME
 from tests.test_prune import (
     assert_usable,

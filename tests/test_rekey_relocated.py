@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from tests.hookrun import base_env, entries, run_program
 
 

@@ -13,7 +13,9 @@ import pytest
 from rich.console import Console
 
 from cachedoctor.cli._common import CI_FORMATS
-from cachedoctor.commands import lint, scan
+from cachedoctor.core import lint
+from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import FORMATS, render_to_string, renderer
 from cachedoctor.render.jsonout import dumps, scan_document
 
@@ -29,7 +31,7 @@ def test_every_ci_format_is_registered() -> None:
 
 
 def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
-    report = lint.lint_directory(str(seed_cache), fail_on=scan.Severity.ERROR, ignore=())
+    report = lint.lint_directory(str(seed_cache), fail_on=Severity.ERROR, ignore=())
     console, buf = _console()
     renderer("json").render(report, console)
     doc = json.loads(buf.getvalue())
@@ -37,7 +39,7 @@ def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
     assert len(doc["findings"]) == len(report.findings) > 0
     xml = render_to_string(report, "junit")
     found_kinds = {lf.finding.kind for lf in report.findings}
-    quiet_kinds = [k for k in scan.FindingKind if k not in found_kinds]  # one "no finding" case
+    quiet_kinds = [k for k in FindingKind if k not in found_kinds]  # one "no finding" case
     assert xml.startswith("<?xml")
     assert xml.count("<testcase") == len(report.findings) + len(quiet_kinds)
     github = render_to_string(report, "github").splitlines()
@@ -47,7 +49,7 @@ def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
 
 
 def test_scan_json_and_table(seed_cache: Path) -> None:
-    report = scan.scan_directory(seed_cache, now=2e9)
+    report = scan_directory(seed_cache, now=2e9)
     assert render_to_string(report, "json") == dumps(scan_document(report)) + "\n"
     console, buf = _console()
     renderer("text", max_modules=1).render(report, console)
@@ -55,13 +57,13 @@ def test_scan_json_and_table(seed_cache: Path) -> None:
 
 
 def test_a_format_refuses_a_report_it_has_no_output_for(seed_cache: Path) -> None:
-    report = scan.scan_directory(seed_cache, now=2e9)
+    report = scan_directory(seed_cache, now=2e9)
     with pytest.raises(TypeError, match="no junit output for a ScanReport"):
         renderer("junit").render(report, _console()[0])
 
 
 def _finding(kind: str, message: str, advice: str = "do this", evidence: str = "seen that") -> Any:
-    from cachedoctor.commands.scan import Finding, FindingKind, Severity
+    from cachedoctor.core.findings import Finding, FindingKind, Severity
 
     severity = Severity.ERROR if kind == "corrupt" else Severity.INFO
     return Finding(FindingKind(kind), severity, message, advice, evidence)
@@ -199,7 +201,7 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
 ) -> None:
     """Long lines wrap as if printed alone (120 columns off a terminal), in colour or not,
     wherever the calls split the lines."""
-    from cachedoctor.commands.lint import LintFinding, LintReport
+    from cachedoctor.core.lint import LintFinding, LintReport
     from cachedoctor.render import console as console_mod
     from cachedoctor.render.ci import render_lint
 
@@ -222,7 +224,7 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     )
     report = LintReport(
         scan=SimpleNamespace(cache_dir="/data/jax-cache"),  # type: ignore[arg-type]  # all it reads
-        fail_on=scan.Severity.ERROR,
+        fail_on=Severity.ERROR,
         ignored_kinds=(),
         findings=findings,
         ignored=0,

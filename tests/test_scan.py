@@ -15,7 +15,9 @@ import pytest
 from cachedoctor.cache import listdir
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands.scan import FindingKind, Severity, build_report, scan_directory
+from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.scan.build import build_report
+from cachedoctor.core.scan.run import scan_directory
 from tests.conftest import make_cache, other_jax_python, raw_payload_layout
 
 

@@ -20,7 +20,10 @@ import pytest
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir, parallel, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.commands import scan, scanmemo
+from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.scan import memo as scanmemo
+from cachedoctor.core.scan.report import RECENT_WRITE_S, ScanReport
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
 from tests.test_index import decodes  # noqa: F401 (the fixture)
@@ -45,15 +48,15 @@ def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
     return root
 
 
-def document(report: scan.ScanReport) -> str:
+def document(report: ScanReport) -> str:
     return dumps(scan_document(report))
 
 
-def scanned(root: Path, now: float = NOW, **kwargs: object) -> scan.ScanReport:
-    return scan.scan_directory(root, now=now, **kwargs)  # type: ignore[arg-type]
+def scanned(root: Path, now: float = NOW, **kwargs: object) -> ScanReport:
+    return scan_directory(root, now=now, **kwargs)  # type: ignore[arg-type]
 
 
-def served(report: scan.ScanReport) -> bool:
+def served(report: ScanReport) -> bool:
     return isinstance(report.entries, scanmemo.Deferred)
 
 
@@ -73,7 +76,7 @@ def test_repeated_scan_is_served_and_is_the_scan(
     text = render_to_string(again, "text")
     assert again.entries._items is None  # type: ignore[attr-defined]  # text never needs them
     assert text == render_to_string(plain, "text")
-    assert {f.kind for f in again.findings} >= {scan.FindingKind.NOT_STORED}
+    assert {f.kind for f in again.findings} >= {FindingKind.NOT_STORED}
     assert document(again) == document(plain)  # entries and files made from the index
     assert decodes == []
     assert again == plain  # the dataclasses too, entries included
@@ -207,15 +210,15 @@ def test_a_young_truncated_entry_is_judged_again_when_it_comes_of_age(cache: Pat
     written = NOW - 10
     os.utime(cut, (written, written))
 
-    def severity(report: scan.ScanReport) -> scan.Severity:
-        return next(f.severity for f in report.findings if f.kind is scan.FindingKind.CORRUPT)
+    def severity(report: ScanReport) -> Severity:
+        return next(f.severity for f in report.findings if f.kind is FindingKind.CORRUPT)
 
-    assert severity(scanned(cache)) is scan.Severity.WARNING
-    young = scanned(cache, now=written + scan.RECENT_WRITE_S - 1)
-    assert served(young) and severity(young) is scan.Severity.WARNING
-    grown = scanned(cache, now=written + scan.RECENT_WRITE_S)
-    assert not served(grown) and severity(grown) is scan.Severity.ERROR
-    plain = scanned(cache, now=written + scan.RECENT_WRITE_S, use_index=False)
+    assert severity(scanned(cache)) is Severity.WARNING
+    young = scanned(cache, now=written + RECENT_WRITE_S - 1)
+    assert served(young) and severity(young) is Severity.WARNING
+    grown = scanned(cache, now=written + RECENT_WRITE_S)
+    assert not served(grown) and severity(grown) is Severity.ERROR
+    plain = scanned(cache, now=written + RECENT_WRITE_S, use_index=False)
     assert document(grown) == document(plain)
     assert served(scanned(cache, now=NOW + 10_000))  # its verdict is final now: kept for good
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, reader
-from cachedoctor.commands.scan import scan_directory
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import (
     DeleteOutcome,

@@ -30,8 +30,10 @@ import pytest
 
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir, reader
-from cachedoctor.commands.runner import run_program
-from cachedoctor.commands.scan import FindingKind, ScanReport, scan_directory
+from cachedoctor.core.check.runner import run_program
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.report import ScanReport
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
 from tests.conftest import cli_env
@@ -383,7 +385,7 @@ def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
     scan without index or memo."""
     import time
 
-    from cachedoctor.commands.scanmemo import Deferred
+    from cachedoctor.core.scan.memo import Deferred
 
     url = servers.url(scheme, "memo/cache")
     _upload(url, local_cache)
@@ -621,9 +623,10 @@ def test_diff_of_bucket_entries_matches_local(
 def test_prune_a_bucket_dry_run_then_apply(
     scheme: str, servers: Servers, local_cache: Path
 ) -> None:
-    from cachedoctor.commands.apply import apply
-    from cachedoctor.commands.maintenance import PruneOptions, plan_prune
-    from cachedoctor.commands.plan import Status
+    from cachedoctor.core.prune.actions import Status
+    from cachedoctor.core.prune.apply import apply
+    from cachedoctor.core.prune.options import PruneOptions
+    from cachedoctor.core.prune.planner import plan_prune
 
     url = servers.url(scheme, "prune-cli/cache")
     _upload(url, local_cache)
@@ -663,7 +666,7 @@ def test_prune_a_bucket_dry_run_then_apply(
 
 def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
-    from cachedoctor.commands.runner import program_env, run_command
+    from cachedoctor.core.check.runner import program_env, run_command
     from cachedoctor.programs import program_path
     from cachedoctor.stablekeys import manifest
 
@@ -711,7 +714,7 @@ def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     """After `enable --dir s3://…`, JAX's compile options name the local sub-cache path."""
     import sysconfig
 
-    from cachedoctor.commands.runner import program_env, run_command
+    from cachedoctor.core.check.runner import program_env, run_command
 
     startup = Path(sysconfig.get_paths()["purelib"]) / "cachedoctor_startup.pth"
     if not startup.exists():

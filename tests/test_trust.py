@@ -227,7 +227,8 @@ def test_unreadable_entry_is_unreadable_for_scan_and_prune(seed_cache: Path, cop
 def test_an_entry_cachedoctor_cannot_read_whole_is_not_called_corrupt(
     seed_cache: Path,
 ) -> None:
-    from cachedoctor.commands.scan import FindingKind, scan_directory
+    from cachedoctor.core.findings import FindingKind
+    from cachedoctor.core.scan.run import scan_directory
 
     report = scan_directory(seed_cache, max_decompressed=100, use_index=False)  # too-large
     kinds = {f.kind for f in report.findings}
@@ -364,7 +365,8 @@ def test_scanning_a_folder_that_is_not_a_cache_says_so(tmp_path: Path) -> None:
 def test_stray_atime_is_a_warning_and_a_lockfile_makes_it_an_error(
     seed_cache: Path, copy_of
 ) -> None:
-    from cachedoctor.commands.scan import FindingKind, Severity, scan_directory
+    from cachedoctor.core.findings import FindingKind, Severity
+    from cachedoctor.core.scan.run import scan_directory
 
     cache = copy_of(seed_cache)
     key = sorted(cache.glob("jit_g-*-cache"))[0].name.removesuffix("-cache")
@@ -442,7 +444,7 @@ def test_unreachable_s3_endpoint_says_what_it_waits_for() -> None:
 
 
 def test_docs_name_what_exists() -> None:
-    from cachedoctor.commands.scan import FindingKind
+    from cachedoctor.core.findings import FindingKind
 
     root = Path(__file__).resolve().parents[1]
     docs = {p.name: p.read_text() for p in [root / "README.md", *(root / "docs").glob("*.md")]}

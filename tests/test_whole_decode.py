@@ -15,7 +15,7 @@ import zstandard
 
 from cachedoctor.cache import decompress, listdir, reader
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands.runner import program_env, run_command
+from cachedoctor.core.check.runner import program_env, run_command
 
 
 def _decode(path: Path, key: str) -> EntryInfo:

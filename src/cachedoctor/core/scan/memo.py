@@ -40,14 +40,12 @@ from cachedoctor.cache import index, listdir
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot, Member
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands.scan import (
-    Finding,
-    FindingKind,
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import (
     KeyModeUse,
     ModuleStats,
     ScanReport,
     ScanSummary,
-    Severity,
     judged_by_age_until,
 )
 from cachedoctor.storage import urls

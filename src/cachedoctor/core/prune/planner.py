@@ -1,113 +1,21 @@
-"""``prune``: plan which entries and files to remove, and why (applied by :mod:`commands.apply`).
-
-The rules choose (:mod:`cachedoctor.commands.prune_rules`, one function each);
-:mod:`cachedoctor.commands.plan` holds the plan model and its safety rules.
+"""Core of ``cachedoctor prune``: the plan of what to remove, from the rules run in order over
+one ``PruneContext`` (``rules.py``). Planning never changes the cache; ``apply.py`` does.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import time
-from dataclasses import dataclass
 
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.commands import prune_rules as rules
-from cachedoctor.commands import scan
-from cachedoctor.commands.plan import Op, Plan, Rule, open_dir
-from cachedoctor.commands.stats import plan_folder_bound
+from cachedoctor.core.prune import rules
+from cachedoctor.core.prune.actions import Op, Plan, Rule, open_dir
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.rules import plan_folder_bound
+from cachedoctor.core.scan.report import ProgressCallback
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage import stores, urls
-
-DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a compile may take hours)
-
-
-@dataclass(frozen=True)
-class PruneOptions:
-    """What ``prune`` selects. Entry rules combine: an entry goes when any selected rule matches."""
-
-    older_than_s: float | None = None
-    max_size: int | None = None
-    duplicates: bool = False
-    corrupt: bool = False
-    orphans: bool = False
-    relocated: bool = False
-    stale_jax: bool = False
-    module: str | None = None  # alone: a rule; with other rules: limits them to these modules
-    xla_subcaches: bool = False
-    repair: bool = False
-    stale_after_s: float = DEFAULT_STALE_AFTER_S
-    selectors: tuple[str, ...] = ()  # the user's spelling, for the report
-
-    @property
-    def entry_rules(self) -> bool:
-        return any(
-            (
-                self.older_than_s is not None,
-                self.max_size is not None,
-                self.duplicates,
-                self.corrupt,
-                self.relocated,
-                self.stale_jax,
-            )
-        )
-
-    @property
-    def anything(self) -> bool:
-        return self.entry_rules or any(
-            (self.orphans, self.module is not None, self.xla_subcaches, self.repair)
-        )
-
-
-# --- parsing user values -------------------------------------------------------------------------
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_duration(text: str) -> float:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` -> seconds. Raises ValueError."""
-    t = text.strip().lower()
-    unit = t[-1:] if t[-1:] in _DURATION_UNITS else "s"
-    number = t[:-1] if t[-1:] in _DURATION_UNITS else t
-    value = float(number)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
-    return value * _DURATION_UNITS[unit]
-
-
-def parse_size(text: str) -> int:
-    """``50GB`` (10^9), ``50GiB`` (2^30), ``800M``, ``1024`` -> bytes. Raises ValueError."""
-    t = text.strip().lower().replace(" ", "")
-    i = len(t)
-    while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
-        i -= 1
-    number, unit = t[:i], t[i:]
-    if unit not in _SIZE_UNITS or not number:
-        raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
-    try:
-        value = float(number) * _SIZE_UNITS[unit]
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
-    return int(value)
 
 
 def plan_prune(
@@ -116,7 +24,7 @@ def plan_prune(
     *,
     now: float | None = None,
     jax_info: JaxInfo | None = None,
-    progress: scan.ProgressCallback | None = None,
+    progress: ProgressCallback | None = None,
 ) -> Plan:
     """What ``prune`` would do with these options. Reads the directory; changes nothing.
     ``progress(done, total)`` follows the entries decoded (only some rules decode)."""

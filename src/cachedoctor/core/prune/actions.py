@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from cachedoctor import layout
 from cachedoctor.cache.listdir import DirItem, FileKind
-from cachedoctor.commands.plaindata import ToDict
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
+from cachedoctor.plaindata import ToDict
 from cachedoctor.storage import urls
 from cachedoctor.storage.fsops import CacheDir, FileId, StoreDir
 
@@ -62,7 +62,7 @@ class Rule(enum.StrEnum):
     XLA_SUBCACHES = "xla-subcaches"
     REPAIR = "repair"
     REKEY = "rekey"
-    STATS_BOUND = "stats-bound"  # cachedoctor-stats/ over its size bound (commands/stats.py)
+    STATS_BOUND = "stats-bound"  # cachedoctor-stats/ over its size bound (core/prune/rules.py)
 
 
 @dataclass(frozen=True)

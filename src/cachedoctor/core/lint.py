@@ -1,6 +1,6 @@
 """`lint`: the scan's findings judged for CI, with baselines of accepted findings.
 
-Besides the scan's findings, lint reads the hook's stats records (commands/stats.py): a module
+Besides the scan's findings, lint reads the hook's stats records (core/stats.py): a module
 that compiled in several processes and never hit is a ``never-hit`` finding, an unreadable
 record a ``stats-record`` one.
 
@@ -21,16 +21,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cachedoctor import __version__
-from cachedoctor.commands.scan import (
-    Finding,
-    FindingKind,
-    ProgressCallback,
-    ScanReport,
-    Severity,
-    scan_directory,
-)
-from cachedoctor.commands.stats import record_findings
+from cachedoctor._version import __version__
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import ProgressCallback, ScanReport
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count
 from cachedoctor.storage.files import open_regular, write_atomic
 

@@ -28,7 +28,7 @@ from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import FileKind
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands.plan import (
+from cachedoctor.core.prune.actions import (
     Action,
     ManifestFile,
     Op,
@@ -242,7 +242,8 @@ def _relocated_keys(
     as_given: str,
 ) -> set[str]:
     """Keys of observe-mode entries that ``scan`` reports ``relocated`` (its evidence, reused)."""
-    from cachedoctor.commands import scan
+    from cachedoctor.core.findings import FindingKind
+    from cachedoctor.core.scan.build import build_report
 
     observed = {
         m.key
@@ -255,7 +256,7 @@ def _relocated_keys(
             info = reader.decode_entry(os.path.join(cd.path, item.name), key=item.key)
             assert isinstance(info, EntryInfo)
             infos.append(info)
-    report = scan.build_report(
+    report = build_report(
         listing,
         infos,
         jax_info,
@@ -266,7 +267,7 @@ def _relocated_keys(
     return {
         key
         for f in report.findings
-        if f.kind is scan.FindingKind.RELOCATED
+        if f.kind is FindingKind.RELOCATED
         for key in f.entries
         if key in observed
     }

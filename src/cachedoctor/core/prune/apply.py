@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cachedoctor import layout
-from cachedoctor.commands import rekey
-from cachedoctor.commands.plan import (
+from cachedoctor.core.prune import rekey
+from cachedoctor.core.prune.actions import (
     WRITE_BITS,
     Action,
     ApplyReport,

@@ -1,80 +1,44 @@
 """Core of ``cachedoctor stats``: what the processes' records say about the cache's use.
 
-Each process recorded by :mod:`cachedoctor.stablekeys.stats` left one JSON record in
-``cachedoctor-stats/``. This module reads them (a torn or foreign file is a finding, never an
-error), adds them up in total, per module, per day and per host, and explains each module that
-never hit with the evidence at hand: the scan's findings (unstable key, relocated), the records
-(JAX wrote no entry: too fast or too small to cache) and the cache itself (written, now gone:
-evicted). ``--zero`` archives the records into one file and removes them.
+The records (``usage/records.py``) are added up in total, per module, per day and per host, and
+each module that never hit is explained with the evidence at hand: the scan's findings
+(unstable key, relocated), the records (JAX wrote no entry: too fast or too small to cache) and
+the cache itself (written, now gone: evicted). ``--zero`` archives the records into one file and
+removes them.
 """
 
 from __future__ import annotations
 
 import calendar
 import fnmatch
-import json
 import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from cachedoctor.commands.plan import Action, Dir, Op, Rule
-from cachedoctor.commands.scan import Finding, FindingKind, ScanReport, Severity, scan_directory
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import ScanReport
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.usage.records import (
+    MAX_RECORD_BYTES,
+    Counters,
+    Record,
+    read_records,
+    record_files,
+)
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.stablekeys.stats import COUNTERS, RECORD_FORMAT, RECORD_SUFFIX
-from cachedoctor.storage import fsops
-from cachedoctor.storage.fsops import FileId
 from cachedoctor.storage.stores import Store, open_store
 
 ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
+
+
 ARCHIVE_SUFFIX = ".jsonl"
-MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest files go first)
-MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything larger is not one of ours
+
+
 NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
-
-
-@dataclass(frozen=True)
-class Counters:
-    """Sums of the recorded counters (see stablekeys/stats.py for each one's JAX event)."""
-
-    requests: int = 0
-    hits: int = 0
-    misses: int = 0
-    writes: int = 0
-    compile_secs: float = 0.0  # wall time of the compiles that missed
-    saved_secs: float = 0.0  # JAX's compile_time_saved_sec, summed over hits
-    retrieval_secs: float = 0.0
-
-    @property
-    def hit_rate(self) -> float | None:
-        return self.hits / self.requests if self.requests else None
-
-    def __add__(self, other: Counters) -> Counters:
-        return Counters(**{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "hit_rate": self.hit_rate}
-
-
-@dataclass(frozen=True)
-class Record:
-    """One process's record."""
-
-    file: str
-    host: str
-    pid: int
-    start: float
-    end: float
-    jax: str
-    hook: str
-    modules: dict[str, Counters]
-
-    @property
-    def day(self) -> str:
-        return time.strftime("%Y-%m-%d", time.gmtime(self.end))
 
 
 @dataclass(frozen=True)
@@ -151,9 +115,6 @@ class ZeroReport:
     applied: bool
 
 
-# --- reading ---------------------------------------------------------------------------------
-
-
 def parse_since(text: str, now: float | None = None) -> float:
     """``--since``: ``7d``, ``12h``, ``30m`` ago, or a UTC date ``YYYY-MM-DD``."""
     now = time.time() if now is None else now
@@ -168,83 +129,6 @@ def parse_since(text: str, now: float | None = None) -> float:
             f"--since {text!r}: expected a duration (7d, 12h, 30m) or a date (YYYY-MM-DD)",
             slug="usage",
         ) from None
-
-
-def _record_files(store: Store) -> list[str]:
-    try:
-        items = store.list(STATS_DIRNAME)
-    except FileNotFoundError:
-        return []
-    return [
-        i.name
-        for i in items
-        if not i.is_dir and i.name.endswith(RECORD_SUFFIX) and not fsops.is_own_temp(i.name)
-    ]
-
-
-def _counters(raw: object) -> Counters:
-    if not isinstance(raw, dict):
-        raise ValueError("module counters are not an object")
-    values: dict[str, Any] = {}
-    for name in COUNTERS:
-        value = raw.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"counter {name!r} is not a number")
-        values[name] = int(value) if name in ("requests", "hits", "misses", "writes") else value
-    return Counters(**values)
-
-
-def parse_record(file: str, data: bytes) -> Record:
-    """A record from its bytes; ValueError says why it is not one."""
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"over {MAX_RECORD_BYTES} bytes, larger than any record")
-    doc = json.loads(data)
-    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
-        raise ValueError(f"not a {RECORD_FORMAT} record")
-    modules = doc.get("modules")
-    if not isinstance(modules, dict):
-        raise ValueError("no 'modules' object")
-    return Record(
-        file=file,
-        host=str(doc.get("host", "?")),
-        pid=int(doc.get("pid", 0)),
-        start=float(doc["start"]),
-        end=float(doc["end"]),
-        jax=str(doc.get("jax", "")),
-        hook=str(doc.get("hook", "")),
-        modules={str(name): _counters(c) for name, c in modules.items()},
-    )
-
-
-def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
-    """Every record in ``cachedoctor-stats/``; each unreadable file is a finding."""
-    records, findings = [], []
-    for name in _record_files(store):
-        path = f"{STATS_DIRNAME}/{name}"
-        try:
-            with store.open_read(path) as fh:
-                data = fh.read(MAX_RECORD_BYTES + 1)
-            records.append(parse_record(name, data))
-        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            findings.append(
-                Finding(
-                    kind=FindingKind.STATS_RECORD,
-                    severity=Severity.WARNING,
-                    message=f"{path} is not a readable stats record ({reason}); it is left out",
-                    evidence="the file does not parse as a stats record",
-                    advice=(
-                        "a torn file from a killed process or a file that is not cachedoctor's: "
-                        "inspect it; `cachedoctor stats --zero --apply` archives it with the "
-                        "records and removes it"
-                    ),
-                    entries=(path,),
-                )
-            )
-    return records, findings
-
-
-# --- adding up -------------------------------------------------------------------------------
 
 
 def _module_of_key(key: str) -> str:
@@ -397,7 +281,7 @@ def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
     """Archive every record into one file ``cachedoctor-stats/archive-<time>.jsonl``, then
     delete each record that is unchanged since it was read (a process writing now keeps its)."""
     store = open_store(cache_dir)
-    names = _record_files(store)
+    names = record_files(store)
     if not apply or not names:
         return ZeroReport(None, tuple(names), applied=False)
     versions = {i.name: i.version for i in store.list(STATS_DIRNAME)}
@@ -411,42 +295,3 @@ def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
     for name in names:
         store.delete_if_unchanged(f"{STATS_DIRNAME}/{name}", versions.get(name))
     return ZeroReport(store.url_of(archive), tuple(names), applied=True)
-
-
-def plan_folder_bound(
-    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
-) -> tuple[list[Action], str | None]:
-    """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
-    the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""
-    folder = cd.subdir(STATS_DIRNAME)
-    if folder is None:
-        return [], None
-    with folder:
-        files = []
-        for name in folder.listdir():
-            st = folder.regular(name)
-            if st is not None:
-                files.append((st.st_mtime_ns, name, st))
-    total = sum(st.st_size for _, _, st in files)
-    actions = []
-    over = total - max_bytes
-    for _, name, st in sorted(files, key=lambda f: (f[0], f[1])):
-        if over <= 0:
-            break
-        over -= st.st_size
-        actions.append(
-            Action(
-                op=Op.REMOVE_FILE,
-                name=f"{STATS_DIRNAME}/{name}",
-                rules=(Rule.STATS_BOUND,),
-                reason=f"oldest stats file while {STATS_DIRNAME}/ is over {max_bytes} bytes",
-                bytes=st.st_size,
-                files=(FileId.of(name, st),),
-                folder=STATS_DIRNAME,
-            )
-        )
-    note = (
-        f"{STATS_DIRNAME}/: {len(files)} files, {total} bytes (kept under {max_bytes} bytes; "
-        "`cachedoctor stats --zero` archives the records)"
-    )
-    return actions, note

@@ -1,6 +1,6 @@
 """``prune``'s rules, one function each, over a shared :class:`PruneContext`.
 
-:func:`cachedoctor.commands.maintenance.plan_prune` runs them in order: collect the entries, decode
+:func:`cachedoctor.core.prune.planner.plan_prune` runs them in order: collect the entries, decode
 them when a rule needs scan's findings, mark entries (each rule appends its rule and reason to
 ``PlannedEntry.rules``), then plan the other files. Rules only read the cache; they add actions,
 skips and notes to the context.
@@ -19,8 +19,8 @@ from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.commands import scan
-from cachedoctor.commands.plan import (
+from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.prune.actions import (
     WRITE_BITS,
     Action,
     Dir,
@@ -30,13 +30,17 @@ from cachedoctor.commands.plan import (
     Skip,
     read_manifests,
 )
+from cachedoctor.core.scan.build import _tree_size, build_report
+from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
+from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.storage import fsops
 from cachedoctor.storage.fsops import FileId, Stat, StoreDir
 from cachedoctor.xla import subcaches
 
 if TYPE_CHECKING:
-    from cachedoctor.commands.maintenance import PruneOptions
+    from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.layout import STATS_DIRNAME
 
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
 # First jaxlib whose entries carry the pjrt_ifrt header (docs/format.md).
@@ -130,7 +134,7 @@ class PruneContext:
         now: float,
         jax_info: JaxInfo,
         as_given: str,
-        progress: scan.ProgressCallback | None = None,
+        progress: ProgressCallback | None = None,
     ) -> None:
         self.cd = cd
         self.as_given = as_given  # the user's spelling of the directory (cd.path is real)
@@ -224,7 +228,7 @@ def collect_entries(ctx: PruneContext) -> dict[str, PlannedEntry]:
     return out
 
 
-def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> scan.ScanReport | None:
+def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> ScanReport | None:
     """Decode entries and build scan's report, so rules reuse scan's findings verbatim.
 
     Only ``--corrupt``, ``--relocated``, ``--stale-jax`` and ``--duplicates`` need it."""
@@ -247,7 +251,7 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> sca
             infos.append(info)
             if ctx.progress is not None:
                 ctx.progress(n, len(entries))
-    return scan.build_report(
+    return build_report(
         ctx.listing,
         infos,
         ctx.jax,
@@ -275,25 +279,23 @@ def remove_entry(e: PlannedEntry) -> Action:
     )
 
 
-def rule_corrupt(
-    ctx: PruneContext, entries: dict[str, PlannedEntry], report: scan.ScanReport
-) -> None:
+def rule_corrupt(ctx: PruneContext, entries: dict[str, PlannedEntry], report: ScanReport) -> None:
     """``--corrupt``: exactly scan's ``corrupt`` errors (the decoder's evidence); a truncation
     under a minute old and unreadable files are skipped, as scan says."""
     for f in report.findings:
-        if f.kind is scan.FindingKind.UNREADABLE:  # scan says the same: never removed
+        if f.kind is FindingKind.UNREADABLE:  # scan says the same: never removed
             ctx.skipped.extend(
                 Skip(k, f.message.partition(": ")[2], Rule.CORRUPT)
                 for k in f.entries
                 if k in entries
             )
             continue
-        if f.kind is not scan.FindingKind.CORRUPT:
+        if f.kind is not FindingKind.CORRUPT:
             continue
         for key in f.entries:
             if key not in entries:
                 continue
-            if f.severity < scan.Severity.ERROR:  # scan's "may be a write in progress"
+            if f.severity < Severity.ERROR:  # scan's "may be a write in progress"
                 ctx.skipped.append(
                     Skip(
                         key,
@@ -302,17 +304,15 @@ def rule_corrupt(
                     )
                 )
                 continue
-            problem = scan._real_problems(entries[key].info)[0]  # type: ignore[arg-type]
+            problem = real_problems(entries[key].info)[0]  # type: ignore[arg-type]
             entries[key].rules.append((Rule.CORRUPT, f"{problem.kind}: {problem.message}"))
 
 
-def rule_relocated(
-    ctx: PruneContext, entries: dict[str, PlannedEntry], report: scan.ScanReport
-) -> None:
+def rule_relocated(ctx: PruneContext, entries: dict[str, PlannedEntry], report: ScanReport) -> None:
     """``--relocated``: exactly scan's ``relocated`` finding (compile options naming another
     cache path that JAX hashes, with no stable-key manifest)."""
     for f in report.findings:
-        if f.kind is scan.FindingKind.RELOCATED:
+        if f.kind is FindingKind.RELOCATED:
             for key in f.entries:
                 if key in entries:
                     e = entries[key]
@@ -377,7 +377,7 @@ def rule_duplicates(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None
     """``--duplicates``: scan's unstable-key groups (the stored HLO shows a per-run key input);
     the copy used last is kept."""
     infos = [e.info for e in entries.values() if e.info is not None]
-    for group, _evidence in scan.unstable_groups(infos):
+    for group, _evidence in unstable_groups(infos):
         members = [entries[i.key] for i in group]
         alive = [m for m in members if not m.rules] or members
         keep = max(alive, key=lambda m: (m.last_used_ns, m.key))
@@ -610,7 +610,7 @@ def rule_xla_subcaches(ctx: PruneContext) -> None:
         return
     if not ctx.options.xla_subcaches:
         total = sum(
-            scan._tree_size(ctx.listing.path(i))
+            _tree_size(ctx.listing.path(i))
             if i.is_dir and not ctx.listing.remote
             else i.size  # a bucket's listing gives a prefix's total
             for i in subs
@@ -691,3 +691,45 @@ def report_foreign(ctx: PruneContext) -> None:
             ctx.skipped.append(
                 Skip(f"{MANIFEST_DIRNAME}/{item.name}", "symbolic link: never followed")
             )
+
+
+MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest files go first)
+
+
+def plan_folder_bound(
+    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
+) -> tuple[list[Action], str | None]:
+    """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
+    the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""
+    folder = cd.subdir(STATS_DIRNAME)
+    if folder is None:
+        return [], None
+    with folder:
+        files = []
+        for name in folder.listdir():
+            st = folder.regular(name)
+            if st is not None:
+                files.append((st.st_mtime_ns, name, st))
+    total = sum(st.st_size for _, _, st in files)
+    actions = []
+    over = total - max_bytes
+    for _, name, st in sorted(files, key=lambda f: (f[0], f[1])):
+        if over <= 0:
+            break
+        over -= st.st_size
+        actions.append(
+            Action(
+                op=Op.REMOVE_FILE,
+                name=f"{STATS_DIRNAME}/{name}",
+                rules=(Rule.STATS_BOUND,),
+                reason=f"oldest stats file while {STATS_DIRNAME}/ is over {max_bytes} bytes",
+                bytes=st.st_size,
+                files=(FileId.of(name, st),),
+                folder=STATS_DIRNAME,
+            )
+        )
+    note = (
+        f"{STATS_DIRNAME}/: {len(files)} files, {total} bytes (kept under {max_bytes} bytes; "
+        "`cachedoctor stats --zero` archives the records)"
+    )
+    return actions, note
