@@ -6,7 +6,7 @@ Uploads ``--objects`` copies of the entries in ``--source`` (a JAX cache directo
 random keys to a server on 127.0.0.1 (``--store s3``: moto's S3 server; ``--store gcs``: the
 GCS emulator behind the tests' forwarding proxy, which turns gcsfs's multipart uploads into
 media uploads and retries the emulator's refused connections, as in
-``tests/test_storage_remote.py``), then times, in this process:
+``tests/storage/test_storage_remote.py``), then times, in this process:
 
 - **listing**: ``list_cache`` of the bucket prefix (one paginated listing, nothing read);
 - **first scan**: ``scan_directory`` with an empty scan index (every object is read);

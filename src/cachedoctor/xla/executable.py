@@ -1,8 +1,10 @@
 """The top-level fields of serialized CPU and GPU executables (docs/format.md, format-gpu.md),
-and which CPU fields date an XLA revision.
+which CPU fields date an XLA revision, and the CPU target machine options (field 9).
 """
 
 from __future__ import annotations
+
+from cachedoctor.formats import wire
 
 # Top-level fields of the serialized executable (docs/format.md and docs/format-gpu.md).
 CPU_EXECUTABLE_FIELDS = {
@@ -63,3 +65,20 @@ def cpu_layout_eras(na: set[int], nb: set[int]) -> list[str]:
         if 4 in other and 4 not in this:
             out += [f"{CPU_FIELD_HISTORY[n]} only in {side}" for n in sorted({9, 10} & this)]
     return sorted(set(out))
+
+
+CPU_TARGET_MACHINE_FIELD = 9  # TargetMachineOptionsProto: triple, cpu, comma-separated features
+
+
+def cpu_target_machine(data: bytes) -> tuple[str | None, str | None, frozenset[str]] | None:
+    """(triple, cpu, features) of a CPU executable's target machine options; None if malformed."""
+    try:
+        f = wire.fields_by_number(data)
+    except wire.WireError:
+        return None
+    features = wire.as_str(wire.first(f, 3)) or ""
+    return (
+        wire.as_str(wire.first(f, 1)),
+        wire.as_str(wire.first(f, 2)),
+        frozenset(x for x in features.split(",") if x),
+    )

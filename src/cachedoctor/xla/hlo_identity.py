@@ -108,3 +108,12 @@ MODULE_FIELDS = {
     22: ("module-field", "payloads"),
     23: ("numbering", "pjrt id"),
 }
+
+
+def module_level_fields(module: bytes) -> dict[int, list[int | bytes]]:
+    """Every top-level field of an HloModuleProto but its computations (field 3), raw."""
+    return {
+        number: [v if isinstance(v, int) else bytes(v) for v in values]
+        for number, values in wire.fields_by_number(module).items()
+        if number != 3
+    }

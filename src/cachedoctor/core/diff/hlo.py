@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.diff.report import MAX_EXAMPLES, HloSection, RemovedDiff
-from cachedoctor.formats import wire
 from cachedoctor.xla import hlo as hlo_mod
-from cachedoctor.xla.hlo_identity import MODULE_FIELDS, identities
+from cachedoctor.xla.hlo_identity import MODULE_FIELDS, identities, module_level_fields
 
 
 def _pairs(
@@ -29,12 +28,10 @@ def _pairs(
 
 def _module_fields(a_mod: bytes, b_mod: bytes) -> list[RemovedDiff]:
     """Module-level fields that differ; the canonical lines hold only the computations."""
-    fa, fb = wire.fields_by_number(a_mod), wire.fields_by_number(b_mod)
+    fa, fb = module_level_fields(a_mod), module_level_fields(b_mod)
     out = []
-    for number in sorted((set(fa) | set(fb)) - {3}):
-        va, vb = fa.get(number, []), fb.get(number, [])
-        raw_a = [v if isinstance(v, int) else bytes(v) for v in va]
-        raw_b = [v if isinstance(v, int) else bytes(v) for v in vb]
+    for number in sorted(set(fa) | set(fb)):
+        raw_a, raw_b = fa.get(number, []), fb.get(number, [])
         if raw_a == raw_b:
             continue
         category, what = MODULE_FIELDS.get(number, ("module-field", f"field {number}"))

@@ -12,21 +12,6 @@ from cachedoctor.core.diff.report import OptionsSection
 from cachedoctor.formats import wire
 from cachedoctor.xla import compile_options, optionschema
 
-# DebugOptions fields derived from the cache directory (docs/format.md): a different value with
-# the same last component means the cache was moved or copied.
-CACHE_PATH_FIELDS = {
-    compile_options.DEBUG_AUTOTUNE_DIR,
-    compile_options.DEBUG_KERNEL_CACHE_FILE,
-    compile_options.DEBUG_AUTOTUNER_CACHE_DIR,
-}
-
-
-# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see docs/format.md.
-CLEARED_BY_JAX = {compile_options.DEBUG_DUMP_TO, compile_options.DEBUG_AUTOTUNE_MODE, 61}
-
-
-_DEBUG_PATHS = {(3, 3): "compile_options", (14,): "module_config"}
-
 
 def options_section(a: EntryDetail, b: EntryDetail) -> OptionsSection:
     sch = optionschema.schema()
@@ -47,25 +32,18 @@ def options_section(a: EntryDetail, b: EntryDetail) -> OptionsSection:
     )
 
 
-def _debug_field(d: optionschema.FieldDiff) -> int | None:
-    """The DebugOptions field number of a compile-options or module-config difference."""
-    if len(d.numbers) == 3 and d.numbers[:2] == (3, 3):
-        return d.numbers[2]
-    if len(d.numbers) == 2 and d.numbers[0] == 14:
-        return d.numbers[1]
-    return None
-
-
 def is_relocation(d: optionschema.FieldDiff) -> bool:
     """A cache-dir-derived path that differs only above its last component."""
-    number = _debug_field(d)
-    if number not in CACHE_PATH_FIELDS or not d.a or not d.b:
+    number = compile_options.debug_field_number(d.numbers)
+    if number not in compile_options.CACHE_PATH_FIELDS or not d.a or not d.b:
         return False
     return os.path.basename(d.a.rstrip("/")) == os.path.basename(d.b.rstrip("/"))
 
 
 def is_volatile_option(d: optionschema.FieldDiff) -> bool:
-    return is_relocation(d) or _debug_field(d) in CLEARED_BY_JAX
+    return is_relocation(d) or (
+        compile_options.debug_field_number(d.numbers) in compile_options.CLEARED_BY_JAX
+    )
 
 
 def first_option(diffs: Sequence[optionschema.FieldDiff]) -> str:

@@ -14,7 +14,7 @@ from cachedoctor.core.diff.report import (
     Verdict,
     VerdictKind,
 )
-from cachedoctor.formats import wire
+from cachedoctor.xla import executable
 from cachedoctor.xla.executable import cpu_layout_eras
 from cachedoctor.xla.hlo_identity import identities
 
@@ -25,17 +25,8 @@ def _pair(label: str, x: object, y: object) -> str:
 
 def _cpu_target(detail: EntryDetail) -> tuple[str | None, str | None, frozenset[str]]:
     for number, data in detail.small_fields:
-        if number == 9 and detail.info.platform == "cpu":
-            try:
-                f = wire.fields_by_number(data)
-            except wire.WireError:
-                break
-            features = wire.as_str(wire.first(f, 3)) or ""
-            return (
-                wire.as_str(wire.first(f, 1)),
-                wire.as_str(wire.first(f, 2)),
-                frozenset(x for x in features.split(",") if x),
-            )
+        if number == executable.CPU_TARGET_MACHINE_FIELD and detail.info.platform == "cpu":
+            return executable.cpu_target_machine(data) or (None, None, frozenset())
     return None, None, frozenset()
 
 

@@ -30,7 +30,7 @@ from cachedoctor.core.prune.actions import (
     Skip,
     read_manifests,
 )
-from cachedoctor.core.scan.build import _tree_size, build_report
+from cachedoctor.core.scan.build import build_report, tree_size
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
 from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
@@ -610,7 +610,7 @@ def rule_xla_subcaches(ctx: PruneContext) -> None:
         return
     if not ctx.options.xla_subcaches:
         total = sum(
-            _tree_size(ctx.listing.path(i))
+            tree_size(ctx.listing.path(i))
             if i.is_dir and not ctx.listing.remote
             else i.size  # a bucket's listing gives a prefix's total
             for i in subs

@@ -84,7 +84,7 @@ def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
     for item in listing.items:
         if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
             local_dir = item.is_dir and not listing.remote  # a bucket lists totals already
-            subcaches[item.name] = _tree_size(listing.path(item)) if local_dir else item.size
+            subcaches[item.name] = tree_size(listing.path(item)) if local_dir else item.size
     return ScanSummary(
         entries=len(entries),
         bytes_on_disk=sum(e.size for e in entries),
@@ -100,7 +100,7 @@ def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
     )
 
 
-def _tree_size(path: os.PathLike[str] | str) -> int:
+def tree_size(path: os.PathLike[str] | str) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
         for name in files:

@@ -20,6 +20,7 @@ from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.storage import stores, urls
@@ -91,8 +92,6 @@ class _Scan:
     progress: ProgressCallback | None
 
     def local(self, root: str, workers: int | None) -> ScanReport:
-        from cachedoctor.core.scan import memo as scanmemo
-
         snapshot = listdir.read_dir(root)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
@@ -138,8 +137,6 @@ class _Scan:
         return self._local_entries(listing, workers, None), other_files(listing)
 
     def bucket(self, store: stores.Store) -> ScanReport:
-        from cachedoctor.core.scan import memo as scanmemo
-
         listing = listdir.list_cache(store)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.bucket_inputs(listing, *args) if self.use_index else None
