@@ -28,29 +28,29 @@ JAX_RELEASES = [
 ]
 # The reader-facing and hook tests, run against each JAX release.
 COMPAT_TESTS = [
-    "tests/test_reader.py",
-    "tests/test_scan.py",
-    "tests/test_compat.py",
-    "tests/test_hlo_facts.py",  # the protobuf view against the pure walker, on each release's HLO
-    "tests/test_whole_decode.py",
-    "tests/test_reader_bytes.py",  # every field the reader reports, against protobuf/zstandard
-    "tests/test_scanmemo.py",  # a served report is the scan, on each release's caches
+    "tests/cache/test_reader.py",
+    "tests/core/scan/test_scan.py",
+    "tests/cache/test_compat.py",
+    "tests/xla/test_hlo_facts.py",  # the protobuf view against the pure walker, on each release's HLO
+    "tests/cache/test_whole_decode.py",
+    "tests/cache/test_reader_bytes.py",  # every field the reader reports, against protobuf/zstandard
+    "tests/core/scan/test_scanmemo.py",  # a served report is the scan, on each release's caches
     # the runtime hook patches JAX internals that differ between releases
-    "tests/test_keys.py",
-    "tests/test_hook.py",
-    "tests/test_hook_internals.py",
-    "tests/test_hook_manifest.py",
-    "tests/test_hook_stale.py",
-    "tests/test_hook_distributed.py",
+    "tests/stablekeys/test_keys.py",
+    "tests/stablekeys/test_hook.py",
+    "tests/stablekeys/test_hook_internals.py",
+    "tests/stablekeys/test_hook_manifest.py",
+    "tests/stablekeys/test_hook_stale.py",
+    "tests/stablekeys/test_hook_distributed.py",
 ]
 # The second JAX of the cross-version tests: a cache written by it next to one written by the
 # newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
 CROSSVER_JAX = "0.8.3"
 CROSSVER_TESTS = [
-    "tests/test_diff.py",
-    "tests/test_prune.py",
-    "tests/test_scan.py",
-    "tests/test_hook_compat.py",
+    "tests/core/diff/test_diff.py",
+    "tests/core/prune/test_prune.py",
+    "tests/core/scan/test_scan.py",
+    "tests/stablekeys/test_hook_compat.py",
 ]
 
 

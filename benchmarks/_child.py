@@ -51,7 +51,7 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
 def op_deep(args: dict[str, Any]) -> dict[str, Any]:
     """Decode every entry (serial or parallel) and group them modulo volatile fields."""
     from cachedoctor.cache import listdir, reader
-    from cachedoctor.commands import scan
+    from cachedoctor.core.scan.rules.keys import duplicate_groups
 
     workers = args.get("workers")
     t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def op_deep(args: dict[str, Any]) -> dict[str, Any]:
         entries = list(parallel.decode_entries(listing, workers=workers))
     else:
         entries = list(reader.iter_entries(listing))
-    groups = scan.duplicate_groups(entries)
+    groups = duplicate_groups(entries)
     return {
         "seconds": time.perf_counter() - t0,
         "groups": len(groups),

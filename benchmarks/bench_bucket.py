@@ -6,7 +6,7 @@ Uploads ``--objects`` copies of the entries in ``--source`` (a JAX cache directo
 random keys to a server on 127.0.0.1 (``--store s3``: moto's S3 server; ``--store gcs``: the
 GCS emulator behind the tests' forwarding proxy, which turns gcsfs's multipart uploads into
 media uploads and retries the emulator's refused connections, as in
-``tests/test_storage_remote.py``), then times, in this process:
+``tests/storage/test_storage_remote.py``), then times, in this process:
 
 - **listing**: ``list_cache`` of the bucket prefix (one paginated listing, nothing read);
 - **first scan**: ``scan_directory`` with an empty scan index (every object is read);
@@ -154,7 +154,7 @@ def main() -> None:
     os.environ.pop("CACHEDOCTOR_NO_INDEX", None)  # measured both ways below
     with _s3_server() if args.store == "s3" else _gcs_server() as (url, put):
         from cachedoctor.cache import listdir, reader
-        from cachedoctor.commands.scan import scan_directory
+        from cachedoctor.core.scan.run import scan_directory
         from cachedoctor.storage import stores
 
         sources = sorted(p for p in Path(args.source).glob("*-cache") if p.is_file())

@@ -577,7 +577,7 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
     shows up, not the wait on workers), a repeated scan, and the deep grouping, serially."""
     from cachedoctor.cache import listdir, reader
     from cachedoctor.cli import main
-    from cachedoctor.commands import scan
+    from cachedoctor.core.scan.rules.keys import duplicate_groups
 
     def cli_scan() -> None:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
@@ -592,7 +592,7 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
             del os.environ["CACHEDOCTOR_WORKERS"]
 
     def deep() -> None:
-        scan.duplicate_groups(list(reader.iter_entries(listdir.list_cache(d))))
+        duplicate_groups(list(reader.iter_entries(listdir.list_cache(d))))
 
     texts = {}
     for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):

@@ -8,80 +8,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-import zstandard
 
-from cachedoctor.cache import listdir, reader
-from cachedoctor.commands.runner import Run, program_env, run_command, run_program
+from cachedoctor.cache import model, parallel, reader
 from cachedoctor.xla import hlo_facts
-
-ProgramSpec = tuple[str, dict[str, str]]
-TESTS_DIR = Path(__file__).parent
-
-OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
-CROSSVER_SKIP = (
-    f"no second JAX interpreter: `nox -s crossver` builds a jax 0.8.3 venv and sets {OTHER_JAX_ENV}"
+from tests.support.caches import (
+    EVICT,
+    ProgramSpec,
+    make_cache,
+    needs_filelock,
 )
-
-
-def make_cache(path: Path, programs: Sequence[ProgramSpec], python: str | None = None) -> list[Run]:
-    path.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for name, env in programs:
-        if name.endswith(".py"):  # a program of the tests' own (tests/NAME), not a bundled one
-            argv = [python or sys.executable, str(TESTS_DIR / name)]
-            run = run_command(argv, program_env(str(path), env))
-        else:
-            run = run_program(name, str(path), env, python=python)
-        assert run.returncode == 0, f"{name} failed:\n{run.stderr[-2000:]}"
-        runs.append(run)
-    return runs
-
-
-def hlo_modules(cache: Path) -> list[bytes]:
-    """The HLO module of every entry of a cache that has one, as the reader extracts it."""
-    out = []
-    for item in listdir.list_cache(cache).entries:
-        detail = reader.decode_entry(cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail)
-        if detail.hlo_module is not None:
-            out.append(detail.hlo_module)
-    return out
-
-
-def other_jax_python() -> str:
-    """The interpreter of a second, older JAX (set by `nox -s crossver`); skips when unset."""
-    python = os.environ.get(OTHER_JAX_ENV)
-    if not python:
-        pytest.skip(CROSSVER_SKIP)
-    if not os.path.exists(python):
-        pytest.fail(f"{OTHER_JAX_ENV}={python} does not exist")
-    return python
-
-
-def raw_payload_layout(entry: Path) -> str:
-    """The payload layout read straight from the bytes with zstandard/zlib, not the reader.
-
-    After the 4-byte compile time, JAX <= 0.9.0 writes the bare PjRt proto (first byte 0x0a);
-    later JAX writes a varint length, then the header whose field 1 is the IFRT version.
-    """
-    blob = entry.read_bytes()
-    if blob.startswith(b"\x28\xb5\x2f\xfd"):
-        data = zstandard.ZstdDecompressor().decompressobj().decompress(blob)
-    else:
-        data = zlib.decompress(blob)
-    payload = data[4:]
-    if payload[0] == 0x0A:
-        return "pjrt"
-    length_bytes = 1 if payload[0] < 0x80 else 2
-    header = payload[length_bytes:]
-    assert header[0] == 0x08, f"unexpected header start {header[:4].hex()}"
-    return f"ifrt-v{header[1]}"
+from tests.support.gpu_vectors import (
+    f_bytes,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -140,6 +82,8 @@ def cache_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pat
 
 
 SEED_3 = [("seed", {})] * 3
+
+
 PLAIN = [("plain", {})]
 
 
@@ -161,9 +105,38 @@ def copy_of(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
     yield copy
 
 
-def cli_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env["NO_COLOR"] = "1"
-    env["COLUMNS"] = "200"
-    return env
+@pytest.fixture(scope="session")
+def evict_cache(cache_factory: Callable[..., Path]) -> Path:
+    """Three plain programs written with JAX's LRU eviction on: -atime files and a .lockfile."""
+    needs_filelock()
+    return cache_factory(
+        "evict",
+        [
+            ("plain", EVICT),
+            ("plain", {**EVICT, "CACHEDOCTOR_PLAIN_SIZE": "32"}),
+            ("plain", {**EVICT, "CACHEDOCTOR_PLAIN_SIZE": "64"}),
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def real_hlo_with_config(seed_cache: Path) -> bytes:
+    path = next(seed_cache.glob("jit_g-*-cache"))
+    detail = reader.decode_entry(path, detail=True)
+    assert isinstance(detail, model.EntryDetail) and detail.hlo_module and detail.hlo_config
+    return f_bytes(1, detail.hlo_module) + f_bytes(2, detail.hlo_config)
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the entries decoded (serially, in this process) by each scan."""
+    seen: list[str] = []
+    real = reader.decode_entry
+
+    def counting(path, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(os.path.basename(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(reader, "decode_entry", counting)
+    monkeypatch.setenv(parallel.WORKERS_ENV, "1")
+    return seen

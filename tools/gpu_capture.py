@@ -24,7 +24,7 @@ it JAX writes zlib entries, and we read both).
 
 Without a GPU, ``JAX_PLATFORMS=cpu python tools/gpu_capture.py --out /tmp/capture`` runs every
 step in about 90 s (the CPU entries then fail the GPU decoding, so it exits 1): a check that the
-script still runs after the package moves. ``tests/test_gpu_capture.py`` runs step 2.
+script still runs after the package moves. ``tests/e2e/test_gpu_capture.py`` runs step 2.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from cachedoctor._version import __version__
 
 __all__ = ["CachedoctorError", "__version__", "diff", "prune_plan", "scan", "stats"]
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 if TYPE_CHECKING:
-    from cachedoctor.commands.diff import DiffReport
-    from cachedoctor.commands.plan import Plan
-    from cachedoctor.commands.scan import ScanReport
-    from cachedoctor.commands.stats import StatsReport
+    from cachedoctor.core.diff.report import DiffReport
+    from cachedoctor.core.prune.actions import Plan
+    from cachedoctor.core.scan.report import ScanReport
+    from cachedoctor.core.stats import StatsReport
 
 PathLike = str | os.PathLike[str]
 
@@ -32,7 +32,7 @@ def scan(cache_dir: PathLike | None = None) -> ScanReport:
     ``cache_dir`` may be a ``gs://`` / ``s3://`` URL; None means ``$JAX_COMPILATION_CACHE_DIR``,
     then the directory ``cachedoctor enable`` configured.
     """
-    from cachedoctor.commands.scan import scan_directory
+    from cachedoctor.core.scan.run import scan_directory
     from cachedoctor.storage.stores import one_line_errors, open_store
     from cachedoctor.storage.urls import is_url
 
@@ -47,7 +47,7 @@ def scan(cache_dir: PathLike | None = None) -> ScanReport:
 def diff(a: PathLike, b: PathLike) -> DiffReport:
     """Why two entry files are different entries (``cachedoctor diff A B``): a verdict with
     its evidence, and the option, HLO and executable differences."""
-    from cachedoctor.commands.diff import diff_entries
+    from cachedoctor.core.diff.compare import diff_entries
 
     return diff_entries(a, b)
 
@@ -61,7 +61,7 @@ def stats(
     """What ``cachedoctor stats`` reports from the processes' records: totals, per module (never
     hit first, with the reason), per day and per host. ``since``: ``"7d"``, ``"2026-01-31"`` or
     a Unix time; ``module``: a name or glob."""
-    from cachedoctor.commands.stats import collect_stats, parse_since
+    from cachedoctor.core.stats import collect_stats, parse_since
 
     start = parse_since(since) if isinstance(since, str) else since
     return collect_stats(_dir(cache_dir), since=start, module=module)
@@ -82,12 +82,9 @@ def prune_plan(
 ) -> Plan:
     """The plan ``cachedoctor prune`` would carry out with these selectors (the same names as
     its options); it deletes nothing. Apply it with ``cachedoctor prune ... --apply``."""
-    from cachedoctor.commands.maintenance import (
-        PruneOptions,
-        parse_duration,
-        parse_size,
-        plan_prune,
-    )
+    from cachedoctor.core.prune.options import PruneOptions
+    from cachedoctor.core.prune.planner import plan_prune
+    from cachedoctor.units import parse_duration, parse_size
 
     try:
         size = parse_size(max_size) if isinstance(max_size, str) else max_size

@@ -96,7 +96,7 @@ def enabled() -> bool:
 def _sources_digest(select: Callable[[Path], Iterable[Path]]) -> bytes:
     """SHA-256 of the version and of the package's modules that ``select`` names (given the
     package folder), each with its path in the package; an unreadable one never matches."""
-    from cachedoctor import __version__
+    from cachedoctor._version import __version__
 
     package = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(__version__.encode())

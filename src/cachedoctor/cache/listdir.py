@@ -135,7 +135,7 @@ Member = tuple[str, int, int, int, int, int, int]
 class DirSnapshot:
     """What one pass over a local directory saw: its own stat and each member's lstat facts.
 
-    ``listing_of`` classifies it into a ``CacheListing``; the scan memo (``commands/scanmemo``)
+    ``listing_of`` classifies it into a ``CacheListing``; the scan memo (``core/scan/memo``)
     hashes it as it is, so a repeated scan of an unchanged cache builds no ``DirItem``.
     """
 

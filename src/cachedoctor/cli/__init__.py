@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from cachedoctor import __version__
+from cachedoctor._version import __version__
 from cachedoctor.errors import CachedoctorError, ExitCode
 
 # command name -> (module under cachedoctor.cli, attribute, one-line help)

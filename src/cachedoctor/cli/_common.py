@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from cachedoctor.commands.scan import ScanReport, Severity
+from cachedoctor.core.findings import Severity
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.render.console import stderr_console
 
@@ -63,7 +64,7 @@ def progress_bar(enabled: bool, what: str) -> Iterator[Callable[[int, int], None
 
 def size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: a byte size as every command spells it (50GB, 800MiB, 1000000)."""
-    from cachedoctor.commands.maintenance import parse_size
+    from cachedoctor.units import parse_size
 
     if value is None:
         return None

@@ -67,7 +67,7 @@ def check(
     run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable, 1 an unstable key
     (or, with --verify, a stale entry), 2 usage error or CMD failed.
     """
-    from cachedoctor.commands.check import run_check
+    from cachedoctor.core.check.check import run_check
 
     if output is not None:
         _check_writable(output)  # before running CMD, not after
@@ -93,7 +93,7 @@ def check(
         stderr=err,
         progress=progress,
     )
-    from cachedoctor.commands.lint import write_text_atomic
+    from cachedoctor.core.lint import write_text_atomic
 
     if junit_file:
         write_text_atomic(junit_file, render_to_string(report, "junit"))

@@ -13,8 +13,9 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from cachedoctor.commands.runner import Run, program_env, run_command
-from cachedoctor.commands.scan import FindingKind, scan_directory
+from cachedoctor.core.check.runner import Run, program_env, run_command
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.programs import program_path
 from cachedoctor.render.console import stdout_console

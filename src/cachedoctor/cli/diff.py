@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.commands.dirs import default_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
+from cachedoctor.stablekeys.settings import default_cache_dir
 
 if TYPE_CHECKING:
     from cachedoctor.cache.model import EntryDetail
@@ -57,14 +57,15 @@ def diff(
     Exit status: 0 when the entries are identical modulo volatile fields, 1 when they differ,
     2 on errors.
     """
-    from cachedoctor.commands import diff as core
+    from cachedoctor.core.diff.compare import diff_details, diff_module
+    from cachedoctor.core.diff.load import load_detail, load_from_store
 
     if module is not None:
         if a is not None or b is not None:
             raise click.UsageError("give either A and B, or --module NAME, not both")
-        from cachedoctor.commands.dirs import resolve_cache_dir
+        from cachedoctor.stablekeys.settings import resolve_cache_dir
 
-        report = core.diff_module(
+        report = diff_module(
             resolve_cache_dir(directory), module, context=hlo_context, raw_hlo=raw_hlo
         )
         renderer("json" if as_json else "text").render(report, stdout_console())
@@ -78,9 +79,9 @@ def diff(
 
     def load(ref: str) -> EntryDetail:
         if is_url(ref) or (is_url(cache_dir) and not os.path.exists(ref)):
-            return core.load_from_store(ref, cache_dir)
-        return core.load_detail(locate_entry(ref, cache_dir))
+            return load_from_store(ref, cache_dir)
+        return load_detail(locate_entry(ref, cache_dir))
 
-    result = core.diff_details(load(a), load(b), context=hlo_context, raw_hlo=raw_hlo)
+    result = diff_details(load(a), load(b), context=hlo_context, raw_hlo=raw_hlo)
     renderer("json" if as_json else "text").render(result, stdout_console())
     ctx.exit(int(ExitCode.OK if result.equivalent else ExitCode.FINDINGS))

@@ -6,11 +6,11 @@ import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE, progress_bar
-from cachedoctor.commands.dirs import resolve_cache_dir
-from cachedoctor.commands.scan import Severity
+from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import render_to_string, renderer
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
@@ -62,7 +62,7 @@ def lint(
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
     at --fail-on or above that is not in the baseline, 2 usage or I/O error.
     """
-    from cachedoctor.commands import lint as core
+    from cachedoctor.core import lint as core
 
     kinds = core.parse_kinds(ignore)
     with progress_bar(fmt == "text", "scanning") as progress:  # never beside a CI format

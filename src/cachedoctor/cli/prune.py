@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import click
 
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 if TYPE_CHECKING:
-    from cachedoctor.commands.plan import ApplyReport, Plan
+    from cachedoctor.core.prune.actions import ApplyReport, Plan
 
 
 def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def]
@@ -97,12 +97,9 @@ def prune(
     the object's generation/ETag at planning time (an object rewritten since is kept).
     Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
     """
-    from cachedoctor.commands.maintenance import (
-        PruneOptions,
-        parse_duration,
-        parse_size,
-        plan_prune,
-    )
+    from cachedoctor.core.prune.options import PruneOptions
+    from cachedoctor.core.prune.planner import plan_prune
+    from cachedoctor.units import parse_duration, parse_size
 
     selectors = []
     for flag, value in (
@@ -154,7 +151,7 @@ def plan_and_apply(
     make_plan: Callable[[], Plan], cache_dir: str, do_apply: bool, lock_timeout: float
 ) -> tuple[Plan, ApplyReport | None]:
     """Build a plan and, only when told, apply it; shared by ``prune`` and ``rekey``."""
-    from cachedoctor.commands.apply import apply
+    from cachedoctor.core.prune.apply import apply
 
     try:
         plan = make_plan()

@@ -6,8 +6,8 @@ import click
 
 from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.prune import _render, plan_and_apply
-from cachedoctor.commands.dirs import resolve_cache_dir
 from cachedoctor.errors import ExitCode
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
@@ -39,8 +39,8 @@ def rekey(
     kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
     2 usage or I/O error.
     """
-    from cachedoctor.commands.plan import Status
-    from cachedoctor.commands.rekey import plan_rekey
+    from cachedoctor.core.prune.actions import Status
+    from cachedoctor.core.prune.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
     with progress_bar(not as_json, "planning") as progress:

@@ -7,11 +7,13 @@ import time
 import click
 
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.commands.dirs import resolve_cache_dir
-from cachedoctor.commands.scan import ProgressCallback, ScanReport, Severity, scan_directory
+from cachedoctor.core.findings import Severity
+from cachedoctor.core.scan.report import ProgressCallback, ScanReport
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode, count
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.urls import is_url
 
 
@@ -53,7 +55,7 @@ def scan(
     Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error, or DIR
     does not look like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
-    from cachedoctor.commands.lint import parse_kinds
+    from cachedoctor.core.lint import parse_kinds
 
     ignored = parse_kinds(ignore)
     cache_dir = resolve_cache_dir(directory)

@@ -9,9 +9,9 @@ import click
 from cachedoctor.cache import model, reader
 from cachedoctor.cache.locate import locate_entry, locate_in_store
 from cachedoctor.cache.reader import decode_item
-from cachedoctor.commands.dirs import default_cache_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
+from cachedoctor.stablekeys.settings import default_cache_dir
 from cachedoctor.storage.stores import one_line_errors
 from cachedoctor.storage.urls import is_url
 

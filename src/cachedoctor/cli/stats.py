@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from cachedoctor.commands.dirs import resolve_cache_dir
-from cachedoctor.commands.stats import collect_stats, parse_since, zero
+from cachedoctor.core.stats import collect_stats, parse_since, zero
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.render.console import stdout_console
+from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()

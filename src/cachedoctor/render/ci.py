@@ -7,10 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from cachedoctor import __version__
-from cachedoctor.commands.check import CheckReport
-from cachedoctor.commands.lint import LintReport
-from cachedoctor.commands.scan import SCHEMA_VERSION
+from cachedoctor._version import __version__
+from cachedoctor.core.check.report import CheckReport
+from cachedoctor.core.lint import LintReport
+from cachedoctor.core.scan.report import SCHEMA_VERSION
 from cachedoctor.render.console import Line, print_lines
 from cachedoctor.render.jsonout import finding_dict, to_plain
 from cachedoctor.render.table import SEVERITY_STYLE

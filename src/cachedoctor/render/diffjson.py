@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachedoctor import __version__
-from cachedoctor.commands.diff import DiffReport, ModuleDiffReport
-from cachedoctor.commands.scan import SCHEMA_VERSION
+from cachedoctor._version import __version__
+from cachedoctor.core.diff.report import DiffReport, ModuleDiffReport
+from cachedoctor.core.scan.report import SCHEMA_VERSION
 from cachedoctor.render.jsonout import to_plain
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.commands.diff import DiffReport, EntrySide, ModuleDiffReport
+from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
 from cachedoctor.render.table import human_bytes
 from cachedoctor.xla.optionschema import FieldDiff
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from cachedoctor.commands.plan import ApplyReport, Plan
+    from cachedoctor.core.prune.actions import ApplyReport, Plan
 
 
 class Renderer(Protocol):

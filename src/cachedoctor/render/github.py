@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from cachedoctor.commands.check import CheckReport
-from cachedoctor.commands.lint import LintReport
-from cachedoctor.commands.scan import Severity
+from cachedoctor.core.check.report import CheckReport
+from cachedoctor.core.findings import Severity
+from cachedoctor.core.lint import LintReport
 
 LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

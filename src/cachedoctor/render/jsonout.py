@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from cachedoctor import __version__
+from cachedoctor._version import __version__
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
-from cachedoctor.commands.scan import SCHEMA_VERSION, Finding, ScanReport
+from cachedoctor.core.findings import Finding
+from cachedoctor.core.scan.report import SCHEMA_VERSION, ScanReport
 
 
 def to_plain(value: Any) -> Any:

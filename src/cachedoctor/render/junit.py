@@ -13,9 +13,9 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from cachedoctor.commands.check import CheckReport
-from cachedoctor.commands.lint import LintReport
-from cachedoctor.commands.scan import FindingKind
+from cachedoctor.core.check.report import CheckReport
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.lint import LintReport
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor import __version__
-from cachedoctor.commands.plan import SCHEMA_VERSION, Action, ApplyReport, Op, Plan, Status
+from cachedoctor._version import __version__
+from cachedoctor.core.prune.actions import SCHEMA_VERSION, Action, ApplyReport, Op, Plan, Status
 from cachedoctor.errors import count
 from cachedoctor.render.console import print_table
 from cachedoctor.render.jsonout import to_plain

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.commands.stats import Counters, Group, StatsReport, ZeroReport
+from cachedoctor.core.stats import Group, StatsReport, ZeroReport
+from cachedoctor.core.usage.records import Counters
 from cachedoctor.render.table import render_finding_list
 
 BAR_WIDTH = 40  # characters of the terminal chart's full bar

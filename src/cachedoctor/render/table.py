@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
-from cachedoctor.commands.scan import Finding, ModuleStats, ScanReport, Severity
+from cachedoctor.core.findings import Finding, Severity
+from cachedoctor.core.scan.report import ModuleStats, ScanReport
 from cachedoctor.errors import count
 from cachedoctor.render.console import Line, print_lines, print_table
 

@@ -162,9 +162,9 @@ def from_key_result(
     """
     import platform as _platform
 
-    import cachedoctor
+    from cachedoctor._version import __version__
 
-    versions = {"python": _platform.python_version(), "cachedoctor": cachedoctor.__version__}
+    versions = {"python": _platform.python_version(), "cachedoctor": __version__}
     try:
         import jax
         from jax._src.lib import version_str as jaxlib_version

@@ -13,7 +13,8 @@ that reads it. Format (TOML, written by ``enable``, removed by ``disable``)::
     hook = "stable"                 # stable | observe | stats | off
     record_ir = false               # keep each module's canonical text for `diff`
 
-Precedence for every value: environment variable, then this file, then JAX's default.
+Precedence for every value: environment variable, then this file, then JAX's default. A command
+that is given no cache directory works on the effective one (:func:`resolve_cache_dir`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import CachedoctorError, NoCacheDirError
 from cachedoctor.storage.files import write_atomic
 
 CONFIG_ENV = "CACHEDOCTOR_CONFIG"
@@ -255,3 +256,27 @@ def configured_cache_dir() -> str | None:
         return None
     value = load().get("cache_dir")
     return str(value) if value else None
+
+
+def resolve_cache_dir(explicit: str | None) -> str:
+    """The DIR argument, else ``$JAX_COMPILATION_CACHE_DIR``, else cachedoctor's configured dir."""
+    if explicit:
+        return explicit
+    env = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if env:
+        return env
+    configured = configured_cache_dir()
+    if configured:
+        return configured
+    raise NoCacheDirError(
+        "no cache directory given: pass DIR, set JAX_COMPILATION_CACHE_DIR, "
+        "or configure one with `cachedoctor enable --dir DIR`"
+    )
+
+
+def default_cache_dir(explicit: str | None) -> str | None:
+    """Like :func:`resolve_cache_dir`, for commands that also take a path: None when unset."""
+    try:
+        return resolve_cache_dir(explicit)
+    except NoCacheDirError:
+        return None

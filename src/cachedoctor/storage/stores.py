@@ -591,7 +591,7 @@ class RemoteStore:
         dirs = [i for i in items if i.is_dir]
         if dirs:
             prefix = f"{sub.strip('/')}/" if sub else ""
-            totals = self.map(lambda d: self._tree_size(prefix + d.name), dirs)
+            totals = self.map(lambda d: self.tree_size(prefix + d.name), dirs)
             sizes = dict(zip([d.name for d in dirs], totals, strict=True))
             items = [
                 StoreItem(i.name, sizes[i.name], i.mtime_ns, None, True) if i.is_dir else i
@@ -599,7 +599,7 @@ class RemoteStore:
             ]
         return sorted(items, key=lambda i: i.name)
 
-    def _tree_size(self, name: str) -> int:
+    def tree_size(self, name: str) -> int:
         path = self.path_of(name)
         found = self.retry(
             lambda: self.fs.find(path, detail=True), what=f"listing {self.url_of(name)}"

@@ -9,24 +9,31 @@ from cachedoctor.formats import wire
 
 # DebugOptions field numbers (xla/xla.proto), see docs/format.md.
 DEBUG_DEVICE_COUNT = 102
-
-
 DEBUG_DUMP_TO = 109
-
-
 DEBUG_KERNEL_CACHE_FILE = 306
-
-
 DEBUG_AUTOTUNE_DIR = 310
-
-
 DEBUG_AUTOTUNE_MODE = 324
-
-
 DEBUG_AUTOTUNER_CACHE_DIR = 407
 
-
 AUTOTUNE_MODES = {0: "unspecified", 1: "update", 2: "read"}
+
+# DebugOptions fields derived from the cache directory (docs/format.md): a different value with
+# the same last component means the cache was moved or copied.
+CACHE_PATH_FIELDS = frozenset(
+    {DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR}
+)
+# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see docs/format.md.
+CLEARED_BY_JAX = frozenset({DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE, 61})
+
+
+def debug_field_number(numbers: tuple[int, ...]) -> int | None:
+    """The DebugOptions field number of a field path through CompileOptionsProto
+    (3 executable_build_options, 3 debug_options) or HloModuleConfigProto (14 debug_options)."""
+    if len(numbers) == 3 and numbers[:2] == (3, 3):
+        return numbers[2]
+    if len(numbers) == 2 and numbers[0] == 14:
+        return numbers[1]
+    return None
 
 
 def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:

@@ -1,0 +1,191 @@
+"""Run commands in fresh subprocesses against a given cache directory.
+
+Shared by ``demo``, ``check`` and the tests: each run is a new interpreter, as a real job's
+restart would be, so nothing is cached in memory between runs. ``check``'s runs of the user's
+command are teed to its log as they arrive, watching for JAX's own words about the cache
+(a verification mismatch, a module it refuses to store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from cachedoctor.cache import listdir
+from cachedoctor.core.check.report import CommandFailedError
+from cachedoctor.programs import program_path
+from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
+
+
+@dataclass(frozen=True)
+class Run:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def program_env(cache_dir: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a program run: this cache dir, 8 CPU devices, cache every compile."""
+    env = dict(os.environ)
+    env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+    env["JAX_PLATFORMS"] = "cpu"
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    flags = env.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        env["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=8").strip()
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_command(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = 600) -> Run:
+    start = time.monotonic()
+    proc = subprocess.run(
+        list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return Run(tuple(argv), proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+def run_program(
+    name: str,
+    cache_dir: str,
+    extra_env: Mapping[str, str] | None = None,
+    python: str | None = None,
+) -> Run:
+    """Run a bundled program (``seed``, ``plain``) once in a fresh interpreter."""
+    argv = [python or sys.executable, str(program_path(name))]
+    return run_command(argv, program_env(cache_dir, extra_env))
+
+
+VERIFY_OPTION = "jax_compilation_cache_check_contents"
+
+
+BOOT_DIR = Path(__file__).resolve().parents[2] / "_check_boot"
+
+
+# JAX raises CacheVerificationError with this text when a cached executable differs.
+_MISMATCH = re.compile(rb"cache inconsistency for key ([\w.\-]+-[0-9a-f]{64})")
+
+
+# JAX's own words (jax_explain_cache_misses) for a module it refuses to store
+_NOT_STORED = re.compile(
+    rb"Not writing persistent cache entry for '([^'\s]+)' because it uses host callbacks"
+)
+
+
+def check_env(
+    base: Mapping[str, str], cache_dir: str, *, observe: bool, verify: bool
+) -> dict[str, str]:
+    """The command's environment: this cache, every compilation cached, optional layers on."""
+    env = dict(base)
+    env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("JAX_EXPLAIN_CACHE_MISSES", "1")  # JAX then says which modules it won't store
+    if observe:
+        env.setdefault(HOOK_ENV, "observe")  # a mode the user set (e.g. stable) is kept
+        paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    if verify:
+        env[VERIFY_OPTION.upper()] = "1"
+    return env
+
+
+class _Tee:
+    """Copies a child's stream to a sink and the log as it arrives; spots verify mismatches."""
+
+    def __init__(self, sink: IO[bytes] | None, log: IO[bytes], lock: threading.Lock) -> None:
+        self.sink, self.log, self.lock = sink, log, lock
+        self.mismatches: list[str] = []
+        self.not_stored: list[str] = []
+        self._tail = b""
+
+    def pump(self, fd: int) -> None:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            with self.lock:
+                self.log.write(chunk)
+                if self.sink is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        self.sink.write(chunk)
+                        self.sink.flush()
+            data = self._tail + chunk
+            for match in _MISMATCH.finditer(data):
+                key = match.group(1).decode()
+                if key not in self.mismatches:
+                    self.mismatches.append(key)
+            for match in _NOT_STORED.finditer(data):
+                module = match.group(1).decode()
+                if module not in self.not_stored:
+                    self.not_stored.append(module)
+            self._tail = data[-200:]
+        os.close(fd)
+
+
+def run_once(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    stdout: IO[bytes] | None,
+    stderr: IO[bytes] | None,
+    log: IO[bytes],
+) -> tuple[int, list[str], list[str]]:
+    """Run the command once, teeing its output; (exit code, mismatch keys, modules not stored)."""
+    lock = threading.Lock()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(list(argv), env=dict(env), stdout=out_w, stderr=err_w)
+    except OSError as exc:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise CommandFailedError(
+            f"cannot run {argv[0]!r}: {exc.strerror or exc}", slug="command-not-found"
+        ) from None
+    os.close(out_w)
+    os.close(err_w)
+    tees = (_Tee(stdout, log, lock), _Tee(stderr, log, lock))
+    threads = [
+        threading.Thread(target=tee.pump, args=(fd,), daemon=True)
+        for tee, fd in zip(tees, (out_r, err_r), strict=True)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        code = proc.wait()
+    except BaseException:  # Ctrl-C: stop the child before leaving
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+        raise
+    finally:
+        for t in threads:
+            t.join(timeout=30)
+    found = tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
+    not_stored = sorted({*tees[0].not_stored, *tees[1].not_stored})
+    return code, found, not_stored
+
+
+def entry_keys(cache_dir: str) -> list[str]:
+    try:
+        listing = listdir.list_cache(cache_dir)
+    except FileNotFoundError:
+        return []
+    return [i.key for i in listing.entries if i.key]

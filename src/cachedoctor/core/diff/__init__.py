@@ -1,0 +1,1 @@
+"""Why two cache entries are two entries: load, compare section by section, decide a verdict."""

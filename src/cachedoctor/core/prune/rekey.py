@@ -1,0 +1,367 @@
+"""``rekey``: move manifest-bearing entries to the key the current stable hasher gives them.
+
+A manifest records the digest of every key component (see ``stablekeys.manifest``), so a key can
+be recomputed offline after the combination step changes (a new hasher version). An entry whose
+recomputed key differs is moved: target manifest and ``-atime`` first, then the ``-cache`` file
+is hard-linked to the new name (atomic, never replacing an existing file), then the old names are
+removed. Every instant leaves a usable cache: each ``-cache`` file JAX can see has its ``-atime``,
+and a kill leaves at worst the same entry under both keys, which the next run drops.
+
+Only entries stored in ``stable`` mode move: in ``observe`` mode JAX finds entries by its own key.
+With ``relocated``, entries that ``scan`` reports ``relocated`` (copied from another cache path,
+so JAX's own key can never hit them here) and that carry an ``observe``-mode manifest move too:
+the manifest records the stable key's components, which hash the cache's paths relative to the
+cache, so the hook in ``stable`` mode hits the moved entry at this path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from cachedoctor import layout
+from cachedoctor.cache import listdir, reader
+from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
+from cachedoctor.cache.listdir import FileKind
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.prune.actions import (
+    Action,
+    ManifestFile,
+    Op,
+    Outcome,
+    Plan,
+    Rule,
+    Skip,
+    Status,
+    open_cache,
+    read_manifests,
+    remove_companions,
+)
+from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
+from cachedoctor.stablekeys import keys, manifest
+from cachedoctor.storage.fsops import CacheDir, FileId
+
+
+class KeyHasher(Protocol):
+    """What rekey needs from the stable hasher (``stablekeys.keys`` + ``stablekeys.manifest``)."""
+
+    version: int
+
+    def recompute(self, manifest: dict[str, Any]) -> str:
+        """The key the current hasher gives this manifest. Raises ValueError with a reason."""
+        ...
+
+
+class _StableHasher:
+    """The stable hasher of this installation, as rekey uses it."""
+
+    def __init__(self) -> None:
+        self.version: int = int(keys.HASHER_VERSION)
+
+    def recompute(self, data: dict[str, Any]) -> str:
+        try:
+            m = manifest.Manifest.from_dict(data)
+        except TypeError as exc:
+            raise ValueError(f"manifest lacks fields: {exc}") from exc
+        return str(manifest.recompute_key(m, hasher_version=self.version))
+
+
+def default_hasher() -> KeyHasher:
+    return _StableHasher()
+
+
+def _digest(cd: CacheDir, key: str) -> str | None:
+    info = reader.decode_entry(os.path.join(cd.path, key + layout.CACHE_SUFFIX), key=key)
+    assert isinstance(info, EntryInfo)
+    return info.executable_digest
+
+
+def plan_rekey(
+    cache_dir: str | os.PathLike[str],
+    *,
+    hasher: KeyHasher | None = None,
+    now: float | None = None,
+    jax_info: JaxInfo | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    relocated: bool = False,
+) -> Plan:
+    """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
+    follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
+    from cachedoctor.storage.urls import is_url
+
+    if is_url(cache_dir):
+        raise CachedoctorError(
+            "rekey works on local cache directories only: a bucket has no atomic rename or "
+            "link, so a re-key would be a copy of every entry; run it on a local copy",
+            slug="usage",
+        )
+    hasher = hasher or default_hasher()
+    now = time.time() if now is None else now
+    jax_info = jax_info or installed_jax()
+    actions: list[Action] = []
+    skipped: list[Skip] = []
+    conflicts: list[Skip] = []
+    current = 0
+    with open_cache(cache_dir) as cd:
+        listing = listdir.list_cache(cd.path)
+        eviction = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in listing.items)
+        manifests, _ = read_manifests(cd)
+        adoptable = (
+            _relocated_keys(cd, listing, manifests, jax_info, now, os.fspath(cache_dir))
+            if relocated
+            else set()
+        )
+        folder = MANIFEST_DIRNAME
+        targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
+        for n, m in enumerate(manifests):
+            if progress is not None:
+                progress(n, len(manifests))
+            label = f"{folder}/{m.file}"
+            if m.is_symlink:
+                skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))
+                continue
+            if m.data is None:
+                skipped.append(Skip(label, "not a readable manifest", Rule.REKEY))
+                continue
+            if m.data.get("key") != m.key:
+                skipped.append(
+                    Skip(label, f"records key {m.data.get('key')!r}, not its file name", Rule.REKEY)
+                )
+                continue
+            adopting = m.key in adoptable
+            if m.data.get("mode") != "stable" and not adopting:
+                skipped.append(
+                    Skip(
+                        m.key,
+                        f"{m.data.get('mode')}-mode manifest: JAX finds this entry by its "
+                        "own key, so it stays",
+                        Rule.REKEY,
+                    )
+                )
+                continue
+            src = cd.regular(m.key + layout.CACHE_SUFFIX)
+            if src is None:
+                leftover = _interrupted_move(cd, m, hasher, folder)
+                if leftover is not None:
+                    actions.append(leftover)
+                else:
+                    skipped.append(
+                        Skip(m.key, "manifest without entry (prune --orphans)", Rule.REKEY)
+                    )
+                continue
+            try:
+                new = hasher.recompute(m.data)
+            except ValueError as exc:
+                skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Rule.REKEY))
+                continue
+            if new == m.key:
+                current += 1
+                continue
+            parsed = listdir.parse_key(m.key)
+            base = Action(
+                op=Op.MOVE_ENTRY,
+                name=m.key,
+                rules=(Rule.REKEY,),
+                reason=(
+                    "relocated: JAX's key hashes another cache path; to the stable key"
+                    if adopting
+                    else f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}"
+                ),
+                module=parsed[1] if parsed else None,
+                files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
+                new_key=new,
+            )
+            # who holds (or will hold, after an earlier move) the new key, and its file
+            holder = targets.get(new)
+            if holder is None:
+                target = cd.regular(new + layout.CACHE_SUFFIX)
+                if target is not None:
+                    holder = (new, FileId.of(new + layout.CACHE_SUFFIX, target))
+            if holder is None:
+                targets[new] = (m.key, base.files[0])
+                actions.append(base)
+                continue
+            ours = _digest(cd, m.key)
+            if ours is not None and ours == _digest(cd, holder[0]):
+                atime = cd.regular(m.key + layout.ATIME_SUFFIX)
+                actions.append(
+                    replace(
+                        base,
+                        op=Op.DROP_DUPLICATE,
+                        reason=f"{new} already holds the same executable",
+                        bytes=src.st_size + (atime.st_size if atime else 0) + m.size,
+                        files=(base.files[0], holder[1]),
+                    )
+                )
+            else:
+                conflicts.append(
+                    Skip(
+                        m.key,
+                        f"new key {new} already holds a different executable; both kept",
+                        Rule.REKEY,
+                    )
+                )
+    notes = [
+        f"stable hasher v{hasher.version}; {current} manifest-bearing entries already under "
+        "their current key",
+        "rekey recomputes the combination of the recorded component digests; a different key "
+        "policy (other components) needs a new compile with the hook enabled",
+    ]
+    if relocated:
+        notes.append(
+            f"--relocated: {len(adoptable)} relocated entries carry an observe-mode manifest and "
+            "move to their stable key (`cachedoctor enable` makes JAX use it); relocated entries "
+            "without a manifest cannot be re-keyed offline (their key needs the module)"
+        )
+    return Plan(
+        command="rekey",
+        cache_dir=cd.path,
+        created_at=now,
+        selectors=(),
+        actions=tuple(actions),
+        skipped=tuple(skipped),
+        conflicts=tuple(conflicts),
+        notes=tuple(notes),
+        eviction_in_use=eviction,
+        jax_version=jax_info.jax_version,
+        jaxlib_version=jax_info.jaxlib_version,
+    )
+
+
+def _relocated_keys(
+    cd: CacheDir,
+    listing: listdir.CacheListing,
+    manifests: list[ManifestFile],
+    jax_info: JaxInfo,
+    now: float,
+    as_given: str,
+) -> set[str]:
+    """Keys of observe-mode entries that ``scan`` reports ``relocated`` (its evidence, reused)."""
+    from cachedoctor.core.findings import FindingKind
+    from cachedoctor.core.scan.build import build_report
+
+    observed = {
+        m.key
+        for m in manifests
+        if m.data is not None and m.data.get("mode") == "observe" and not m.is_symlink
+    }
+    infos = []
+    for item in listing.entries:
+        if item.key in observed and not item.is_symlink:
+            info = reader.decode_entry(os.path.join(cd.path, item.name), key=item.key)
+            assert isinstance(info, EntryInfo)
+            infos.append(info)
+    report = build_report(
+        listing,
+        infos,
+        jax_info,
+        now,
+        manifests=[m.data for m in manifests if not m.is_symlink],
+        root_as_given=as_given,
+    )
+    return {
+        key
+        for f in report.findings
+        if f.kind is FindingKind.RELOCATED
+        for key in f.entries
+        if key in observed
+    }
+
+
+def _interrupted_move(
+    cd: CacheDir, m: ManifestFile, hasher: KeyHasher, folder: str
+) -> Action | None:
+    """The source manifest a killed move left behind: its entry and manifest already stand
+    under the new key, so removing it finishes the move (the next run's job)."""
+    try:
+        new = hasher.recompute(m.data or {})
+    except ValueError:
+        return None
+    mdir = cd.subdir(folder)
+    if new == m.key or mdir is None:
+        return None
+    if cd.regular(new + layout.CACHE_SUFFIX) is None or mdir.regular(new + MANIFEST_SUFFIX) is None:
+        return None
+    st = mdir.regular(m.file)
+    if st is None:
+        return None
+    return Action(
+        op=Op.REMOVE_FILE,
+        name=f"{folder}/{m.file}",
+        rules=(Rule.REKEY,),
+        reason=f"left by an interrupted move to {new}: the entry and its manifest are there",
+        bytes=st.st_size,
+        files=(FileId.of(m.file, st),),
+        folder=folder,
+    )
+
+
+def _moved_manifest(raw: bytes, old: str, new: str) -> bytes | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    data.update(key=new, stable_key=new, migrated_from=old, mode="stable")
+    return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def apply_action(cd: CacheDir, a: Action) -> Outcome:
+    """Carry out one MOVE_ENTRY or DROP_DUPLICATE; the caller holds JAX's lock."""
+    old, new = a.name, a.new_key
+    assert new is not None
+    st = cd.lstat(a.files[0].name)
+    if st is None:
+        return Outcome(a, Status.SKIPPED, "already gone")
+    if not a.files[0].matches(st):
+        return Outcome(a, Status.SKIPPED, "changed since the plan")
+    target = cd.regular(new + layout.CACHE_SUFFIX)
+    if a.op is Op.DROP_DUPLICATE or target is not None:
+        return _drop_if_same(cd, a, old, new)
+    mdir = cd.subdir(MANIFEST_DIRNAME, create=True)
+    if mdir is None:
+        return Outcome(a, Status.FAILED, f"{MANIFEST_DIRNAME} is not a folder (a link?)")
+    with mdir:
+        raw = mdir.read_small(old + MANIFEST_SUFFIX, limit=64 << 20)
+        moved = _moved_manifest(raw, old, new) if raw else None
+        if moved is not None:
+            mdir.write_new(new + MANIFEST_SUFFIX, moved)
+        if mdir.regular(old + MANIFEST_IR_SUFFIX) is not None:
+            mdir.link_noreplace(old + MANIFEST_IR_SUFFIX, new + MANIFEST_IR_SUFFIX)
+    if cd.regular(old + layout.ATIME_SUFFIX) is not None:
+        cd.link_noreplace(old + layout.ATIME_SUFFIX, new + layout.ATIME_SUFFIX)
+    elif cd.lstat(LOCKFILE) is not None:
+        cd.write_new(new + layout.ATIME_SUFFIX, st.st_mtime_ns.to_bytes(8, "little"))
+    if not cd.link_noreplace(old + layout.CACHE_SUFFIX, new + layout.CACHE_SUFFIX):
+        return _drop_if_same(cd, a, old, new)  # a JAX process wrote the new key meanwhile
+    cd.fsync()
+    cd.unlink_if(None, old + layout.CACHE_SUFFIX)
+    remove_companions(cd, old)
+    return Outcome(a, Status.DONE, f"now {new}")
+
+
+def _drop_if_same(cd: CacheDir, a: Action, old: str, new: str) -> Outcome:
+    """Drop the source when the new key holds the same executable; else report the conflict.
+
+    The plan compared the two files; when the target is still that very file (inode, size,
+    mtime) nothing is decoded here, under JAX's lock.
+    """
+    target = cd.lstat(new + layout.CACHE_SUFFIX)
+    compared = len(a.files) > 1 and target is not None and a.files[1].matches(target)
+    if not compared:
+        ours, theirs = _digest(cd, old), _digest(cd, new)
+        if ours is None or ours != theirs:
+            return Outcome(
+                a, Status.FAILED, f"conflict: {new} holds a different executable; kept both"
+            )
+    size = a.files[0].size
+    if cd.unlink_if(a.files[0]) != "removed":
+        return Outcome(a, Status.SKIPPED, "changed since the plan")
+    freed = size + remove_companions(cd, old)
+    return Outcome(a, Status.DONE, f"duplicate of {new}", freed)

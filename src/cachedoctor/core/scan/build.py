@@ -1,0 +1,131 @@
+"""From a listing and its decoded entries to the report: every rule's findings, the summary and
+the module table (pure: no I/O but the size of a local sub-cache folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+
+from cachedoctor.cache.jaxenv import JaxInfo
+from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import Finding
+from cachedoctor.core.scan.report import ModuleStats, ScanReport, ScanSummary, real_problems
+from cachedoctor.core.scan.rules.integrity import atime_findings, corrupt_findings
+from cachedoctor.core.scan.rules.inventory import (
+    mixtures,
+    not_stored_findings,
+    subcache_findings,
+    unknown_files,
+)
+from cachedoctor.core.scan.rules.keys import (
+    count_modes,
+    key_modes_by_entry,
+    relocated_findings,
+    same_program_findings,
+    stable_hasher_keys,
+)
+from cachedoctor.core.scan.rules.security import insecure_findings
+from cachedoctor.xla import subcaches
+
+
+def other_files(listing: CacheListing) -> tuple[DirItem, ...]:
+    return tuple(i for i in listing.items if i.kind is not FileKind.ENTRY)
+
+
+def build_report(
+    listing: CacheListing,
+    entries: list[EntryInfo],
+    jax_info: JaxInfo,
+    now: float,
+    sub: subcaches.SubcacheReport | None = None,
+    *,
+    manifests: Sequence[Mapping[str, object] | None] = (),
+    root_as_given: str | None = None,
+) -> ScanReport:
+    """Findings and statistics from decoded entries (pure: no I/O).
+
+    ``manifests``: the cache's key manifests as JSON data (``stablekeys.manifest``): they say
+    which entries are under the stable hasher, and which modules JAX compiled but never stored.
+    ``root_as_given``: the directory as the user spelled it, when the listing's root is its
+    real path (``relocated`` compares paths as JAX hashes them: as spelled).
+    """
+    findings: list[Finding] = []
+    findings += subcache_findings(sub)
+    findings += same_program_findings(entries)
+    stable_keys = stable_hasher_keys(manifests)
+    findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
+    findings += not_stored_findings(listing, manifests)
+    findings += atime_findings(listing)
+    findings += corrupt_findings(entries, now)
+    findings += insecure_findings(listing)
+    findings += mixtures(entries)
+    findings += unknown_files(listing)
+    findings.sort(key=lambda f: (-f.severity, f.kind, f.module or "", f.entries))
+    return ScanReport(
+        cache_dir=listing.root,
+        scanned_at=now,
+        jax=jax_info,
+        summary=_summary(listing, entries),
+        modules=_module_stats(entries, manifests),
+        entries=tuple(entries),
+        findings=tuple(findings),
+        other_files=other_files(listing),
+        subcaches=sub,
+    )
+
+
+def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
+    atimes = listing.of_kind(FileKind.ATIME)
+    subcaches: dict[str, int] = {}
+    for item in listing.items:
+        if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
+            local_dir = item.is_dir and not listing.remote  # a bucket lists totals already
+            subcaches[item.name] = tree_size(listing.path(item)) if local_dir else item.size
+    return ScanSummary(
+        entries=len(entries),
+        bytes_on_disk=sum(e.size for e in entries),
+        decompressed_bytes=sum(e.decompressed_size or 0 for e in entries),
+        compile_seconds=sum(e.compile_time_s or 0 for e in entries),
+        modules=len({e.module for e in entries}),
+        platforms=tuple(Counter(e.platform for e in entries if e.ok).most_common()),
+        formats=tuple(Counter(e.format_label for e in entries if e.ok).most_common()),
+        corrupt=sum(1 for e in entries if real_problems(e)),
+        atime_files=len(atimes),
+        eviction_in_use=bool(atimes) or any(i.kind is FileKind.LOCKFILE for i in listing.items),
+        subcaches=tuple(sorted(subcaches.items())),
+    )
+
+
+def tree_size(path: os.PathLike[str] | str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _module_stats(
+    entries: list[EntryInfo], manifests: Sequence[Mapping[str, object] | None] = ()
+) -> tuple[ModuleStats, ...]:
+    by_module: dict[str, list[EntryInfo]] = defaultdict(list)
+    for e in entries:
+        by_module[e.module or "(unnamed)"].append(e)
+    modes = key_modes_by_entry(manifests)
+    stats = [
+        ModuleStats(
+            module=module,
+            entries=len(group),
+            programs=len({e.program_digest or e.key for e in group}),
+            bytes_on_disk=sum(e.size for e in group),
+            compile_seconds=sum(e.compile_time_s or 0 for e in group),
+            key_modes=count_modes(modes[e.key] for e in group if e.key in modes),
+        )
+        for module, group in by_module.items()
+    ]
+    stats.sort(key=lambda s: (-s.bytes_on_disk, s.module))
+    return tuple(stats)

@@ -1,0 +1,282 @@
+"""The scan memo: a repeated scan of an unchanged cache serves the last report whole.
+
+The scan index (``cache/index.py``) spares decoding unchanged entries, but a repeated scan still
+classified every name, served every row and rebuilt every finding: several times the cost of
+listing the directory. A report is a pure function of what the scan read, so it is stored (in
+the index file) under a digest of all of it, and served when the digest comes out the same:
+
+- every name in the directory with its ``lstat`` facts (mode, owner, size, mtime, inode, ctime:
+  a rewrite, ``touch``, ``chmod``, ``chown``, rename or replacement changes ctime, which
+  ``utime`` cannot set back), the directory's own mode and owner, and the same for each file of
+  the key manifests folder (the one folder the scan reads below the cache);
+- for a bucket, each object's name, size, mtime and generation/ETag;
+- the code (every module of the package), the installed JAX facts the findings use, the user
+  (ownership findings), the path as given and made absolute, and the decode limit.
+
+A report is not stored when it read more than that (XLA sub-caches, a bucket's manifests) or,
+locally, when a file changed in the last ``index.RACY_S`` (a write may still be in flight within
+one timestamp tick; a bucket object's generation/ETag changes with every write). It is served
+only forward in time (a clock set back misses), and only while no young truncated entry it holds
+has come of age (``scan.judged_by_age_until``: its verdict changes then). Its entries and
+other files are not stored: they are read from the index (the same rows a scan without the memo
+serves) only when a caller asks for them (``--json``, ``check``); the text report and ``lint``
+never do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import marshal
+import operator
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, overload
+
+from cachedoctor import layout
+from cachedoctor.cache import index, listdir
+from cachedoctor.cache.jaxenv import JaxInfo
+from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot, Member
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import (
+    KeyModeUse,
+    ModuleStats,
+    ScanReport,
+    ScanSummary,
+    judged_by_age_until,
+)
+from cachedoctor.storage import urls
+
+MEMO_FORMAT = "cachedoctor-scan-memo-v2"
+T = TypeVar("T")
+_BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
+
+
+class Deferred(Sequence[T]):
+    """A sequence of known length whose items are made on first use (then kept)."""
+
+    __slots__ = ("_items", "_length", "_make")
+
+    def __init__(self, length: int, make: Callable[[], Sequence[T]]) -> None:
+        self._length = length
+        self._make: Callable[[], Sequence[T]] | None = make
+        self._items: tuple[T, ...] | None = None
+
+    def _all(self) -> tuple[T, ...]:
+        if self._items is None:
+            assert self._make is not None
+            self._items = tuple(self._make())
+            self._make = None
+        return self._items
+
+    def __len__(self) -> int:
+        return self._length if self._items is None else len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Deferred | tuple | list):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        made = "made" if self._items is not None else "not made yet"
+        return f"Deferred({self._length} items, {made})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Memo:
+    """The memo of one scan: serve the stored report, or keep the one the scan makes."""
+
+    inputs: str | None  # None: not used (no index, or a report that must not be kept)
+    cache: str
+    max_decompressed: int
+
+    def served(
+        self, now: float, rest: Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]]
+    ) -> ScanReport | None:
+        if self.inputs is None:
+            return None
+        body = index.read_memo(self.cache, (self.max_decompressed,), self.inputs)
+        return None if body is None else served(body, now, rest)
+
+    def kept(self, report: ScanReport) -> ScanReport:
+        if self.inputs is not None and keeps(report):
+            index.write_memo(self.cache, (self.max_decompressed,), self.inputs, dump(report))
+        return report
+
+
+# --- what a report rests on ----------------------------------------------------------------------
+
+
+def _common(h: Any, root: str, jax_info: JaxInfo, max_decompressed: int) -> None:
+    h.update(MEMO_FORMAT.encode() + b"\0" + index.package_fingerprint())
+    where = (root, os.path.abspath(root), urls.subcache_dir_for(root))  # _root_spellings
+    facts = (*where, os.getuid(), max_decompressed, *_fields(jax_info))
+    h.update(json.dumps(facts).encode("utf-8", "surrogatepass") + b"\0")
+
+
+def local_inputs(
+    snapshot: DirSnapshot, jax_info: JaxInfo, max_decompressed: int, now: float
+) -> str | None:
+    """The digest of everything a local scan of ``snapshot`` reads, or None when a report made
+    from it must not be kept or served (a file changed too recently, or cannot be read)."""
+    h = hashlib.sha256()
+    _common(h, snapshot.root, jax_info, max_decompressed)
+    h.update(marshal.dumps((snapshot.root_mode, snapshot.root_uid), _BY_VALUE))
+    newest = _hash_members(h, snapshot.members)
+    if any(m[0] == layout.MANIFEST_DIRNAME for m in snapshot.members):
+        try:
+            manifests = listdir.read_dir(os.path.join(snapshot.root, layout.MANIFEST_DIRNAME))
+        except OSError:
+            return None
+        h.update(b"\0manifests\0")
+        newest = max(newest, _hash_members(h, sorted(manifests.members)))
+    if newest >= (now - index.RACY_S) * 1e9:
+        return None
+    return h.hexdigest()
+
+
+def _hash_members(h: Any, members: list[Member]) -> int:
+    """Hash each name and its lstat facts, in the order given (a directory lists in the same
+    order while unchanged; another order only misses); the newest mtime or ctime (ns)."""
+    h.update(marshal.dumps(members, _BY_VALUE))  # one C call over tuples of str and int
+    return max(max(map(_MTIME, members), default=0), max(map(_CTIME, members), default=0))
+
+
+_MTIME, _CTIME = operator.itemgetter(4), operator.itemgetter(6)  # listdir.Member's fields
+
+
+def bucket_inputs(
+    listing: CacheListing, jax_info: JaxInfo, max_decompressed: int, now: float
+) -> str | None:
+    """As ``local_inputs`` for a bucket's listing (objects by generation/ETag, which every write
+    changes); None when the bucket holds key manifests (read with a second listing)."""
+    if any(i.name == layout.MANIFEST_DIRNAME for i in listing.items):
+        return None
+    h = hashlib.sha256()
+    _common(h, listing.root, jax_info, max_decompressed)
+    for i in listing.items:
+        h.update(json.dumps([i.name, i.size, i.mtime_ns, i.version, i.is_dir]).encode() + b"\0")
+    return h.hexdigest()
+
+
+# --- the report as JSON, without its entries and other files -------------------------------------
+
+
+def keeps(report: ScanReport) -> bool:
+    """Whether the memo can hold this report: one that read XLA sub-caches cannot (their files
+    are not part of the digest)."""
+    return report.subcaches is None
+
+
+def dump(report: ScanReport) -> str:
+    """The report without entries and other files, as JSON; each advice and evidence text once
+    (thousands of findings share a few: 2 of the 3 MB of ``dist-10k``'s report were repeats)."""
+    texts: dict[str, int] = {}
+    ages = (judged_by_age_until(e, report.scanned_at) for e in report.entries)
+    body = {
+        "scanned_at": report.scanned_at,
+        "until": min((t for t in ages if t is not None), default=None),
+        "cache_dir": report.cache_dir,
+        "jax": _fields(report.jax),
+        "summary": _fields(report.summary),
+        "modules": [[*_fields(m)[:-1], [_fields(u) for u in m.key_modes]] for m in report.modules],
+        "findings": [_finding_row(f, texts) for f in report.findings],
+        "texts": list(texts),
+        "counts": [len(report.entries), len(report.other_files)],
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=True)
+
+
+def served(
+    body: str,
+    now: float,
+    rest: Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]],
+) -> ScanReport | None:
+    """The stored report, scanned at ``now``, its entries and other files made by ``rest``
+    when first used; None when the body is damaged, of another shape, or from a later time."""
+    try:
+        data = json.loads(body)
+        if not isinstance(data, dict) or not data["scanned_at"] <= now:
+            return None
+        if data["until"] is not None and not now < data["until"]:
+            return None
+        n_entries, n_other = data["counts"]
+        later = functools.cache(rest)
+        report = ScanReport(
+            cache_dir=_str(data["cache_dir"]),
+            scanned_at=now,
+            jax=JaxInfo(*data["jax"]),
+            summary=_summary(data["summary"]),
+            modules=tuple(_module(m) for m in data["modules"]),
+            entries=Deferred(int(n_entries), lambda: later()[0]),
+            findings=tuple(_finding(f, data["texts"]) for f in data["findings"]),
+            other_files=Deferred(int(n_other), lambda: later()[1]),
+        )
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return report
+
+
+def _fields(value: Any) -> list[Any]:
+    return [getattr(value, f.name) for f in dataclasses.fields(value)]
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("memo of another shape")
+    return value
+
+
+def _pairs(rows: list[list[Any]]) -> tuple[tuple[str, int], ...]:
+    return tuple((_str(name), int(n)) for name, n in rows)
+
+
+def _summary(values: list[Any]) -> ScanSummary:
+    names = [f.name for f in dataclasses.fields(ScanSummary)]
+    if len(values) != len(names):
+        raise ValueError("memo of another shape")
+    fields: dict[str, Any] = dict(zip(names, values, strict=True))
+    for name in ("platforms", "formats", "subcaches"):
+        fields[name] = _pairs(fields[name])
+    return ScanSummary(**fields)
+
+
+def _module(values: list[Any]) -> ModuleStats:
+    module, entries, programs, bytes_on_disk, compile_seconds, modes = values
+    key_modes = tuple(KeyModeUse(*u) for u in modes)
+    return ModuleStats(module, entries, programs, bytes_on_disk, compile_seconds, key_modes)
+
+
+def _finding_row(f: Finding, texts: dict[str, int]) -> list[Any]:
+    advice = texts.setdefault(f.advice, len(texts))
+    evidence = texts.setdefault(f.evidence, len(texts))
+    return [f.kind, f.severity, f.message, advice, evidence, f.entries, f.module]
+
+
+def _finding(values: list[Any], texts: list[str]) -> Finding:
+    kind, severity, message, advice, evidence, entries, module = values
+    return Finding(
+        FindingKind(kind),
+        Severity(severity),
+        message,
+        _str(texts[advice]),
+        _str(texts[evidence]),
+        tuple(entries),
+        module,
+    )

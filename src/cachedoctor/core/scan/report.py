@@ -1,0 +1,119 @@
+"""The scan's report: its summary, module table and the frozen ScanReport.
+
+Everything above the scan (lint, stats, check, prune, the renderers) reads these types; this
+module imports no rule and does no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from cachedoctor.cache import model
+from cachedoctor.cache.jaxenv import JaxInfo
+from cachedoctor.cache.listdir import DirItem, FileKind
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import Finding, Severity
+from cachedoctor.plaindata import ToDict
+from cachedoctor.xla import subcaches
+
+SCHEMA_VERSION = 1
+
+
+RECENT_WRITE_S = 60  # JAX writes entries in place; a very young truncated file may be mid-write
+
+
+@dataclass(frozen=True)
+class KeyModeUse:
+    """How the stable hasher keyed some of a module's entries, and why (from their manifests)."""
+
+    mode: str  # static, replay, declared or fallback (stablekeys.manifest.KEY_MODES)
+    reason: str
+    entries: int
+
+
+@dataclass(frozen=True)
+class ModuleStats:
+    module: str
+    entries: int
+    programs: int  # distinct programs (modulo volatile fields) among the entries
+    bytes_on_disk: int
+    compile_seconds: int
+    key_modes: tuple[KeyModeUse, ...] = ()  # empty: no entry has a key manifest
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    entries: int
+    bytes_on_disk: int
+    decompressed_bytes: int
+    compile_seconds: int
+    modules: int
+    platforms: tuple[tuple[str, int], ...]
+    formats: tuple[tuple[str, int], ...]
+    corrupt: int
+    atime_files: int
+    eviction_in_use: bool
+    subcaches: tuple[tuple[str, int], ...]  # name, bytes on disk
+
+
+@dataclass(frozen=True)
+class ScanReport(ToDict):
+    cache_dir: str
+    scanned_at: float
+    jax: JaxInfo
+    summary: ScanSummary
+    modules: tuple[ModuleStats, ...]
+    entries: Sequence[EntryInfo]  # a tuple, or made when first used (memo.Deferred)
+    findings: tuple[Finding, ...]
+    other_files: Sequence[DirItem] = field(default=())
+    subcaches: subcaches.SubcacheReport | None = None
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+    @property
+    def looks_like_cache(self) -> bool:
+        """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
+        own = {FileKind.ATIME, FileKind.LOCKFILE, FileKind.AUTOTUNE_SUBCACHE}
+        own |= {FileKind.KERNEL_SUBCACHE, FileKind.CACHEDOCTOR}
+        return (
+            bool(self.entries)
+            or not self.other_files
+            or any(i.kind in own for i in self.other_files)
+        )
+
+    def without(self, kinds: Iterable[str]) -> ScanReport:
+        """This report with the findings of ``kinds`` left out (``--ignore``)."""
+        drop = set(kinds)
+        return dataclasses.replace(
+            self, findings=tuple(f for f in self.findings if f.kind not in drop)
+        )
+
+    def fails(self, threshold: Severity, ignore: Iterable[str] = ()) -> bool:
+        ignored = set(ignore)
+        return any(f.severity >= threshold and f.kind not in ignored for f in self.findings)
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+# Problems that mean the bytes are damaged. "unreadable" (permissions) and "too-large" (over the
+# decode cap) say nothing about the bytes: such an entry is reported unreadable, never corrupt.
+DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "protobuf"})
+
+
+def real_problems(e: EntryInfo) -> list[model.Problem]:
+    """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
+    return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
+
+
+def judged_by_age_until(entry: EntryInfo, now: float) -> float | None:
+    """Until when ``entry`` counts as a write in progress: a truncated file written less than
+    ``RECENT_WRITE_S`` ago (JAX writes entries in place); None when its verdict is final."""
+    real = real_problems(entry)
+    if not real or real[0].kind != "truncated":
+        return None
+    until = entry.mtime_ns / 1e9 + RECENT_WRITE_S
+    return until if now < until else None

@@ -1,0 +1,1 @@
+"""The scan's finding rules, by family; each returns findings from the listing and entries."""

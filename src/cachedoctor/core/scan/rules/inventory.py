@@ -1,0 +1,135 @@
+"""Findings about what the cache holds besides sound entries: several JAX formats or platforms,
+files JAX never writes, damaged XLA sub-caches, modules compiled but never stored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+
+from cachedoctor import layout
+from cachedoctor.cache.listdir import CacheListing, FileKind
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.errors import count
+from cachedoctor.xla import subcaches
+
+
+def subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
+    if sub is None:
+        return []
+    findings = []
+    if sub.autotune.exists and sub.autotune.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.WARNING,
+                entries=(layout.AUTOTUNE_DIR,),
+                message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
+                evidence="the autotune sub-cache's files, read and parsed",
+                advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
+            )
+        )
+    if sub.kernel_cache is not None and sub.kernel_cache.problems:
+        findings.append(
+            Finding(
+                kind=FindingKind.SUBCACHE,
+                severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
+                entries=(layout.KERNEL_CACHE_FILE,),
+                message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                evidence="the kernel cache file, read and parsed",
+                advice=(
+                    "XLA cannot reuse a damaged kernel cache; "
+                    "`cachedoctor prune --xla-subcaches --apply` removes it"
+                ),
+            )
+        )
+    return findings
+
+
+def not_stored_findings(
+    listing: CacheListing, manifests: Sequence[Mapping[str, object] | None]
+) -> list[Finding]:
+    """Modules whose key manifest has no entry beside it: JAX compiled them, holds nothing.
+
+    JAX refuses to write modules that use host callbacks (pure_callback, io_callback,
+    jax.debug.print, equinox's runtime checks in diffrax), and ones below its minimum compile
+    time or entry size; such a module recompiles on every run.
+    """
+    entry_keys = {i.key for i in listing.entries}
+    missing: dict[str, list[str]] = defaultdict(list)
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str) or m["key"] in entry_keys:
+            continue
+        missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
+    if not missing:
+        return []
+    return [
+        Finding(
+            kind=FindingKind.NOT_STORED,
+            severity=Severity.INFO,
+            entries=tuple(k for keys in missing.values() for k in keys),
+            message=(
+                f"{len(missing)} modules were compiled with this cache but have no entry: "
+                + ", ".join(sorted(missing))
+            ),
+            advice=(
+                "JAX never stores modules with host callbacks (pure_callback, io_callback, "
+                "jax.debug.print, equinox checks) nor ones under its minimum compile time or "
+                "entry size, so they recompile every run; `cachedoctor check -- CMD` names "
+                "which (JAX_EXPLAIN_CACHE_MISSES=1 logs it)"
+            ),
+            evidence="key manifests (cachedoctor enable) without an entry of the same key",
+        )
+    ]
+
+
+def mixtures(entries: list[EntryInfo]) -> list[Finding]:
+    findings = []
+    ok = [e for e in entries if e.ok]
+    formats = Counter(e.format_label for e in ok)
+    if len(formats) > 1:
+        findings.append(
+            Finding(
+                kind=FindingKind.MIXED_VERSIONS,
+                severity=Severity.INFO,
+                message="entries in several JAX formats: "
+                + ", ".join(f"{n}× {f}" for f, n in formats.most_common()),
+                evidence="each entry's payload layout (decoded)",
+                advice=(
+                    "entries from other JAX versions never hit after an upgrade; "
+                    "`cachedoctor prune --stale-jax` lists them"
+                ),
+                entries=tuple(e.key for e in ok if e.format_label != formats.most_common(1)[0][0]),
+            )
+        )
+    platforms = Counter(e.platform for e in ok)
+    if len(platforms) > 1:
+        findings.append(
+            Finding(
+                kind=FindingKind.MIXED_PLATFORMS,
+                severity=Severity.INFO,
+                message="entries for several platforms: "
+                + ", ".join(f"{n}× {p}" for p, n in platforms.most_common()),
+                evidence="each entry's executable (decoded)",
+                advice="fine for a shared cache; size budgets count all of them",
+            )
+        )
+    return findings
+
+
+def unknown_files(listing: CacheListing) -> list[Finding]:
+    unknown = [i.name for i in listing.of_kind(FileKind.UNKNOWN)]
+    if not unknown:
+        return []
+    return [
+        Finding(
+            kind=FindingKind.UNKNOWN_FILE,
+            severity=Severity.INFO,
+            entries=tuple(unknown),
+            message=count(len(unknown), "file that is", "files that are")
+            + " not part of a JAX cache",
+            evidence="the directory listing: names JAX never writes",
+            advice="cachedoctor never touches them; move them out if they do not belong here",
+        )
+    ]

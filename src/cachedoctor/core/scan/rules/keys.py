@@ -1,0 +1,242 @@
+"""Findings about cache keys: the same program under several keys (unstable or not), entries
+written for a cache at another path (relocated), and which keys the stable hasher made.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+
+from cachedoctor.cache import reader
+from cachedoctor.cache.jaxenv import JaxInfo
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import KeyModeUse
+
+
+def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
+    """Groups of entries holding the same program (modulo volatile fields) under several keys.
+
+    Entries are grouped by ``program_digest`` (see ``hlo.canonicalize``); within a group the
+    most recently written entry comes first. The same program under two keys is not by itself
+    evidence of an unstable key: JAX hashes the module before optimisation, and different
+    inputs (a result name, a no-op convert, a static argument) optimise to one program.
+    """
+    groups: dict[tuple[str | None, str], list[EntryInfo]] = defaultdict(list)
+    for e in entries:
+        if e.program_digest is not None:
+            groups[(e.module, e.program_digest)].append(e)
+    out = [sorted(g, key=lambda e: -e.mtime_ns) for g in groups.values() if len(g) > 1]
+    out.sort(key=lambda g: (g[0].module or "", g[0].key))
+    return out
+
+
+def unstable_key_evidence(group: list[EntryInfo]) -> str | None:
+    """What shows that a group's keys changed between runs, or None when nothing does.
+
+    Only a key input that the stored HLO itself shows to change per process counts: a
+    backend_config holding an address, or the output of a ``custom_partitioning`` op (its
+    ``CustomSPMDPartitioning`` config is a Python object address that JAX hashes).
+    """
+    for e in sorted(group, key=lambda e: e.key):  # the same words for a copy of the cache
+        for v in e.volatile:
+            if v.category in reader.KEY_VOLATILE_CATEGORIES:
+                return f"stored HLO of {e.key}, {v.where}: {v.detail}"
+    return None
+
+
+def unstable_groups(entries: Iterable[EntryInfo]) -> list[tuple[list[EntryInfo], str]]:
+    """Same-program groups with evidence that their key is unstable, and that evidence.
+
+    Shared by ``scan`` (``unstable-key``) and ``prune --duplicates``: nothing else is removed.
+    Groups whose compile options name different cache paths are the ``relocated`` finding's.
+    """
+    out = []
+    for group in duplicate_groups(entries):
+        if _names_other_cache_paths(group):
+            continue
+        evidence = unstable_key_evidence(group)
+        if evidence is not None:
+            out.append((group, evidence))
+    return out
+
+
+def _names_other_cache_paths(group: list[EntryInfo]) -> bool:
+    return len({e.autotune_dir for e in group}) > 1 or len({e.kernel_cache_file for e in group}) > 1
+
+
+def same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
+    """``unstable-key`` where evidence shows it, else the information "same program, N keys"."""
+    findings = []
+    for group in duplicate_groups(entries):
+        if _names_other_cache_paths(group):
+            continue  # one cause, one finding: see relocated_findings
+        module = group[0].module or "(unnamed)"
+        identical = len({e.executable_digest for e in group}) == 1
+        how = "identical executables" if identical else "the same program (modulo volatile fields)"
+        keys = tuple(e.key for e in group)
+        evidence = unstable_key_evidence(group)
+        if evidence is not None:
+            findings.append(
+                Finding(
+                    kind=FindingKind.UNSTABLE_KEY,
+                    severity=Severity.WARNING,
+                    module=module,
+                    entries=keys,
+                    message=(
+                        f"{module}: {len(group)} entries hold {how} under different keys, and "
+                        "a key input changes from run to run"
+                    ),
+                    advice=(
+                        "the key is not stable across runs, so every run recompiles; run "
+                        f"`cachedoctor diff --module {module}` to see why, "
+                        "`cachedoctor enable` to fix"
+                    ),
+                    evidence=evidence,
+                )
+            )
+            continue
+        findings.append(
+            Finding(
+                kind=FindingKind.SAME_PROGRAM,
+                severity=Severity.INFO,
+                module=module,
+                entries=keys,
+                message=f"{module}: the same program under {len(group)} keys",
+                advice=(
+                    "usually harmless: JAX hashes the module before optimisation, so inputs "
+                    "that optimise to one program (a result name, a no-op convert, a static "
+                    "argument) get keys of their own, each hit run after run; "
+                    f"`cachedoctor diff --module {module}` shows what differs"
+                ),
+                evidence=(
+                    f"{how} (program digest); nothing stored shows a key input that changes "
+                    "between runs, so this is not evidence of an unstable key"
+                ),
+            )
+        )
+    return findings
+
+
+def _same_dir(path_in_entry: str, root: str) -> bool:
+    parent = os.path.normpath(os.path.dirname(path_in_entry.rstrip("/")))
+    return parent in _root_spellings(root)
+
+
+@functools.lru_cache(maxsize=8)
+def _root_spellings(root: str) -> frozenset[str]:
+    """The ways an entry may name ``root``: as given, or made absolute.
+
+    Not its real path: JAX hashes the path as spelled, so a cache reached through a symbolic
+    link gets other keys than the same files reached directly (JAX misses there). For a bucket,
+    its sub-caches live at a local path (`enable`), which counts as ``root`` too.
+    """
+    from cachedoctor.storage.urls import subcache_dir_for
+
+    spellings = {os.path.normpath(root), os.path.abspath(root)}
+    local = subcache_dir_for(root)
+    if local is not None:
+        spellings.add(os.path.normpath(local))
+    return frozenset(spellings)
+
+
+def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> frozenset[str]:
+    """Keys of entries stored under cachedoctor's stable hasher, from their manifests.
+
+    The stable hasher makes cache-dir paths relative before hashing (``stablekeys.keys``), so
+    such an entry hits wherever the cache is: its stored paths are not evidence of a move.
+    """
+    return frozenset(
+        str(m["key"])
+        for m in manifests
+        if m is not None and m.get("mode") == "stable" and isinstance(m.get("key"), str)
+    )
+
+
+def key_modes_by_entry(
+    manifests: Iterable[Mapping[str, object] | None],
+) -> dict[str, tuple[str, str]]:
+    """Entry key -> (key mode, why), from the manifests (``key_mode_reason`` says why)."""
+    from cachedoctor.stablekeys.manifest import Manifest, key_mode_reason
+
+    modes = {}
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str):
+            continue
+        try:
+            found = Manifest.from_dict(dict(m))
+            modes[found.key] = (found.key_mode, key_mode_reason(found))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a manifest of another schema: no key mode to show
+    return modes
+
+
+def count_modes(modes: Iterable[tuple[str, str]]) -> tuple[KeyModeUse, ...]:
+    counted = Counter(modes)
+    return tuple(KeyModeUse(mode, reason, n) for (mode, reason), n in sorted(counted.items()))
+
+
+def relocated_findings(
+    root: str, entries: list[EntryInfo], jax_info: JaxInfo, stable_keys: frozenset[str]
+) -> list[Finding]:
+    checks = (
+        ("autotune_dir", "xla_gpu_per_fusion_autotune_cache_dir", jax_info.hashes_autotune_dir),
+        ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
+    )
+    moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
+    elsewhere_by_path: dict[str, bool] = {}  # entries name few distinct paths: judge each once
+    for e in entries:
+        if e.key in stable_keys:
+            continue  # its key hashes the paths relative to the cache: see stable_hasher_keys
+        for attr, option, hashed in checks:
+            value = getattr(e, attr)
+            if not value or hashed is False:
+                continue
+            other_dir = elsewhere_by_path.get(value)
+            if other_dir is None:
+                # a relative path (JAX_COMPILATION_CACHE_DIR=.jax_cache) is hashed as written:
+                # JAX hits it from any working directory where it names this cache
+                other_dir = os.path.isabs(value) and not _same_dir(value, root)
+                elsewhere_by_path[value] = other_dir
+            if other_dir:
+                moved[option].append((e, value))
+    findings = []
+    for option, pairs in moved.items():
+        hashed = dict((c[1], c[2]) for c in checks)[option]
+        elsewhere = sorted({os.path.dirname(v.rstrip("/")) for _, v in pairs})
+        certainty = "will never" if hashed else "may never"
+        modules = len({e.module for e, _ in pairs})
+        findings.append(
+            Finding(
+                kind=FindingKind.RELOCATED,
+                severity=Severity.WARNING,
+                entries=tuple(e.key for e, _ in pairs),
+                message=(
+                    f"{len(pairs)} entries ({modules} modules) were written for a cache at "
+                    f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
+                    f"{jax_info.jax_version or '?'} {certainty} hit them in {root}"
+                ),
+                advice=(
+                    f"run JAX with JAX_COMPILATION_CACHE_DIR={elsewhere[0]} (the path as spelled "
+                    "then) to use them, or let JAX recompile and free the space with "
+                    "`cachedoctor prune --relocated --apply`; entries recorded with the hook in "
+                    "observe mode (a key manifest each) can instead move to their stable key, "
+                    "which does not hash the cache's path: `cachedoctor rekey --relocated "
+                    "--apply`, then `cachedoctor enable`; `cachedoctor enable` makes new "
+                    "entries independent of the cache's path"
+                ),
+                evidence=(
+                    f"compile options stored in each entry name {option} under "
+                    f"{', '.join(elsewhere)}; "
+                    + (
+                        f"JAX {jax_info.jax_version} hashes that option into the key"
+                        if hashed
+                        else "whether this JAX hashes that option is unknown"
+                    )
+                    + "; no stable-key manifest (cachedoctor enable) covers these keys"
+                ),
+            )
+        )
+    return findings

@@ -1,0 +1,297 @@
+"""Core of ``cachedoctor stats``: what the processes' records say about the cache's use.
+
+The records (``usage/records.py``) are added up in total, per module, per day and per host, and
+each module that never hit is explained with the evidence at hand: the scan's findings
+(unstable key, relocated), the records (JAX wrote no entry: too fast or too small to cache) and
+the cache itself (written, now gone: evicted). ``--zero`` archives the records into one file and
+removes them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import fnmatch
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import ScanReport
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.usage.records import (
+    MAX_RECORD_BYTES,
+    Counters,
+    Record,
+    read_records,
+    record_files,
+)
+from cachedoctor.errors import CachedoctorError
+from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.storage.stores import Store, open_store
+
+ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
+
+
+ARCHIVE_SUFFIX = ".jsonl"
+
+
+NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    module: str
+    processes: int  # processes that asked the cache for it
+    counters: Counters
+    never_hit: bool
+    reason: str | None = None  # for a module that never hit: why, and the evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "processes": self.processes,
+            "never_hit": self.never_hit,
+            "reason": self.reason,
+            **self.counters.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Group:
+    """A day or a host."""
+
+    name: str
+    processes: int
+    counters: Counters
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "processes": self.processes, **self.counters.to_dict()}
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    cache_dir: str
+    processes: int
+    totals: Counters
+    modules: tuple[ModuleRow, ...]  # modules that never hit first
+    days: tuple[Group, ...]
+    hosts: tuple[Group, ...]
+    findings: tuple[Finding, ...]  # unreadable records, modules that never hit
+    since: float | None = None
+    module_filter: str | None = None
+    records: tuple[Record, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cache_dir": self.cache_dir,
+            "processes": self.processes,
+            "since": self.since,
+            "module_filter": self.module_filter,
+            "totals": self.totals.to_dict(),
+            "modules": [m.to_dict() for m in self.modules],
+            "days": [d.to_dict() for d in self.days],
+            "hosts": [h.to_dict() for h in self.hosts],
+            "findings": [
+                {
+                    "kind": f.kind.value,
+                    "severity": f.severity.label,
+                    "module": f.module,
+                    "message": f.message,
+                    "advice": f.advice,
+                    "files": list(f.entries),
+                }
+                for f in self.findings
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class ZeroReport:
+    archive: str | None  # where the records went (None on a dry run or with none to archive)
+    records: tuple[str, ...]
+    applied: bool
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``--since``: ``7d``, ``12h``, ``30m`` ago, or a UTC date ``YYYY-MM-DD``."""
+    now = time.time() if now is None else now
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([dhm])", text.strip())
+    if match:
+        unit = {"d": 86400, "h": 3600, "m": 60}[match.group(2)]
+        return now - float(match.group(1)) * unit
+    try:
+        return float(calendar.timegm(time.strptime(text.strip(), "%Y-%m-%d")))
+    except ValueError:
+        raise CachedoctorError(
+            f"--since {text!r}: expected a duration (7d, 12h, 30m) or a date (YYYY-MM-DD)",
+            slug="usage",
+        ) from None
+
+
+def _module_of_key(key: str) -> str:
+    return key.rsplit("-", 1)[0]
+
+
+def _scan_reasons(scan: ScanReport | None) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    if scan is None:
+        return reasons
+    for f in scan.findings:
+        if f.kind not in (FindingKind.UNSTABLE_KEY, FindingKind.RELOCATED):
+            continue
+        modules = {f.module} if f.module else {_module_of_key(k) for k in f.entries}
+        label = "unstable key" if f.kind is FindingKind.UNSTABLE_KEY else "relocated"
+        for module in modules:
+            reasons.setdefault(module, f"{label} (scan finding {f.kind.value})")
+    return reasons
+
+
+def _never_hit_reason(
+    row: Counters, processes: int, module: str, scan: ScanReport | None, scanned: dict[str, str]
+) -> str:
+    if module in scanned:
+        return scanned[module]
+    if row.writes == 0:
+        return (
+            f"too fast or too small to cache: missed {row.misses} times and JAX wrote no entry "
+            "(under jax_persistent_cache_min_compile_time_secs or min_entry_size_bytes)"
+        )
+    if scan is not None and module not in {m.module for m in scan.modules}:
+        return f"evicted: JAX wrote it {row.writes} times and the cache holds no entry of it now"
+    if processes == 1:
+        return "asked by one process so far: nothing to hit yet"
+    return "no evidence of why: the entry is there; compare keys with `cachedoctor diff`"
+
+
+def _groups(records: Iterable[Record], key: Any) -> tuple[Group, ...]:
+    counters: dict[str, Counters] = defaultdict(Counters)
+    processes: dict[str, int] = defaultdict(int)
+    for r in records:
+        name = key(r)
+        processes[name] += 1
+        for c in r.modules.values():
+            counters[name] = counters[name] + c
+    return tuple(Group(n, processes[n], counters[n]) for n in sorted(counters))
+
+
+def summarise(
+    cache_dir: str,
+    records: list[Record],
+    problems: list[Finding],
+    scan: ScanReport | None,
+    *,
+    since: float | None = None,
+    module: str | None = None,
+) -> StatsReport:
+    """Add the records up (pure: no I/O)."""
+    if since is not None:
+        records = [r for r in records if r.end >= since]
+    if module is not None:
+        records = [
+            Record(**{**r.__dict__, "modules": _matching(r.modules, module)})
+            for r in records
+            if _matching(r.modules, module)
+        ]
+    by_module: dict[str, Counters] = defaultdict(Counters)
+    processes: dict[str, int] = defaultdict(int)
+    for r in records:
+        for name, c in r.modules.items():
+            by_module[name] = by_module[name] + c
+            processes[name] += 1 if c.requests else 0
+    scanned = _scan_reasons(scan)
+    rows = []
+    for name, c in by_module.items():
+        never = c.requests > 0 and c.hits == 0
+        reason = _never_hit_reason(c, processes[name], name, scan, scanned) if never else None
+        rows.append(ModuleRow(name, processes[name], c, never, reason))
+    rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
+    totals = sum(by_module.values(), Counters())
+    return StatsReport(
+        cache_dir=cache_dir,
+        processes=len(records),
+        totals=totals,
+        modules=tuple(rows),
+        days=_groups(records, lambda r: r.day),
+        hosts=_groups(records, lambda r: r.host),
+        findings=tuple(problems) + tuple(never_hit_findings(rows)),
+        since=since,
+        module_filter=module,
+        records=tuple(records),
+    )
+
+
+def _matching(modules: dict[str, Counters], pattern: str) -> dict[str, Counters]:
+    return {n: c for n, c in modules.items() if n == pattern or fnmatch.fnmatchcase(n, pattern)}
+
+
+def never_hit_findings(
+    rows: Iterable[ModuleRow], min_processes: int = NEVER_HIT_MIN_PROCESSES
+) -> list[Finding]:
+    """A module that compiled in ``min_processes`` or more processes and never hit."""
+    return [
+        Finding(
+            kind=FindingKind.NEVER_HIT,
+            severity=Severity.WARNING,
+            module=row.module,
+            message=(
+                f"{row.module} asked the cache in {row.processes} processes and never hit "
+                f"({row.counters.compile_secs:.2f} s compiling); {row.reason}"
+            ),
+            evidence=f"stats records of {row.processes} processes: requests and no hit",
+            advice=(
+                f"run `cachedoctor diff --module {row.module}` to see what changes its key, "
+                "`cachedoctor enable` for stable keys"
+            ),
+        )
+        for row in rows
+        if row.never_hit and row.processes >= min_processes
+    ]
+
+
+def collect_stats(
+    cache_dir: str,
+    *,
+    since: float | None = None,
+    module: str | None = None,
+    scan: bool = True,
+) -> StatsReport:
+    """Read and add up the records of ``cache_dir``; ``scan`` explains modules that never hit."""
+    store = open_store(cache_dir)
+    records, problems = read_records(store)
+    scanned = None
+    if scan and records:
+        try:
+            scanned = scan_directory(store)
+        except OSError:
+            scanned = None  # the reasons then rest on the records alone
+    return summarise(cache_dir, records, problems, scanned, since=since, module=module)
+
+
+def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:
+    """For ``lint``: unreadable records, and modules that compiled in
+    :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons from ``scan``)."""
+    records, problems = read_records(store or open_store(scan.cache_dir))
+    return list(summarise(scan.cache_dir, records, problems, scan).findings)
+
+
+def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
+    """Archive every record into one file ``cachedoctor-stats/archive-<time>.jsonl``, then
+    delete each record that is unchanged since it was read (a process writing now keeps its)."""
+    store = open_store(cache_dir)
+    names = record_files(store)
+    if not apply or not names:
+        return ZeroReport(None, tuple(names), applied=False)
+    versions = {i.name: i.version for i in store.list(STATS_DIRNAME)}
+    lines = []
+    for name in names:
+        with store.open_read(f"{STATS_DIRNAME}/{name}") as fh:
+            lines.append(fh.read(MAX_RECORD_BYTES + 1).decode("utf-8", "replace").strip())
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    archive = f"{STATS_DIRNAME}/{ARCHIVE_PREFIX}{stamp}{ARCHIVE_SUFFIX}"
+    store.write_atomic(archive, ("\n".join(lines) + "\n").encode())
+    for name in names:
+        store.delete_if_unchanged(f"{STATS_DIRNAME}/{name}", versions.get(name))
+    return ZeroReport(store.url_of(archive), tuple(names), applied=True)

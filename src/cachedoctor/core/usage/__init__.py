@@ -1,0 +1,1 @@
+"""How the cache is used, from JAX's own records: the processes' stats records."""

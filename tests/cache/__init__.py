@@ -1,0 +1,1 @@
+"""The JAX cache: listing, decoding every entry layout, the scan index, parallel decoding."""

@@ -1,0 +1,135 @@
+"""Parallel decoding gives exactly the serial result, in the same order, even if a worker dies."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.cache import listdir, parallel, reader
+from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
+from cachedoctor.render.jsonout import dumps, scan_document
+
+
+@pytest.fixture
+def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
+    """The seed cache plus a truncated entry and an entry that is not compressed at all."""
+    d = copy_of(seed_cache)
+    entries = sorted(p for p in d.iterdir() if p.name.endswith("-cache"))
+    data = entries[0].read_bytes()
+    (d / f"jit_cut-{'a' * 64}-cache").write_bytes(data[: len(data) // 3])
+    (d / f"jit_raw-{'b' * 64}-cache").write_bytes(b"not an entry")
+    return d
+
+
+_REAL_DECODE_BATCH = parallel._decode_batch
+_REAL_SERIAL = parallel._serial
+
+
+def _dying(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+    """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
+
+    A pool worker knows its parent under every start method; a forkserver worker re-imports this
+    module, so a pid recorded at import time would not tell it apart from the test process.
+    """
+    if multiprocessing.parent_process() is not None:
+        os._exit(9)
+    return _REAL_DECODE_BATCH(jobs, max_decompressed)
+
+
+@pytest.fixture
+def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry per batch and no minimum, so a handful of entries really uses the pool."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ENTRIES", 0)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
+
+
+def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
+    listing = listdir.list_cache(cache)
+    serial = list(reader.iter_entries(listing))
+    pooled = list(parallel.decode_entries(listing, workers=2))
+    assert pooled == serial
+    assert len(serial) == len(listing.entries) and any(e.problems for e in serial)
+
+
+def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
+    a = scan_directory(cache, now=2e9, use_index=False, workers=1)
+    b = scan_directory(cache, now=2e9, use_index=False, workers=2)
+    assert dumps(scan_document(a)) == dumps(scan_document(b))
+
+
+def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
+    listing = listdir.list_cache(cache)
+    counts: list[int] = []
+    list(parallel.decode_entries(listing, workers=2, progress=counts.append))
+    assert sum(counts) == len(listing.entries)
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_dead_worker_is_replaced_by_serial_decoding(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch, start_method: str
+) -> None:
+    """A worker killed mid-scan (OOM killer) must not lose entries or hang the scan.
+
+    forkserver is the start method once JAX is imported, spawn the one off Linux. Both start
+    workers that re-import this module. fork is left out because the test session has imported
+    JAX, and forking its threads can deadlock the child.
+    """
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context(start_method))
+    monkeypatch.setattr(parallel, "_decode_batch", _dying)
+    fallback_batches: list[int] = []
+
+    def serial(batches: Sequence[Sequence[parallel.Job]], *args: object) -> Iterator[object]:
+        fallback_batches.append(len(batches))
+        return _REAL_SERIAL(batches, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel, "_serial", serial)
+    listing = listdir.list_cache(cache)
+    got = list(parallel.decode_entries(listing, workers=2))
+    assert fallback_batches == [len(listing.entries)]  # every batch failed over to this process
+    assert got == list(reader.iter_entries(listing))
+
+
+def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.WORKERS_ENV, "3")
+    assert parallel.default_workers() == 3
+    monkeypatch.setenv(parallel.WORKERS_ENV, "zero")
+    assert parallel.default_workers() == len(os.sched_getaffinity(0))
+
+
+def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+    """Decode, and say in each entry's module whether this process collects cyclic garbage."""
+    import dataclasses
+    import gc
+
+    state = f"gc-{gc.isenabled()}-in-{'worker' if multiprocessing.parent_process() else 'main'}"
+    return [
+        dataclasses.replace(e, module=state) for e in _REAL_DECODE_BATCH(jobs, max_decompressed)
+    ]
+
+
+def test_a_scan_pauses_the_collector_but_its_workers_collect(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's own process makes tens of thousands of acyclic objects (no collection
+    while it runs); a worker decodes protobufs for minutes and keeps collecting."""
+    import gc
+
+    monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
+    report = scan_directory(cache, now=2e9, use_index=False, workers=2)
+    assert {e.module for e in report.entries} == {"gc-True-in-worker"}
+    assert gc.isenabled()
+    with _cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()  # the caller's choice stays
+    finally:
+        gc.enable()

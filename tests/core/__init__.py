@@ -1,0 +1,1 @@
+"""The core of each command, on real caches written by JAX."""

@@ -1,0 +1,1 @@
+"""check -- CMD on real JAX programs."""

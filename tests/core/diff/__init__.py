@@ -1,0 +1,1 @@
+"""diff's verdicts and their evidence."""

@@ -1,0 +1,1 @@
+"""prune and rekey: plans, --apply beside running JAX processes."""

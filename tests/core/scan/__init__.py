@@ -1,0 +1,1 @@
+"""The scan and its memo."""

@@ -1,0 +1,282 @@
+"""Every finding kind of `scan`, on real caches, plus the pure report logic."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.cache import listdir
+from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.scan.build import build_report
+from cachedoctor.core.scan.run import scan_directory
+from tests.support.caches import make_cache, other_jax_python, raw_payload_layout
+
+
+def kinds(report) -> dict[FindingKind, list]:  # type: ignore[no-untyped-def]
+    out: dict[FindingKind, list] = {}
+    for f in report.findings:
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
+    report = scan_directory(seed_cache)
+    found = kinds(report)
+    assert set(found) == {FindingKind.UNSTABLE_KEY}, report.findings
+    (finding,) = found[FindingKind.UNSTABLE_KEY]
+    assert finding.module == "jit_f"
+    assert len(finding.entries) == 3
+    assert "3 entries" in finding.message
+    digests = {e.executable_digest for e in report.entries if e.key in finding.entries}
+    # jax 0.10.2 writes identical bytes; older releases differ in ids only
+    expected = "identical executables" if len(digests) == 1 else "the same program"
+    assert expected in finding.message
+    assert finding.severity is Severity.WARNING
+    stats = {m.module: m for m in report.modules}
+    assert (stats["jit_f"].entries, stats["jit_f"].programs) == (3, 1)
+    assert report.summary.platforms == (("cpu", report.summary.entries),)
+    assert report.summary.corrupt == 0
+
+
+def test_plain_program_is_clean(cache_factory: Callable[..., Path]) -> None:
+    cache = cache_factory("plain2", [("plain", {}), ("plain", {})])
+    report = scan_directory(cache)
+    assert report.findings == ()
+    assert [m.entries for m in report.modules if m.module == "jit_g"] == [1]
+
+
+@pytest.fixture(scope="session")
+def relocated_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A plain cache written at A, copied to B, and the program run again at B."""
+    base = tmp_path_factory.mktemp("relocated")
+    a, b = base / "a", base / "b"
+    make_cache(a, [("plain", {})])
+    shutil.copytree(a, b)
+    make_cache(b, [("plain", {})])
+    return a, b
+
+
+def test_relocated_cache(relocated_cache: tuple[Path, Path]) -> None:
+    a, b = relocated_cache
+    info = installed_jax()
+    report = scan_directory(b)
+    found = kinds(report)
+    if info.hashes_autotune_dir:
+        (reloc,) = found[FindingKind.RELOCATED]
+        assert str(a) in reloc.message
+        assert "will never" in reloc.message
+        assert "hashes that option into the key" in reloc.evidence
+        # the run at B wrote a second entry for the same program: one cause, one finding
+        assert FindingKind.UNSTABLE_KEY not in found
+        assert FindingKind.SAME_PROGRAM not in found
+    else:
+        assert FindingKind.RELOCATED not in found
+    # told that this JAX does not hash the path, nothing is relocated
+    quiet = scan_directory(b, jax_info=JaxInfo("x", "x", False, False, None))
+    assert FindingKind.RELOCATED not in kinds(quiet)
+
+
+def test_missing_atime_and_orphans(tmp_path: Path) -> None:
+    cache = tmp_path / "lru"
+    make_cache(cache, [("plain", {"JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30)})])
+    atimes = sorted(cache.glob("*-atime"))
+    assert atimes, "JAX with eviction on writes -atime files"
+    assert kinds(scan_directory(cache)) == {}
+    atimes[0].unlink()
+    missing_key = atimes[0].name.removesuffix("-atime")
+    orphan = cache / ("jit_gone-" + "9" * 64 + "-atime")
+    orphan.write_bytes((0).to_bytes(8, "little"))
+    (cache / ("_temp_jit_g-" + "1" * 64)).write_bytes(b"partial")
+    report = scan_directory(cache)
+    found = kinds(report)
+    (missing,) = found[FindingKind.MISSING_ATIME]
+    assert missing.entries == (missing_key,) and missing.severity is Severity.ERROR
+    orphans = found[FindingKind.ORPHAN]
+    assert {e for f in orphans for e in f.entries} == {orphan.name, "_temp_jit_g-" + "1" * 64}
+    assert report.fails(Severity.ERROR)
+
+
+def test_corrupt_entries(seed_cache: Path, copy_of: Callable[[Path], Path]) -> None:
+    cache = copy_of(seed_cache)
+    victim = sorted(cache.glob("jit_g-*-cache"))[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    old = 1_000_000_000
+    os.utime(victim, (old, old))
+    report = scan_directory(cache)
+    (corrupt,) = kinds(report)[FindingKind.CORRUPT]
+    assert corrupt.entries == (victim.name.removesuffix("-cache"),)
+    assert corrupt.severity is Severity.ERROR
+    assert "cut short" in corrupt.message
+    # a very young truncated file may be a write in progress: only a warning
+    os.utime(victim, None)
+    young = kinds(scan_directory(cache))[FindingKind.CORRUPT][0]
+    assert young.severity is Severity.WARNING and "in progress" in young.message
+
+
+def test_insecure_permissions_and_symlinks(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    cache = copy_of(seed_cache)
+    cache.chmod(0o777)
+    entry = sorted(cache.glob("jit_g-*-cache"))[0]
+    entry.chmod(0o666)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not a cache entry")
+    (cache / ("jit_link-" + "4" * 64 + "-cache")).symlink_to(outside)
+    report = scan_directory(cache)
+    insecure = kinds(report)[FindingKind.INSECURE]
+    messages = " | ".join(f.message for f in insecure)
+    assert "writable by group and others" in messages
+    assert "1 entry is writable" in messages
+    assert "1 symbolic link in" in messages
+    assert report.fails(Severity.ERROR)
+    assert outside.read_bytes() == b"not a cache entry"
+    assert FindingKind.CORRUPT not in kinds(report)  # a link is reported, not decoded
+    cache.chmod(0o700)
+
+
+def test_unknown_files_are_reported_and_kept(
+    seed_cache: Path, copy_of: Callable[[Path], Path]
+) -> None:
+    cache = copy_of(seed_cache)
+    (cache / "notes.txt").write_text("mine")
+    (cache / "somedir").mkdir()
+    (unknown,) = kinds(scan_directory(cache))[FindingKind.UNKNOWN_FILE]
+    assert set(unknown.entries) == {"notes.txt", "somedir"}
+    assert (cache / "notes.txt").read_text() == "mine"
+
+
+def _fake(key: str, fmt: str, platform: str, ifrt: int | None = None) -> EntryInfo:
+    return EntryInfo(
+        key=key,
+        module=key.split("-")[0],
+        path=f"/x/{key}-cache",
+        size=10,
+        mtime_ns=0,
+        payload_format=fmt,
+        ifrt_version=ifrt,
+        platform=platform,
+    )
+
+
+def test_mixtures_from_report_logic(tmp_path: Path) -> None:
+    """Mixed formats/platforms need entries no single CPU JAX writes: test the pure logic."""
+    listing = listdir.list_cache(tmp_path)
+    entries = [
+        _fake("jit_a-" + "1" * 64, "pjrt", "cpu"),
+        _fake("jit_b-" + "2" * 64, "ifrt", "cpu", 3),
+        _fake("jit_c-" + "3" * 64, "ifrt", "gpu", 3),
+    ]
+    report = build_report(listing, entries, installed_jax(), now=0)
+    found = kinds(report)
+    assert "1× pjrt" in found[FindingKind.MIXED_VERSIONS][0].message
+    assert "2× ifrt-v3" in found[FindingKind.MIXED_VERSIONS][0].message
+    assert "gpu" in found[FindingKind.MIXED_PLATFORMS][0].message
+    assert all(f.severity is Severity.INFO for f in report.findings)
+    assert not report.fails(Severity.WARNING)
+    assert report.fails(Severity.INFO)
+    assert not report.fails(Severity.INFO, ignore=["mixed-versions", "mixed-platforms"])
+
+
+def test_mixed_versions_from_two_real_jax(tmp_path: Path) -> None:
+    make_cache(tmp_path / "c", [("plain", {})])
+    make_cache(tmp_path / "c", [("plain", {})], python=other_jax_python())
+    layouts = Counter(raw_payload_layout(p) for p in (tmp_path / "c").glob("*-cache"))
+    assert layouts["pjrt"] and len(layouts) == 2, layouts  # the ground: the raw bytes
+    (mixed,) = kinds(scan_directory(tmp_path / "c"))[FindingKind.MIXED_VERSIONS]
+    for layout, count in layouts.items():
+        assert f"{count}× {layout}" in mixed.message
+
+
+def test_unreadable_directory_raises_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        scan_directory(tmp_path / "missing")
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(OSError):
+        scan_directory(f)
+    assert stat.S_ISREG(f.stat().st_mode)
+
+
+def test_streamed_json_is_the_whole_document(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """`scan --json` writes its entries one at a time; the text is exactly the whole document's."""
+    from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+
+    d = copy_of(seed_cache)
+    first = sorted(d.glob("*-cache"))[0]
+    (d / f"jit_cut-{'a' * 64}-cache").write_bytes(first.read_bytes()[:100])  # a problem entry
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for cache in (d, empty):
+        report = scan_directory(cache, now=2e9)
+        streamed = "".join(iter_scan_json(report))
+        assert streamed == dumps(scan_document(report))
+        assert len(json.loads(streamed)["entries"]) == len(report.entries)
+
+
+def test_module_table_says_how_the_hook_keyed_each_module(tmp_path: Path) -> None:
+    """Under the hook in stable mode the seed's custom_partitioning module is keyed by replay,
+    a plain jit statically; scan shows both, with why, from the key manifests."""
+    import subprocess
+    import sys
+
+    from tests.support.hookrun import base_env, run_program
+
+    cache = tmp_path / "cache"
+    run_program("seed", cache, mode="stable")
+    run_program("plain", cache, mode="stable")
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "cachedoctor", "scan", "--json", str(cache)],
+            env=base_env(None),
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    modes = {m["module"]: m["key_modes"] for m in doc["modules"]}
+    (replayed,) = modes["jit_f"]
+    assert replayed["mode"] == "replay" and replayed["entries"] == 1
+    assert "recorded partitioner call(s)" in replayed["reason"]
+    assert [m["mode"] for m in modes["jit_g"]] == ["static"]
+    table = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "scan", str(cache)],
+        env={**base_env(None), "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+    ).stdout
+    row = next(line for line in table.splitlines() if line.lstrip().startswith("jit_f"))
+    assert "replay: " in row and "recorded partitioner call(s)" in row, table
+    assert "static" in next(line for line in table.splitlines() if "jit_g" in line)
+
+
+def test_status_summarises_key_modes_of_the_configured_cache(tmp_path: Path) -> None:
+    """`status` lists the modules per key mode from the configured cache dir's manifests."""
+    import subprocess
+    import sys
+
+    from tests.support.hookrun import base_env, run_program
+
+    cache = tmp_path / "cache"
+    run_program("seed", cache, mode="stable")
+    run_program("plain", cache, mode="stable")
+    env = base_env(cache, CACHEDOCTOR_HOOK="stable")
+    status = [sys.executable, "-m", "cachedoctor", "status"]
+    doc = json.loads(subprocess.run([*status, "--json"], env=env, capture_output=True).stdout)
+    assert "jit_f" in doc["key_modes"]["modes"]["replay"]
+    assert "jit_g" in doc["key_modes"]["modes"]["static"]
+    assert doc["key_modes"]["fallbacks"] == {}
+    text = subprocess.run(status, env=env, capture_output=True, text=True).stdout
+    replay_line = next(line for line in text.splitlines() if line.strip().startswith("replay"))
+    assert replay_line.split()[1:] == ["1", "jit_f"], text

@@ -1,0 +1,310 @@
+"""`cachedoctor stats` and the recording behind it, against real JAX processes.
+
+JAX is the oracle: with ``JAX_LOG_COMPILES=1`` and ``JAX_EXPLAIN_CACHE_MISSES=1`` it logs one
+line per persistent-cache hit and one per miss, naming the module; the records must count
+exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.cli import main
+from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.programs import program_path
+from tests.support.hookrun import MISS_RE, base_env, run_recorded
+
+HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)'")
+
+
+def stats_json(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--json", *args],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("mode", ["stable", "observe", "stats"])
+def test_stats_count_exactly_what_jax_logs(tmp_path: Path, mode: str) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    logs = [run_recorded(cache, mode) for _ in range(3)]
+    hits = Counter(m for log in logs for m in HIT_RE.findall(log))
+    misses = Counter(m for log in logs for m in MISS_RE.findall(log))
+    assert sum(misses.values()) >= 3  # the first run misses every module
+
+    report = stats_json(cache)
+    assert report["processes"] == 3
+    by_module = {m["module"]: m for m in report["modules"]}
+    assert {m: r["hits"] for m, r in by_module.items() if r["hits"]} == dict(hits)
+    assert {m: r["misses"] for m, r in by_module.items() if r["misses"]} == dict(misses)
+    assert report["totals"]["requests"] == sum(hits.values()) + sum(misses.values())
+    records = list((cache / STATS_DIRNAME).glob("*.json"))
+    assert len(records) == 3
+    assert {json.loads(r.read_text())["hook"] for r in records} == {mode}
+    jit_f = by_module["jit_f"]
+    if mode == "stable":  # stable keys: the custom_partitioning module hits from run 2 on
+        assert jit_f["hits"] == 2
+    else:  # JAX's keys: it never hits, and the scan says why
+        assert jit_f["never_hit"] and jit_f["reason"].startswith("unstable key")
+        assert report["modules"][0]["module"] == "jit_f"  # never-hit modules come first
+        assert any(f["kind"] == "never-hit" for f in report["findings"])
+
+
+def test_stats_mode_changes_no_key(tmp_path: Path) -> None:
+    """CACHEDOCTOR_HOOK=stats keeps JAX's own keys: the entries are those of a run without it.
+
+    Both runs use one directory (its path is hashed into the key), emptied in between.
+    """
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    run_recorded(cache, "off", "plain")
+    plain_keys = sorted(p.name for p in cache.glob("*-cache"))
+    assert not (cache / STATS_DIRNAME).exists()
+    for entry in cache.glob("*-cache"):
+        entry.unlink()
+    run_recorded(cache, "stats", "plain")
+    assert plain_keys and plain_keys == sorted(p.name for p in cache.glob("*-cache"))
+    assert list((cache / STATS_DIRNAME).glob("*.json"))
+
+
+def test_concurrent_processes_lose_no_record(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = base_env(cache, CACHEDOCTOR_HOOK="stats", JAX_LOG_COMPILES="1")  # log hits too
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(program_path("plain"))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), logs
+    requests = sum(len(HIT_RE.findall(x)) + len(MISS_RE.findall(x)) for x in logs)
+    assert len(list((cache / STATS_DIRNAME).glob("*.json"))) == 4
+    report = stats_json(cache)
+    assert report["processes"] == 4
+    assert report["totals"]["requests"] == requests
+
+
+def test_a_failed_write_warns_once_and_never_breaks_the_program(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / STATS_DIRNAME).write_text("a file where the folder should be")
+    log = run_recorded(cache, "stats", "plain")
+    assert log.count("cachedoctor: stats recording") == 1
+    assert "result:" in log
+
+
+@pytest.fixture(scope="module")
+def recorded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed program run three times with stats recording."""
+    cache = tmp_path_factory.mktemp("stats") / "cache"
+    cache.mkdir()
+    for _ in range(3):
+        run_recorded(cache, "stats")
+    return cache
+
+
+def test_torn_and_foreign_files_are_findings(
+    recorded_cache: Path, copy_of, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = copy_of(recorded_cache)
+    folder = cache / STATS_DIRNAME
+    good = sorted(folder.glob("*.json"))[0]
+    (folder / "torn.json").write_bytes(good.read_bytes()[:40])
+    (folder / "foreign.json").write_text('{"hello": "world"}')
+    (folder / "huge.json").write_bytes(b" " * (2 << 20))
+    main(["stats", str(cache)])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    for name in ("torn.json", "foreign.json", "huge.json"):
+        assert re.search(rf"stats-record .*{name} is not a readable stats record", out.out)
+    assert re.search(r"processes\s+3\b", out.out)
+
+
+def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
+    cache = copy_of(recorded_cache)
+    assert stats_json(cache, "--module", "jit_iota")["modules"][0]["module"] == "jit_iota"
+    assert [m["module"] for m in stats_json(cache, "--module", "jit_i*")["modules"]] == ["jit_iota"]
+    assert stats_json(cache, "--since", "1d")["processes"] == 3
+    assert stats_json(cache, "--since", "2999-01-01")["processes"] == 0
+    dry = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--zero"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    assert "would archive and remove 3 records" in dry.stdout
+    assert stats_json(cache)["processes"] == 3
+    applied = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--zero", "--apply"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    assert "archived 3 records" in applied.stdout, applied.stderr
+    assert stats_json(cache)["processes"] == 0
+    (archive,) = (cache / STATS_DIRNAME).glob("archive-*.jsonl")
+    assert len(archive.read_text().splitlines()) == 3
+
+
+def test_bad_since_is_one_line_usage_error(recorded_cache: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(recorded_cache), "--since", "soon"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--since 'soon'" in proc.stderr
+
+
+def test_lint_reports_a_module_that_never_hit(recorded_cache: Path) -> None:
+    """jit_f (custom_partitioning, JAX's keys) compiled in 3 processes and never hit."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", str(recorded_cache), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    findings = json.loads(proc.stdout)["findings"]
+    never = [f for f in findings if f["kind"] == "never-hit"]
+    assert [f["module"] for f in never] == ["jit_f"], proc.stdout
+    assert "3 processes" in never[0]["message"] and "unstable key" in never[0]["message"]
+    failing = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", str(recorded_cache), "--fail-on", "warning"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    assert failing.returncode == 1
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="needs Debian's chromium to render the page (`apt-get install -y chromium`; .ci/run "
+    "installs it when it runs as root)",
+)
+def test_html_page_renders_in_headless_chromium(recorded_cache: Path, tmp_path: Path) -> None:
+    page = tmp_path / "stats.html"
+    report = stats_json(recorded_cache, "--html", str(page))
+    html_text = page.read_text()
+    assert not re.search(r"""(src|href)=["']?https?:""", html_text)  # nothing fetched
+    proc = subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    dom = proc.stdout
+    assert "<svg" in dom, proc.stderr[-2000:]
+    rate = f"{report['totals']['hit_rate']:.0%}"
+    assert re.search(rf'id="kpi-processes"><b>{report["processes"]}</b>', dom)
+    assert re.search(rf'id="kpi-hit-rate"><b>{rate}</b>', dom)
+    bars = re.findall(r'<rect class="day" data-day="([\d-]+)" data-rate="(\d+%)"', dom)
+    assert bars == [(d["name"], f"{d['hit_rate']:.0%}") for d in report["days"]]
+    never = re.findall(r'<tr class="never"><td>([^<]+)</td>', dom)
+    assert never == [m["module"] for m in report["modules"] if m["never_hit"]] == ["jit_f"]
+
+
+def test_prune_keeps_the_stats_folder_bounded(recorded_cache: Path, copy_of) -> None:
+    """An old archive that takes the folder over its bound goes first; the records stay."""
+    cache = copy_of(recorded_cache)
+    folder = cache / STATS_DIRNAME
+    records = sorted(p.name for p in folder.glob("*.json"))
+    archive = folder / "archive-20200101T000000Z.jsonl"
+    archive.write_bytes(b"{}\n" * (11 << 20))  # 33 MiB, over the 32 MiB bound
+    os.utime(archive, (1_577_836_800, 1_577_836_800))
+    dry = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "prune", str(cache), "--orphans", "--json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+    )
+    plan = json.loads(dry.stdout)
+    doc = json.dumps(plan)
+    assert f"{STATS_DIRNAME}/archive-20200101T000000Z.jsonl" in doc, doc[:2000]
+    assert "stats-bound" in doc and f"{STATS_DIRNAME}/: {len(records) + 1} files" in doc
+    assert archive.exists()  # a dry run
+    subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "prune", str(cache), "--orphans", "--apply"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        check=True,
+    )
+    assert not archive.exists()
+    assert sorted(p.name for p in folder.glob("*.json")) == records
+
+
+def test_enable_stats_only_records_through_the_config_file(tmp_path: Path) -> None:
+    """`enable --stats-only` writes hook = "stats"; a process with only that file records."""
+    cache, config = tmp_path / "cache", tmp_path / "config.toml"
+    env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
+    subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "enable", "--dir", str(cache), "--stats-only"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    assert 'hook = "stats"' in config.read_text()
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the config file names the cache dir
+    proc = subprocess.run(
+        [sys.executable, str(program_path("plain"))], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = stats_json(cache)
+    assert report["processes"] == 1 and report["totals"]["requests"] >= 1
+    assert not (cache / "cachedoctor-manifests").exists()  # no hook: no manifests
+
+
+def test_status_reports_stats_only_recording(tmp_path: Path) -> None:
+    """In `stats` mode no hook is installed, yet `status` says recording is on and where to."""
+    cache, config = tmp_path / "cache", tmp_path / "config.toml"
+    env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
+    )
+    assert run("enable", "--dir", str(cache), "--stats-only").returncode == 0
+    shown = run("status")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "hook active: no" in shown.stdout
+    records = f"{cache}/{STATS_DIRNAME}/"
+    assert f"stats recording: active (stats mode), records go to {records}" in shown.stdout
+    assert json.loads(run("status", "--json").stdout)["probe"]["stats"] == {
+        "mode": "stats",
+        "records": records,
+    }
+    env["CACHEDOCTOR_HOOK"] = "off"
+    assert "stats recording: no" in run("status").stdout

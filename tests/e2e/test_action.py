@@ -1,0 +1,92 @@
+"""The composite GitHub Action (action.yml): its steps run as GitHub runs them.
+
+Each ``run:`` script gets its ``env:`` with ``${{ inputs.* }}`` replaced by the inputs (or their
+defaults) and runs under ``bash --noprofile --norc -eo pipefail``, in a temporary directory,
+against a real cache. The install step asks pip for the package already installed here
+(``--no-index``: it must be satisfied without a network).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import yaml
+
+from cachedoctor.programs import program_path
+from tests.support.caches import REPO
+from tests.support.hookrun import base_env
+
+ACTION = REPO / "action.yml"
+EXPR = re.compile(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}")
+
+
+def run_action(workdir: Path, **inputs: str) -> tuple[int, str, dict[str, str]]:
+    """Run every step; stop at the first failing one, as GitHub does. (status, output, outputs)"""
+    action = yaml.safe_load(ACTION.read_text())
+    assert action["runs"]["using"] == "composite"
+    values = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
+    unknown = set(inputs) - set(values)
+    assert not unknown, f"not inputs of the action: {unknown}"
+    values.update(inputs)
+    github_output = workdir / "github-output"
+    github_output.touch()
+    log = []
+    for step in action["runs"]["steps"]:
+        assert step["shell"] == "bash"
+        env = base_env(None, GITHUB_OUTPUT=str(github_output))
+        for key, value in step.get("env", {}).items():
+            env[key] = EXPR.sub(lambda m: values[m.group(1)], str(value))
+        assert "${{" not in step["run"], "inputs reach scripts through env only (no injection)"
+        proc = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        log.append(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            return proc.returncode, "".join(log), {}
+    outputs = dict(
+        line.split("=", 1) for line in github_output.read_text().splitlines() if "=" in line
+    )
+    return 0, "".join(log), outputs
+
+
+INSTALLED = {"python": sys.executable, "package": "--no-index cachedoctor"}
+
+
+def test_lint_annotates_and_writes_junit(seed_cache: Path, tmp_path: Path) -> None:
+    status, log, outputs = run_action(
+        tmp_path, **INSTALLED, **{"cache-dir": str(seed_cache), "fail-on": "warning"}
+    )
+    assert status == 1, log  # the unstable key of jit_f is a warning
+    assert re.search(r"^::error title=cachedoctor unstable-key \(jit_f\)::", log, re.M), log
+    junit = ET.parse(tmp_path / "cachedoctor-junit.xml").getroot()
+    failed = [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None]
+    assert "jit_f" in failed
+
+    status, log, outputs = run_action(tmp_path, **INSTALLED, **{"cache-dir": str(seed_cache)})
+    assert status == 0, log  # nothing at the default --fail-on error
+    assert outputs["junit"] == "cachedoctor-junit.xml"
+
+
+def test_check_runs_the_command_twice(tmp_path: Path) -> None:
+    plain = f"{sys.executable} {program_path('plain')}"
+    status, log, outputs = run_action(
+        tmp_path, **INSTALLED, command="check", run=plain, junit="out/check.xml"
+    )
+    assert status == 0, log
+    junit = ET.parse(tmp_path / outputs["junit"]).getroot()
+    assert junit.get("failures") == "0"
+
+
+def test_a_wrong_command_is_an_annotated_error(tmp_path: Path) -> None:
+    status, log, _ = run_action(tmp_path, **INSTALLED, command="scan")
+    assert status == 2
+    assert "::error title=cachedoctor::command must be lint or check, not 'scan'" in log

@@ -1,0 +1,1 @@
+"""Byte formats against independent oracles (protobuf, the reference Riegeli writer, zstandard)."""

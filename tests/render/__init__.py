@@ -1,0 +1,1 @@
+"""The renderer registry and each format's output."""

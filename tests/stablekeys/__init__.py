@@ -1,0 +1,1 @@
+"""The runtime hook and the stable hasher, against real JAX processes."""

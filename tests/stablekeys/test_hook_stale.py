@@ -1,0 +1,81 @@
+"""The stale-hit suite: a value reaches a custom_partitioning callback by many Python routes.
+
+Each case runs fresh processes with the value A twice, then B, B and A, in one cache: every run
+must print its own value (no stale hit), and every run whose value was seen before must hit.
+The routes are in ``stale_cases.py``; one process runs all the cases of a batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.caches import SUPPORT_DIR
+from tests.support.hookrun import base_env, run_program
+
+pytestmark = pytest.mark.slow
+
+PROGRAM = SUPPORT_DIR / "stale_cases.py"
+SEQUENCE = ("1", "1", "5", "5", "1")  # A, A, B, B, A
+# two batches, so that the suite uses both cores of a small machine
+BATCHES = {
+    "state": "env,file,np_random_seed,sys_argv,config_flag,pytree_registry,typed_prng_key,"
+    "ml_dtypes_array,structured_array,jit_wrapped",
+    "objects": "function_attribute,enum_member,wraps_wrapper,dataclass,slots,defaultdict_factory,"
+    "metaclass,lru_cache,globals_alias,getframe",
+}
+
+
+def _outputs(stdout: str) -> dict[str, float]:
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("case "):
+            _, name, value = line.split()
+            found[name] = float(value)
+    return found
+
+
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_no_stale_hit_and_hits_on_rerun(batch: str, tmp_path: Path) -> None:
+    cases = BATCHES[batch].split(",")
+    cache = tmp_path / "cache"
+    seen: set[str] = set()
+    for i, value in enumerate(SEQUENCE):
+        env = base_env(
+            cache,
+            CACHEDOCTOR_STALE_V=value,
+            CACHEDOCTOR_STALE_FILE=str(tmp_path / "value.txt"),
+            CACHEDOCTOR_STALE_CASES=BATCHES[batch],
+        )
+        run = run_program(PROGRAM, cache, env=env)
+        outputs = _outputs(run.stdout)
+        assert sorted(outputs) == sorted(cases), run.stdout
+        stale = {c: v for c, v in outputs.items() if v != float(value)}
+        assert not stale, f"run {i + 1} (v={value}): stale results {stale}"
+        missed = {m.removeprefix("jit_case_") for m in run.misses if m.startswith("jit_case_")}
+        if value in seen:
+            assert not missed, f"run {i + 1} (v={value}) missed {sorted(missed)}: {run.stats}"
+        else:
+            assert missed == set(cases), f"run {i + 1} (v={value}) hit {set(cases) - missed}"
+        seen.add(value)
+
+
+def test_nondeterministic_callback_misses_unless_declared(tmp_path: Path) -> None:
+    """A module that differs on every partition call never reproduces; ``depends_on`` hits."""
+    cache = tmp_path / "cache"
+    env = base_env(
+        cache,
+        CACHEDOCTOR_STALE_V="1",
+        CACHEDOCTOR_STALE_FILE=str(tmp_path / "value.txt"),
+        CACHEDOCTOR_STALE_CASES="noisy,noisy_declared",
+    )
+    runs = [run_program(PROGRAM, cache, env=env) for _ in range(3)]
+    for run in runs:
+        assert _outputs(run.stdout) == {"noisy": 1.0, "noisy_declared": 1.0}
+        assert "jit_case_noisy" in run.misses
+    assert "jit_case_noisy_declared" in runs[0].misses
+    assert all("jit_case_noisy_declared" not in run.misses for run in runs[1:])
+    assert runs[1].stats["replay_misses"] == 1 and "returned something else" in str(
+        runs[1].stats["last_replay_miss"]
+    )

@@ -1,0 +1,1 @@
+"""Where bytes live: local folders, buckets (local S3 and GCS servers), the atomic write."""

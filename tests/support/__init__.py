@@ -1,0 +1,1 @@
+"""What the tests share that is not a fixture: cache builders, program runners, byte vectors."""

@@ -1,0 +1,1 @@
+"""XLA messages: GPU executables, split protos, HLO facts, the GPU sub-caches."""
