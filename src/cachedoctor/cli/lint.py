@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
-from cachedoctor.cli._common import SEVERITY_CHOICE, progress_bar
+from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
 from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
@@ -73,6 +73,7 @@ def lint(
             baseline_path=baseline,
             progress=progress,
         )
+    not_a_cache(report.scan)
     if junit_file:
         core.write_text_atomic(junit_file, render_to_string(report, "junit"))
     if output is not None:

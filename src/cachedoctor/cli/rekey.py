@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
+from cachedoctor.cli.params import DURATION
 from cachedoctor.cli.prune import _render, plan_and_apply
 from cachedoctor.errors import ExitCode
 from cachedoctor.stablekeys.settings import resolve_cache_dir
@@ -21,7 +23,12 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     "observe-mode manifest to their stable key, which `cachedoctor enable` makes JAX use.",
 )
 @click.option(
-    "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
+    "--lock-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    metavar="AGE",
+    help="How long to wait for JAX's lock.",
 )
 @click.pass_context
 def rekey(
@@ -43,6 +50,7 @@ def rekey(
     from cachedoctor.core.prune.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
+    open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
             lambda: plan_rekey(cache_dir, progress=progress, relocated=relocated),

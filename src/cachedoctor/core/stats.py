@@ -10,6 +10,7 @@ removes them.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import fnmatch
 import re
 import time
@@ -83,6 +84,8 @@ class StatsReport:
     since: float | None = None
     module_filter: str | None = None
     records: tuple[Record, ...] = field(default=(), repr=False)
+    records_read: int = 0  # records in the folder, before --since and --module
+    archives: tuple[str, ...] = ()  # the archive files --zero left (names in cachedoctor-stats/)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -267,7 +270,23 @@ def collect_stats(
             scanned = scan_directory(store)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    return summarise(cache_dir, records, problems, scanned, since=since, module=module)
+    report = summarise(cache_dir, records, problems, scanned, since=since, module=module)
+    return dataclasses.replace(report, records_read=len(records), archives=archive_files(store))
+
+
+def archive_files(store: Store) -> tuple[str, ...]:
+    """The archives ``--zero --apply`` wrote, oldest first (their names hold the UTC time)."""
+    try:
+        items = store.list(STATS_DIRNAME)
+    except OSError:
+        return ()
+    return tuple(
+        sorted(
+            i.name
+            for i in items
+            if i.name.startswith(ARCHIVE_PREFIX) and i.name.endswith(ARCHIVE_SUFFIX)
+        )
+    )
 
 
 def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:
