@@ -9,10 +9,8 @@ removes them.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
 import fnmatch
-import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -29,7 +27,6 @@ from cachedoctor.core.usage.records import (
     read_records,
     record_files,
 )
-from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store, open_store
 
@@ -116,22 +113,6 @@ class ZeroReport:
     archive: str | None  # where the records went (None on a dry run or with none to archive)
     records: tuple[str, ...]
     applied: bool
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """``--since``: ``7d``, ``12h``, ``30m`` ago, or a UTC date ``YYYY-MM-DD``."""
-    now = time.time() if now is None else now
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([dhm])", text.strip())
-    if match:
-        unit = {"d": 86400, "h": 3600, "m": 60}[match.group(2)]
-        return now - float(match.group(1)) * unit
-    try:
-        return float(calendar.timegm(time.strptime(text.strip(), "%Y-%m-%d")))
-    except ValueError:
-        raise CachedoctorError(
-            f"--since {text!r}: expected a duration (7d, 12h, 30m) or a date (YYYY-MM-DD)",
-            slug="usage",
-        ) from None
 
 
 def _module_of_key(key: str) -> str:
