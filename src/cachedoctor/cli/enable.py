@@ -12,7 +12,12 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 
 
 @click.command("enable")
-@click.option("--dir", "cache_dir", help="Cache directory (default: the current one).")
+@click.option(
+    "--dir",
+    "cache_dir",
+    metavar="DIR",
+    help="Cache directory (default: the one configured before, else $JAX_COMPILATION_CACHE_DIR).",
+)
 @click.option(
     "--xla-caches",
     type=click.Choice(sorted(settings.XLA_CACHE_CHOICES)),
