@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import render_to_string, renderer
+
+if TYPE_CHECKING:
+    from cachedoctor.core.check.report import CheckReport
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -64,8 +68,9 @@ def check(
 
     Each run is a fresh process with JAX_COMPILATION_CACHE_DIR set to one fresh temporary cache
     (or DIR) and every compilation cached. A module that gets a new entry on a later run although
-    run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable, 1 an unstable key
-    (or, with --verify, a stale entry), 2 usage error or CMD failed.
+    run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable; 1 an unstable
+    key, a stale entry (--verify), or nothing checked (run 1 wrote no entry); 2 usage error, CMD
+    failed, or JAX stopped the --verify run before it reached every module (NOT CHECKED).
     """
     from cachedoctor.core.check.check import run_check
 
@@ -101,7 +106,18 @@ def check(
         write_text_atomic(output, render_to_string(report, fmt))
     else:
         renderer(fmt).render(report, stdout_console())
-    ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
+    ctx.exit(int(exit_code(report)))
+
+
+def exit_code(report: CheckReport) -> ExitCode:
+    """1 for what the check found; 2 when the verified run stopped before it could vouch for
+    every module and found nothing else (the run did not complete, as when CMD fails)."""
+    verify = report.verify
+    if report.unstable or (verify is not None and verify.stale) or report.nothing_checked:
+        return ExitCode.FINDINGS
+    if verify is not None and verify.not_checked:
+        return ExitCode.USAGE
+    return ExitCode.FINDINGS if report.failed else ExitCode.OK
 
 
 def _check_writable(output: str) -> None:

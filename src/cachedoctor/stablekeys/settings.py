@@ -149,13 +149,13 @@ def value_problem(key: str, value: Any) -> str | None:
         if not isinstance(value, bool):
             return "expected true or false"
     elif key in ("min_compile_time_secs", "min_entry_size_bytes", "max_size"):
-        kinds: tuple[type, ...] = (int, float) if key == "min_compile_time_secs" else (int,)
+        fractions = key == "min_compile_time_secs"
         low = -1 if key == "max_size" else 0
-        number = "a number" if float in kinds else "a whole number"
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            return f"expected {number} >= {low}"
+        expected = f"expected {'a number' if fractions else 'a whole number'} >= {low}"
+        if isinstance(value, bool) or not isinstance(value, (int, float) if fractions else int):
+            return expected
         if not math.isfinite(value) or value < low:
-            return f"expected {number} >= {low}"
+            return expected
     elif key != "created_dirs":  # created_dirs: written by enable, read by disable
         return f"not a setting (known: {', '.join(OPTION_BY_KEY)})"
     return None
