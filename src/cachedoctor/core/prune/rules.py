@@ -81,11 +81,6 @@ class PlannedEntry:
         )
 
 
-def _is_autotune_tmp(name: str) -> bool:
-    """XLA's in-flight autotune write: ``tmp/tmp_per_fusion_cache_<hash>_<ns>.textproto``."""
-    return name.startswith("tmp_per_fusion_cache_") and name.endswith(".textproto")
-
-
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
@@ -657,7 +652,7 @@ def _autotune_dir(ctx: PruneContext, name: str) -> None:
                         tst = tmp.regular(t)
                         if (
                             tst is not None
-                            and _is_autotune_tmp(t)
+                            and subcaches.is_autotune_tmp_name(t)
                             and (ctx.age_s(tst.st_mtime_ns) >= ctx.options.stale_after_s)
                         ):
                             ctx.remove_file(
