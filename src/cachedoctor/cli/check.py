@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
+from cachedoctor.cli.params import complete_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import render_to_string, renderer
@@ -23,7 +24,11 @@ if TYPE_CHECKING:
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS...]")
 @click.option("--runs", default=2, show_default=True, type=click.IntRange(1), help="Fresh runs.")
 @click.option(
-    "--dir", "cache_dir", metavar="DIR", help="Use DIR as the cache (default: a new temp dir)."
+    "--dir",
+    "cache_dir",
+    shell_complete=complete_dir,
+    metavar="DIR",
+    help="Use DIR as the cache (default: a new temp dir).",
 )
 @click.option("--quiet", is_flag=True, help="Send CMD's output to the log instead of the terminal.")
 @click.option("--log", "log_path", metavar="FILE", help="Append CMD's output to FILE (kept).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli.params import SECONDS, SIZE
+from cachedoctor.cli.params import SECONDS, SIZE, complete_dir
 from cachedoctor.stablekeys import activation, settings
 
 # Values a second `enable` keeps from the config file unless given again.
@@ -15,6 +15,7 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 @click.option(
     "--dir",
     "cache_dir",
+    shell_complete=complete_dir,
     metavar="DIR",
     help="Cache directory (default: the one configured before, else $JAX_COMPILATION_CACHE_DIR).",
 )

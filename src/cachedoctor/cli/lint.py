@@ -6,6 +6,7 @@ import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
+from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
@@ -14,7 +15,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option(
     "--format",
     "fmt",
@@ -30,7 +31,13 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     show_default=True,
     help="Exit 1 when a finding not in the baseline reaches this severity.",
 )
-@click.option("--ignore", multiple=True, metavar="KIND", help="Drop findings of KIND (repeatable).")
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="KIND",
+    shell_complete=complete_kind,
+    help="Drop findings of KIND (repeatable).",
+)
 @click.option(
     "--baseline",
     metavar="FILE",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from cachedoctor import units
 
@@ -57,3 +58,27 @@ def _seconds(text: str) -> float:
 
 
 SECONDS = _UnitType("seconds", _seconds)
+
+
+# Shell completion (click's: docs/commands.md says how to turn it on). A DIR argument completes
+# folder names and a FILE option file names, through the shell itself; KIND offers the kinds.
+
+
+def complete_dir(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def complete_file(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_kind(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    from cachedoctor.core.findings import FindingKind
+
+    return [CompletionItem(k.value) for k in FindingKind if k.value.startswith(incomplete)]

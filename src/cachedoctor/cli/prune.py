@@ -9,7 +9,7 @@ import click
 
 from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.cli.params import DURATION, SIZE, as_typed
+from cachedoctor.cli.params import DURATION, SIZE, as_typed, complete_dir
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.stablekeys.settings import resolve_cache_dir
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option(
     "--older-than",
     type=DURATION,

@@ -6,14 +6,14 @@ import click
 
 from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.cli.params import DURATION
+from cachedoctor.cli.params import DURATION, complete_dir
 from cachedoctor.cli.prune import _render, plan_and_apply
 from cachedoctor.errors import ExitCode
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(

@@ -7,6 +7,7 @@ import time
 import click
 
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
+from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory
@@ -19,7 +20,7 @@ from cachedoctor.units import format_bytes
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
     "--fail-on",
@@ -29,7 +30,11 @@ from cachedoctor.units import format_bytes
     help="Exit 1 when a finding reaches this severity.",
 )
 @click.option(
-    "--ignore", multiple=True, metavar="KIND", help="Ignore findings of KIND (repeatable)."
+    "--ignore",
+    multiple=True,
+    metavar="KIND",
+    shell_complete=complete_kind,
+    help="Ignore findings of KIND (repeatable).",
 )
 @click.option(
     "--max-modules",

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cachedoctor.cache.listdir import open_cache_dir
-from cachedoctor.cli.params import SINCE
+from cachedoctor.cli.params import SINCE, complete_dir
 from cachedoctor.core.stats import collect_stats, zero
 from cachedoctor.errors import CachedoctorError, path_error
 from cachedoctor.render.console import stdout_console
@@ -16,7 +16,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option(
     "--since",
     type=SINCE,
