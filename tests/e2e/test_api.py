@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -198,3 +199,15 @@ def test_durations_and_sizes_take_numbers_too(seed_cache: Path) -> None:
     assert by_number.to_dict()["actions"] == by_text.to_dict()["actions"]
     since = cachedoctor.stats(seed_cache, since=1796075058).since
     assert since == cachedoctor.stats(seed_cache, since="1796075058").since == 1796075058.0
+
+
+def test_every_since_form_api_md_lists_is_accepted(tmp_path: Path) -> None:
+    """docs/api.md's sentence on ``since`` is a promise: each quoted form it lists works."""
+    api_md = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    sentence = re.search(r"`since` takes (.*?);", api_md, re.S)
+    assert sentence, "docs/api.md no longer says what since takes"
+    forms = re.findall(r'`"([^"`]+)"`', sentence.group(1))
+    assert len(forms) >= 5 and "Unix time" in sentence.group(1), forms
+    for form in [*forms, "1796075058", 1796075058, 1796075058.5]:
+        value = "2026-01-31" if form == "YYYY-MM-DD" else form
+        assert cachedoctor.stats(tmp_path, since=value).processes == 0, form

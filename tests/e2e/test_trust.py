@@ -458,6 +458,11 @@ def test_docs_name_what_exists() -> None:
         "Usage: cli" not in docs["commands.md"] and "Usage: cachedoctor scan" in docs["commands.md"]
     )
     assert "hook branch" not in docs["diff.md"]
+    # what --help says is true: --zero writes one archive file, not a folder; --dir's default
+    commands = docs["commands.md"]
+    assert "cachedoctor-stats/archive/" not in commands
+    assert "archive-<UTC time>.jsonl" in commands
+    assert "(default: the current one)" not in commands
     for kind in FindingKind:
         assert f"`{kind.value}`" in docs["README.md"], kind
     proc = subprocess.run(

@@ -67,7 +67,8 @@ def lint(
     """Check a cache directory in CI: findings as annotations or JUnit, with baselines.
 
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
-    at --fail-on or above that is not in the baseline, 2 usage or I/O error.
+    at --fail-on or above that is not in the baseline, 2 usage or I/O error, or DIR does not look
+    like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
     from cachedoctor.core import lint as core
 

@@ -100,7 +100,8 @@ def prune(
     -atime file and manifest, under JAX's own lock, re-checked right before removal.
     DIR may be gs://bucket/prefix or s3://bucket/prefix: there, each delete is conditional on
     the object's generation/ETag at planning time (an object rewritten since is kept).
-    Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
+    Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error, or DIR does
+    not look like a JAX cache.
     """
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune

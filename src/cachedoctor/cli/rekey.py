@@ -44,7 +44,7 @@ def rekey(
     Entry, -atime file and manifest move together; if the new key already holds the same
     executable the old entry is dropped as a duplicate, if it holds a different one both are
     kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
-    2 usage or I/O error.
+    2 usage or I/O error, or DIR does not look like a JAX cache.
     """
     from cachedoctor.core.prune.actions import Status
     from cachedoctor.core.prune.rekey import plan_rekey
