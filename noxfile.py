@@ -1,5 +1,6 @@
 """Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
-mutation (mutmut 3), bench.
+jaxtests (JAX's own tests with the hook), wheel (the release as built), mutation (mutmut 3),
+bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -82,8 +83,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, and the layer contract (import-linter, pyproject.toml; docs/architecture.md)."""
     session.install("ruff>=0.6", "import-linter>=2", "-e", ".")
-    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "tools", "noxfile.py")
     session.run("lint-imports")
 
 
@@ -276,3 +277,52 @@ def jaxtests(session: nox.Session) -> None:
             differ.append(f"JAX_TEST_WITH_PERSISTENT_COMPILATION_CACHE={cache}")
     if differ:
         session.error("the hook changed outcomes of JAX's own tests with " + ", ".join(differ))
+
+
+@nox.session(python="3.11")
+def wheel(session: nox.Session) -> None:
+    """The release as a user gets it: build the sdist and wheel, check them, install the wheel
+    with pipx in a fresh environment (no extras) and run the demo from it.
+
+    Then, in that environment, ``enable --max-size`` and one JAX program: JAX must write its
+    LRU's -atime files beside the entries (eviction needs filelock, which the wheel brings).
+    """
+    session.install("build", "twine", "pipx")
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    (sdist,) = dist.glob("*.tar.gz")
+    (built,) = dist.glob("*.whl")
+    session.run("twine", "check", "--strict", str(sdist), str(built))
+    session.run("python", "tools/check_dist.py", str(sdist), str(built))
+
+    home = tmp / "pipx"
+    shutil.rmtree(home, ignore_errors=True)
+    env = {
+        "PIPX_HOME": str(home),
+        "PIPX_BIN_DIR": str(home / "bin"),
+        "PIPX_MAN_DIR": str(home / "man"),
+        "CACHEDOCTOR_CONFIG": str(tmp / "config.toml"),  # not the pipx environment's own file
+        "JAX_PLATFORMS": "cpu",
+    }
+    session.run("pipx", "install", str(built), env=env)
+    cachedoctor = str(home / "bin" / "cachedoctor")
+    version = session.run(cachedoctor, "--version", external=True, env=env, silent=True)
+    if not version or "(jax 0." not in str(version) or "not installed" in str(version):
+        session.error(f"--version does not name the installed jax: {version!r}")
+    session.run(cachedoctor, "demo", external=True, env=env)
+
+    cache = tmp / "lru-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    session.run(
+        cachedoctor, "enable", "--dir", str(cache), "--max-size", "10GB",
+        "--min-compile-time", "0", external=True, env=env,
+    )  # fmt: skip
+    python = home / "venvs" / "cachedoctor" / "bin" / "python"
+    session.run(str(python), "-m", "cachedoctor.programs.plain", external=True, env=env)
+    entries, atimes = list(cache.glob("*-cache")), list(cache.glob("*-atime"))
+    if not entries or len(atimes) != len(entries):
+        session.error(f"{len(entries)} entries and {len(atimes)} -atime files in {cache}")
+    session.run(cachedoctor, "status", external=True, env=env)
+    session.run(cachedoctor, "disable", external=True, env=env)
