@@ -10,7 +10,7 @@ import click
 from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.params import DURATION, SIZE, as_typed, complete_dir
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.errors import ExitCode, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
@@ -167,9 +167,7 @@ def plan_and_apply(
             else None
         )
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
-        ) from exc
+        raise path_error(exc, exc.filename or cache_dir) from exc
     return plan, result
 
 
