@@ -84,10 +84,12 @@ class CacheListing:
     def looks_like_cache(self) -> bool:
         """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache, or
         cachedoctor's own records and manifests)."""
-        return not self.items or any(i.kind in _CACHE_OWN for i in self.items)
+        return not self.items or any(i.kind in CACHE_OWN_KINDS for i in self.items)
 
 
-_CACHE_OWN = frozenset(
+# What only a JAX cache (or cachedoctor beside one) holds: a folder with none of these but
+# other files is another folder (a checkout, a home directory), named by mistake.
+CACHE_OWN_KINDS = frozenset(
     {
         FileKind.ENTRY,
         FileKind.ATIME,
