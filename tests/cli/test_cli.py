@@ -142,3 +142,17 @@ def test_demo_shows_the_unstable_key_and_the_fix() -> None:
     assert "unstable-key" in plain
     assert fixed.count("miss, compiled") == 1 and fixed.count("hit") >= 1
     assert "1 of 1 later runs hit the cache" in fixed
+
+
+def test_version_names_cachedoctor_and_the_installed_jax() -> None:
+    from importlib import metadata
+
+    import cachedoctor
+
+    proc = run_script("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert metadata.version("cachedoctor") == cachedoctor.__version__  # one place: _version.py
+    jax, jaxlib = metadata.version("jax"), metadata.version("jaxlib")
+    assert proc.stdout.startswith(
+        f"cachedoctor {cachedoctor.__version__} (jax {jax}, jaxlib {jaxlib};"
+    )
