@@ -1,5 +1,6 @@
 """Developer sessions: tests, lint, typecheck, docs, compat (five JAX releases), crossver,
-mutation (mutmut 3), bench.
+jaxtests (JAX's own tests with the hook), wheel (the release as built), mutation (mutmut 3),
+bench.
 
 `nox -s compat` needs Python 3.11 and 3.12; with pyenv, every installed version is made visible
 to nox so that `python3.12` resolves.
@@ -31,9 +32,9 @@ COMPAT_TESTS = [
     "tests/cache/test_reader.py",
     "tests/core/scan/test_scan.py",
     "tests/cache/test_compat.py",
-    "tests/xla/test_hlo_facts.py",  # the protobuf view against the pure walker, on each release's HLO
+    "tests/xla/test_hlo_facts.py",  # protobuf view against the pure walker, each release's HLO
     "tests/cache/test_whole_decode.py",
-    "tests/cache/test_reader_bytes.py",  # every field the reader reports, against protobuf/zstandard
+    "tests/cache/test_reader_bytes.py",  # every field read, against protobuf and zstandard
     "tests/core/scan/test_scanmemo.py",  # a served report is the scan, on each release's caches
     # the runtime hook patches JAX internals that differ between releases
     "tests/stablekeys/test_keys.py",
@@ -82,8 +83,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, and the layer contract (import-linter, pyproject.toml; docs/architecture.md)."""
     session.install("ruff>=0.6", "import-linter>=2", "-e", ".")
-    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "tools", "noxfile.py")
     session.run("lint-imports")
 
 
@@ -164,3 +165,164 @@ def bench(session: nox.Session) -> None:
     """Benchmarks (not part of the test suite): see docs/performance.md."""
     session.install("-e", ".", "filelock")  # filelock: JAX's own LRU eviction pass, the baseline
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+# JAX's own tests of the persistent cache, its keys, custom_partitioning and pjit, at a pinned
+# release, plain and with the hook in each mode: the hook must change no test's outcome (issue
+# 28, item 2). JAX's sdist holds no tests, so they come from the release tag: a local clone or
+# mirror (--jax-git DIR, or $CACHEDOCTOR_JAX_GIT), else a shallow clone from GitHub.
+JAX_OWN_RELEASE = "0.10.2"
+JAX_OWN_TAG = "jax-v0.10.2"
+JAX_OWN_COMMIT = "990e6a0b84138346e6a38785412f36356e0e5dc3"
+JAX_OWN_TESTS = [
+    "tests/compilation_cache_test.py",
+    "tests/cache_key_test.py",
+    "tests/custom_partitioning_test.py",
+    "tests/custom_partitioning_sharding_rule_test.py",
+    "tests/shard_map_test.py::CustomPartitionerTest::test_custom_partitioning",
+]
+JAX_OWN_PJIT = ["tests/pjit_test.py"]  # ~800 tests: `--quick` leaves them out
+JAX_OWN_MODES = ["plain", "stable", "observe", "stats"]  # plain first: the others match it
+
+
+def _jax_own_tests(session: nox.Session, git_dir: str | None) -> Path:
+    """JAX's test files at JAX_OWN_COMMIT (verified), extracted once into the nox cache.
+
+    Only ``tests/``, ``conftest.py`` and ``pyproject.toml`` (its filterwarnings = error):
+    never JAX's ``jax/`` package, which pytest would import instead of the installed one.
+    """
+    src = Path(session.cache_dir) / f"jax-tests-{JAX_OWN_COMMIT[:12]}"
+    if (src / "tests" / "compilation_cache_test.py").exists():
+        return src
+    if git_dir is None:
+        clone = Path(session.create_tmp()) / "jax-clone"
+        shutil.rmtree(clone, ignore_errors=True)
+        session.run(
+            "git", "clone", "--quiet", "--depth", "1", "--branch", JAX_OWN_TAG,
+            "--filter=blob:none", "--no-checkout", "https://github.com/jax-ml/jax", str(clone),
+            external=True,
+        )  # fmt: skip
+        git_dir = str(clone)
+    git = ["git", "-C", git_dir]
+    found = subprocess.run(
+        [*git, "rev-parse", f"{JAX_OWN_TAG}^{{commit}}"], capture_output=True, text=True
+    ).stdout.strip()
+    if found != JAX_OWN_COMMIT:
+        session.error(f"{git_dir}: {JAX_OWN_TAG} is {found or 'missing'}, not {JAX_OWN_COMMIT}")
+    archive = subprocess.run(
+        [*git, "archive", JAX_OWN_COMMIT, "conftest.py", "pyproject.toml", "tests"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    partial = src.with_name(src.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(partial)], input=archive, check=True)
+    partial.rename(src)
+    return src
+
+
+@nox.session(python="3.11")
+def jaxtests(session: nox.Session) -> None:
+    """JAX's own cache, key, custom_partitioning and pjit tests, plain and with the hook.
+
+    nox -s jaxtests [-- [--quick] [--jax-git DIR] [--cache 0|1]]
+
+    Each suite runs on 8 CPU devices with the hook off (CACHEDOCTOR_DISABLE=1), then in stable,
+    observe and stats mode, without and with JAX's own persistent-cache test mode
+    (JAX_TEST_WITH_PERSISTENT_COMPILATION_CACHE=1: a fresh cache per test, every compile
+    written); tools/compare_junit.py fails the session when any test's outcome differs from
+    the plain run's. --quick leaves pjit_test.py out; --cache picks one cache mode.
+    """
+    args = list(session.posargs)
+    quick = "--quick" in args
+    git_dir = args[args.index("--jax-git") + 1] if "--jax-git" in args else None
+    git_dir = git_dir or os.environ.get("CACHEDOCTOR_JAX_GIT") or None
+    cache_modes = [args[args.index("--cache") + 1]] if "--cache" in args else ["0", "1"]
+    session.install(
+        ".",
+        f"jax=={JAX_OWN_RELEASE}",
+        f"jaxlib=={JAX_OWN_RELEASE}",
+        "absl-py",
+        "pytest>=8,<9",  # JAX's build/test-requirements.txt
+        "pytest-xdist",
+    )
+    src = _jax_own_tests(session, git_dir)
+    results = Path(session.create_tmp()).resolve() / "jax-own"
+    results.mkdir(exist_ok=True)
+    tests = JAX_OWN_TESTS + ([] if quick else JAX_OWN_PJIT)
+    compare = str(Path("tools/compare_junit.py").resolve())
+    differ = []
+    for cache in cache_modes:
+        xmls = []
+        for mode in JAX_OWN_MODES:
+            env = {
+                "JAX_PLATFORMS": "cpu",
+                "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                "JAX_TEST_WITH_PERSISTENT_COMPILATION_CACHE": cache,
+                "CACHEDOCTOR_CONFIG": str(results / "absent.toml"),
+                "CACHEDOCTOR_DISABLE": "1" if mode == "plain" else "0",
+                "CACHEDOCTOR_HOOK": "" if mode == "plain" else mode,
+            }
+            xml = results / f"cache{cache}-{mode}.xml"
+            xmls.append(str(xml))
+            with session.chdir(src):  # JAX's pyproject.toml: filterwarnings = error
+                session.run(
+                    "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
+                    f"--junitxml={xml}", *tests, env=env, success_codes=[0, 1],
+                )  # fmt: skip
+        try:
+            session.run("python", compare, *xmls)
+        except nox.command.CommandFailed:
+            differ.append(f"JAX_TEST_WITH_PERSISTENT_COMPILATION_CACHE={cache}")
+    if differ:
+        session.error("the hook changed outcomes of JAX's own tests with " + ", ".join(differ))
+
+
+@nox.session(python="3.11")
+def wheel(session: nox.Session) -> None:
+    """The release as a user gets it: build the sdist and wheel, check them, install the wheel
+    with pipx in a fresh environment (no extras) and run the demo from it.
+
+    Then, in that environment, ``enable --max-size`` and one JAX program: JAX must write its
+    LRU's -atime files beside the entries (eviction needs filelock, which the wheel brings).
+    """
+    session.install("build", "twine", "pipx")
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    (sdist,) = dist.glob("*.tar.gz")
+    (built,) = dist.glob("*.whl")
+    session.run("twine", "check", "--strict", str(sdist), str(built))
+    session.run("python", "tools/check_dist.py", str(sdist), str(built))
+
+    home = tmp / "pipx"
+    shutil.rmtree(home, ignore_errors=True)
+    env = {
+        "PIPX_HOME": str(home),
+        "PIPX_BIN_DIR": str(home / "bin"),
+        "PIPX_MAN_DIR": str(home / "man"),
+        "CACHEDOCTOR_CONFIG": str(tmp / "config.toml"),  # not the pipx environment's own file
+        "JAX_PLATFORMS": "cpu",
+    }
+    session.run("pipx", "install", str(built), env=env)
+    cachedoctor = str(home / "bin" / "cachedoctor")
+    version = session.run(cachedoctor, "--version", external=True, env=env, silent=True)
+    if not version or "(jax 0." not in str(version) or "not installed" in str(version):
+        session.error(f"--version does not name the installed jax: {version!r}")
+    session.run(cachedoctor, "demo", external=True, env=env)
+
+    cache = tmp / "lru-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    session.run(
+        cachedoctor, "enable", "--dir", str(cache), "--max-size", "10GB",
+        "--min-compile-time", "0", external=True, env=env,
+    )  # fmt: skip
+    python = home / "venvs" / "cachedoctor" / "bin" / "python"
+    session.run(str(python), "-m", "cachedoctor.programs.plain", external=True, env=env)
+    entries, atimes = list(cache.glob("*-cache")), list(cache.glob("*-atime"))
+    if not entries or len(atimes) != len(entries):
+        session.error(f"{len(entries)} entries and {len(atimes)} -atime files in {cache}")
+    session.run(cachedoctor, "status", external=True, env=env)
+    session.run(cachedoctor, "disable", external=True, env=env)

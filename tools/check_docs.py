@@ -21,6 +21,17 @@ HEADER = """# Command reference
 
 Generated from each command's `--help` by `python tools/check_docs.py --write`; `nox -s docs`
 fails when it is stale.
+
+Sizes, durations and times read alike in every command and in the Python API (`units.py`): a
+SIZE is `50GB`, `800MiB` or bytes; an AGE is a number with `s`, `m`, `h`, `d` or `w` (`30d`,
+`2w`; a bare number is seconds); WHEN is a time ago (`7d`), a UTC date (`YYYY-MM-DD`) or a Unix
+time. A value that is not one is a usage error (exit 2) that shows the forms.
+
+Shell completion is click's: `eval "$(_CACHEDOCTOR_COMPLETE=bash_source cachedoctor)"` in
+`~/.bashrc` (bash 4.4 or newer), `eval "$(_CACHEDOCTOR_COMPLETE=zsh_source cachedoctor)"` in
+`~/.zshrc`, or `_CACHEDOCTOR_COMPLETE=fish_source cachedoctor >
+~/.config/fish/completions/cachedoctor.fish`. DIR completes folder names and `--ignore` the
+finding kinds.
 """
 
 

@@ -22,8 +22,39 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 
 
-def _dir(cache_dir: PathLike | None) -> str:
-    return resolve_cache_dir(os.fspath(cache_dir) if cache_dir is not None else None)
+def _usage(message: str) -> CachedoctorError:
+    return CachedoctorError(message, slug="usage")
+
+
+def _path(value: object, name: str) -> str:
+    """A path argument as a str; anything else (a number, bytes, None) is bad input."""
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value)
+        if isinstance(path, str) and path:
+            return path
+    raise _usage(f"{name}: expected a path (str or os.PathLike), not {value!r:.60}")
+
+
+def _dir(cache_dir: object) -> str:
+    """The cache directory named (or the effective one), checked: it exists, is readable and
+    is empty or holds a JAX cache."""
+    from cachedoctor.cache.listdir import open_cache_dir
+
+    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
+    open_cache_dir(where)
+    return where
+
+
+def _optional_str(value: object, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _usage(f"{name}: expected a str or None, not {value!r:.60}")
+
+
+def _flag(value: object, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _usage(f"{name}: expected True or False, not {value!r:.60}")
 
 
 def scan(cache_dir: PathLike | None = None) -> ScanReport:
@@ -33,23 +64,32 @@ def scan(cache_dir: PathLike | None = None) -> ScanReport:
     then the directory ``cachedoctor enable`` configured.
     """
     from cachedoctor.core.scan.run import scan_directory
+    from cachedoctor.errors import NotACacheError, path_error
     from cachedoctor.storage.stores import one_line_errors, open_store
     from cachedoctor.storage.urls import is_url
 
-    where = _dir(cache_dir)
+    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
     with one_line_errors(where):
         try:
-            return scan_directory(open_store(where) if is_url(where) else where)
-        except FileNotFoundError:
-            raise CachedoctorError(f"no such directory: {where}", slug="no-such-dir") from None
+            report = scan_directory(open_store(where) if is_url(where) else where)
+        except OSError as exc:
+            raise path_error(exc, where) from None
+    if not report.looks_like_cache:
+        raise NotACacheError(where, len(report.other_files))
+    return report
 
 
 def diff(a: PathLike, b: PathLike) -> DiffReport:
     """Why two entry files are different entries (``cachedoctor diff A B``): a verdict with
     its evidence, and the option, HLO and executable differences."""
     from cachedoctor.core.diff.compare import diff_entries
+    from cachedoctor.errors import path_error
 
-    return diff_entries(a, b)
+    first, second = _path(a, "a"), _path(b, "b")
+    try:
+        return diff_entries(first, second)
+    except OSError as exc:
+        raise path_error(exc, exc.filename or first, what="file") from None
 
 
 def stats(
@@ -59,18 +99,28 @@ def stats(
     module: str | None = None,
 ) -> StatsReport:
     """What ``cachedoctor stats`` reports from the processes' records: totals, per module (never
-    hit first, with the reason), per day and per host. ``since``: ``"7d"``, ``"2026-01-31"`` or
-    a Unix time; ``module``: a name or glob."""
-    from cachedoctor.core.stats import collect_stats, parse_since
+    hit first, with the reason), per day and per host. ``since``: ``"7d"``, ``"2w"``,
+    ``"2026-01-31"`` or a Unix time (a number, or a string of one); ``module``: a name or glob."""
+    from cachedoctor.core.stats import collect_stats
+    from cachedoctor.errors import path_error
+    from cachedoctor.units import parse_since
 
-    start = parse_since(since) if isinstance(since, str) else since
-    return collect_stats(_dir(cache_dir), since=start, module=module)
+    try:
+        start = None if since is None else parse_since(since)
+    except ValueError as exc:
+        raise _usage(f"since: {exc}") from None
+    pattern = _optional_str(module, "module")
+    where = _dir(cache_dir)
+    try:
+        return collect_stats(where, since=start, module=pattern)
+    except OSError as exc:
+        raise path_error(exc, exc.filename or where) from None
 
 
 def prune_plan(
     cache_dir: PathLike | None = None,
     *,
-    older_than: str | None = None,
+    older_than: str | float | None = None,
     max_size: str | int | None = None,
     duplicates: bool = False,
     corrupt: bool = False,
@@ -81,25 +131,35 @@ def prune_plan(
     xla_subcaches: bool = False,
 ) -> Plan:
     """The plan ``cachedoctor prune`` would carry out with these selectors (the same names as
-    its options); it deletes nothing. Apply it with ``cachedoctor prune ... --apply``."""
+    its options); it deletes nothing. Apply it with ``cachedoctor prune ... --apply``.
+    ``older_than``: ``"30d"``, ``"2w"`` or seconds; ``max_size``: ``"50GB"``, ``"800MiB"`` or
+    bytes."""
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
+    from cachedoctor.errors import path_error
     from cachedoctor.units import parse_duration, parse_size
 
     try:
-        size = parse_size(max_size) if isinstance(max_size, str) else max_size
-        age = parse_duration(older_than) if older_than is not None else None
+        size = None if max_size is None else parse_size(max_size)
     except ValueError as exc:
-        raise CachedoctorError(str(exc), slug="usage") from None
+        raise _usage(f"max_size: {exc}") from None
+    try:
+        age = None if older_than is None else parse_duration(older_than)
+    except ValueError as exc:
+        raise _usage(f"older_than: {exc}") from None
     options = PruneOptions(
         older_than_s=age,
         max_size=size,
-        duplicates=duplicates,
-        corrupt=corrupt,
-        orphans=orphans,
-        relocated=relocated,
-        stale_jax=stale_jax,
-        module=module,
-        xla_subcaches=xla_subcaches,
+        duplicates=_flag(duplicates, "duplicates"),
+        corrupt=_flag(corrupt, "corrupt"),
+        orphans=_flag(orphans, "orphans"),
+        relocated=_flag(relocated, "relocated"),
+        stale_jax=_flag(stale_jax, "stale_jax"),
+        module=_optional_str(module, "module"),
+        xla_subcaches=_flag(xla_subcaches, "xla_subcaches"),
     )
-    return plan_prune(_dir(cache_dir), options)
+    where = _dir(cache_dir)
+    try:
+        return plan_prune(where, options)
+    except OSError as exc:
+        raise path_error(exc, exc.filename or where) from None

@@ -1,11 +1,22 @@
-"""Sizes and durations as users type them (``10GB``, ``2w``): one grammar for every command."""
+"""Sizes, durations and moments as users type them (``10GB``, ``2w``, ``2026-01-31``), and byte
+counts as every command prints them: one grammar for every command and the Python API.
+
+The parsers take what a user gives (a string from the command line, or a number from Python)
+and raise ``ValueError`` with a message that shows the accepted forms; the edge (click's
+parameter types in ``cli/params.py``, ``api.py``) turns that into its own error.
+"""
 
 from __future__ import annotations
 
+import calendar
 import math
+import re
+import time
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DURATION_FORMS = "a number with s, m, h, d or w: 30d, 12h, 90m, 2w"
+SIZE_FORMS = "50GB, 800MiB or bytes: 1000000"
+SINCE_FORMS = "a time ago (7d, 12h, 30m, 2w), a UTC date (YYYY-MM-DD) or a Unix time (1767225600)"
 
 _SIZE_UNITS = {
     "": 1,
@@ -23,32 +34,89 @@ _SIZE_UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+_NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
 
-def parse_duration(text: str) -> float:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` -> seconds. Raises ValueError."""
-    t = text.strip().lower()
-    unit = t[-1:] if t[-1:] in _DURATION_UNITS else "s"
-    number = t[:-1] if t[-1:] in _DURATION_UNITS else t
-    value = float(number)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
-    return value * _DURATION_UNITS[unit]
+def _finite_number(value: object) -> float | None:
+    """A real number given as one (not a bool, not nan or inf, not negative), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
 
 
-def parse_size(text: str) -> int:
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def parse_duration(text: str | float) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``, a bare number of seconds -> seconds.
+
+    Raises ValueError naming the accepted units (``1y``, ``5x``, ``-3d`` and ``nan`` are not
+    durations).
+    """
+    if not isinstance(text, str):
+        seconds = _finite_number(text)
+        if seconds is None:
+            raise ValueError(f"not a duration: {_shown(text)} (use {DURATION_FORMS})")
+        return seconds
+    match = _DURATION_RE.fullmatch(text.strip().lower())
+    if not match or (match.group(2) or "s") not in DURATION_UNITS:
+        raise ValueError(f"not a duration: {_shown(text)} (use {DURATION_FORMS})")
+    return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
+
+
+def parse_size(text: str | int) -> int:
     """``50GB`` (10^9), ``50GiB`` (2^30), ``800M``, ``1024`` -> bytes. Raises ValueError."""
+    if not isinstance(text, str):
+        size = _finite_number(text)
+        if size is None or size != int(size):
+            raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
+        return int(size)
     t = text.strip().lower().replace(" ", "")
     i = len(t)
     while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
         i -= 1
     number, unit = t[:i], t[i:]
-    if unit not in _SIZE_UNITS or not number:
-        raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
-    try:
-        value = float(number) * _SIZE_UNITS[unit]
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a size: {text!r} (use e.g. 50GB, 800MiB, 1000000)")
+    if unit not in _SIZE_UNITS or not _NUMBER_RE.fullmatch(number):
+        raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
+    value = float(number) * _SIZE_UNITS[unit]
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
     return int(value)
+
+
+def parse_since(text: str | float, now: float | None = None) -> float:
+    """A moment, as a Unix time: ``7d`` (that long before ``now``), ``2026-01-31`` (UTC
+    midnight), or a Unix time (a bare number, or a number from Python). Raises ValueError."""
+    if not isinstance(text, str):
+        moment = _finite_number(text)
+        if moment is None:
+            raise ValueError(f"not a time: {_shown(text)} (use {SINCE_FORMS})")
+        return moment
+    t = text.strip().lower()
+    if _NUMBER_RE.fullmatch(t):
+        return float(t)
+    match = _DURATION_RE.fullmatch(t)
+    if match and match.group(2) in DURATION_UNITS:
+        now = time.time() if now is None else now
+        return now - float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    try:
+        return float(calendar.timegm(time.strptime(t, "%Y-%m-%d")))
+    except ValueError:
+        raise ValueError(f"not a time: {_shown(text)} (use {SINCE_FORMS})") from None
+
+
+def format_bytes(n: int | None) -> str:
+    """A byte count as every command prints it: ``512 B``, ``18.0 KiB``, ``1.2 GiB`` (powers of
+    1024, the units JAX and XLA use); ``?`` when unknown. ``parse_size`` reads it back."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

@@ -84,8 +84,8 @@ def test_scan_json_schema(seed_cache: Path) -> None:
     [
         (["scan", "/nonexistent/cache"], "no such directory"),
         (["scan"], "no cache directory given"),
-        (["scan", "/etc/hostname"], "cannot read"),
-        (["show", "nope", "--dir", "/nonexistent"], "cannot read"),
+        (["scan", "/etc/hostname"], "not-a-dir: not a directory: /etc/hostname"),
+        (["show", "nope", "--dir", "/nonexistent"], "no-such-dir: no such directory"),
         (["scan", "--fail-on", "loud", "."], "Invalid value"),
     ],
 )
@@ -108,7 +108,8 @@ def test_show_by_prefix_hlo_and_extract(seed_cache: Path, tmp_path: Path) -> Non
     ambiguous = runner.invoke(cli, ["show", "jit_f", "--dir", str(seed_cache)])
     error = ambiguous.exception  # main() turns it into one line and exit status 2
     assert isinstance(error, CachedoctorError) and error.code == ExitCode.USAGE
-    assert "matches 3 entries" in str(error)
+    assert error.slug == "ambiguous-entry" and "matches 3 entries" in str(error)
+    assert "give more of the key" in str(error)
     key = next(p.name for p in seed_cache.glob("jit_g-*-cache")).removesuffix("-cache")
     prefix = key.split("-")[1][:10]
     out = tmp_path / "exe.bin"
@@ -141,3 +142,17 @@ def test_demo_shows_the_unstable_key_and_the_fix() -> None:
     assert "unstable-key" in plain
     assert fixed.count("miss, compiled") == 1 and fixed.count("hit") >= 1
     assert "1 of 1 later runs hit the cache" in fixed
+
+
+def test_version_names_cachedoctor_and_the_installed_jax() -> None:
+    from importlib import metadata
+
+    import cachedoctor
+
+    proc = run_script("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert metadata.version("cachedoctor") == cachedoctor.__version__  # one place: _version.py
+    jax, jaxlib = metadata.version("jax"), metadata.version("jaxlib")
+    assert proc.stdout.startswith(
+        f"cachedoctor {cachedoctor.__version__} (jax {jax}, jaxlib {jaxlib};"
+    )

@@ -3,11 +3,13 @@
 Each ``run:`` script gets its ``env:`` with ``${{ inputs.* }}`` replaced by the inputs (or their
 defaults) and runs under ``bash --noprofile --norc -eo pipefail``, in a temporary directory,
 against a real cache. The install step asks pip for the package already installed here
-(``--no-index``: it must be satisfied without a network).
+(``--no-index``: it must be satisfied without a network); with every input at its default it
+installs the action's own checkout (``GITHUB_ACTION_PATH``), which needs no index either.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+import cachedoctor
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO
 from tests.support.hookrun import base_env
@@ -37,7 +40,7 @@ def run_action(workdir: Path, **inputs: str) -> tuple[int, str, dict[str, str]]:
     log = []
     for step in action["runs"]["steps"]:
         assert step["shell"] == "bash"
-        env = base_env(None, GITHUB_OUTPUT=str(github_output))
+        env = base_env(None, GITHUB_OUTPUT=str(github_output), GITHUB_ACTION_PATH=str(REPO))
         for key, value in step.get("env", {}).items():
             env[key] = EXPR.sub(lambda m: values[m.group(1)], str(value))
         assert "${{" not in step["run"], "inputs reach scripts through env only (no injection)"
@@ -90,3 +93,51 @@ def test_a_wrong_command_is_an_annotated_error(tmp_path: Path) -> None:
     status, log, _ = run_action(tmp_path, **INSTALLED, command="scan")
     assert status == 2
     assert "::error title=cachedoctor::command must be lint or check, not 'scan'" in log
+
+
+def test_default_install_is_the_actions_own_checkout_and_needs_no_index(tmp_path: Path) -> None:
+    """Every input at its default: pip installs GITHUB_ACTION_PATH, never a name from an index.
+    pip resolves it with --no-index (a dry run, with this environment's build backend): the
+    report says what it would install and from where."""
+    action = yaml.safe_load(ACTION.read_text())
+    (install,) = [s for s in action["runs"]["steps"] if s["name"] == "Install cachedoctor"]
+    report = tmp_path / "pip-report.json"
+    values = {n: str(spec.get("default", "")) for n, spec in action["inputs"].items()}
+    assert values["package"] == ""  # the default names no package
+    values.update(
+        python=sys.executable,
+        **{"pip-args": f"--dry-run --no-index --no-build-isolation --report {report}"},
+    )
+    env = base_env(None, GITHUB_ACTION_PATH=str(REPO))
+    for key, value in install.get("env", {}).items():
+        env[key] = EXPR.sub(lambda m: values[m.group(1)], str(value))
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", install["run"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    installs = json.loads(report.read_text())["install"]
+    (ours,) = [i for i in installs if i["metadata"]["name"] == "cachedoctor"]
+    assert ours["download_info"]["url"] == REPO.as_uri()
+    assert ours["metadata"]["version"] == cachedoctor.__version__
+
+
+def test_without_the_action_path_the_default_install_says_so(tmp_path: Path) -> None:
+    action = yaml.safe_load(ACTION.read_text())
+    (install,) = [s for s in action["runs"]["steps"] if s["name"] == "Install cachedoctor"]
+    env = base_env(None, CD_PYTHON=sys.executable, CD_PACKAGE="", CD_PIP_ARGS="")
+    env.pop("GITHUB_ACTION_PATH", None)
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", install["run"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "::error title=cachedoctor::GITHUB_ACTION_PATH is not set" in proc.stdout

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,5 +89,125 @@ def test_bad_input_raises_the_one_line_error(tmp_path: Path) -> None:
         cachedoctor.scan(tmp_path / "missing")
     with pytest.raises(cachedoctor.CachedoctorError, match="not a size"):
         cachedoctor.prune_plan(tmp_path, max_size="lots")
-    with pytest.raises(cachedoctor.CachedoctorError, match="--since"):
+    with pytest.raises(cachedoctor.CachedoctorError, match=r"^since: not a time: 'soon'"):
         cachedoctor.stats(tmp_path, since="soon")
+
+
+# Every API function, given what users get wrong; each must raise CachedoctorError, nothing
+# else. Run in a fresh interpreter: as root, it runs without CAP_DAC_OVERRIDE (setpriv), so a
+# mode-000 folder is unreadable as it is for any other user.
+_BAD_INPUT_PROBE = r"""
+import json, sys
+from pathlib import Path
+import cachedoctor
+
+d = Path(sys.argv[1])
+entry = d / "cache" / ("jit_x-" + "0" * 64 + "-cache")
+calls = {
+    "scan missing": lambda: cachedoctor.scan(d / "missing"),
+    "scan unreadable": lambda: cachedoctor.scan(d / "unreadable"),
+    "scan file": lambda: cachedoctor.scan(d / "a-file"),
+    "scan loop": lambda: cachedoctor.scan(d / "loop"),
+    "scan not a cache": lambda: cachedoctor.scan(d / "not-a-cache"),
+    "scan int": lambda: cachedoctor.scan(5),
+    "scan bytes": lambda: cachedoctor.scan(b"/tmp"),
+    "stats missing": lambda: cachedoctor.stats(d / "missing"),
+    "stats unreadable": lambda: cachedoctor.stats(d / "unreadable"),
+    "stats file": lambda: cachedoctor.stats(d / "a-file"),
+    "stats loop": lambda: cachedoctor.stats(d / "loop"),
+    "stats not a cache": lambda: cachedoctor.stats(d / "not-a-cache"),
+    "stats int": lambda: cachedoctor.stats(5),
+    "stats since list": lambda: cachedoctor.stats(d / "cache", since=[7]),
+    "stats since bool": lambda: cachedoctor.stats(d / "cache", since=True),
+    "stats module int": lambda: cachedoctor.stats(d / "cache", module=5),
+    "prune_plan missing": lambda: cachedoctor.prune_plan(d / "missing", duplicates=True),
+    "prune_plan unreadable": lambda: cachedoctor.prune_plan(d / "unreadable", duplicates=True),
+    "prune_plan file": lambda: cachedoctor.prune_plan(d / "a-file", duplicates=True),
+    "prune_plan loop": lambda: cachedoctor.prune_plan(d / "loop", duplicates=True),
+    "prune_plan int": lambda: cachedoctor.prune_plan(5, duplicates=True),
+    "prune_plan older_than list": lambda: cachedoctor.prune_plan(d / "cache", older_than=[5]),
+    "prune_plan older_than -5": lambda: cachedoctor.prune_plan(d / "cache", older_than=-5),
+    "prune_plan max_size bool": lambda: cachedoctor.prune_plan(d / "cache", max_size=True),
+    "prune_plan flag str": lambda: cachedoctor.prune_plan(d / "cache", duplicates="yes"),
+    "prune_plan module int": lambda: cachedoctor.prune_plan(d / "cache", module=5),
+    "diff missing": lambda: cachedoctor.diff(d / "missing-cache", entry),
+    "diff unreadable": lambda: cachedoctor.diff(d / "unreadable-entry", entry),
+    "diff directory": lambda: cachedoctor.diff(d / "cache", entry),
+    "diff loop": lambda: cachedoctor.diff(d / "loop", entry),
+    "diff int": lambda: cachedoctor.diff(5, 6),
+    "diff None": lambda: cachedoctor.diff(None, entry),
+}
+out = {}
+for name, call in calls.items():
+    try:
+        call()
+        out[name] = ["returned", ""]
+    except cachedoctor.CachedoctorError as exc:
+        out[name] = ["CachedoctorError", f"{exc.slug}: {exc}"]
+    except BaseException as exc:
+        out[name] = [type(exc).__name__, str(exc)]
+print(json.dumps(out))
+"""
+
+
+def _without_dac_override() -> list[str]:
+    """A prefix that runs a command as root without the capability to ignore file modes."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("as root, mode-000 files are readable; setpriv (util-linux) drops that right")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def test_every_function_raises_only_cachedoctor_error_for_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "unreadable").mkdir(mode=0o000)
+    (tmp_path / "unreadable-entry").write_bytes(b"\x28\xb5\x2f\xfd")
+    (tmp_path / "unreadable-entry").chmod(0o000)
+    (tmp_path / "a-file").write_text("x")
+    os.symlink("loop", tmp_path / "loop")
+    (tmp_path / "not-a-cache").mkdir()
+    (tmp_path / "not-a-cache" / "README.md").write_text("a checkout, not a cache")
+    (tmp_path / "cache").mkdir()
+    proc = subprocess.run(
+        [*_without_dac_override(), sys.executable, "-c", _BAD_INPUT_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    wrong = {name: r for name, r in results.items() if r[0] != "CachedoctorError"}
+    assert not wrong, wrong
+    slugs = {name: r[1].split(":")[0] for name, r in results.items()}
+    assert slugs["scan missing"] == slugs["stats missing"] == "no-such-dir"
+    assert slugs["scan unreadable"] == slugs["prune_plan unreadable"] == "permission-denied"
+    assert slugs["scan file"] == slugs["stats file"] == slugs["prune_plan file"] == "not-a-dir"
+    assert slugs["scan loop"] == slugs["stats loop"] == "symlink-loop"
+    assert slugs["scan not a cache"] == slugs["stats not a cache"] == "not-a-cache"
+    assert slugs["diff unreadable"] == "unreadable" and slugs["diff loop"] == "symlink"
+    assert all(slugs[n] == "usage" for n in results if n.endswith(("int", "bool", "list", "str")))
+    for name in ("scan", "stats", "prune_plan"):  # the message names the argument
+        assert results[f"{name} int"][1].startswith("usage: cache_dir: expected a path")
+
+
+def test_durations_and_sizes_take_numbers_too(seed_cache: Path) -> None:
+    """``older_than=5`` (seconds) and ``max_size=10**9`` (bytes) mean what the CLI's do."""
+    by_number = cachedoctor.prune_plan(seed_cache, older_than=86400 * 14, max_size=10**9)
+    by_text = cachedoctor.prune_plan(seed_cache, older_than="2w", max_size="1GB")
+    assert by_number.to_dict()["actions"] == by_text.to_dict()["actions"]
+    since = cachedoctor.stats(seed_cache, since=1796075058).since
+    assert since == cachedoctor.stats(seed_cache, since="1796075058").since == 1796075058.0
+
+
+def test_every_since_form_api_md_lists_is_accepted(tmp_path: Path) -> None:
+    """docs/api.md's sentence on ``since`` is a promise: each quoted form it lists works."""
+    api_md = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    sentence = re.search(r"`since` takes (.*?);", api_md, re.S)
+    assert sentence, "docs/api.md no longer says what since takes"
+    forms = re.findall(r'`"([^"`]+)"`', sentence.group(1))
+    assert len(forms) >= 5 and "Unix time" in sentence.group(1), forms
+    for form in [*forms, "1796075058", 1796075058, 1796075058.5]:
+        value = "2026-01-31" if form == "YYYY-MM-DD" else form
+        assert cachedoctor.stats(tmp_path, since=value).processes == 0, form

@@ -137,9 +137,10 @@ def test_jax_process_says_once_that_activation_failed(tmp_path: Path) -> None:
 
 def test_status_exits_nonzero_on_an_activation_error(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    # valid TOML, but a value JAX refuses: activation fails in the fresh interpreter
-    config.write_text('[cachedoctor]\ncache_dir = "/tmp/x"\nmin_compile_time_secs = "soon"\n')
-    env = {**cli_env(), "CACHEDOCTOR_CONFIG": str(config)}
+    # a good file, but a hook mode from the environment that activation refuses (a value of the
+    # wrong type in the file is refused by status itself: tests/stablekeys/test_settings.py)
+    config.write_text('[cachedoctor]\ncache_dir = "/tmp/x"\n')
+    env = {**cli_env(), "CACHEDOCTOR_CONFIG": str(config), "CACHEDOCTOR_HOOK": "bogus"}
     proc = cachedoctor("status", env=env)
     assert "activation error" in proc.stdout, proc.stdout
     assert proc.returncode == 1
@@ -457,6 +458,11 @@ def test_docs_name_what_exists() -> None:
         "Usage: cli" not in docs["commands.md"] and "Usage: cachedoctor scan" in docs["commands.md"]
     )
     assert "hook branch" not in docs["diff.md"]
+    # what --help says is true: --zero writes one archive file, not a folder; --dir's default
+    commands = docs["commands.md"]
+    assert "cachedoctor-stats/archive/" not in commands
+    assert "archive-<UTC time>.jsonl" in commands
+    assert "(default: the current one)" not in commands
     for kind in FindingKind:
         assert f"`{kind.value}`" in docs["README.md"], kind
     proc = subprocess.run(

@@ -112,7 +112,7 @@ EVICT = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(10**9)}
 def needs_filelock() -> None:
     """JAX refuses to turn eviction on without the filelock package (jax/_src/lru_cache.py)."""
     if importlib.util.find_spec("filelock") is None:
-        pytest.skip("JAX's LRU eviction needs the filelock package (add it to the test extra)")
+        pytest.skip("JAX's LRU eviction needs filelock, a dependency of cachedoctor: reinstall it")
 
 
 def snapshot(root: Path) -> dict[str, tuple[object, ...]]:

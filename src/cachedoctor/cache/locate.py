@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cachedoctor import layout
 from cachedoctor.cache import listdir
-from cachedoctor.errors import CachedoctorError, EntryNotFoundError, clip
+from cachedoctor.errors import AmbiguousEntryError, EntryNotFoundError, clip, path_error
 from cachedoctor.storage.stores import Store, StoreError, one_line_errors, open_store
 from cachedoctor.storage.urls import is_url
 
@@ -41,7 +41,7 @@ def locate_entry(ref: str, cache_dir: str | None) -> Path:
     try:
         listing = listdir.list_cache(cache_dir)
     except OSError as exc:
-        raise CachedoctorError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+        raise path_error(exc, cache_dir) from None
     return listing.path(match_entry(ref, listing))
 
 
@@ -62,7 +62,9 @@ def match_entry(ref: str, listing: listdir.CacheListing) -> listdir.DirItem:
         raise EntryNotFoundError(f"no entry matches {clip(ref)!r} in {listing.root}")
     names = ", ".join(sorted(m.name for m in matches)[:5])
     more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
-    raise EntryNotFoundError(f"{clip(ref)!r} matches {len(matches)} entries: {names}{more}")
+    raise AmbiguousEntryError(
+        f"{clip(ref)!r} matches {len(matches)} entries: {names}{more}; give more of the key"
+    )
 
 
 def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, listdir.DirItem]:

@@ -55,8 +55,36 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``: cachedoctor's, and the JAX it reads caches with (from the installed
+    packages' metadata: no jax import)."""
+    if not value or ctx.resilient_parsing:
+        return
+    import platform
+    from importlib import metadata
+
+    def version_of(name: str) -> str:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            return f"{name} not installed"
+
+    click.echo(
+        f"cachedoctor {__version__} ({version_of('jax')}, {version_of('jaxlib')}; "
+        f"Python {platform.python_version()})"
+    )
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup)
-@click.version_option(__version__, prog_name="cachedoctor")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version, and the installed jax and jaxlib, and exit.",
+)
 def cli() -> None:
     """Inspect, explain and repair JAX's persistent compilation cache."""
 

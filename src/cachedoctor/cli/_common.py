@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -13,7 +12,7 @@ import click
 
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import ScanReport
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import NotACacheError
 from cachedoctor.render.console import stderr_console
 
 CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output formats
@@ -62,41 +61,10 @@ def progress_bar(enabled: bool, what: str) -> Iterator[Callable[[int, int], None
             bar.stop()
 
 
-def size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """Click callback: a byte size as every command spells it (50GB, 800MiB, 1000000)."""
-    from cachedoctor.units import parse_size
-
-    if value is None:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def seconds_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """Click callback: a finite, non-negative number of seconds (not nan, inf or -5)."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise click.BadParameter(f"not a number of seconds >= 0: {value!r}", ctx, param)
-    return seconds
-
-
 def not_a_cache(report: ScanReport) -> None:
     """Refuse a folder that holds files but nothing of a JAX cache: the user named the wrong one.
 
     An empty folder is a fresh cache and passes.
     """
-    if report.looks_like_cache:
-        return
-    n = len(report.other_files)
-    raise CachedoctorError(
-        f"{report.cache_dir} does not look like a JAX cache: {n} file{'s' if n != 1 else ''}, "
-        "but no cache entry, -atime file or XLA sub-cache; give the cache directory",
-        slug="not-a-cache",
-    )
+    if not report.looks_like_cache:
+        raise NotACacheError(report.cache_dir, len(report.other_files))

@@ -6,20 +6,29 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
+from cachedoctor.cli.params import complete_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import render_to_string, renderer
+
+if TYPE_CHECKING:
+    from cachedoctor.core.check.report import CheckReport
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS...]")
 @click.option("--runs", default=2, show_default=True, type=click.IntRange(1), help="Fresh runs.")
 @click.option(
-    "--dir", "cache_dir", metavar="DIR", help="Use DIR as the cache (default: a new temp dir)."
+    "--dir",
+    "cache_dir",
+    shell_complete=complete_dir,
+    metavar="DIR",
+    help="Use DIR as the cache (default: a new temp dir).",
 )
 @click.option("--quiet", is_flag=True, help="Send CMD's output to the log instead of the terminal.")
 @click.option("--log", "log_path", metavar="FILE", help="Append CMD's output to FILE (kept).")
@@ -64,8 +73,9 @@ def check(
 
     Each run is a fresh process with JAX_COMPILATION_CACHE_DIR set to one fresh temporary cache
     (or DIR) and every compilation cached. A module that gets a new entry on a later run although
-    run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable, 1 an unstable key
-    (or, with --verify, a stale entry), 2 usage error or CMD failed.
+    run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable; 1 an unstable
+    key, a stale entry (--verify), or nothing checked (run 1 wrote no entry); 2 usage error, CMD
+    failed, or JAX stopped the --verify run before it reached every module (NOT CHECKED).
     """
     from cachedoctor.core.check.check import run_check
 
@@ -101,7 +111,18 @@ def check(
         write_text_atomic(output, render_to_string(report, fmt))
     else:
         renderer(fmt).render(report, stdout_console())
-    ctx.exit(int(ExitCode.FINDINGS if report.failed else ExitCode.OK))
+    ctx.exit(int(exit_code(report)))
+
+
+def exit_code(report: CheckReport) -> ExitCode:
+    """1 for what the check found; 2 when the verified run stopped before it could vouch for
+    every module and found nothing else (the run did not complete, as when CMD fails)."""
+    verify = report.verify
+    if report.unstable or (verify is not None and verify.stale) or report.nothing_checked:
+        return ExitCode.FINDINGS
+    if verify is not None and verify.not_checked:
+        return ExitCode.USAGE
+    return ExitCode.FINDINGS if report.failed else ExitCode.OK
 
 
 def _check_writable(output: str) -> None:

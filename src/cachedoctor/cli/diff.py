@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cachedoctor.cli.params import complete_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
@@ -19,7 +20,13 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("a", required=False)
 @click.argument("b", required=False)
-@click.option("--dir", "directory", metavar="DIR", help="Cache directory to look keys up in.")
+@click.option(
+    "--dir",
+    "directory",
+    shell_complete=complete_dir,
+    metavar="DIR",
+    help="Cache directory to look keys up in.",
+)
 @click.option(
     "--module",
     "module",

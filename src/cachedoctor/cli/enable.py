@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli._common import seconds_option, size_option
+from cachedoctor.cli.params import SECONDS, SIZE, complete_dir
 from cachedoctor.stablekeys import activation, settings
 
 # Values a second `enable` keeps from the config file unless given again.
@@ -12,7 +12,13 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 
 
 @click.command("enable")
-@click.option("--dir", "cache_dir", help="Cache directory (default: the current one).")
+@click.option(
+    "--dir",
+    "cache_dir",
+    shell_complete=complete_dir,
+    metavar="DIR",
+    help="Cache directory (default: the one configured before, else $JAX_COMPILATION_CACHE_DIR).",
+)
 @click.option(
     "--xla-caches",
     type=click.Choice(sorted(settings.XLA_CACHE_CHOICES)),
@@ -20,7 +26,7 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 )
 @click.option(
     "--min-compile-time",
-    callback=seconds_option,
+    type=SECONDS,
     metavar="SECONDS",
     help="Only cache compiles slower than this (s; JAX's default 1 s skips quick programs, "
     "0 caches every compile).",
@@ -30,7 +36,7 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 )
 @click.option(
     "--max-size",
-    callback=size_option,
+    type=SIZE,
     metavar="SIZE",
     help="Evict least recently used entries above this size (50GB, 800MiB, bytes).",
 )

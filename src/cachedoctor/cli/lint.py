@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
-from cachedoctor.cli._common import SEVERITY_CHOICE, progress_bar
+from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
+from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
@@ -14,7 +15,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option(
     "--format",
     "fmt",
@@ -30,7 +31,13 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     show_default=True,
     help="Exit 1 when a finding not in the baseline reaches this severity.",
 )
-@click.option("--ignore", multiple=True, metavar="KIND", help="Drop findings of KIND (repeatable).")
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="KIND",
+    shell_complete=complete_kind,
+    help="Drop findings of KIND (repeatable).",
+)
 @click.option(
     "--baseline",
     metavar="FILE",
@@ -60,7 +67,8 @@ def lint(
     """Check a cache directory in CI: findings as annotations or JUnit, with baselines.
 
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
-    at --fail-on or above that is not in the baseline, 2 usage or I/O error.
+    at --fail-on or above that is not in the baseline, 2 usage or I/O error, or DIR does not look
+    like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
     from cachedoctor.core import lint as core
 
@@ -73,6 +81,7 @@ def lint(
             baseline_path=baseline,
             progress=progress,
         )
+    not_a_cache(report.scan)
     if junit_file:
         core.write_text_atomic(junit_file, render_to_string(report, "junit"))
     if output is not None:

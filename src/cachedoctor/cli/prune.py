@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.errors import CachedoctorError, ExitCode
+from cachedoctor.cli.params import DURATION, SIZE, as_typed, complete_dir
+from cachedoctor.errors import ExitCode, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
@@ -16,20 +18,17 @@ if TYPE_CHECKING:
     from cachedoctor.core.prune.actions import ApplyReport, Plan
 
 
-def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def]
-    if value is None:
-        return None
-    try:
-        return parser(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=kind) from exc
-
-
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
-@click.option("--older-than", metavar="AGE", help="Entries last used longer ago (30d, 12h, 90m).")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.option(
+    "--older-than",
+    type=DURATION,
+    metavar="AGE",
+    help="Entries last used longer ago (30d, 12h, 90m, 2w).",
+)
 @click.option(
     "--max-size",
+    type=SIZE,
     metavar="SIZE",
     help="Evict least recently used entries until the cache fits (50GB, 800MiB), as JAX's LRU.",
 )
@@ -59,6 +58,7 @@ def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def
 )
 @click.option(
     "--stale-after",
+    type=DURATION,
     default="24h",
     show_default=True,
     metavar="AGE",
@@ -67,14 +67,19 @@ def _parse(kind: str, value: str | None, parser):  # type: ignore[no-untyped-def
 @click.option("--apply", "do_apply", is_flag=True, help="Make the changes (default: dry run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
-    "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
+    "--lock-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    metavar="AGE",
+    help="How long to wait for JAX's lock.",
 )
 @click.pass_context
 def prune(
     ctx: click.Context,
     directory: str | None,
-    older_than: str | None,
-    max_size: str | None,
+    older_than: float | None,
+    max_size: int | None,
     duplicates: bool,
     corrupt: bool,
     orphans: bool,
@@ -83,7 +88,7 @@ def prune(
     module: str | None,
     xla_subcaches: bool,
     repair: bool,
-    stale_after: str,
+    stale_after: float,
     do_apply: bool,
     as_json: bool,
     lock_timeout: float,
@@ -95,16 +100,16 @@ def prune(
     -atime file and manifest, under JAX's own lock, re-checked right before removal.
     DIR may be gs://bucket/prefix or s3://bucket/prefix: there, each delete is conditional on
     the object's generation/ETag at planning time (an object rewritten since is kept).
-    Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error.
+    Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error, or DIR does
+    not look like a JAX cache.
     """
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
-    from cachedoctor.units import parse_duration, parse_size
 
     selectors = []
     for flag, value in (
-        ("older-than", older_than),
-        ("max-size", max_size),
+        ("older-than", as_typed(ctx, "older_than")),
+        ("max-size", as_typed(ctx, "max_size")),
         ("module", module),
     ):
         if value is not None:
@@ -121,8 +126,8 @@ def prune(
         if on:
             selectors.append(flag)
     options = PruneOptions(
-        older_than_s=_parse("--older-than", older_than, parse_duration),
-        max_size=_parse("--max-size", max_size, parse_size),
+        older_than_s=older_than,
+        max_size=max_size,
         duplicates=duplicates,
         corrupt=corrupt,
         orphans=orphans,
@@ -131,10 +136,11 @@ def prune(
         module=module,
         xla_subcaches=xla_subcaches,
         repair=repair,
-        stale_after_s=_parse("--stale-after", stale_after, parse_duration),
+        stale_after_s=stale_after,
         selectors=tuple(selectors),
     )
     cache_dir = resolve_cache_dir(directory)
+    open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
             lambda: plan_prune(cache_dir, options, progress=progress),
@@ -161,9 +167,7 @@ def plan_and_apply(
             else None
         )
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
-        ) from exc
+        raise path_error(exc, exc.filename or cache_dir) from exc
     return plan, result
 
 

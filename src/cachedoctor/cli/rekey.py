@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
+from cachedoctor.cli.params import DURATION, complete_dir
 from cachedoctor.cli.prune import _render, plan_and_apply
 from cachedoctor.errors import ExitCode
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
@@ -21,7 +23,12 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     "observe-mode manifest to their stable key, which `cachedoctor enable` makes JAX use.",
 )
 @click.option(
-    "--lock-timeout", default=30.0, show_default=True, help="Seconds to wait for JAX's lock."
+    "--lock-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    metavar="AGE",
+    help="How long to wait for JAX's lock.",
 )
 @click.pass_context
 def rekey(
@@ -37,12 +44,13 @@ def rekey(
     Entry, -atime file and manifest move together; if the new key already holds the same
     executable the old entry is dropped as a duplicate, if it holds a different one both are
     kept and the conflict is reported. Exit status: 0 done (or dry run), 1 conflicts or failures,
-    2 usage or I/O error.
+    2 usage or I/O error, or DIR does not look like a JAX cache.
     """
     from cachedoctor.core.prune.actions import Status
     from cachedoctor.core.prune.rekey import plan_rekey
 
     cache_dir = resolve_cache_dir(directory)
+    open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
             lambda: plan_rekey(cache_dir, progress=progress, relocated=relocated),

@@ -7,18 +7,20 @@ import time
 import click
 
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
+from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.errors import CachedoctorError, ExitCode, count
+from cachedoctor.errors import ExitCode, count, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.urls import is_url
+from cachedoctor.units import format_bytes
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
     "--fail-on",
@@ -28,7 +30,11 @@ from cachedoctor.storage.urls import is_url
     help="Exit 1 when a finding reaches this severity.",
 )
 @click.option(
-    "--ignore", multiple=True, metavar="KIND", help="Ignore findings of KIND (repeatable)."
+    "--ignore",
+    multiple=True,
+    metavar="KIND",
+    shell_complete=complete_kind,
+    help="Ignore findings of KIND (repeatable).",
 )
 @click.option(
     "--max-modules",
@@ -65,12 +71,8 @@ def scan(
                 report = _scan_bucket(cache_dir, progress)
             else:
                 report = scan_directory(cache_dir, progress=progress)
-    except FileNotFoundError as exc:
-        raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from exc
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot read {cache_dir}: {exc.strerror or exc}", slug="io"
-        ) from exc
+        raise path_error(exc, cache_dir) from None
     not_a_cache(report)
     report = report.without(ignored)
     fmt = "json" if as_json else "text"
@@ -90,14 +92,10 @@ def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
         f"{store.url}: {count(report.summary.entries, 'entry', 'entries')}, "
-        f"{_size(stats.bytes_read)} read "
+        f"{format_bytes(stats.bytes_read)} read "
         f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
         + f", {time.monotonic() - start:.2f} s",
         err=True,
     )
     return report
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"

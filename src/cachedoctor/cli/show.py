@@ -9,6 +9,7 @@ import click
 from cachedoctor.cache import model, reader
 from cachedoctor.cache.locate import locate_entry, locate_in_store
 from cachedoctor.cache.reader import decode_item
+from cachedoctor.cli.params import complete_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
 from cachedoctor.stablekeys.settings import default_cache_dir
@@ -18,7 +19,13 @@ from cachedoctor.storage.urls import is_url
 
 @click.command()
 @click.argument("entry")
-@click.option("--dir", "directory", metavar="DIR", help="Cache directory to look the key up in.")
+@click.option(
+    "--dir",
+    "directory",
+    shell_complete=complete_dir,
+    metavar="DIR",
+    help="Cache directory to look the key up in.",
+)
 @click.option("--hlo", is_flag=True, help="Also print the HLO text (rendered by jaxlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @click.option(

@@ -7,15 +7,23 @@ from pathlib import Path
 
 import click
 
-from cachedoctor.core.stats import collect_stats, parse_since, zero
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.cache.listdir import open_cache_dir
+from cachedoctor.cli.params import SINCE, complete_dir
+from cachedoctor.core.stats import collect_stats, zero
+from cachedoctor.errors import CachedoctorError, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]")
-@click.option("--since", metavar="WHEN", help="Only records since WHEN: 7d, 12h, 30m or a date.")
+@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.option(
+    "--since",
+    type=SINCE,
+    metavar="WHEN",
+    help="Only records since WHEN: a time ago (7d, 12h, 30m, 2w), a UTC date (YYYY-MM-DD) or "
+    "a Unix time.",
+)
 @click.option("--module", metavar="NAME", help="Only this module (a glob such as 'jit_*' works).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option(
@@ -25,13 +33,20 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     "--zero",
     "zero_stats",
     is_flag=True,
-    help="Archive the records into cachedoctor-stats/archive/ and reset (with --apply).",
+    help="Archive every record into cachedoctor-stats/archive-<UTC time>.jsonl, then delete "
+    "them (with --apply; a dry run without).",
 )
 @click.option("--apply", is_flag=True, help="With --zero: really archive and reset.")
-@click.option("--max-modules", default=25, show_default=True, help="Rows in the module table.")
+@click.option(
+    "--max-modules",
+    default=25,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Rows in the module table.",
+)
 def stats(
     directory: str | None,
-    since: str | None,
+    since: float | None,
     module: str | None,
     as_json: bool,
     html_file: str | None,
@@ -45,17 +60,39 @@ def stats(
     --stats-only` / CACHEDOCTOR_HOOK=stats (keys unchanged). Shows totals, the modules that never
     hit first (with the reason the scan and the records give), a hit-rate chart per day, and
     hosts. DIR defaults as for `scan`; gs:// and s3:// work.
-    """
-    cache_dir = resolve_cache_dir(directory)
-    console = stdout_console()
-    if zero_stats:
-        from cachedoctor.render.stats import render_zero
 
-        render_zero(zero(cache_dir, apply=apply), console)
-        return
-    if apply:
+    Exit status: 0 shown (or archived), 2 usage or I/O error, or DIR is missing or does not
+    look like a JAX cache.
+    """
+    if zero_stats:
+        given = [
+            name
+            for name, value in (
+                ("--since", since),
+                ("--module", module),
+                ("--json", as_json or None),
+                ("--html", html_file),
+            )
+            if value is not None
+        ]
+        if given:
+            raise click.UsageError(
+                f"--zero archives every record: it does not go with {', '.join(given)}"
+            )
+    elif apply:
         raise click.UsageError("--apply only goes with --zero")
-    report = collect_stats(cache_dir, since=parse_since(since) if since else None, module=module)
+    cache_dir = resolve_cache_dir(directory)
+    open_cache_dir(cache_dir)
+    console = stdout_console()
+    try:
+        if zero_stats:
+            from cachedoctor.render.stats import render_zero
+
+            render_zero(zero(cache_dir, apply=apply), console)
+            return
+        report = collect_stats(cache_dir, since=since, module=module)
+    except OSError as exc:  # cachedoctor-stats/ itself a file, a link loop, unreadable
+        raise path_error(exc, exc.filename or cache_dir) from None
     if html_file:
         from cachedoctor.render.stats import html_page
 

@@ -18,16 +18,21 @@ from cachedoctor.stablekeys import activation, settings
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the effective cache settings and prove the hook is active in a fresh interpreter.
 
-    Exit status: 0 as configured, 1 the fresh interpreter reported an activation error,
-    2 a broken config file (named, with its line) or another error.
+    Exit status: 0 as configured; 1 the fresh interpreter does not run as configured (it
+    cannot import jax or cachedoctor, activation failed, the hook or recording is off although
+    configured, or max_size is set without the filelock package JAX's LRU eviction needs);
+    2 a broken config file (bad TOML or a wrong-typed value, each named with its line) or
+    another error.
     """
     report = activation.status()
+    problems = report.problems
     if as_json:
         data = asdict(report)
         data["config_path"] = str(report.config_path)
+        data["problems"] = problems
         data["schema_version"] = 1
         click.echo(json.dumps(data, default=str, indent=2))
-        ctx.exit(int(ExitCode.FINDINGS if report.activation_errors else ExitCode.OK))
+        ctx.exit(int(ExitCode.FINDINGS if problems else ExitCode.OK))
     state = "present" if report.config_exists else "absent (not enabled)"
     if report.disabled:
         state += f"; ignored: {settings.DISABLE_ENV}=1"
@@ -59,10 +64,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"  - {role}")
     for w in report.warnings:
         click.echo(f"warning: {w.code}: {w.message}\n  fix: {w.fix}", err=True)
-    if report.activation_errors or "error" in p:
-        click.echo(
-            "status: the fresh interpreter did not activate as configured (see above)", err=True
-        )
+    if problems:
+        for problem in problems:
+            click.echo(f"status: {problem}", err=True)
+        click.echo("status: the fresh interpreter does not run as configured", err=True)
         ctx.exit(int(ExitCode.FINDINGS))
 
 

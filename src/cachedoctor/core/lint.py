@@ -26,7 +26,7 @@ from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.stats import record_findings
-from cachedoctor.errors import CachedoctorError, count
+from cachedoctor.errors import CachedoctorError, count, path_error
 from cachedoctor.storage.files import open_regular, write_atomic
 
 BASELINE_SCHEMA_VERSION = 1
@@ -227,13 +227,8 @@ def lint_directory(
     baseline = load_baseline(baseline_path) if baseline_path else None
     try:
         scan = scan_directory(cache_dir, progress=progress)
-    except FileNotFoundError:
-        raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from None
-    except NotADirectoryError:
-        raise CachedoctorError(f"not a directory: {cache_dir}", slug="no-such-dir") from None
     except OSError as exc:
-        message = f"cannot read {cache_dir}: {exc.strerror or exc}"
-        raise CachedoctorError(message, slug="io") from None
+        raise path_error(exc, cache_dir) from None
     try:
         from_records = record_findings(scan)
     except OSError as exc:

@@ -9,9 +9,8 @@ removes them.
 
 from __future__ import annotations
 
-import calendar
+import dataclasses
 import fnmatch
-import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -28,7 +27,6 @@ from cachedoctor.core.usage.records import (
     read_records,
     record_files,
 )
-from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store, open_store
 
@@ -83,6 +81,8 @@ class StatsReport:
     since: float | None = None
     module_filter: str | None = None
     records: tuple[Record, ...] = field(default=(), repr=False)
+    records_read: int = 0  # records in the folder, before --since and --module
+    archives: tuple[str, ...] = ()  # the archive files --zero left (names in cachedoctor-stats/)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,22 +113,6 @@ class ZeroReport:
     archive: str | None  # where the records went (None on a dry run or with none to archive)
     records: tuple[str, ...]
     applied: bool
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """``--since``: ``7d``, ``12h``, ``30m`` ago, or a UTC date ``YYYY-MM-DD``."""
-    now = time.time() if now is None else now
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([dhm])", text.strip())
-    if match:
-        unit = {"d": 86400, "h": 3600, "m": 60}[match.group(2)]
-        return now - float(match.group(1)) * unit
-    try:
-        return float(calendar.timegm(time.strptime(text.strip(), "%Y-%m-%d")))
-    except ValueError:
-        raise CachedoctorError(
-            f"--since {text!r}: expected a duration (7d, 12h, 30m) or a date (YYYY-MM-DD)",
-            slug="usage",
-        ) from None
 
 
 def _module_of_key(key: str) -> str:
@@ -267,7 +251,23 @@ def collect_stats(
             scanned = scan_directory(store)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    return summarise(cache_dir, records, problems, scanned, since=since, module=module)
+    report = summarise(cache_dir, records, problems, scanned, since=since, module=module)
+    return dataclasses.replace(report, records_read=len(records), archives=archive_files(store))
+
+
+def archive_files(store: Store) -> tuple[str, ...]:
+    """The archives ``--zero --apply`` wrote, oldest first (their names hold the UTC time)."""
+    try:
+        items = store.list(STATS_DIRNAME)
+    except OSError:
+        return ()
+    return tuple(
+        sorted(
+            i.name
+            for i in items
+            if i.name.startswith(ARCHIVE_PREFIX) and i.name.endswith(ARCHIVE_SUFFIX)
+        )
+    )
 
 
 def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
-from cachedoctor.render.table import human_bytes
+from cachedoctor.units import format_bytes
 from cachedoctor.xla.optionschema import FieldDiff
 
 MAX_OPTION_ROWS = 25
@@ -29,7 +29,7 @@ def _side_line(label: str, s: EntrySide) -> Text:
     text.append(f"{label}  ", style="bold")
     text.append(s.key)
     text.append(
-        f"\n   {s.path}\n   {s.format}, {s.platform}, {human_bytes(s.size)} on disk, "
+        f"\n   {s.path}\n   {s.format}, {s.platform}, {format_bytes(s.size)} on disk, "
         f"compiled in {s.compile_time_s} s, written {when} UTC",
         style="dim",
     )
@@ -221,8 +221,8 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
     for s in e.sections:
         table.add_row(
             s.name,
-            "-" if s.a_size is None else "scalar" if s.scalar else human_bytes(s.a_size),
-            "-" if s.b_size is None else "scalar" if s.scalar else human_bytes(s.b_size),
+            "-" if s.a_size is None else "scalar" if s.scalar else format_bytes(s.a_size),
+            "-" if s.b_size is None else "scalar" if s.scalar else format_bytes(s.b_size),
             Text("same", style="dim") if s.same else Text("differs", style="yellow"),
         )
     console.print(table)

@@ -15,7 +15,7 @@ from cachedoctor.core.prune.actions import SCHEMA_VERSION, Action, ApplyReport, 
 from cachedoctor.errors import count
 from cachedoctor.render.console import print_table
 from cachedoctor.render.jsonout import to_plain
-from cachedoctor.render.table import human_bytes
+from cachedoctor.units import format_bytes
 
 _OP_VERB = {
     Op.REMOVE_ENTRY: "remove",
@@ -75,7 +75,7 @@ def render_plan(
                 name += "\n→ " + short(a.new_key)
             cells = [_OP_VERB[a.op], name, ",".join(r.value for r in a.rules)]
             if with_size:
-                cells.append(human_bytes(a.bytes) if a.bytes else "")
+                cells.append(format_bytes(a.bytes) if a.bytes else "")
             if with_used:
                 cells.append(_last_used(a))
             cells.append(short(a.reason))
@@ -116,7 +116,7 @@ def render_plan(
                 what += f", make {count(fixes, 'fix', 'fixes')}"
         console.print(
             Text(
-                f"dry run: {what}, reclaiming {human_bytes(plan.bytes_to_reclaim)}; "
+                f"dry run: {what}, reclaiming {format_bytes(plan.bytes_to_reclaim)}; "
                 "add --apply to do it",
                 style="bold",
             )
@@ -126,7 +126,7 @@ def render_plan(
             Text(
                 f"applied: {result.count(Status.DONE)} done, {result.count(Status.SKIPPED)} "
                 f"skipped, {result.count(Status.FAILED)} failed; reclaimed "
-                f"{human_bytes(result.bytes_reclaimed)}" + _lock_note(plan, result.locked),
+                f"{format_bytes(result.bytes_reclaimed)}" + _lock_note(plan, result.locked),
                 style="bold",
             )
         )

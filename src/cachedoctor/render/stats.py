@@ -16,6 +16,7 @@ from rich.text import Text
 
 from cachedoctor.core.stats import Group, StatsReport, ZeroReport
 from cachedoctor.core.usage.records import Counters
+from cachedoctor.errors import count
 from cachedoctor.render.table import render_finding_list
 
 BAR_WIDTH = 40  # characters of the terminal chart's full bar
@@ -33,18 +34,11 @@ def _secs(value: float) -> str:
 def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25) -> None:
     t = report.totals
     console.print(Text(f"cache {report.cache_dir}", style="bold"))
+    scope = _scope(report)
     if report.processes == 0:
-        console.print(
-            "no stats records: run JAX with the hook (`cachedoctor enable`, or "
-            "`cachedoctor enable --stats-only` to record without changing keys)"
-        )
+        console.print(_no_records(report, scope))
         render_finding_list(report.findings, console)
         return
-    scope = []
-    if report.since is not None:
-        scope.append(f"since {time.strftime('%Y-%m-%d %H:%M', time.gmtime(report.since))} UTC")
-    if report.module_filter:
-        scope.append(f"module {report.module_filter}")
     if scope:
         console.print("  " + ", ".join(scope))
     summary = Table.grid(padding=(0, 2))
@@ -86,6 +80,32 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
     console.print(modules)
     _render_groups("hosts", report.hosts, console)
     render_finding_list(report.findings, console)
+
+
+def _scope(report: StatsReport) -> list[str]:
+    scope = []
+    if report.since is not None:
+        scope.append(f"since {time.strftime('%Y-%m-%d %H:%M', time.gmtime(report.since))} UTC")
+    if report.module_filter:
+        scope.append(f"module {report.module_filter}")
+    return scope
+
+
+def _no_records(report: StatsReport, scope: list[str]) -> str:
+    """Why nothing is shown: filtered out, archived by --zero, or never recorded."""
+    if report.records_read:
+        which = [f"of module {report.module_filter}"] if report.module_filter else []
+        which += [s for s in scope if s.startswith("since")]
+        return f"{count(report.records_read, 'stats record')}, none {' and '.join(which)}"
+    if report.archives:
+        return (
+            "no stats records since the last `--zero` (archived in "
+            f"cachedoctor-stats/{report.archives[-1]}); each process records at its exit"
+        )
+    return (
+        "no stats records: run JAX with the hook (`cachedoctor enable`, or "
+        "`cachedoctor enable --stats-only` to record without changing keys)"
+    )
 
 
 def _render_chart(days: Sequence[Group], console: Console) -> None:

@@ -16,19 +16,9 @@ from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.core.scan.report import ModuleStats, ScanReport
 from cachedoctor.errors import count
 from cachedoctor.render.console import Line, print_lines, print_table
+from cachedoctor.units import format_bytes
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _counts(pairs: tuple[tuple[str, int], ...]) -> str:
@@ -45,8 +35,8 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
     )
     rows = [
         ("entries", f"{s.entries} ({s.corrupt} undecodable)" if s.corrupt else str(s.entries)),
-        ("on disk", human_bytes(s.bytes_on_disk)),
-        ("decompressed", human_bytes(s.decompressed_bytes)),
+        ("on disk", format_bytes(s.bytes_on_disk)),
+        ("decompressed", format_bytes(s.decompressed_bytes)),
         ("compile time stored", f"{s.compile_seconds} s"),
         ("modules", str(s.modules)),
         ("platforms", _counts(s.platforms)),
@@ -54,7 +44,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         ("LRU eviction", f"in use ({s.atime_files} -atime files)" if s.eviction_in_use else "off"),
     ]
     for name, size in s.subcaches:
-        rows.append((f"sub-cache {name}", human_bytes(size)))
+        rows.append((f"sub-cache {name}", format_bytes(size)))
     sub = report.subcaches
     if sub is not None and sub.autotune.exists:
         kinds = ", ".join(f"{k} ({n})" for k, n in sub.autotune.kind_counts) or "-"
@@ -65,7 +55,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         rows.append(
             (
                 "kernel cache",
-                f"{len(kc.entries)} kernels, {human_bytes(kc.total_binary_bytes)} of binaries,"
+                f"{len(kc.entries)} kernels, {format_bytes(kc.total_binary_bytes)} of binaries,"
                 f" compatibility version {version}",
             )
         )
@@ -91,7 +81,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
                 m.module,
                 str(m.entries),
                 str(m.programs),
-                human_bytes(m.bytes_on_disk),
+                format_bytes(m.bytes_on_disk),
                 str(m.compile_seconds),
                 *([_key_modes(m)] if with_modes else []),
                 style=style,
@@ -154,9 +144,9 @@ def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
         ("key", e.key),
         ("module", e.module or "-"),
         ("file", e.path),
-        ("on disk", f"{human_bytes(e.size)}, written {_fmt_time(e.mtime_ns)}"),
+        ("on disk", f"{format_bytes(e.size)}, written {_fmt_time(e.mtime_ns)}"),
         ("compression", e.compression or "-"),
-        ("decompressed", human_bytes(e.decompressed_size)),
+        ("decompressed", format_bytes(e.decompressed_size)),
         ("compile time", f"{e.compile_time_s} s" if e.compile_time_s is not None else "-"),
         ("format", e.format_label + (f" ({e.runtime_name})" if e.runtime_name else "")),
         ("platform", e.platform + (f" ({e.pjrt_client_name})" if e.pjrt_client_name else "")),
@@ -183,11 +173,11 @@ def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
         rows += [
             ("gpu layout", g.layout + (" (split)" if g.executable_split else "")),
             ("compute capability", g.compute_capability or "-"),
-            ("PTX / cubin", f"{human_bytes(g.ptx_size)} / {human_bytes(g.cubin_size)}"),
+            ("PTX / cubin", f"{format_bytes(g.ptx_size)} / {format_bytes(g.cubin_size)}"),
             ("cuDNN graphs / thunks", f"{g.cudnn_graphs} / {g.thunks}"),
         ]
     for section in e.sections:
-        rows.append((f"section {section.name}", human_bytes(section.size)))
+        rows.append((f"section {section.name}", format_bytes(section.size)))
     rows.append(("executable sha256", e.executable_digest or "-"))
     rows.append(("program digest", e.program_digest or "-"))
     return rows

@@ -73,7 +73,8 @@ def activate() -> dict[str, object]:
         from cachedoctor.stablekeys import settings
 
         state["config"] = str(settings.config_path())
-        values = settings.load()
+        values = settings.load()  # checked: a wrong-typed value stops activation here, named
+        mode = settings.hook_mode(values)  # before anything is applied: all or nothing
         import jax
 
         local_subcaches = _keep_subcaches_local(values)
@@ -89,7 +90,6 @@ def activate() -> dict[str, object]:
                 applied[opt.jax_name] = value
             except Exception as exc:  # an option this JAX lacks
                 errors.append(f"{opt.jax_name}: {exc}")
-        mode = os.environ.get(settings.HOOK_ENV) or str(values.get("hook", "stable"))
         record_ir = os.environ.get("CACHEDOCTOR_RECORD_IR", "") in ("1", "true") or bool(
             values.get("record_ir", False)
         )

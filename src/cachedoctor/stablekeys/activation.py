@@ -62,6 +62,36 @@ class StatusReport:
         startup = self.probe.get("startup") or {}
         return [str(e) for e in startup.get("errors", [])]
 
+    @property
+    def problems(self) -> list[str]:
+        """Why a fresh interpreter of this environment does not run as configured (``status``
+        exits 1 on any): it could not start, import jax or cachedoctor, activation failed, the
+        hook or recording is off although configured, or JAX's LRU eviction lacks filelock."""
+        p = self.probe
+        if "error" in p:
+            return [str(p["error"])]
+        out = [f"activation error: {e}" for e in self.activation_errors]
+        if p.get("jax_error"):
+            out.append(f"cannot import jax: {p['jax_error']}")
+        if p.get("cachedoctor_error"):
+            out.append(f"cannot import cachedoctor: {p['cachedoctor_error']}")
+        if out:
+            return out
+        mode = next((str(r.value) for r in self.settings if r.key == "hook"), "off")
+        mode = "off" if self.disabled else mode
+        if mode in ("stable", "observe") and p.get("hook") != mode:
+            out.append(f"the hook is configured ({mode}) but not active")
+        if mode != "off" and not p.get("stats") and p.get("startup") is not None:
+            out.append(f"stats recording is configured ({mode} mode) but not active")
+        max_size = (p.get("jax_config") or {}).get("jax_compilation_cache_max_size")
+        if max_size not in (None, -1) and p.get("filelock") is False:
+            out.append(
+                f"max_size is {max_size} but the filelock package is missing in "
+                f"{p.get('python')}: JAX's LRU eviction needs it, and without it JAX caches "
+                "nothing (every compile warns); pip install filelock"
+            )
+        return out
+
 
 # -- preflight ------------------------------------------------------------------------------
 
@@ -206,7 +236,37 @@ def build_values(
             values[key] = value
         elif key in existing:
             values[key] = existing[key]
+    _check_max_size(values.get("max_size"))
     return values
+
+
+def has_filelock() -> bool:
+    """Whether JAX's ``import filelock`` (``jax/_src/lru_cache.py``) succeeds here."""
+    try:
+        import filelock  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_max_size(max_size: int | None) -> None:
+    """Refuse a size limit this environment's JAX cannot honour (it would break every compile's
+    cache write, not just eviction: ``jax/_src/lru_cache.py`` raises without filelock)."""
+    if max_size is None or max_size == -1:
+        return
+    if max_size == 0:
+        raise ConfigError(
+            "--max-size 0 turns JAX's cache off (jax_compilation_cache_max_size = 0 disables "
+            "caching): give a size such as 50GB, or leave --max-size out for no limit",
+            slug="usage",
+        )
+    if not has_filelock():
+        raise ConfigError(
+            f"--max-size needs the filelock package in {sys.prefix}: JAX's LRU eviction locks "
+            "the cache with it, and without it every compile warns and nothing is cached; "
+            f"`{sys.executable} -m pip install filelock`, or leave --max-size out",
+            slug="needs-filelock",
+        )
 
 
 def _check_dir_usable(cache_dir: str) -> None:
@@ -244,7 +304,7 @@ def enable(values: dict[str, Any]) -> EnableReport:
     warnings = preflight(values)
     path = settings.config_path()
     try:
-        previous = settings.load(path).get("created_dirs", "")
+        previous = settings.load(path, check=False).get("created_dirs", "")
     except ConfigError:
         previous = ""  # a broken file is replaced (enable's caller said so)
     if path.is_dir():
@@ -293,7 +353,7 @@ def disable() -> DisableReport:
             f"(unset {settings.CONFIG_ENV} or point it at a file)"
         )
     try:
-        created = str(settings.load(path).get("created_dirs", ""))
+        created = str(settings.load(path, check=False).get("created_dirs", ""))
     except ConfigError:
         created = ""  # a broken file still goes; the folders it named cannot be known
     try:
@@ -352,6 +412,11 @@ try:
 except Exception as exc:
     out["jax_error"] = f"{type(exc).__name__}: {exc}"
 try:
+    import filelock  # as jax/_src/lru_cache.py imports it
+    out["filelock"] = True
+except ImportError:
+    out["filelock"] = False
+try:
     from cachedoctor.stablekeys import _startup, hook, stats
     out["startup"] = _startup.STATE
     out["hook"] = hook.installed_mode()
@@ -401,7 +466,9 @@ def status(python: str | None = None) -> StatusReport:
         if r.value is None and opt.jax_name:
             filled.append(settings.Resolved(r.key, jax_cfg.get(opt.jax_name), r.source))
         elif r.value is None and r.key == "hook":
-            filled.append(settings.Resolved(r.key, "stable" if values else "off", r.source))
+            # start-up activation runs when the file exists, even empty: stable by default
+            hook = "stable" if path.exists() and not disabled else "off"
+            filled.append(settings.Resolved(r.key, hook, r.source))
         else:
             filled.append(r)
     warnings = preflight(values, check_jax=False) if values else []

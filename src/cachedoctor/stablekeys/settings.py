@@ -19,6 +19,7 @@ that is given no cache directory works on the effective one (:func:`resolve_cach
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -91,11 +92,12 @@ class ConfigError(CachedoctorError):
     slug = "config"
 
 
-def load(path: Path | None = None) -> dict[str, Any]:
+def load(path: Path | None = None, *, check: bool = True) -> dict[str, Any]:
     """The ``[cachedoctor]`` table of the config file, or {} when there is none.
 
-    Raises :class:`ConfigError` naming the file (and the line, for bad TOML) when it cannot be
-    used: a folder, a FIFO, binary data or a syntax error.
+    Raises :class:`ConfigError` naming the file (and the line) when it cannot be used: a
+    folder, a FIFO, binary data, a syntax error, or (unless ``check`` is False, for ``disable``
+    cleaning up after a broken file) a value of the wrong type or an unknown key.
     """
     from cachedoctor.storage.files import open_regular
 
@@ -110,13 +112,89 @@ def load(path: Path | None = None) -> dict[str, Any]:
     import tomllib  # only now: activation by CACHEDOCTOR_HOOK alone has no file to parse
 
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text (a binary file?)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     table = data.get(SECTION, {})
-    return dict(table) if isinstance(table, dict) else {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: {SECTION} must be a [{SECTION}] table")
+    if check:
+        problems = [
+            f"{_line_of(key, text)}{key} = {_shown(value)}: {problem}"
+            for key, value in table.items()
+            if (problem := value_problem(key, value)) is not None
+        ]
+        if problems:
+            raise ConfigError(f"config file {path}: {'; '.join(problems)}")
+    return dict(table)
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the setting ``key`` (None: it can): what the file may hold."""
+    if key == "cache_dir":
+        if not isinstance(value, str) or not value:
+            return "expected a directory path or a gs:// / s3:// URL, as a string"
+        if "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+            return "a relative path: each process would resolve it against its own folder"
+    elif key == "xla_caches":
+        if value not in XLA_CACHE_CHOICES:
+            return f"expected one of {', '.join(XLA_CACHE_CHOICES)}"
+    elif key == "hook":
+        if value not in HOOK_CHOICES:
+            return f"expected one of {', '.join(HOOK_CHOICES)}"
+    elif key == "record_ir":
+        if not isinstance(value, bool):
+            return "expected true or false"
+    elif key in ("min_compile_time_secs", "min_entry_size_bytes", "max_size"):
+        fractions = key == "min_compile_time_secs"
+        low = -1 if key == "max_size" else 0
+        expected = f"expected {'a number' if fractions else 'a whole number'} >= {low}"
+        if isinstance(value, bool) or not isinstance(value, (int, float) if fractions else int):
+            return expected
+        if not math.isfinite(value) or value < low:
+            return expected
+    elif key != "created_dirs":  # created_dirs: written by enable, read by disable
+        return f"not a setting (known: {', '.join(OPTION_BY_KEY)})"
+    return None
+
+
+def _line_of(key: str, text: str) -> str:
+    """``line N: `` of ``key = …`` in the file's text (tomllib gives no value positions)."""
+    import re
+
+    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=")
+    for number, line in enumerate(text.splitlines(), 1):
+        if pattern.match(line):
+            return f"line {number}: "
+    return ""
+
+
+def _shown(value: Any) -> str:
+    import json
+
+    scalar = isinstance(value, str | bool | int | float)
+    text = _toml_value(value) if scalar else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def hook_mode(values: dict[str, Any]) -> str:
+    """The hook mode a process of this environment runs in: ``$CACHEDOCTOR_HOOK``, else the
+    config file's, else ``stable`` (start-up activation runs only when one of them exists).
+
+    Raises :class:`ConfigError` for a mode that is not one of :data:`HOOK_CHOICES`.
+    """
+    env = os.environ.get(HOOK_ENV)
+    if env:
+        if env not in HOOK_CHOICES:
+            raise ConfigError(
+                f"{HOOK_ENV}={env[:40]!r}: expected {', '.join(HOOK_CHOICES[:-1])} or "
+                f"{HOOK_CHOICES[-1]}"
+            )
+        return env
+    return str(values.get("hook", "stable"))
 
 
 def activation_disabled() -> bool:

@@ -19,19 +19,20 @@ leaves its counter at zero):
 
 A miss is a request without a hit (JAX's ``PERSISTENT COMPILATION CACHE MISS`` log line).
 Recording never breaks or slows the program: memory is bounded (:data:`MAX_MODULES`), every
-error is swallowed after one warning, and the only I/O happens at exit.
+error is swallowed after one stderr line, and the only I/O happens at exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,21 @@ from typing import Any
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.files import atomic_file
 from cachedoctor.storage.urls import is_url
+
+# The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
+# JAX's compilation_cache_test patches time.monotonic with ten values for two compiles, and
+# each call the recorder took from it was one JAX's compiler then lacked (StopIteration). In a
+# tuple, since freezegun replaces module attributes that are the real functions.
+_CLOCKS = (time.monotonic, time.time)
+
+
+def _monotonic() -> float:
+    return _CLOCKS[0]()
+
+
+def _wall() -> float:
+    return _CLOCKS[1]()
+
 
 RECORD_FORMAT = "cachedoctor-stats/1"
 RECORD_SUFFIX = ".json"
@@ -79,7 +95,7 @@ class _Call:
 @dataclass
 class _Recorder:
     mode: str
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=_wall)
     modules: dict[str, dict[str, float]] = field(default_factory=dict)
     warned: bool = False
     written: str | None = None  # where the record went (for tests and `status`)
@@ -94,7 +110,9 @@ _local = threading.local()
 def _warn_once(message: str) -> None:
     if _recorder is not None and not _recorder.warned:
         _recorder.warned = True
-        warnings.warn(f"cachedoctor: stats recording: {message}", stacklevel=2)
+        # one stderr line, never a Python warning: `-W error` would make it an exception
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"cachedoctor: stats recording: {message}\n")
 
 
 def _counters(module: str) -> dict[str, float]:
@@ -159,7 +177,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         call = _Call(_module_name(args, kwargs))
         outer = _current()
         _local.call = call
-        start = time.monotonic()
+        start = _monotonic()
         try:
             return original(*args, **kwargs)
         finally:
@@ -169,7 +187,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                     with _lock:
                         counters = _counters(call.module)
                         counters["misses"] += 1
-                        counters["compile_secs"] += time.monotonic() - start
+                        counters["compile_secs"] += _monotonic() - start
                 except Exception as exc:
                     _warn_once(f"{type(exc).__name__}: {exc}")
 
@@ -216,7 +234,7 @@ def snapshot() -> dict[str, Any] | None:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "start": recorder.started,
-        "end": time.time(),
+        "end": _wall(),
         "jax": str(getattr(jax, "__version__", "")),
         "hook": recorder.mode,
         "modules": modules,

@@ -95,6 +95,12 @@ class AutotuneDirReport:
     problems: tuple[str, ...]
 
 
+def is_autotune_tmp_name(name: str) -> bool:
+    """XLA's in-flight autotune write, ``tmp/tmp_per_fusion_cache_<hash>_<ns>.textproto``: what
+    ``prune --xla-subcaches`` removes from ``tmp/`` (once older than ``--stale-after``)."""
+    return name.startswith("tmp_per_fusion_cache_") and name.endswith(".textproto")
+
+
 def is_autotune_file_name(name: str) -> bool:
     """A canonical name: unpadded url-safe base64 of a SHA-256 digest, then ``.textproto``."""
     return _NAME.fullmatch(name) is not None

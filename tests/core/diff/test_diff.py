@@ -215,7 +215,7 @@ def test_cli_json_parses_back(seed_cache: Path, moved: Path) -> None:
     ("args", "slug"),
     [
         (["--dir", "{cache}", "jit_nothing", "jit_g"], "entry-not-found"),
-        (["--dir", "{cache}", "jit_f", "jit_g"], "entry-not-found"),  # ambiguous prefix
+        (["--dir", "{cache}", "jit_f", "jit_g"], "ambiguous-entry"),  # ambiguous prefix
         (["{cache}/no-such-file-cache", "{cache}/x"], "entry-not-found"),
         (["jit_f", "jit_g"], "entry-not-found"),  # no --dir, no JAX_COMPILATION_CACHE_DIR
         (["{corrupt}", "{corrupt}"], "corrupt"),

@@ -187,7 +187,8 @@ class CheckReport:
         if self.verify and self.verify.not_checked:
             head += (
                 f"; run {self.verify.run} (--verify) stopped at the first mismatch, so "
-                f"{count(len(self.verify.not_checked), 'module')} were not checked: "
+                f"{count(len(self.verify.not_checked), 'module')} "
+                f"{'was' if len(self.verify.not_checked) == 1 else 'were'} not checked: "
                 + ", ".join(self.verify.not_checked)
                 + " (run without --verify, or with more --runs, to check them)"
             )

@@ -23,7 +23,7 @@ from cachedoctor.core.diff.manifest import manifest_section
 from cachedoctor.core.diff.options import options_section
 from cachedoctor.core.diff.report import DEFAULT_CONTEXT, DiffReport, ModuleDiffReport
 from cachedoctor.core.diff.verdict import decide
-from cachedoctor.errors import CachedoctorError, EntryNotFoundError
+from cachedoctor.errors import CachedoctorError, EntryNotFoundError, path_error
 from cachedoctor.storage import stores, urls
 
 
@@ -79,10 +79,8 @@ def diff_module(
     try:
         with stores.one_line_errors(root):
             listing = listdir.list_cache(store if store is not None else root)
-    except FileNotFoundError as exc:
-        raise CachedoctorError(f"no such directory: {root}", slug="no-such-dir") from exc
     except OSError as exc:
-        raise CachedoctorError(f"cannot read {root}: {exc.strerror or exc}") from exc
+        raise path_error(exc, root) from exc
     items = [
         i
         for i in listing.entries

@@ -41,7 +41,7 @@ def load_item(store: stores.Store, item: listdir.DirItem) -> EntryDetail:
 def _usable(detail: EntryDetail, where: str) -> EntryDetail:
     if detail.info.problems:
         problem = detail.info.problems[0]
-        slug = "unsupported" if problem.kind == "unsupported" else "corrupt"
+        slug = problem.kind if problem.kind in ("unsupported", "unreadable") else "corrupt"
         raise CachedoctorError(f"cannot diff {where}: {problem.kind}: {problem.message}", slug=slug)
     return detail
 

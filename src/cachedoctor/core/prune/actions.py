@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from cachedoctor import layout
 from cachedoctor.cache.listdir import DirItem, FileKind
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import path_error
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.plaindata import ToDict
 from cachedoctor.storage import urls
@@ -207,12 +207,8 @@ def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
 def open_cache(cache_dir: str | os.PathLike[str]) -> CacheDir:
     try:
         return CacheDir.open(cache_dir)
-    except FileNotFoundError as exc:
-        raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from exc
-    except NotADirectoryError as exc:
-        raise CachedoctorError(f"not a directory: {cache_dir}", slug="not-a-dir") from exc
     except OSError as exc:
-        raise CachedoctorError(f"cannot open {cache_dir}: {exc.strerror}", slug="io") from exc
+        raise path_error(exc, cache_dir) from exc
 
 
 def open_dir(cache_dir: str | os.PathLike[str]) -> Dir:

@@ -33,9 +33,11 @@ from cachedoctor.core.prune.actions import (
 from cachedoctor.core.scan.build import build_report, tree_size
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
 from cachedoctor.core.scan.rules.keys import unstable_groups
+from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.storage import fsops
 from cachedoctor.storage.fsops import FileId, Stat, StoreDir
+from cachedoctor.units import format_bytes
 from cachedoctor.xla import subcaches
 
 if TYPE_CHECKING:
@@ -79,11 +81,6 @@ class PlannedEntry:
             + (self.manifest.size if self.manifest else 0)
             + self.ir_size
         )
-
-
-def _is_autotune_tmp(name: str) -> bool:
-    """XLA's in-flight autotune write: ``tmp/tmp_per_fusion_cache_<hash>_<ns>.textproto``."""
-    return name.startswith("tmp_per_fusion_cache_") and name.endswith(".textproto")
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -616,7 +613,7 @@ def rule_xla_subcaches(ctx: PruneContext) -> None:
             for i in subs
         )
         ctx.notes.append(
-            f"XLA sub-caches ({', '.join(i.name for i in subs)}, {total} bytes) are not "
+            f"XLA sub-caches ({', '.join(i.name for i in subs)}, {format_bytes(total)}) are not "
             "touched without --xla-subcaches"
         )
         return
@@ -657,7 +654,7 @@ def _autotune_dir(ctx: PruneContext, name: str) -> None:
                         tst = tmp.regular(t)
                         if (
                             tst is not None
-                            and _is_autotune_tmp(t)
+                            and subcaches.is_autotune_tmp_name(t)
                             and (ctx.age_s(tst.st_mtime_ns) >= ctx.options.stale_after_s)
                         ):
                             ctx.remove_file(
@@ -722,14 +719,17 @@ def plan_folder_bound(
                 op=Op.REMOVE_FILE,
                 name=f"{STATS_DIRNAME}/{name}",
                 rules=(Rule.STATS_BOUND,),
-                reason=f"oldest stats file while {STATS_DIRNAME}/ is over {max_bytes} bytes",
+                reason=(
+                    f"oldest stats file while {STATS_DIRNAME}/ is over {format_bytes(max_bytes)}"
+                ),
                 bytes=st.st_size,
                 files=(FileId.of(name, st),),
                 folder=STATS_DIRNAME,
             )
         )
     note = (
-        f"{STATS_DIRNAME}/: {len(files)} files, {total} bytes (kept under {max_bytes} bytes; "
+        f"{STATS_DIRNAME}/: {count(len(files), 'file')}, {format_bytes(total)} (kept under "
+        f"{format_bytes(max_bytes)}; "
         "`cachedoctor stats --zero` archives the records)"
     )
     return actions, note

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from cachedoctor.cache import model
 from cachedoctor.cache.jaxenv import JaxInfo
-from cachedoctor.cache.listdir import DirItem, FileKind
+from cachedoctor.cache.listdir import CACHE_OWN_KINDS, DirItem
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.plaindata import ToDict
@@ -76,12 +76,10 @@ class ScanReport(ToDict):
     @property
     def looks_like_cache(self) -> bool:
         """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
-        own = {FileKind.ATIME, FileKind.LOCKFILE, FileKind.AUTOTUNE_SUBCACHE}
-        own |= {FileKind.KERNEL_SUBCACHE, FileKind.CACHEDOCTOR}
         return (
             bool(self.entries)
             or not self.other_files
-            or any(i.kind in own for i in self.other_files)
+            or any(i.kind in CACHE_OWN_KINDS for i in self.other_files)
         )
 
     def without(self, kinds: Iterable[str]) -> ScanReport:

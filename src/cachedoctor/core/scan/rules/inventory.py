@@ -27,7 +27,7 @@ def subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
                 entries=(layout.AUTOTUNE_DIR,),
                 message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
                 evidence="the autotune sub-cache's files, read and parsed",
-                advice="XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it",
+                advice=autotune_advice(sub.autotune),
             )
         )
     if sub.kernel_cache is not None and sub.kernel_cache.problems:
@@ -45,6 +45,37 @@ def subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
             )
         )
     return findings
+
+
+def autotune_advice(autotune: subcaches.AutotuneDirReport) -> str:
+    """What clears the autotune sub-cache's problems, from the predicates prune itself uses:
+    it removes per-fusion files by XLA's name pattern and ``tmp/`` writes by theirs (older
+    than ``--stale-after``), and never a file it does not recognise."""
+    foreign = [e.name for e in autotune.entries if e.problems and not e.name_ok]
+    foreign += [f"tmp/{n}" for n in autotune.tmp_leftovers if not subcaches.is_autotune_tmp_name(n)]
+    ours = any(e.problems and e.name_ok for e in autotune.entries) or (
+        len(autotune.models) > 1
+        or any(subcaches.is_autotune_tmp_name(n) for n in autotune.tmp_leftovers)
+    )
+    parts = []
+    if ours:
+        clears = (
+            "`cachedoctor prune --xla-subcaches --apply` clears XLA's own files (XLA rebuilds them)"
+        )
+        if any(subcaches.is_autotune_tmp_name(n) for n in autotune.tmp_leftovers):
+            clears += ", and those in tmp/ once older than --stale-after (24h; 0 while no XLA runs)"
+        parts.append(clears)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        parts.append(
+            f"remove {shown} yourself: they are not named as XLA names its files, and "
+            "cachedoctor never removes a file it does not recognise"
+        )
+    return (
+        "; ".join(parts) or "XLA rebuilds it; `cachedoctor prune --xla-subcaches --apply` clears it"
+    )
 
 
 def not_stored_findings(

@@ -1,0 +1,138 @@
+"""The config file: each wrong value named with its line; `status` and a fresh interpreter agree.
+
+JAX is the oracle for what a fresh interpreter runs with: its own config values, read back in
+the process (``jax.config``), not what cachedoctor says it applied.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.stablekeys import settings
+from tests.support.caches import SCRIPT, cli_env
+
+# A JAX process that reports the settings in force and whether the hook and recording run.
+_PROGRAM = r"""
+import json, jax
+from jax._src import config
+from cachedoctor.stablekeys import _startup, hook, stats
+names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+         "jax_compilation_cache_max_size")
+print("IN-FORCE " + json.dumps({
+    "jax": {n: config.config._value_holders[n].value for n in names},
+    "hook": hook.installed_mode(), "stats": stats.recording() is not None,
+    "errors": (_startup.STATE or {}).get("errors"),
+}))
+"""
+
+
+def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    assert SCRIPT, "the cachedoctor console script is not installed in this environment"
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def in_force(env: dict[str, str]) -> tuple[dict[str, object], str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROGRAM],
+        capture_output=True,
+        text=True,
+        env={**env, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("IN-FORCE "))
+    return json.loads(line.removeprefix("IN-FORCE ")), proc.stderr
+
+
+def _env(config: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in cli_env().items() if not k.startswith(("JAX_", "CACHEDOCTOR_"))}
+    return {**env, "CACHEDOCTOR_CONFIG": str(config), **extra}
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ('cache_dir = 5\nhook = ["x"]', ["line 2: cache_dir = 5", 'line 3: hook = ["x"]']),
+        ('cache_dir = "/c"\nmax_size = "10GB"', ['line 3: max_size = "10GB"']),
+        ('cache_dir = "/c"\nrecord_ir = "no"', ['line 3: record_ir = "no"']),
+        ('cache_dir = "/c"\nmin_compile_time_secs = true', ["line 3: min_compile_time_secs"]),
+        ('cache_dir = "/c"\nmin_entry_size_bytes = -4', ["line 3: min_entry_size_bytes = -4"]),
+        ('cache_dir = "relative/cache"', ['line 2: cache_dir = "relative/cache"']),
+        ('cache_dir = "/c"\nxla_caches = "most"', ['line 3: xla_caches = "most"']),
+        ('cache_dir = "/c"\n"cache-dir" = "/d"', ["line 3: cache-dir", "not a setting"]),
+    ],
+)
+def test_each_wrong_value_is_named_with_its_line(
+    tmp_path: Path, body: str, named: list[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f"[cachedoctor]\n{body}\n")
+    with pytest.raises(settings.ConfigError) as err:
+        settings.load(config)
+    for needle in named:
+        assert needle in str(err.value), err.value
+
+    status = run("status", env=_env(config))
+    assert status.returncode == 2, status  # a broken config file, as for bad TOML
+    (line,) = status.stderr.strip().splitlines()
+    assert line.startswith(f"cachedoctor: config: config file {config}: "), line
+    assert all(needle in line for needle in named), line
+
+
+def test_a_wrong_value_activates_nothing_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """Not half a config: a good cache_dir before a bad max_size is not applied either."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[cachedoctor]\ncache_dir = "{tmp_path}/c"\nmax_size = "10GB"\n')
+    plain, _ = in_force(_env(tmp_path / "absent.toml"))
+    got, stderr = in_force(_env(config))
+    assert got["jax"] == plain["jax"]  # JAX's own defaults, every one
+    assert got["hook"] is None and got["stats"] is False
+    said = [x for x in stderr.splitlines() if "activation failed" in x]
+    assert len(said) == 1 and 'line 3: max_size = "10GB"' in said[0], stderr
+
+
+def test_an_empty_config_file_shows_what_a_fresh_interpreter_does(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    got, _ = in_force(_env(config))
+    proc = run("status", env=_env(config))
+    assert proc.returncode == 0, proc.stderr
+    shown = next(x.split() for x in proc.stdout.splitlines() if x.strip().startswith("hook "))
+    assert shown[1] == got["hook"] == "stable"
+    assert "hook active: stable" in proc.stdout
+
+
+def test_an_unknown_hook_mode_activates_nothing_and_names_all_four(tmp_path: Path) -> None:
+    env = _env(tmp_path / "absent.toml", CACHEDOCTOR_HOOK="bogus")
+    got, stderr = in_force(env)
+    assert got["hook"] is None and got["stats"] is False
+    assert "CACHEDOCTOR_HOOK='bogus': expected stable, observe, stats or off" in stderr
+    status = run("status", env=env)
+    assert status.returncode == 1, status
+    assert "stats recording: no" in status.stdout
+    assert "expected stable, observe, stats or off" in status.stdout
+
+
+def test_status_exits_1_when_the_fresh_interpreter_cannot_import_jax(tmp_path: Path) -> None:
+    env = _env(tmp_path / "absent.toml", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="abc")
+    for args in (["status"], ["status", "--json"]):
+        proc = run(*args, env=env)
+        assert proc.returncode == 1, proc
+    doc = json.loads(proc.stdout)
+    assert any("cannot import jax" in p and "abc" in p for p in doc["problems"]), doc["problems"]
+
+
+def test_disable_cleans_up_after_a_wrong_typed_file(tmp_path: Path) -> None:
+    config = tmp_path / "etc" / "config.toml"
+    cache = tmp_path / "made" / "cache"
+    env = _env(config)
+    assert run("enable", "--dir", str(cache), env=env).returncode == 0
+    config.write_text(config.read_text().replace('hook = "stable"', "hook = 3"))
+    assert run("status", env=env).returncode == 2
+    assert run("disable", env=env).returncode == 0
+    assert not config.exists() and not (tmp_path / "made").exists()

@@ -1,0 +1,76 @@
+"""units.py: the one grammar for sizes, durations and moments, and the one byte formatter."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+
+from cachedoctor.units import format_bytes, parse_duration, parse_since, parse_size
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45), ("45", 45), ("2w", 1209600),
+     (" 1.5H ", 5400), (".5d", 43200), (0, 0), (2.5, 2.5)],
+)  # fmt: skip
+def test_durations(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    assert dt.timedelta(seconds=parse_duration(text)).total_seconds() == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["1y", "5x", "-3d", "nan", "inf", "", "d", "1d2h", True, -1, math.inf]
+)
+def test_what_is_not_a_duration_says_which_units_are(text: object) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_duration(text)  # type: ignore[arg-type]
+    assert "not a duration" in str(err.value)
+    assert "s, m, h, d or w" in str(err.value)
+    assert "could not convert" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("50GB", 50 * 10**9), ("800MiB", 800 * 2**20), ("1024", 1024), ("1.5 GiB", 3 * 2**29),
+     ("10k", 10_000), (4096, 4096)],
+)  # fmt: skip
+def test_sizes(text: str | int, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "1y", "-1GB", "GB", "1.2.3MB", True, 1.5, -1, "nan"])
+def test_what_is_not_a_size(text: object) -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(text)  # type: ignore[arg-type]
+
+
+def test_moments_ago_dates_and_unix_times() -> None:
+    assert parse_since("2w", now=NOW) == NOW - 14 * 86400
+    assert parse_since("7d", now=NOW) == NOW - 7 * 86400
+    assert parse_since("30m", now=NOW) == NOW - 1800
+    midnight = dt.datetime(2026, 1, 31, tzinfo=dt.UTC).timestamp()
+    assert parse_since("2026-01-31") == midnight
+    assert parse_since("1796075058") == 1796075058.0  # a Unix time, as api.md says
+    assert parse_since(1796075058.5) == 1796075058.5
+    for bad in ("soon", "2026-13-01", "7y", "-5", True, math.nan):
+        with pytest.raises(ValueError, match="not a time"):
+            parse_since(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n", "shown"),
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (18_432, "18.0 KiB"),
+     (5 * 2**20, "5.0 MiB"), (3 * 2**30, "3.0 GiB"), (2**50, "1024.0 TiB"), (None, "?")],
+)  # fmt: skip
+def test_one_byte_formatter(n: int | None, shown: str) -> None:
+    assert format_bytes(n) == shown
+
+
+def test_what_is_printed_parses_back() -> None:
+    for n in (1, 1000, 1536, 10**6, 123_456_789, 7 * 2**30):
+        back = parse_size(format_bytes(n))
+        assert abs(back - n) <= 0.05 * n + 1, (n, format_bytes(n), back)
