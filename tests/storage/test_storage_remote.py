@@ -36,6 +36,7 @@ from tests.support.buckets import (
     Servers,
     filesystem,
     free_port,
+    running_servers,
     serve,
     server_env,
     throttling_proxy,
@@ -70,28 +71,8 @@ FAST = RetryPolicy(attempts=8, base_s=0.01, cap_s=0.1)
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    s3_port, gcs_port = free_port(), free_port()
-    moto = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
-    gcs = gcs_server.create_server("127.0.0.1", gcs_port, in_memory=True, default_bucket=GCS_BUCKET)
-    import fsspec.config
-
-    gcs_conf = fsspec.config.conf.setdefault("gcs", {})
-    with (
-        serve(Proxy(gcs_port, every=0, fix_multipart=True)) as gcs_endpoint,
-        pytest.MonkeyPatch.context() as mp,
-    ):
-        env = server_env(s3_port, int(gcs_endpoint.rsplit(":", 1)[1]))
-        for k, v in env.items():
-            mp.setenv(k, v)
-        mp.setitem(gcs_conf, "token", "anon")  # fsspec read FSSPEC_GCS_TOKEN at its import
-        moto.start()
-        gcs.start()
-        try:
-            filesystem("s3").mkdir(S3_BUCKET)
-            yield Servers(s3_port, gcs_port, env)
-        finally:
-            gcs.stop()
-            moto.stop()
+    with running_servers() as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
