@@ -8,7 +8,7 @@ import pytest
 
 from cachedoctor.stablekeys import manifest
 from tests.support.buckets import Servers
-from tests.support.hookrun import base_env, entries, run_program
+from tests.support.hookrun import base_env, entries, run_program, run_recorded
 
 pytestmark = [pytest.mark.slow, pytest.mark.remote]
 
@@ -35,3 +35,19 @@ def test_seed_on_a_bucket_one_entry_hits_from_run_two(scheme: str, servers: Serv
     back = run_program("seed", url, env=env)
     assert back.result == SEED_RESULT and back.misses == []
     assert len(entries(url, "jit_f")) == 2
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers) -> None:
+    """The record is written as the process ends (on S3 none ever arrived: the write came after
+    Python had shut its thread pools down, "cannot schedule new futures after shutdown")."""
+    from cachedoctor.core.usage.records import read_records
+    from cachedoctor.storage import stores
+
+    url = servers.url(scheme, "stats/cache")
+    for mode in ("stable", "stats"):
+        log = run_recorded(url, mode, "plain", **servers.env)
+        assert "could not write the stats record" not in log, log[-2000:]
+    records, problems = read_records(stores.open_store(url))
+    assert problems == [] and sorted(r.hook for r in records) == ["stable", "stats"]
+    assert all(r.modules["jit_g"].requests == 1 for r in records)

@@ -155,7 +155,7 @@ def jax_version(python: str) -> str:
     return out.stdout.strip()
 
 
-def run_recorded(cache: Path, mode: str, program: str = "seed", **extra: str) -> str:
+def run_recorded(cache: Path | str, mode: str, program: str = "seed", **extra: str) -> str:
     """Run a bundled program with the start-up hook in ``mode``; its stderr (JAX's log)."""
     env = base_env(cache, CACHEDOCTOR_HOOK=mode, JAX_LOG_COMPILES="1", **extra)
     proc = subprocess.run(

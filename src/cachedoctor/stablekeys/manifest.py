@@ -133,6 +133,14 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
         return _STORES[url]
 
 
+def store_for(url: str) -> Store:
+    """The process's one store for a bucket URL (the manifests', reused for the stats record)."""
+    store = _store_for(url)
+    if store is None:
+        raise ValueError(f"not a gs:// or s3:// URL: {url}")
+    return store
+
+
 def _object(key: str, suffix: str = MANIFEST_SUFFIX) -> str:
     return f"{MANIFEST_DIRNAME}/{key}{suffix}"
 
