@@ -30,15 +30,8 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
 from tests.support.buckets import (
-    GCS_BUCKET,
-    S3_BUCKET,
-    Proxy,
     Servers,
-    filesystem,
-    free_port,
     running_servers,
-    serve,
-    server_env,
     throttling_proxy,
     upload,
 )
