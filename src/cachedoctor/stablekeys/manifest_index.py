@@ -76,9 +76,7 @@ class ManifestIndex:
         listed = self._list()
         with self._lock:
             self._keys = (self._keys or set()) | listed
-            wanted = [
-                k for k in listed if module_of(k) == module_name and k not in self._read
-            ]
+            wanted = [k for k in listed if module_of(k) == module_name and k not in self._read]
         return self._add_read(module_name, wanted)
 
     def _add_read(self, module_name: str, keys: list[str]) -> list[mf.Manifest]:
