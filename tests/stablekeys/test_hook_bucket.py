@@ -4,17 +4,21 @@ leave whole manifests, and the manifests are read once per process."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cachedoctor.stablekeys import manifest
-from tests.support.buckets import Servers
-from tests.support.hookrun import base_env, entries, run_program, run_recorded
+from cachedoctor.storage.stores import bounded_map
+from tests.support.buckets import Proxy, Servers, serve
+from tests.support.hookrun import Run, base_env, entries, run_program, run_recorded
 
-pytestmark = [pytest.mark.slow, pytest.mark.remote]
+pytestmark = pytest.mark.slow
 
 SEED_RESULT = "result: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]"
 
 
+@pytest.mark.remote
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_seed_on_a_bucket_one_entry_hits_from_run_two(scheme: str, servers: Servers) -> None:
     url = servers.url(scheme, "seed/cache")
@@ -37,6 +41,7 @@ def test_seed_on_a_bucket_one_entry_hits_from_run_two(scheme: str, servers: Serv
     assert len(entries(url, "jit_f")) == 2
 
 
+@pytest.mark.remote
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers) -> None:
     """The record is written as the process ends (on S3 none ever arrived: the write came after
@@ -51,3 +56,95 @@ def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers) -> None:
     records, problems = read_records(stores.open_store(url))
     assert problems == [] and sorted(r.hook for r in records) == ["stable", "stats"]
     assert all(r.modules["jit_g"].requests == 1 for r in records)
+
+
+# the seed's custom op jitted at three shapes: three lookups of one module (three base keys)
+SHAPES = """
+import os, sys
+sys.path.insert(0, {programs!r})
+from _common import setup_jax
+jax = setup_jax()
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+@custom_partitioning
+def op(x):
+    return x
+def partition(mesh, arg_shapes, result_shape):
+    s = NamedSharding(mesh, P("x"))
+    return mesh, lambda x: x + 1, s, (s,)
+def infer(mesh, arg_shapes, result_shape):
+    return NamedSharding(mesh, P("x"))
+op.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule="i -> i")
+mesh = Mesh(jax.devices(), ("x",))
+s = NamedSharding(mesh, P("x"))
+def f(x):
+    return op(x)
+for n in (8, 16, 24):
+    x = jax.device_put(jnp.zeros(n, dtype=jnp.float32), s)
+    print("result:", n, float(jax.jit(f, in_shardings=s, out_shardings=s)(x).sum()))
+"""
+
+
+@pytest.mark.remote
+def test_manifests_are_read_once_per_process(servers: Servers, tmp_path: Path) -> None:
+    """A warm process lists the manifests once and reads each of the module's replay
+    manifests once, though it looks the module up three times; no request per static lookup
+    (moto's requests counted by a forwarding proxy)."""
+    from cachedoctor.programs import program_path
+
+    program = tmp_path / "shapes.py"
+    program.write_text(SHAPES.format(programs=str(program_path("seed").parent)))
+    url = servers.url("s3", "read-once/cache")
+    prefix = "/cachedoctor-s3/read-once/cache/"
+    proxy = Proxy(servers.s3_port, every=0)
+    with serve(proxy) as endpoint:
+        env = base_env(url, **{**servers.env, "AWS_ENDPOINT_URL": endpoint})
+        cold = run_program(program, url, env=env)
+        assert cold.stats["recorded"] == 3
+        proxy.log.clear()
+        warm = run_program(program, url, env=env)
+    assert "jit_f" not in warm.misses and warm.stats["replayed"] == 3
+    manifests = [(method, path) for method, path, _ in proxy.log if "cachedoctor-manifests" in path]
+    listings = [p for m, p in manifests if "list-type=2" in p]
+    reads = [p for m, p in manifests if m == "GET" and p.startswith(prefix + "cachedoctor-")]
+    assert len(listings) == 1, manifests
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == 3, manifests
+    assert all("/jit_f-" in p for p in reads)
+    assert not [p for m, p in manifests if m == "HEAD"], manifests
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.remote)])
+def test_processes_starting_together_leave_whole_manifests(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Three independent processes start the seed at once on an empty cache: each compiles
+    (none can see another's variant yet), every manifest parses, one entry per key; the next
+    three, started at once too, all hit."""
+    env: dict[str, str] = {}
+    cache: Path | str = tmp_path / "cache"
+    if where != "local":
+        servers: Servers = request.getfixturevalue("servers")
+        cache, env = servers.url(where, "together/cache"), servers.env
+
+    def wave() -> list[Run]:
+        return list(
+            bounded_map(
+                lambda _: run_program("seed", cache, env=base_env(cache, **env)), [0] * 3, 3
+            )
+        )
+
+    first = wave()
+    assert all(run.result == SEED_RESULT for run in first)
+    keys = manifest.manifest_keys(cache)
+    found = list(manifest.iter_manifests(cache))
+    assert sorted(m.key for m in found) == sorted(keys)  # every manifest parses
+    variants = [m for m in found if m.module_name == "jit_f"]
+    assert sorted(m.key for m in variants) == entries(cache, "jit_f")
+    assert 1 <= len(variants) <= 3
+    again = wave()
+    assert all(run.result == SEED_RESULT and run.misses == [] for run in again), [
+        r.misses for r in again
+    ]
+    assert entries(cache, "jit_f") == sorted(m.key for m in variants)
