@@ -130,3 +130,34 @@ def test_job_hits_from_run_two_where_jax_can(
     if not any(jax_hits[1:]):  # JAX keys each process apart: the manifests show where
         for i in range(1, processes):
             assert explained[("jit_plain", i)] == ("accelerator_config",), explained
+
+
+def _autotune_modes(cache: Path | str) -> dict[int | None, str | None]:
+    """The autotune sub-cache mode each process's compile options carried (its manifests)."""
+    return {
+        m.process_index: m.autotune_mode
+        for m in manifest.iter_manifests(cache)
+        if m.module_name == "jit_plain"
+    }
+
+
+@pytest.mark.remote
+def test_autotune_roles_on_a_bucket_are_jax_s(
+    servers: Servers, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Seed 004's roles: JAX gives process 0 the autotune sub-cache in UPDATE mode and the
+    others READ. On a bucket, activation keeps the sub-cache local; the roles stay JAX's
+    (before: JAX's branch was off there and every process had XLA's default, UPDATE)."""
+    oracle = tmp_path / "local-cache"
+    job(oracle, 2)  # the hook alone, a local dir: JAX's own sub-cache branch runs
+    expected = _autotune_modes(oracle)
+    assert expected == {0: "UPDATE", 1: "READ"}
+    url = servers.url("s3", "roles/cache")
+    activated = {
+        "CACHEDOCTOR_HOOK": "stable",
+        "CACHEDOCTOR_XLA_SUBCACHE_ROOT": str(tmp_path / "subcaches"),
+        **servers.env,
+    }
+    runs = job(url, 2, mode="none", **activated)
+    assert not any("cannot give the local autotune" in r.stderr for r in runs)
+    assert _autotune_modes(url) == expected
