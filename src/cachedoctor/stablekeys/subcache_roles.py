@@ -55,7 +55,7 @@ def install(autotune_dir: str) -> bool:
     try:
         from jax._src import compiler
         from jax._src.interpreters import pxla
-        from jax._src.lib import xla_client as xc
+        from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
         modes = (xc.AutotuneCacheMode.UPDATE, xc.AutotuneCacheMode.READ)
         original = compiler.get_compile_options
