@@ -5,6 +5,7 @@ key and only whole manifests."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -161,3 +162,20 @@ def test_autotune_roles_on_a_bucket_are_jax_s(
     runs = job(url, 2, mode="none", **activated)
     assert not any("cannot give the local autotune" in r.stderr for r in runs)
     assert _autotune_modes(url) == expected
+
+    # `status` asks JAX the same of a fresh interpreter, and reads the bucket's manifests
+    env = {**base_env(url, **activated), "NO_COLOR": "1"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "status", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(shown.stdout)
+    (autotune,) = [r for r in report["roles"] if r.startswith("autotune sub-cache")]
+    assert str(tmp_path / "subcaches") in autotune
+    assert "process 0 UPDATE, processes 1..N-1 READ" in autotune
+    assert not [w for w in report["warnings"] if w["code"] == "autotune-roles"]
+    per_process = {(k["module"], k["process_index"]) for k in report["key_modes"]["per_process"]}
+    assert ("jit_plain", 1) in per_process
