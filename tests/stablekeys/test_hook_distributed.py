@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
 from cachedoctor.stablekeys.processes import per_process_keys
 from tests.support.buckets import Servers
@@ -131,6 +133,11 @@ def test_job_hits_from_run_two_where_jax_can(
     if not any(jax_hits[1:]):  # JAX keys each process apart: the manifests show where
         for i in range(1, processes):
             assert explained[("jit_plain", i)] == ("accelerator_config",), explained
+        # and scan (lint) says so, instead of calling process 1's keys "not stored"
+        findings = scan_directory(cache).findings
+        (info,) = [f for f in findings if f.kind is FindingKind.MULTI_PROCESS]
+        assert "only in accelerator_config" in info.message and "jit_plain" in info.message
+        assert not [f for f in findings if f.kind is FindingKind.NOT_STORED]
 
 
 def _autotune_modes(cache: Path | str) -> dict[int | None, str | None]:
@@ -179,3 +186,30 @@ def test_autotune_roles_on_a_bucket_are_jax_s(
     assert not [w for w in report["warnings"] if w["code"] == "autotune-roles"]
     per_process = {(k["module"], k["process_index"]) for k in report["key_modes"]["per_process"]}
     assert ("jit_plain", 1) in per_process
+    assert _lint_warnings(url, servers) == []
+
+    # the roles lost, as before on a bucket (JAX's sub-caches off, a folder in XLA_FLAGS and
+    # no one to set the mode): lint says so from the manifests
+    lost = servers.url("s3", "roles-lost/cache")
+    flags = f"--xla_gpu_per_fusion_autotune_cache_dir={tmp_path / 'own-autotune'}"
+    job(lost, 2, JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="none", XLA_FLAGS=flags, **servers.env)
+    assert _autotune_modes(lost) == {0: "UPDATE", 1: "UPDATE"}
+    (warning,) = _lint_warnings(lost, servers)
+    assert "process(es) 1 of a jax.distributed job" in warning["message"]
+    assert "UPDATE mode" in warning["message"]
+
+
+def _lint_warnings(url: str, servers: Servers) -> list[dict[str, str]]:
+    """lint's multi-process warnings on a bucket cache (its JSON document)."""
+    linted = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", "--format", "json", url],
+        env={**base_env(None, **servers.env), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert linted.returncode == 0, linted.stderr[-2000:]
+    findings = json.loads(linted.stdout)["findings"]
+    kinds = {f["kind"] for f in findings}
+    assert "not-stored" not in kinds  # process 1's keys are not modules JAX refused to store
+    return [f for f in findings if f["kind"] == "multi-process" and f["severity"] == "warning"]

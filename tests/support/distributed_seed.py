@@ -11,7 +11,8 @@ import sys
 
 process_id, port = int(sys.argv[1]), sys.argv[2]
 num_processes = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 // num_processes}"
+devices = f"--xla_force_host_platform_device_count={8 // num_processes}"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {devices}".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 

@@ -21,8 +21,7 @@ from cachedoctor.stablekeys.keys import REPLAY_COMPONENT
 # key components JAX computes from the calling process (name -> why it differs per process)
 PER_PROCESS_COMPONENTS = {
     "accelerator_config": (
-        "JAX hashes the topology of this process's own devices, on CPU their ids and process"
-        " index"
+        "JAX hashes the topology of this process's own devices, on CPU their ids and process index"
     ),
 }
 
