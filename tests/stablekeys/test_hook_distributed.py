@@ -213,3 +213,39 @@ def _lint_warnings(url: str, servers: Servers) -> list[dict[str, str]]:
     kinds = {f["kind"] for f in findings}
     assert "not-stored" not in kinds  # process 1's keys are not modules JAX refused to store
     return [f for f in findings if f["kind"] == "multi-process" and f["severity"] == "warning"]
+
+
+LAUNCH = """
+import socket, subprocess, sys
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+procs = [subprocess.Popen([sys.executable, {program!r}, str(i), port]) for i in (0, 1)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_check_names_what_jax_hashes_per_process(tmp_path: Path) -> None:
+    """`check -- CMD` on a 2-process job: process 1 recompiles every run, and the report says
+    why from the manifests (its key differs from process 0's only in accelerator_config)."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCH.format(program=str(PROGRAM)))
+    cache = tmp_path / "cache"
+
+    def check(output: str) -> subprocess.CompletedProcess[str]:
+        argv = ["check", "--dir", str(cache), "--runs", "2", "--format", output, "--"]
+        checked = subprocess.run(
+            [sys.executable, "-m", "cachedoctor", *argv, sys.executable, str(launcher)],
+            env={**base_env(None), "NO_COLOR": "1", "COLUMNS": "400"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert checked.returncode in (0, 1), checked.stderr[-3000:]  # 1: jit_custom's JAX key
+        return checked
+
+    report = json.loads(check("json").stdout)
+    found = {(k["module"], k["process_index"]): tuple(k["fields"]) for k in report["per_process"]}
+    assert found[("jit_plain", 1)] == ("accelerator_config",)
+    shown = check("text").stdout
+    assert "whose keys differ from process 0's only in accelerator_config" in shown
