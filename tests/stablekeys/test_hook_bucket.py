@@ -148,3 +148,27 @@ def test_processes_starting_together_leave_whole_manifests(
         r.misses for r in again
     ]
     assert entries(cache, "jit_f") == sorted(m.key for m in variants)
+
+
+@pytest.mark.remote
+def test_the_hook_reaches_a_bucket_through_jax_s_own_filesystem(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No client of its own in a JAX process (creating one costs ~100 ms of CPU per start).
+
+    S3 only in this process: gcsfs read GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT when the test
+    modules were collected, before the servers' environment was set, so JAX's GCS instance
+    here would first probe the emulator over gRPC (a minute); JAX's processes on gs:// above
+    run with the environment set from the start."""
+    from jax._src import path as jax_path
+
+    monkeypatch.setattr(manifest, "_STORES", {})
+    url = servers.url("s3", "shared/cache")
+    assert manifest.store_for(url).fs is not jax_path.Path(url)._backend.fs(url)
+    monkeypatch.setattr(manifest, "_STORES", {})
+    monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
+    manifest.share_jax_filesystem()
+    store = manifest.store_for(url)
+    assert store.fs is jax_path.Path(url)._backend.fs(url)
+    store.write_atomic("cachedoctor-manifests/m-0.json", b"{}", create=True)
+    assert manifest.manifest_keys(url) == {"m-0"}

@@ -118,6 +118,28 @@ def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
+_SHARE_JAX_FILESYSTEM = False
+
+
+def share_jax_filesystem() -> None:
+    """In a JAX process (the hook, stats recording): reach buckets through the filesystem
+    instance JAX itself uses (``etils.epath``'s fsspec one) rather than a client of our own,
+    which costs ~100 ms of CPU to create. That instance keeps its library's own retries, so our
+    retry loop makes one attempt: a bucket that keeps failing gives a miss, not a stall."""
+    global _SHARE_JAX_FILESYSTEM
+    _SHARE_JAX_FILESYSTEM = True
+
+
+def _jax_filesystem(url: str) -> Any:
+    """The fsspec filesystem JAX reaches ``url`` with, or None (JAX uses another backend)."""
+    try:
+        import fsspec
+        from jax._src import path as jax_path
+
+        fs = getattr(jax_path.Path(url), "_backend").fs(url)  # noqa: B009 - etils, untyped
+        return fs if isinstance(fs, fsspec.AbstractFileSystem) else None
+    except Exception:
+        return None
 
 
 def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
@@ -129,7 +151,12 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
     url = str(cache_dir).rstrip("/")
     with _STORES_LOCK:
         if url not in _STORES:
-            _STORES[url] = stores.open_store(url)
+            shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None
+            _STORES[url] = (
+                stores.open_store(url)
+                if shared is None
+                else stores.RemoteStore(url, fs=shared, policy=stores.RetryPolicy(attempts=1))
+            )
         return _STORES[url]
 
 

@@ -290,9 +290,10 @@ def write_record() -> str | None:
         name = f"{STATS_DIRNAME}/{record_name(record)}"
         data = json.dumps(record, sort_keys=True).encode()
         if is_url(cache_dir):
-            from cachedoctor.stablekeys.manifest import store_for
+            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
 
-            store = store_for(cache_dir)  # the hook's, when it read manifests: no new client
+            share_jax_filesystem()
+            store = store_for(cache_dir)  # JAX's own filesystem (the hook's store): no client
             store.write_atomic(name, data)
             _recorder.written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown
