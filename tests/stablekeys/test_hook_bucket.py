@@ -172,3 +172,46 @@ def test_the_hook_reaches_a_bucket_through_jax_s_own_filesystem(
     assert store.fs is jax_path.Path(url)._backend.fs(url)
     store.write_atomic("cachedoctor-manifests/m-0.json", b"{}", create=True)
     assert manifest.manifest_keys(url) == {"m-0"}
+
+
+NO_REPLAY = """
+import runpy
+from cachedoctor.stablekeys import replay
+replay.installed = lambda: False  # as when the partitioner entry points could not be wrapped
+runpy.run_path({seed!r}, run_name="__main__")
+"""
+
+
+def _said(run: Run) -> list[str]:
+    return [line for line in run.stderr.splitlines() if line.startswith("cachedoctor: ")]
+
+
+@pytest.mark.remote
+def test_without_replay_a_bucket_run_misses_and_says_why_once(
+    servers: Servers, tmp_path: Path
+) -> None:
+    from cachedoctor.programs import program_path
+
+    program = tmp_path / "no_replay.py"
+    program.write_text(NO_REPLAY.format(seed=str(program_path("seed"))))
+    url = servers.url("s3", "no-replay/cache")
+    for _ in range(2):
+        run = run_program(program, url, env=base_env(url, **servers.env))
+        assert run.result == SEED_RESULT and "jit_f" in run.misses
+        (line,) = _said(run)
+        assert "jit_f: custom_partitioning replay is unavailable" in line
+        assert "a miss, never a stale hit" in line
+
+
+def test_manifests_that_cannot_be_written_say_so_once(tmp_path: Path) -> None:
+    """The replay manifest cannot be written (here a file where its folder should be): the
+    variant is never reused, and the run says so once; the next run misses, never stale."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "cachedoctor-manifests").write_text("not a folder")
+    for value in ("1.0", "2.0"):
+        run = run_program("seed", cache, env=base_env(cache, CACHEDOCTOR_SEED_ADD=value))
+        assert "jit_f" in run.misses and run.stats["replayed"] == 0
+        assert run.result.startswith(f"result: [{float(value)}, ")
+        (said,) = _said(run)  # one line for the folder, whichever write or read failed first
+        assert "key manifests" in said and "not a folder" in said and "never a stale hit" in said

@@ -204,7 +204,7 @@ def _wrap_put(cc: Any) -> None:
             _state.stats["manifest_errors"] += 1
             _state.last_error = f"replay manifest: {exc}"
             _say_once(
-                "replay-write",
+                f"manifests {_local_cache_dir()}",
                 f"cannot write the replay manifest of {cache_key} ({type(exc).__name__}:"
                 f" {exc}): it is never reused, the module recompiles on the next run",
             )
@@ -426,7 +426,7 @@ def _replayed_key(
         return found
     if index.error:
         _say_once(
-            f"index {cache_dir}",
+            f"manifests {cache_dir}",
             f"cannot list the key manifests of {cache_dir} ({index.error}): modules with"
             " custom_partitioning compile under a new key (a miss, never a stale hit)",
         )
@@ -598,7 +598,7 @@ def _record(
         _state.stats["manifest_errors"] += 1
         _state.last_error = f"manifest: {exc}"
         _say_once(
-            f"write {cache_dir}",
+            f"manifests {cache_dir}",
             f"cannot write key manifests to {cache_dir} ({type(exc).__name__}: {exc}):"
             " modules with custom_partitioning will not be reused (a miss, never a stale hit)",
         )

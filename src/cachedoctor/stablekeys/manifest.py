@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -333,7 +334,10 @@ def key_mode_summary(manifests: Iterable[Manifest]) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes, create: bool = False) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file where the folder should be: not "already written"
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path.parent)) from exc
     write_atomic(path, data, mode=0o644 & ~_umask(), create=create)
 
 

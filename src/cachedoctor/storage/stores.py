@@ -368,7 +368,10 @@ class LocalStore:
         """
         target = self.url_of(name)
         folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError as exc:  # a file where the folder should be (not "exists")
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", folder) from exc
         with atomic_file(target, temp_prefix=".cachedoctor-tmp-", create=create) as fh:
             fh.write(data)
         with contextlib.suppress(OSError):
