@@ -20,8 +20,10 @@ SEED_RESULT = "result: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]"
 
 @pytest.mark.remote
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
-def test_seed_on_a_bucket_one_entry_hits_from_run_two(scheme: str, servers: Servers) -> None:
-    url = servers.url(scheme, "seed/cache")
+def test_seed_on_a_bucket_one_entry_hits_from_run_two(
+    scheme: str, servers: Servers, tmp_path: Path
+) -> None:
+    url = servers.url(scheme, f"seed/{tmp_path.name}/cache")
     env = base_env(url, **servers.env)
     runs = [run_program("seed", url, env=env) for _ in range(3)]
     assert "jit_f" in runs[0].misses and runs[0].stats["recorded"] == 1
@@ -43,13 +45,13 @@ def test_seed_on_a_bucket_one_entry_hits_from_run_two(scheme: str, servers: Serv
 
 @pytest.mark.remote
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
-def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers) -> None:
+def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers, tmp_path: Path) -> None:
     """The record is written as the process ends (on S3 none ever arrived: the write came after
     Python had shut its thread pools down, "cannot schedule new futures after shutdown")."""
     from cachedoctor.core.usage.records import read_records
     from cachedoctor.storage import stores
 
-    url = servers.url(scheme, "stats/cache")
+    url = servers.url(scheme, f"stats/{tmp_path.name}/cache")
     for mode in ("stable", "stats"):
         log = run_recorded(url, mode, "plain", **servers.env)
         assert "could not write the stats record" not in log, log[-2000:]
@@ -96,8 +98,8 @@ def test_manifests_are_read_once_per_process(servers: Servers, tmp_path: Path) -
 
     program = tmp_path / "shapes.py"
     program.write_text(SHAPES.format(programs=str(program_path("seed").parent)))
-    url = servers.url("s3", "read-once/cache")
-    prefix = "/cachedoctor-s3/read-once/cache/"
+    url = servers.url("s3", f"read-once/{tmp_path.name}/cache")
+    prefix = f"/cachedoctor-s3/read-once/{tmp_path.name}/cache/"
     proxy = Proxy(servers.s3_port, every=0)
     with serve(proxy) as endpoint:
         env = base_env(url, **{**servers.env, "AWS_ENDPOINT_URL": endpoint})
@@ -126,7 +128,7 @@ def test_processes_starting_together_leave_whole_manifests(
     cache: Path | str = tmp_path / "cache"
     if where != "local":
         servers: Servers = request.getfixturevalue("servers")
-        cache, env = servers.url(where, "together/cache"), servers.env
+        cache, env = servers.url(where, f"together/{tmp_path.name}/cache"), servers.env
 
     def wave() -> list[Run]:
         return list(
@@ -194,7 +196,7 @@ def test_without_replay_a_bucket_run_misses_and_says_why_once(
 
     program = tmp_path / "no_replay.py"
     program.write_text(NO_REPLAY.format(seed=str(program_path("seed"))))
-    url = servers.url("s3", "no-replay/cache")
+    url = servers.url("s3", f"no-replay/{tmp_path.name}/cache")
     for _ in range(2):
         run = run_program(program, url, env=base_env(url, **servers.env))
         assert run.result == SEED_RESULT and "jit_f" in run.misses

@@ -160,7 +160,7 @@ def test_autotune_roles_on_a_bucket_are_jax_s(
     job(oracle, 2)  # the hook alone, a local dir: JAX's own sub-cache branch runs
     expected = _autotune_modes(oracle)
     assert expected == {0: "UPDATE", 1: "READ"}
-    url = servers.url("s3", "roles/cache")
+    url = servers.url("s3", f"roles/{tmp_path.name}/cache")
     activated = {
         "CACHEDOCTOR_HOOK": "stable",
         "CACHEDOCTOR_XLA_SUBCACHE_ROOT": str(tmp_path / "subcaches"),
@@ -190,7 +190,7 @@ def test_autotune_roles_on_a_bucket_are_jax_s(
 
     # the roles lost, as before on a bucket (JAX's sub-caches off, a folder in XLA_FLAGS and
     # no one to set the mode): lint says so from the manifests
-    lost = servers.url("s3", "roles-lost/cache")
+    lost = servers.url("s3", f"roles-lost/{tmp_path.name}/cache")
     flags = f"--xla_gpu_per_fusion_autotune_cache_dir={tmp_path / 'own-autotune'}"
     job(lost, 2, JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="none", XLA_FLAGS=flags, **servers.env)
     assert _autotune_modes(lost) == {0: "UPDATE", 1: "UPDATE"}

@@ -274,7 +274,10 @@ def running_servers() -> Iterator[Servers]:
         moto.start()
         gcs.start()
         try:
-            filesystem("s3").mkdir(S3_BUCKET)
+            # moto keeps its buckets per process, not per server: an earlier module's server in
+            # this process (an xdist worker) may have made it already
+            with contextlib.suppress(FileExistsError):
+                filesystem("s3").mkdir(S3_BUCKET)
             yield Servers(s3_port, gcs_port, env)
         finally:
             gcs.stop()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import sys
 import threading
 import uuid
@@ -37,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.storage.files import replace_with_link
+from cachedoctor.stablekeys.rekey import _rekey_entry, rekey_entry
+
+__all__ = ["install", "installed_mode", "rekey_entry", "run_script", "stats", "uninstall"]
 
 logger = logging.getLogger("cachedoctor.stablekeys.hook")
 
@@ -354,11 +355,10 @@ def _get_cache_key(
 
 
 def _explain_process_key(cache_dir: Path | str, result: Any) -> None:
-    """In process N > 0 of a job, say once when this key differs from process 0's only in
-    what JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses.
-
-    Bounded: only the first lookups of the process are compared (one read of each module's
-    manifests, through the index)."""
+    """In process N > 0 of a job, say once when this key differs from process 0's only in what
+    JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses. Only
+    the first lookups of such a process are compared (each module's manifests, from the index).
+    """
     from cachedoctor.stablekeys import processes
 
     if _state.process_checks >= _MAX_PROCESS_CHECKS:
@@ -367,16 +367,12 @@ def _explain_process_key(cache_dir: Path | str, result: Any) -> None:
     if process is None or process[0] == 0:
         return
     _state.process_checks += 1
-    for m in _index_for(cache_dir).module(result.module_name):
-        if m.process_index != 0:
-            continue
-        fields = processes.per_process_fields(result.components, processes.components_of(m))
-        if fields:
-            _state.stats["per_process_keys"] += 1
-            _state.process_checks = _MAX_PROCESS_CHECKS
-            found = processes.PerProcessKey(result.module_name, process[0], "", m.key, fields)
-            _say_once("per-process", found.line())
-            return
+    index = _index_for(cache_dir)
+    found = processes.against_first(result, process[0], index.module(result.module_name))
+    if found is not None:
+        _state.stats["per_process_keys"] += 1
+        _state.process_checks = _MAX_PROCESS_CHECKS
+        _say_once("per-process", found.line())
 
 
 def _warn_about_jax_flag() -> None:
@@ -541,15 +537,9 @@ def _write(cache_dir: Path | str, m: Any, ir_text: str | None, *, create: bool) 
 
 
 def _autotune_mode(options: Any) -> str | None:
-    """The autotune sub-cache mode the compile options carry (None: no autotune sub-cache)."""
-    try:
-        debug = options.executable_build_options.debug_options
-        if not getattr(debug, "xla_gpu_per_fusion_autotune_cache_dir", ""):
-            return None
-        mode = debug.xla_gpu_experimental_autotune_cache_mode
-    except Exception:
-        return None
-    return str(getattr(mode, "name", mode))
+    from cachedoctor.stablekeys.subcache_roles import autotune_mode
+
+    return autotune_mode(options)
 
 
 def _index_for(cache_dir: Path | str) -> Any:
@@ -602,33 +592,6 @@ def _record(
             f"cannot write key manifests to {cache_dir} ({type(exc).__name__}: {exc}):"
             " modules with custom_partitioning will not be reused (a miss, never a stale hit)",
         )
-
-
-def rekey_entry(cache_dir: str | os.PathLike[str], old_key: str, new_key: str) -> bool:
-    """Make the entry ``old_key`` also available as ``new_key``, atomically; keeps the old one.
-
-    Hard-links (or copies) ``<old>-cache`` and its ``-atime`` file, if any, to temp names that
-    JAX ignores, then renames them into place. Returns False when ``old_key`` has no entry.
-    """
-    return _rekey_entry(Path(cache_dir), old_key, new_key)
-
-
-def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
-    src = cache_dir / f"{old_key}-cache"
-    if not src.exists():
-        return False
-    for suffix in ("-atime", "-cache"):  # the -cache file last: its presence means "complete"
-        s = cache_dir / f"{old_key}{suffix}"
-        if not s.exists():
-            continue
-        try:
-            replace_with_link(
-                s, cache_dir / f"{new_key}{suffix}", temp_prefix=".cachedoctor-rekey-"
-            )
-        except OSError:
-            if suffix == "-cache":
-                return False
-    return True
 
 
 def run_script(path: str, argv: list[str] | None = None, *, mode: str = "stable") -> None:

@@ -76,6 +76,17 @@ def per_process_fields(mine: Mapping[str, str], first: Mapping[str, str]) -> tup
     return differ if differ and all(n in PER_PROCESS_COMPONENTS for n in differ) else ()
 
 
+def against_first(result: Any, process: int, manifests: Iterable[Any]) -> PerProcessKey | None:
+    """This process's key (a hasher result) against process 0's manifests of the same module:
+    the first that differs from it only in what JAX hashes per process, or None."""
+    for m in manifests:
+        if m.process_index == 0:
+            fields = per_process_fields(result.components, components_of(m))
+            if fields:
+                return PerProcessKey(result.module_name, process, result.key, m.key, fields)
+    return None
+
+
 def per_process_keys(manifests: Iterable[Any]) -> list[PerProcessKey]:
     """Keys of processes > 0 that differ from a process-0 key of the same module only in what
     JAX hashes per process (one per module and process), from the manifests' components."""

@@ -114,3 +114,15 @@ def roles(process_ids: tuple[int, ...] = (0, 1)) -> dict[str, Any]:
     finally:
         state.process_id = saved
     return out
+
+
+def autotune_mode(options: Any) -> str | None:
+    """The autotune sub-cache mode the compile options carry (None: no autotune sub-cache)."""
+    try:
+        debug = options.executable_build_options.debug_options
+        if not getattr(debug, AUTOTUNE_FIELD, ""):
+            return None
+        mode = getattr(debug, MODE_FIELD)
+    except Exception:
+        return None
+    return str(getattr(mode, "name", mode))
