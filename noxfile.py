@@ -43,6 +43,7 @@ COMPAT_TESTS = [
     "tests/stablekeys/test_hook_manifest.py",
     "tests/stablekeys/test_hook_stale.py",
     "tests/stablekeys/test_hook_distributed.py",
+    "tests/stablekeys/test_hook_bucket.py",  # gs:// and s3:// cache dirs (local servers)
 ]
 # The second JAX of the cross-version tests: a cache written by it next to one written by the
 # newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
@@ -104,8 +105,9 @@ def docs(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize(("jax", "python"), JAX_RELEASES, ids=[j for j, _ in JAX_RELEASES])
 def compat(session: nox.Session, jax: str) -> None:
-    """Reader tests against caches written by one JAX release, in its own venv."""
-    session.install(".[test-core]", f"jax=={jax}", f"jaxlib=={jax}")
+    """Reader and hook tests against caches written by one JAX release, in its own venv (with
+    the local S3 and GCS servers: the hook on bucket cache dirs)."""
+    session.install(".[test-core,test-remote]", f"jax=={jax}", f"jaxlib=={jax}")
     session.run(
         "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
     )

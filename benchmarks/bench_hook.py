@@ -12,15 +12,18 @@
    activated at start-up (``CACHEDOCTOR_HOOK=stable``: the ``.pth`` line, the hook's imports,
    stats recording) and without (no activation), ``--pairs`` alternating pairs. Wall and CPU time
    (user + system) of the whole process: the median of the per-pair ratios, with their
-   quartiles and extremes (the spread).
+   quartiles and extremes (the spread). With ``--store s3`` the cache is a prefix in a bucket
+   on moto's S3 server on 127.0.0.1 (started here: its CPU is not the children's): the hook
+   then lists the manifests once per process and writes its stats record there too.
 
     python benchmarks/bench_hook.py [--repeat 50] [--starts 10] [--python PATH]
-    python benchmarks/bench_hook.py --many-only [--modules 100] [--pairs 15]
+    python benchmarks/bench_hook.py --many-only [--modules 100] [--pairs 15] [--store s3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,14 +215,32 @@ def _user_env(cache: str, hook: str | None) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env |= {"JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": cache}
     env["PYTHONPATH"] = str(ROOT / "src")
-    env["CACHEDOCTOR_CONFIG"] = os.path.join(cache, "no-config.toml")
+    env["CACHEDOCTOR_CONFIG"] = os.path.join(tempfile.gettempdir(), "no-cachedoctor-config.toml")
     if hook is not None:
         env["CACHEDOCTOR_HOOK"] = hook
     return env
 
 
 def _entries(cache: str) -> int:
+    if "://" in cache:
+        from cachedoctor.storage import stores
+
+        return sum(1 for i in stores.open_store(cache).list() if i.name.endswith(CACHE_SUFFIX))
     return sum(1 for p in Path(cache).iterdir() if p.name.endswith(CACHE_SUFFIX))
+
+
+@contextlib.contextmanager
+def _caches(store: str) -> Iterator[dict[str, str]]:
+    """One cache per mode (the hook's keys are not JAX's): two local folders, or two prefixes
+    in a bucket on moto's S3 server (``bench_bucket``'s, on 127.0.0.1)."""
+    if store == "local":
+        with tempfile.TemporaryDirectory() as folder:
+            yield {"off": f"{folder}/off", "stable": f"{folder}/stable"}
+        return
+    from bench_bucket import _s3_server
+
+    with _s3_server() as (url, _upload):
+        yield {"off": f"{url}/many-off", "stable": f"{url}/many-hook"}
 
 
 def _spread(ratios: list[float]) -> dict[str, float]:
@@ -226,7 +248,7 @@ def _spread(ratios: list[float]) -> dict[str, float]:
     return {"median": median, "q1": q1, "q3": q3, "min": min(ratios), "max": max(ratios)}
 
 
-def warm_start_many(modules: int, pairs: int, python: str) -> dict[str, Any]:
+def warm_start_many(modules: int, pairs: int, python: str, store: str = "local") -> dict[str, Any]:
     """Whole processes jitting ``modules`` functions on a warm cache, hook on and off alternating.
 
     Every compile must be a hit: a miss writes an entry (the program caches every compile), so
@@ -234,13 +256,13 @@ def warm_start_many(modules: int, pairs: int, python: str) -> dict[str, Any]:
     """
     runs: dict[str, list[tuple[float, float]]] = {"off": [], "stable": []}
     hooks = {"off": None, "stable": "stable"}
-    with tempfile.TemporaryDirectory() as cache:
+    with _caches(store) as caches:
 
         def start(mode: str) -> tuple[float, float]:
             t0, c0 = time.perf_counter(), _child_cpu()
             subprocess.run(
                 [python, "-c", MANY_MODULES, str(modules)],
-                env=_user_env(cache, hooks[mode]),
+                env=_user_env(caches[mode], hooks[mode]),
                 check=True,
                 capture_output=True,
             )
@@ -248,13 +270,13 @@ def warm_start_many(modules: int, pairs: int, python: str) -> dict[str, Any]:
 
         for mode in runs:  # warm the cache for both key schemes (JAX's keys, stable keys)
             start(mode)
-        entries = _entries(cache)
+        entries = {mode: _entries(cache) for mode, cache in caches.items()}
         for _ in range(pairs):
             for mode in runs:
                 runs[mode].append(start(mode))
-        if _entries(cache) != entries:
+        if {mode: _entries(cache) for mode, cache in caches.items()} != entries:
             raise SystemExit("a timed run missed the cache (it wrote an entry): not a warm start")
-    result: dict[str, Any] = {"modules": modules, "pairs": pairs}
+    result: dict[str, Any] = {"modules": modules, "pairs": pairs, "store": store}
     for i, what in enumerate(("wall", "cpu")):
         off = [r[i] for r in runs["off"]]
         on = [r[i] for r in runs["stable"]]
@@ -340,7 +362,8 @@ def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
 
 def _print_many(result: dict[str, Any]) -> None:
     print(
-        f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs "
+        f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs, "
+        f"cache {'in an S3 bucket (moto)' if result['store'] == 's3' else 'local'} "
         "(hook on: CACHEDOCTOR_HOOK=stable; off: no activation)"
     )
     for what in ("wall", "cpu"):
@@ -374,10 +397,14 @@ def main() -> None:
     parser.add_argument("--modules", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--many-only", action="store_true", help="only the many-module start")
+    parser.add_argument(
+        "--store", choices=("local", "s3"), default="local", help="where the many-module cache is"
+    )
     args = parser.parse_args()
     if args.many_only:
-        _print_many(warm_start_many(args.modules, args.pairs, args.python))
-        _print_share(hook_share(args.modules, 5, args.python))
+        _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store))
+        if args.store == "local":
+            _print_share(hook_share(args.modules, 5, args.python))
         return
     print(
         f"{'program':<8} {'module':<18} {'jax ms':>8} {'stable ms':>10} {'hook ms':>8} "

@@ -66,3 +66,39 @@ def test_fdo_sharing_keys_pass_through() -> None:
     assert not hook._ignores_everything((ignore_all.NO,), {})
     assert hook._strips_partitioning((ignore_all.CUSTOM_PARTITIONING,), {})
     assert not hook._strips_partitioning((False,), {})
+
+
+def test_autotune_roles_follow_jax_s_process_id(monkeypatch, capsys) -> None:
+    """The wrapper gives the folder activation chose JAX's modes by JAX's process id, and
+    touches no other folder; an unknown JAX is left alone with one line on stderr. (A whole
+    job on a bucket: test_hook_distributed.py.)"""
+    from jax._src import compiler, distributed
+    from jax._src.interpreters import pxla
+    from jax._src.lib import xla_client as xc
+
+    from cachedoctor.stablekeys import subcache_roles
+
+    def options_with(folder):
+        def get_compile_options(num_replicas, num_partitions, *args, **kwargs):
+            options = xc.CompileOptions()
+            options.executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir = (
+                folder
+            )
+            return options
+
+        return get_compile_options
+
+    monkeypatch.setattr(pxla, "get_compile_options", compiler.get_compile_options, raising=False)
+    assert subcache_roles.install("/local/autotune") is False  # pxla imports it by name now
+    assert "every process of a multi-process job updates it" in capsys.readouterr().err
+    monkeypatch.delattr(pxla, "get_compile_options")
+
+    for folder, expected in (("/local/autotune", ["UPDATE", "READ", "READ"]), ("/other", None)):
+        fake = options_with(folder)
+        monkeypatch.setattr(compiler, "get_compile_options", fake)
+        untouched = [m["autotune_mode"] for m in subcache_roles.roles((0, 1, 2)).values()]
+        assert subcache_roles.install("/local/autotune") is True
+        assert compiler.get_compile_options.__cachedoctor_original__ is fake
+        found = [m["autotune_mode"] for m in subcache_roles.roles((0, 1, 2)).values()]
+        assert found == (expected or untouched)
+        assert distributed.global_state.process_id == 0  # put back

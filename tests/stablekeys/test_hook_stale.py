@@ -2,7 +2,8 @@
 
 Each case runs fresh processes with the value A twice, then B, B and A, in one cache: every run
 must print its own value (no stale hit), and every run whose value was seen before must hit.
-The routes are in ``stale_cases.py``; one process runs all the cases of a batch.
+The routes are in ``stale_cases.py``; one process runs all the cases of a batch. The cache is a
+local directory, or a prefix in a bucket on the local S3 or GCS server (``remote``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.buckets import Servers
 from tests.support.caches import SUPPORT_DIR
 from tests.support.hookrun import base_env, run_program
 
@@ -36,10 +38,30 @@ def _outputs(stdout: str) -> dict[str, float]:
     return found
 
 
+WHERE = [
+    "local",
+    pytest.param("s3", marks=pytest.mark.remote),
+    pytest.param("gs", marks=pytest.mark.remote),
+]
+
+
+def _cache(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[Path | str, dict[str, str]]:
+    """A fresh cache: a local folder, or a prefix of its own in a bucket (and the servers' env)."""
+    if where == "local":
+        return tmp_path / "cache", {}
+    servers: Servers = request.getfixturevalue("servers")
+    return servers.url(where, f"stale/{tmp_path.name}/cache"), servers.env
+
+
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("batch", sorted(BATCHES))
-def test_no_stale_hit_and_hits_on_rerun(batch: str, tmp_path: Path) -> None:
+def test_no_stale_hit_and_hits_on_rerun(
+    batch: str, where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     cases = BATCHES[batch].split(",")
-    cache = tmp_path / "cache"
+    cache, server_env = _cache(where, tmp_path, request)
     seen: set[str] = set()
     for i, value in enumerate(SEQUENCE):
         env = base_env(
@@ -47,6 +69,7 @@ def test_no_stale_hit_and_hits_on_rerun(batch: str, tmp_path: Path) -> None:
             CACHEDOCTOR_STALE_V=value,
             CACHEDOCTOR_STALE_FILE=str(tmp_path / "value.txt"),
             CACHEDOCTOR_STALE_CASES=BATCHES[batch],
+            **server_env,
         )
         run = run_program(PROGRAM, cache, env=env)
         outputs = _outputs(run.stdout)

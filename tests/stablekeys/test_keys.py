@@ -78,6 +78,21 @@ def test_canonical_path() -> None:
     assert keys.canonical_path("/c/dir/x", None) == "/c/dir/x"
 
 
+@pytest.mark.parametrize("cache_dir", ["s3://b/c/dir", "s3://b/c/dir/", "s3://b//c/dir"])
+def test_canonical_path_of_a_bucket_cache_dir(cache_dir: str) -> None:
+    """As JAX joins paths to a URL cache dir (etils.epath), checked against JAX's own join."""
+    from jax._src import path as jax_path
+
+    if not jax_path.epath_installed:
+        pytest.skip("JAX reaches buckets through etils.epath: pip install '.[s3]' or '.[gcs]'")
+    joined = str(jax_path.Path(cache_dir) / "xla_gpu_per_fusion_autotune_cache_dir")
+    assert keys.canonical_path(joined, cache_dir) == (
+        "<cachedoctor:cache_dir>/xla_gpu_per_fusion_autotune_cache_dir"
+    )
+    assert keys.canonical_path("s3://b/c/dirx/x", cache_dir) == "s3://b/c/dirx/x"
+    assert keys.canonical_path("gs://b/c/dir/x", cache_dir) == "gs://b/c/dir/x"
+
+
 def test_combine_depends_on_version_and_every_component() -> None:
     comps = [("computation", "00" * 32), ("compile_options", "11" * 32)]
     base = keys.combine(comps)

@@ -172,6 +172,35 @@ def test_local_store_round_trip(tmp_path: Path) -> None:
     assert not leftovers
 
 
+def test_local_create_only_writes_keep_the_first_file(tmp_path: Path) -> None:
+    """Concurrent creates of one name: one file wins, whole; the others get FileExistsError and
+    leave no temp file behind."""
+    import threading
+
+    store = stores.open_store(tmp_path)
+    name = "cachedoctor-manifests/jit_f-abc.json"
+    start = threading.Barrier(16)
+
+    def create(i: int) -> str | None:
+        start.wait()
+        try:
+            store.write_atomic(name, f"writer {i} ".encode() * 2000, create=True)
+        except FileExistsError:
+            return None
+        return f"writer {i} "
+
+    won = [w for w in stores.bounded_map(create, list(range(16)), 16) if w is not None]
+    assert len(won) == 1
+    assert (tmp_path / name).read_bytes() == won[0].encode() * 2000
+    assert sorted(p.name for p in (tmp_path / "cachedoctor-manifests").iterdir()) == [
+        "jit_f-abc.json"
+    ]
+    with pytest.raises(FileExistsError):
+        store.write_atomic(name, b"late", create=True)
+    store.write_atomic(name, b"replaced")
+    assert (tmp_path / name).read_bytes() == b"replaced"
+
+
 def test_local_delete_only_what_was_planned(tmp_path: Path) -> None:
     store = LocalStore(str(tmp_path))
     for name in ("a-cache", "b-cache"):

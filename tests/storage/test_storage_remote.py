@@ -30,14 +30,8 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
 from tests.support.buckets import (
-    GCS_BUCKET,
-    S3_BUCKET,
-    Proxy,
     Servers,
-    filesystem,
-    free_port,
-    serve,
-    server_env,
+    running_servers,
     throttling_proxy,
     upload,
 )
@@ -70,28 +64,8 @@ FAST = RetryPolicy(attempts=8, base_s=0.01, cap_s=0.1)
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    s3_port, gcs_port = free_port(), free_port()
-    moto = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
-    gcs = gcs_server.create_server("127.0.0.1", gcs_port, in_memory=True, default_bucket=GCS_BUCKET)
-    import fsspec.config
-
-    gcs_conf = fsspec.config.conf.setdefault("gcs", {})
-    with (
-        serve(Proxy(gcs_port, every=0, fix_multipart=True)) as gcs_endpoint,
-        pytest.MonkeyPatch.context() as mp,
-    ):
-        env = server_env(s3_port, int(gcs_endpoint.rsplit(":", 1)[1]))
-        for k, v in env.items():
-            mp.setenv(k, v)
-        mp.setitem(gcs_conf, "token", "anon")  # fsspec read FSSPEC_GCS_TOKEN at its import
-        moto.start()
-        gcs.start()
-        try:
-            filesystem("s3").mkdir(S3_BUCKET)
-            yield Servers(s3_port, gcs_port, env)
-        finally:
-            gcs.stop()
-            moto.stop()
+    with running_servers() as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +323,55 @@ def test_manifest_objects_are_written_whole(scheme: str, servers: Servers) -> No
         assert fh.read() == b'{"v": 2}'
     with pytest.raises(FileNotFoundError), store.open_read("cachedoctor-manifests/no.json") as fh:
         fh.read()
+
+
+def _create_concurrently(store: stores.Store, name: str, writers: int) -> list[str]:
+    """``writers`` threads create ``name`` at once, each with its own body: what each got."""
+    import threading
+
+    start = threading.Barrier(writers)
+
+    def create(i: int) -> str:
+        body = f"writer {i} ".encode() * 2000  # 20 KB: a torn write would show
+        start.wait()
+        try:
+            store.write_atomic(name, body, create=True)
+        except FileExistsError:
+            return "exists"
+        return f"writer {i} "
+
+    return list(stores.bounded_map(create, list(range(writers)), writers))
+
+
+def test_create_only_writes_keep_the_first_object_on_s3(servers: Servers) -> None:
+    """16 processes' worth of concurrent creates of one manifest: one wins, whole; moto enforces
+    If-None-Match as S3 does."""
+    store = stores.open_store(servers.url("s3", "create-only/cache"), workers=16)
+    name = "cachedoctor-manifests/jit_f-abc.json"
+    outcomes = _create_concurrently(store, name, 16)
+    (winner,) = [o for o in outcomes if o != "exists"]
+    with store.open_read(name) as fh:
+        assert fh.read() == winner.encode() * 2000
+    with pytest.raises(FileExistsError):
+        store.write_atomic(name, b"late", create=True)
+    store.write_atomic(name, b"replaced")  # without create: a plain PUT, as before
+    with store.open_read(name) as fh:
+        assert fh.read() == b"replaced"
+
+
+def test_create_only_writes_send_the_gcs_precondition(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcp-storage-emulator ignores preconditions, so check what we send: real GCS enforces it
+    (a second create gets 412, which gcsfs raises as FileExistsError)."""
+    url = servers.url("gs", "create-only/cache")
+    with throttling_proxy("gs", servers, every=10**9) as (proxy, endpoint):
+        store = _store_via("gs", endpoint, url, monkeypatch)
+        store.write_atomic("cachedoctor-manifests/jit_f-abc.json", b"{}", create=True)
+        store.write_atomic("cachedoctor-manifests/jit_f-def.json", b"{}")
+    uploads = [path for method, path, _ in proxy.log if method == "POST" and "/upload/" in path]
+    assert len(uploads) == 2
+    assert "ifGenerationMatch=0" in uploads[0] and "ifGenerationMatch" not in uploads[1]
 
 
 def _cli(servers: Servers, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cachedoctor.storage import stores
 from cachedoctor.storage.stores import RemoteStore
 
@@ -238,3 +240,45 @@ def upload(url: str, local: Path) -> None:
         lambda path: store.write_atomic(path.name, path.read_bytes()),
         [p for p in sorted(local.iterdir()) if p.is_file()],
     )
+
+
+@contextlib.contextmanager
+def running_servers() -> Iterator[Servers]:
+    """moto's S3 server (bucket ``S3_BUCKET``) and the GCS emulator (``GCS_BUCKET``, behind a
+    proxy that fixes its multipart uploads), with this process's environment pointing at them.
+
+    Skips the calling test, saying why, when the ``test-remote`` extra is not installed.
+    """
+    moto_server = pytest.importorskip(
+        "moto.moto_server.threaded_moto_server", reason="moto[server] not installed (test-remote)"
+    )
+    gcs_server = pytest.importorskip(
+        "gcp_storage_emulator.server", reason="gcp-storage-emulator not installed (test-remote)"
+    )
+    pytest.importorskip("s3fs", reason="s3fs not installed (cachedoctor[s3])")
+    pytest.importorskip("gcsfs", reason="gcsfs not installed (cachedoctor[gcs])")
+    s3_port, gcs_port = free_port(), free_port()
+    moto = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
+    gcs = gcs_server.create_server("127.0.0.1", gcs_port, in_memory=True, default_bucket=GCS_BUCKET)
+    import fsspec.config
+
+    gcs_conf = fsspec.config.conf.setdefault("gcs", {})
+    with (
+        serve(Proxy(gcs_port, every=0, fix_multipart=True)) as gcs_endpoint,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        env = server_env(s3_port, int(gcs_endpoint.rsplit(":", 1)[1]))
+        for k, v in env.items():
+            mp.setenv(k, v)
+        mp.setitem(gcs_conf, "token", "anon")  # fsspec read FSSPEC_GCS_TOKEN at its import
+        moto.start()
+        gcs.start()
+        try:
+            # moto keeps its buckets per process, not per server: an earlier module's server in
+            # this process (an xdist worker) may have made it already
+            with contextlib.suppress(FileExistsError):
+                filesystem("s3").mkdir(S3_BUCKET)
+            yield Servers(s3_port, gcs_port, env)
+        finally:
+            gcs.stop()
+            moto.stop()

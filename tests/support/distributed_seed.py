@@ -1,21 +1,25 @@
-"""One process of a 2-process ``jax.distributed`` job on CPU running the seed's custom op.
+"""One process of an N-process ``jax.distributed`` job on CPU running the seed's custom op.
 
-argv: process_id port. Each process has 4 CPU devices; the mesh spans all 8.
+argv: process_id port [num_processes, default 2]. The mesh spans 8 CPU devices, 8/N in each
+process. Prints the process's shards of a custom_partitioning op (+1) and of a control without
+one (*2).
 """
 
 import contextlib
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-import jax
-
 process_id, port = int(sys.argv[1]), sys.argv[2]
+num_processes = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+devices = f"--xla_force_host_platform_device_count={8 // num_processes}"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {devices}".strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax  # noqa: E402
+
 # older jax: multi-process CPU computations need gloo (newer ones use it by default)
 with contextlib.suppress(Exception):
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=num_processes, process_id=process_id)
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

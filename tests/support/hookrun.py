@@ -68,7 +68,7 @@ class Run:
         return {}
 
 
-def base_env(cache_dir: Path | None, **extra: str) -> dict[str, str]:
+def base_env(cache_dir: Path | str | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEDOCTOR_", "JAX_"))}
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_EXPLAIN_CACHE_MISSES"] = "1"
@@ -82,7 +82,7 @@ def base_env(cache_dir: Path | None, **extra: str) -> dict[str, str]:
 
 def run_program(
     name: str | Path,
-    cache_dir: Path | None,
+    cache_dir: Path | str | None,
     *,
     mode: str = "stable",
     python: str = sys.executable,
@@ -105,9 +105,18 @@ def run_program(
     return run
 
 
-def entries(cache_dir: Path, module: str | None = None) -> list[str]:
-    """Entry keys (``<module>-<hex>``) in a cache dir, optionally of one module."""
-    keys = sorted(p.name[: -len("-cache")] for p in cache_dir.glob("*-cache"))
+def entries(cache_dir: Path | str, module: str | None = None) -> list[str]:
+    """Entry keys (``<module>-<hex>``) in a cache dir or bucket URL, optionally of one module."""
+    if isinstance(cache_dir, str):
+        from cachedoctor.storage import stores
+
+        try:
+            names = [i.name for i in stores.open_store(cache_dir).list() if not i.is_dir]
+        except FileNotFoundError:
+            names = []
+    else:
+        names = [p.name for p in cache_dir.glob("*-cache")]
+    keys = sorted(n[: -len("-cache")] for n in names if n.endswith("-cache"))
     if module is not None:
         keys = [k for k in keys if k.rsplit("-", 1)[0] == module]
     return keys
@@ -146,7 +155,7 @@ def jax_version(python: str) -> str:
     return out.stdout.strip()
 
 
-def run_recorded(cache: Path, mode: str, program: str = "seed", **extra: str) -> str:
+def run_recorded(cache: Path | str, mode: str, program: str = "seed", **extra: str) -> str:
     """Run a bundled program with the start-up hook in ``mode``; its stderr (JAX's log)."""
     env = base_env(cache, CACHEDOCTOR_HOOK=mode, JAX_LOG_COMPILES="1", **extra)
     proc = subprocess.run(

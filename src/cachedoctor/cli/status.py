@@ -59,7 +59,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if not p.get("pth"):
             click.echo("  start-up .pth not found on sys.path: reinstall cachedoctor")
     _echo_key_modes(report.key_modes)
-    click.echo("multi-host roles:")
+    click.echo("multi-host roles (asked of JAX in the fresh interpreter):")
     for role in report.roles:
         click.echo(f"  - {role}")
     for w in report.warnings:
@@ -85,6 +85,11 @@ def _echo_key_modes(summary: dict[str, Any] | None) -> None:
         click.echo(f"  {mode:<9} {len(modules):>4}  {', '.join(modules[:8])}{more}")
     for module, why in summary["fallbacks"].items():
         click.echo(f"  fell back: {module}: {why}")
+    per_process = summary.get("per_process") or []
+    for found in per_process[:8]:
+        click.echo(f"  per-process key: {found['line']}")
+    if len(per_process) > 8:
+        click.echo(f"  … and {len(per_process) - 8} more per-process keys (status --json)")
 
 
 def _shown(key: str, value: object) -> str:

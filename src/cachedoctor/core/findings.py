@@ -40,6 +40,7 @@ class FindingKind(enum.StrEnum):
     STATS_RECORD = "stats-record"  # an unreadable file in cachedoctor-stats/
     SAME_PROGRAM = "same-program"
     NOT_STORED = "not-stored"
+    MULTI_PROCESS = "multi-process"  # processes of a jax.distributed job (their manifests)
 
 
 @dataclass(frozen=True)

@@ -141,4 +141,7 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         "observe": to_plain(report.observe),
         "verify": to_plain(report.verify),
         "not_stored": list(report.not_stored),
+        "per_process": [
+            {"module": m, "process_index": p, "fields": list(f)} for m, p, f in report.per_process
+        ],
     }

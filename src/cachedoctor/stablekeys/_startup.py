@@ -81,6 +81,11 @@ def activate() -> dict[str, object]:
         if local_subcaches:
             state["xla_flags"] = local_subcaches
             values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
+            autotune = _flag_value(local_subcaches, "--xla_gpu_per_fusion_autotune_cache_dir")
+            if autotune:  # JAX's per-process modes, which its own branch no longer sets
+                from cachedoctor.stablekeys import subcache_roles
+
+                state["autotune_roles"] = subcache_roles.install(autotune)
         for opt in settings.OPTIONS:
             if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
                 continue
@@ -130,3 +135,10 @@ def _keep_subcaches_local(values: dict[str, object]) -> list[str]:
     if flags:
         os.environ["XLA_FLAGS"] = s.merge_xla_flags(os.environ.get("XLA_FLAGS", ""), flags)
     return flags
+
+
+def _flag_value(flags: list[str], name: str) -> str | None:
+    for flag in flags:
+        if flag.startswith(name + "="):
+            return flag.split("=", 1)[1]
+    return None

@@ -9,7 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ class StatusReport:
     roles: list[str]
     warnings: list[Warning_] = field(default_factory=list)
     disabled: bool = False  # CACHEDOCTOR_DISABLE=1: the file is ignored by every process
-    # the configured local cache dir's key manifests: modules per key mode, fallbacks with why
+    # the cache dir's key manifests (local or bucket): modules per key mode, fallbacks with
+    # why, and keys of processes > 0 that differ from process 0's only per process
     key_modes: dict[str, Any] | None = None
 
     @property
@@ -424,6 +425,11 @@ try:
     out["pth"] = [p for p in sys.path if os.path.exists(os.path.join(p, "cachedoctor_startup.pth"))]
 except Exception as exc:
     out["cachedoctor_error"] = f"{type(exc).__name__}: {exc}"
+try:  # what JAX's get_compile_options gives process 0 and process 1 (the sub-cache roles)
+    from cachedoctor.stablekeys import subcache_roles
+    out["roles"] = subcache_roles.roles((0, 1))
+except Exception as exc:
+    out["roles_error"] = f"{type(exc).__name__}: {exc}"
 print("CACHEDOCTOR-PROBE " + json.dumps(out, default=str))
 """
 
@@ -432,6 +438,55 @@ ROLES = [
     "processes 1..N-1 only read entries and the autotune sub-cache (READ mode)",
     "the kernel cache file has no per-process mode: every process may append to it",
 ]
+
+
+def observed_roles(probe: dict[str, Any]) -> tuple[list[str], list[Warning_]]:
+    """The multi-host roles in force, from the fresh interpreter's ``get_compile_options`` as
+    process 0 and as process 1; the fixed description when it could not say."""
+    found = probe.get("roles") or {}
+    first, other = found.get("0"), found.get("1")
+    if not first or not other:
+        why = probe.get("roles_error") or probe.get("error") or "no answer"
+        return [*ROLES, f"(JAX's compile options could not be asked: {why})"], []
+    lines = ["JAX writes cache entries only from process 0"]
+    warnings: list[Warning_] = []
+    folder = first["autotune_dir"]
+    if folder is None:
+        lines.append("autotune sub-cache: off")
+    else:
+        lines.append(
+            f"autotune sub-cache {folder}: process 0 {first['autotune_mode']}, "
+            f"processes 1..N-1 {other['autotune_mode']} (JAX's compile options, as each)"
+        )
+        if other["autotune_mode"] != "READ":
+            warnings.append(
+                Warning_(
+                    "autotune-roles",
+                    f"processes other than 0 get the autotune sub-cache in"
+                    f" {other['autotune_mode']} mode: every process of a job writes {folder}"
+                    " (JAX gives them READ)",
+                    "let cachedoctor's activation set the cache dir (`cachedoctor enable`), or"
+                    " pass --xla_gpu_experimental_autotune_cache_mode=read to processes > 0",
+                )
+            )
+    kernel = first["kernel_cache_file"]
+    lines.append(
+        "kernel cache file: off"
+        if kernel is None
+        else f"kernel cache file {kernel}: no per-process mode, every process may append to it"
+    )
+    from cachedoctor.storage.urls import is_url
+
+    for path in (folder, kernel):
+        if path is not None and is_url(path):
+            warnings.append(
+                Warning_(
+                    "subcache-url",
+                    f"XLA is given {path}: it opens sub-caches with plain file I/O",
+                    "`cachedoctor enable --dir URL` keeps XLA's sub-caches on a local path",
+                )
+            )
+    return lines, warnings
 
 
 def probe(python: str | None = None, timeout: float = 120.0) -> dict[str, Any]:
@@ -472,20 +527,34 @@ def status(python: str | None = None) -> StatusReport:
         else:
             filled.append(r)
     warnings = preflight(values, check_jax=False) if values else []
+    roles, role_warnings = observed_roles(fresh)
     cache_dir = next((r.value for r in filled if r.key == "cache_dir"), None)
     return StatusReport(
-        path, path.exists(), filled, fresh, ROLES, warnings, disabled, _key_modes(cache_dir)
+        path,
+        path.exists(),
+        filled,
+        fresh,
+        roles,
+        warnings + role_warnings,
+        disabled,
+        _key_modes(cache_dir),
     )
 
 
 def _key_modes(cache_dir: object) -> dict[str, Any] | None:
-    """Key modes from a local cache dir's manifests; None for a bucket (``scan`` reads those)."""
-    from cachedoctor.stablekeys import manifest
-    from cachedoctor.storage import urls
+    """Key modes from the cache dir's manifests (local or a bucket: one listing, then the
+    manifests read concurrently), and the keys of processes > 0 that differ from process 0's
+    only in what JAX hashes per process; None without a readable cache dir."""
+    from cachedoctor.stablekeys import manifest, processes
 
-    if not cache_dir or urls.is_url(str(cache_dir)):
+    if not cache_dir:
         return None
     try:
-        return manifest.key_mode_summary(manifest.iter_manifests(str(cache_dir)))
-    except OSError:
+        found = list(manifest.iter_manifests(str(cache_dir)))
+    except Exception:  # an unreachable bucket, no permission: status still reports the rest
         return None
+    summary = manifest.key_mode_summary(found)
+    summary["per_process"] = [
+        {**asdict(k), "line": k.line()} for k in processes.per_process_keys(found)
+    ]
+    return summary

@@ -27,16 +27,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
+import sys
 import threading
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.layout import MANIFEST_SUFFIX
-from cachedoctor.storage.files import replace_with_link
+from cachedoctor.stablekeys.rekey import _rekey_entry, rekey_entry
+
+__all__ = ["install", "installed_mode", "rekey_entry", "run_script", "stats", "uninstall"]
 
 logger = logging.getLogger("cachedoctor.stablekeys.hook")
 
@@ -62,17 +64,39 @@ class _State:
             "replayed": 0,  # hits decided by replaying recorded partitioner calls
             "replay_misses": 0,  # candidates whose calls did not reproduce
             "recorded": 0,  # replay manifests written after a compile
+            "per_process_keys": 0,  # keys found to differ from process 0's only per process
         }
     )
     last_error: str | None = None
     last_replay_miss: str | None = None
     warned_jax_flag: bool = False
-    # key -> (hasher result, replay digest, pointers, backend) until JAX stores the entry
-    pending: dict[str, tuple[Any, str | None, list[bytes], Any]] = field(default_factory=dict)
+    said: set[str] = field(default_factory=set)  # topics already said on stderr
+    process_checks: int = 0  # lookups compared with process 0's manifests (bounded)
+    # key -> (hasher result, replay digest, pointers, backend, autotune mode) until JAX stores
+    # the entry
+    pending: dict[str, tuple[Any, str | None, list[bytes], Any, str | None]] = field(
+        default_factory=dict
+    )
 
 
 _state = _State()
 _lock = threading.Lock()
+_said_lock = threading.Lock()
+_MAX_PROCESS_CHECKS = 8  # lookups of a process > 0 compared with process 0's manifests
+
+
+def _say_once(topic: str, text: str) -> None:
+    """One line on stderr per topic and process: why something will not hit (never raises).
+
+    A plain write, not ``warnings.warn``: a program running with ``-W error`` must not see
+    an exception come out of its compile.
+    """
+    with _said_lock:
+        if topic in _state.said:
+            return
+        _state.said.add(topic)
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"cachedoctor: {text}\n")
 
 
 def _warn_once(message: str) -> None:
@@ -128,6 +152,9 @@ def install(
         except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
             _state.last_error = f"replay unavailable: {exc}"
             logger.info("custom_partitioning replay unavailable: %s", exc)
+        from cachedoctor.stablekeys import manifest
+
+        manifest.share_jax_filesystem()
         _state.mode, _state.record_ir = mode, record_ir
         _state.manifests, _state.migrate = manifests, migrate
         if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:
@@ -177,6 +204,11 @@ def _wrap_put(cc: Any) -> None:
         except Exception as exc:  # never break JAX
             _state.stats["manifest_errors"] += 1
             _state.last_error = f"replay manifest: {exc}"
+            _say_once(
+                f"manifests {_local_cache_dir()}",
+                f"cannot write the replay manifest of {cache_key} ({type(exc).__name__}:"
+                f" {exc}): it is never reused, the module recompiles on the next run",
+            )
         return original(cache_key, *args, **kwargs)
 
     put_executable_and_time.__cachedoctor_original__ = original  # type: ignore[attr-defined]
@@ -269,9 +301,9 @@ def _get_cache_key(
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
-            if result.to_replay and isinstance(cache_dir, Path):
+            if result.to_replay and cache_dir is not None:
                 # the manifest waits for the partitioner calls of this compile (see _pending)
-                _expect_calls(own_key, result, None, backend)
+                _expect_calls(own_key, result, None, backend, options)
             # once per key, as in stable mode: a module JAX never stores (host callbacks)
             # must not rewrite its manifest on every run
             elif (
@@ -279,25 +311,28 @@ def _get_cache_key(
                 and _state.manifests
                 and not _manifest_exists(cache_dir, own_key)
             ):
-                _record(cache_dir, result, mode, own_key, own_key, backend, None)
+                _record(cache_dir, result, mode, own_key, own_key, backend, None, options)
         return own_key
 
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
     _state.stats["keys"] += 1
+    if cache_dir is not None:
+        _explain_process_key(cache_dir, result)
     if result.to_replay:
-        return _replayed_key(cache_dir, result, backend)
+        return _replayed_key(cache_dir, result, backend, options)
     if not result.sound:
         _state.stats["unsound"] += 1
-        logger.info(
-            "%s: keeping a raw pointer in the key: %s",
-            result.module_name,
-            "; ".join(v.reason or "" for v in result.volatile if v.reason),
+        why = "; ".join(v.reason or "" for v in result.volatile if v.reason)
+        _say_once(
+            "unsound",
+            f"{result.module_name}: keeping a raw pointer in the key ({why}): it recompiles on"
+            " every run (a miss, never a stale hit)",
         )
     jax_key: str | None = None
     migrated_from = None
     if isinstance(cache_dir, str):  # a bucket: no re-keying (no rename or link), manifests only
         if _state.manifests and not _manifest_exists(cache_dir, result.key):
-            _record(cache_dir, result, mode, result.key, jax_key, backend, None)
+            _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
     elif cache_dir is not None and not (cache_dir / f"{result.key}-cache").exists():
         if _state.migrate and result.sound:
             # An entry that JAX wrote with its own key for this very compilation?
@@ -313,10 +348,31 @@ def _get_cache_key(
         # JAX may still decide not to write this entry (too small or too fast to compile):
         # write its manifest once, not on every miss
         if _state.manifests and (migrated_from or not _manifest_exists(cache_dir, result.key)):
-            _record(cache_dir, result, mode, result.key, jax_key, backend, migrated_from)
+            _record(cache_dir, result, mode, result.key, jax_key, backend, migrated_from, options)
     elif cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, result.key):
-        _record(cache_dir, result, mode, result.key, jax_key, backend, None)
+        _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
     return result.key
+
+
+def _explain_process_key(cache_dir: Path | str, result: Any) -> None:
+    """In process N > 0 of a job, say once when this key differs from process 0's only in what
+    JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses. Only
+    the first lookups of such a process are compared (each module's manifests, from the index).
+    """
+    from cachedoctor.stablekeys import processes
+
+    if _state.process_checks >= _MAX_PROCESS_CHECKS:
+        return
+    process = processes.current_process()
+    if process is None or process[0] == 0:
+        return
+    _state.process_checks += 1
+    index = _index_for(cache_dir)
+    found = processes.against_first(result, process[0], index.module(result.module_name))
+    if found is not None:
+        _state.stats["per_process_keys"] += 1
+        _state.process_checks = _MAX_PROCESS_CHECKS
+        _say_once("per-process", found.line())
 
 
 def _warn_about_jax_flag() -> None:
@@ -333,41 +389,71 @@ def _warn_about_jax_flag() -> None:
         )
 
 
-def _replayed_key(cache_dir: Path | str | None, result: Any, backend: Any) -> str | None:
+def _replayed_key(
+    cache_dir: Path | str | None, result: Any, backend: Any, options: Any = None
+) -> str | None:
     """The key of a module with custom_partitioning calls, decided by replay.
 
     A recorded variant of this module (same base key) whose partitioner calls all reproduce
-    against the current callbacks gives its key (a hit). Otherwise a new key, and the calls XLA
+    against the current callbacks gives its key (a hit). Otherwise, after one fresh listing
+    (variants other processes recorded since this one started), a new key, and the calls XLA
     makes while compiling are recorded into its manifest (:func:`_write_replay_manifest`).
     """
     from cachedoctor.stablekeys import keys, replay
 
     _warn_about_jax_flag()
-    if not isinstance(cache_dir, Path) or not replay.installed():
-        _state.stats["unsound"] += 1
-        why = "a bucket cache dir" if isinstance(cache_dir, str) else "no replay recorder"
-        logger.info("%s: keeping the raw pointer in the key (%s)", result.module_name, why)
+    if cache_dir is None:  # JAX does not use its cache: its own key, never looked up
         return None
+    if not replay.installed():
+        _state.stats["unsound"] += 1
+        _say_once(
+            "no-replay",
+            f"{result.module_name}: custom_partitioning replay is unavailable"
+            f" ({_state.last_error or 'no recorder'}): the key keeps the raw pointer and the"
+            " module recompiles on every run (a miss, never a stale hit)",
+        )
+        return None
+    index = _index_for(cache_dir)
+    found = _reproducing(result, _replay_candidates(cache_dir, result, index.module))
+    if found is None:
+        found = _reproducing(result, _replay_candidates(cache_dir, result, index.refresh))
+    if found is not None:
+        _state.stats["replayed"] += 1
+        return found
+    if index.error:
+        _say_once(
+            f"manifests {cache_dir}",
+            f"cannot list the key manifests of {cache_dir} ({index.error}): modules with"
+            " custom_partitioning compile under a new key (a miss, never a stale hit)",
+        )
+    digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
+    key = keys.replayed_key(result, digest)
+    _expect_calls(key, result, digest, backend, options)
+    return key
+
+
+def _reproducing(result: Any, candidates: list[Any]) -> str | None:
+    """The key of the first candidate whose recorded partitioner calls all reproduce."""
+    from cachedoctor.stablekeys import replay
+
     pointers = [pointer for _, pointer in result.to_replay]
     indices = [i for i, _ in result.to_replay]
-    for candidate in _replay_candidates(cache_dir, result):
+    for candidate in candidates:
         replay_ops = candidate.replay or []
         if [op["index"] for op in replay_ops] != indices:
             continue
         differs = replay.reproduces([op["calls"] for op in replay_ops], pointers)
         if differs is None:
-            _state.stats["replayed"] += 1
             return str(candidate.key)
         _state.stats["replay_misses"] += 1
         _state.last_replay_miss = f"{candidate.key}: {differs}"
         logger.info("%s does not reproduce: %s", candidate.key, differs)
-    digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
-    key = keys.replayed_key(result, digest)
-    _expect_calls(key, result, digest, backend)
-    return key
+    return None
 
 
-def _expect_calls(key: str, result: Any, digest: str | None, backend: Any) -> None:
+def _expect_calls(
+    key: str, result: Any, digest: str | None, backend: Any, options: Any = None
+) -> None:
     """Record the partitioner calls of the compile that follows, for ``key``'s manifest.
 
     ``digest`` None (observe mode): the digest of the recorded calls themselves, so that runs
@@ -378,30 +464,25 @@ def _expect_calls(key: str, result: Any, digest: str | None, backend: Any) -> No
     pointers = [pointer for _, pointer in result.to_replay]
     replay.expect(pointers)
     with _lock:
-        _state.pending[key] = (result, digest, pointers, backend)
+        _state.pending[key] = (result, digest, pointers, backend, _autotune_mode(options))
         while len(_state.pending) > _MAX_PENDING:
             stale = next(iter(_state.pending))
             replay.take(_state.pending.pop(stale)[2])
 
 
-def _replay_candidates(cache_dir: Path, result: Any) -> list[Any]:
-    """Replay manifests of this module with the same base key whose entry exists, newest first."""
-    import glob
+def _replay_candidates(
+    cache_dir: Path | str, result: Any, source: Callable[[str], list[Any]]
+) -> list[Any]:
+    """Replay manifests of this module with the same base key, newest first, from ``source``
+    (the index's manifests of the module, or the ones a fresh listing found).
 
-    from cachedoctor.stablekeys.manifest import ManifestError, load_manifest, manifest_dir
-
-    pattern = glob.escape(f"{result.module_name}-") + "*" + MANIFEST_SUFFIX
-    found = []
-    for path in manifest_dir(cache_dir).glob(pattern):
-        key = path.name[: -len(MANIFEST_SUFFIX)]
-        if not (cache_dir / f"{key}-cache").exists():
-            continue
-        try:
-            m = load_manifest(cache_dir, key)
-        except (OSError, ManifestError):
-            continue
-        if m is not None and m.base_key == result.key and m.replay is not None:
-            found.append(m)
+    In a local dir only variants whose entry exists (one ``stat`` each); on a bucket that would
+    be a request per candidate, and a variant whose entry was evicted only makes JAX compile
+    once more under the key its calls reproduce.
+    """
+    found = [m for m in source(result.module_name) if m.base_key == result.key and m.replay]
+    if isinstance(cache_dir, Path):
+        found = [m for m in found if (cache_dir / f"{m.key}-cache").exists()]
     found.sort(key=lambda m: m.created, reverse=True)
     return found[:_MAX_CANDIDATES]
 
@@ -413,12 +494,20 @@ def _write_replay_manifest(key: str) -> None:
         pending = _state.pending.pop(key, None)
     if pending is None:
         return
-    result, digest, pointers, backend = pending
+    result, digest, pointers, backend, autotune = pending
     calls = replay.take(pointers)
     cache_dir = _local_cache_dir()
-    if calls is None or not isinstance(cache_dir, Path) or not _state.manifests:
-        return  # without the calls the entry is never reused: a miss, never a wrong hit
-    from cachedoctor.stablekeys import manifest
+    if cache_dir is None or not _state.manifests:
+        return
+    if calls is None:  # without the calls the entry is never reused: a miss, never a wrong hit
+        _say_once(
+            "not-recorded",
+            f"{result.module_name}: its partitioner calls could not be recorded (more than"
+            f" {replay._MAX_CALLS_PER_OP} calls for one op, or a call failed): this variant is"
+            " never reused, the module recompiles on the next run",
+        )
+        return
+    from cachedoctor.stablekeys import manifest, processes
 
     observed = digest is None
     m = manifest.from_key_result(
@@ -429,9 +518,34 @@ def _write_replay_manifest(key: str) -> None:
         backend=backend,
         replay_digest=replay.calls_digest(calls) if digest is None else digest,
         replay_calls=calls,
+        process=processes.current_process(),
+        autotune_mode=autotune,
     )
-    manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
+    _write(cache_dir, m, result.canonical_ir, create=True)
     _state.stats["recorded"] += 1
+
+
+def _write(cache_dir: Path | str, m: Any, ir_text: str | None, *, create: bool) -> None:
+    """Write a manifest (create-only unless it replaces one) and add it to the index.
+
+    A manifest another process wrote first is fine: same key, same components."""
+    from cachedoctor.stablekeys import manifest
+
+    with contextlib.suppress(FileExistsError):
+        manifest.write_manifest(cache_dir, m, ir_text=ir_text, create=create)
+    _index_for(cache_dir).add(m)
+
+
+def _autotune_mode(options: Any) -> str | None:
+    from cachedoctor.stablekeys.subcache_roles import autotune_mode
+
+    return autotune_mode(options)
+
+
+def _index_for(cache_dir: Path | str) -> Any:
+    from cachedoctor.stablekeys.manifest_index import index_for
+
+    return index_for(cache_dir)
 
 
 def _has_partitioning(result: Any) -> bool:
@@ -439,10 +553,9 @@ def _has_partitioning(result: Any) -> bool:
 
 
 def _manifest_exists(cache_dir: Path | str, key: str) -> bool:
-    from cachedoctor.stablekeys.manifest import manifest_exists
-
+    """Whether ``key`` has a manifest, from the index (no request per lookup)."""
     try:
-        return manifest_exists(cache_dir, key)
+        return bool(_index_for(cache_dir).has(key))
     except Exception:  # a bucket that cannot be reached: _record will count the error
         return False
 
@@ -455,8 +568,9 @@ def _record(
     jax_key: str | None,
     backend: Any,
     migrated_from: str | None,
+    options: Any = None,
 ) -> None:
-    from cachedoctor.stablekeys import manifest
+    from cachedoctor.stablekeys import manifest, processes
 
     try:
         m = manifest.from_key_result(
@@ -466,38 +580,18 @@ def _record(
             jax_key=jax_key,
             backend=backend,
             migrated_from=migrated_from,
+            process=processes.current_process(),
+            autotune_mode=_autotune_mode(options),
         )
-        manifest.write_manifest(cache_dir, m, ir_text=result.canonical_ir)
+        _write(cache_dir, m, result.canonical_ir, create=migrated_from is None)
     except Exception as exc:  # a read-only cache or an unreachable bucket must not stop compiling
         _state.stats["manifest_errors"] += 1
         _state.last_error = f"manifest: {exc}"
-
-
-def rekey_entry(cache_dir: str | os.PathLike[str], old_key: str, new_key: str) -> bool:
-    """Make the entry ``old_key`` also available as ``new_key``, atomically; keeps the old one.
-
-    Hard-links (or copies) ``<old>-cache`` and its ``-atime`` file, if any, to temp names that
-    JAX ignores, then renames them into place. Returns False when ``old_key`` has no entry.
-    """
-    return _rekey_entry(Path(cache_dir), old_key, new_key)
-
-
-def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
-    src = cache_dir / f"{old_key}-cache"
-    if not src.exists():
-        return False
-    for suffix in ("-atime", "-cache"):  # the -cache file last: its presence means "complete"
-        s = cache_dir / f"{old_key}{suffix}"
-        if not s.exists():
-            continue
-        try:
-            replace_with_link(
-                s, cache_dir / f"{new_key}{suffix}", temp_prefix=".cachedoctor-rekey-"
-            )
-        except OSError:
-            if suffix == "-cache":
-                return False
-    return True
+        _say_once(
+            f"manifests {cache_dir}",
+            f"cannot write key manifests to {cache_dir} ({type(exc).__name__}: {exc}):"
+            " modules with custom_partitioning will not be reused (a miss, never a stale hit)",
+        )
 
 
 def run_script(path: str, argv: list[str] | None = None, *, mode: str = "stable") -> None:

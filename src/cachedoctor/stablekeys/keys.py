@@ -294,6 +294,15 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
 
 @functools.lru_cache(maxsize=16)
 def _normalised(cache_dir: str) -> str:
+    """The cache dir as JAX spells paths under it: ``pathlib`` for a path; for a ``gs://`` /
+    ``s3://`` URL as ``etils.epath`` does (no trailing or doubled slash), which ``PurePath``
+    would turn into ``s3:/bucket/…`` and so never match."""
+    from cachedoctor.storage.urls import is_url, split_url
+
+    if is_url(cache_dir):
+        scheme, bucket, prefix = split_url(cache_dir)
+        parts = [p for p in prefix.split("/") if p]
+        return f"{scheme}://{bucket}" + "".join(f"/{p}" for p in parts)
     return str(pathlib.PurePath(cache_dir))
 
 

@@ -12,11 +12,16 @@ processes and hosts may write at once: a reader sees a whole old file or a whole
 A ``gs://`` / ``s3://`` cache dir gets the same layout as objects
 (``<url>/cachedoctor-manifests/<key>.json``): one PUT per manifest, which an object store
 publishes whole or not at all, so no rename is needed. One store per process serves them all.
+With ``create`` the write is create-only (a precondition on buckets, a hard link locally): of
+several processes writing one key's manifest at once, the first one's stays and the others get
+FileExistsError, so no manifest is torn, replaced or written twice.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import gzip
 import json
 import os
@@ -81,6 +86,11 @@ class Manifest:
     base_key: str | None = None
     replay: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # the writing process in a jax.distributed job (JAX's process_id and num_processes), and the
+    # autotune sub-cache mode its compile options carried ("UPDATE", "READ"; None: no sub-cache)
+    process_index: int | None = None
+    process_count: int | None = None
+    autotune_mode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +119,28 @@ def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
+_SHARE_JAX_FILESYSTEM = False
+
+
+def share_jax_filesystem() -> None:
+    """In a JAX process (the hook, stats recording): reach buckets through the filesystem
+    instance JAX itself uses (``etils.epath``'s fsspec one) rather than a client of our own,
+    which costs ~100 ms of CPU to create. That instance keeps its library's own retries, so our
+    retry loop makes one attempt: a bucket that keeps failing gives a miss, not a stall."""
+    global _SHARE_JAX_FILESYSTEM
+    _SHARE_JAX_FILESYSTEM = True
+
+
+def _jax_filesystem(url: str) -> Any:
+    """The fsspec filesystem JAX reaches ``url`` with, or None (JAX uses another backend)."""
+    try:
+        import fsspec
+        from jax._src import path as jax_path
+
+        fs = getattr(jax_path.Path(url), "_backend").fs(url)  # noqa: B009 - etils, untyped
+        return fs if isinstance(fs, fsspec.AbstractFileSystem) else None
+    except Exception:
+        return None
 
 
 def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
@@ -120,8 +152,21 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
     url = str(cache_dir).rstrip("/")
     with _STORES_LOCK:
         if url not in _STORES:
-            _STORES[url] = stores.open_store(url)
+            shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None
+            _STORES[url] = (
+                stores.open_store(url)
+                if shared is None
+                else stores.RemoteStore(url, fs=shared, policy=stores.RetryPolicy(attempts=1))
+            )
         return _STORES[url]
+
+
+def store_for(url: str) -> Store:
+    """The process's one store for a bucket URL (the manifests', reused for the stats record)."""
+    store = _store_for(url)
+    if store is None:
+        raise ValueError(f"not a gs:// or s3:// URL: {url}")
+    return store
 
 
 def _object(key: str, suffix: str = MANIFEST_SUFFIX) -> str:
@@ -134,6 +179,38 @@ def _read_object(store: Store, name: str) -> bytes | None:
             return fh.read()
     except FileNotFoundError:
         return None
+
+
+def manifest_keys(cache_dir: str | os.PathLike[str]) -> set[str]:
+    """The keys that have a manifest: one listing of the manifests folder (empty: none yet)."""
+    store = _store_for(cache_dir)
+    try:
+        if store is not None:
+            names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
+        else:
+            names = os.listdir(manifest_dir(cache_dir))
+    except FileNotFoundError:
+        return set()
+    return {
+        n[: -len(MANIFEST_SUFFIX)]
+        for n in names
+        if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")
+    }
+
+
+def read_manifests(cache_dir: str | os.PathLike[str], keys: Iterable[str]) -> list[Manifest]:
+    """The manifests of ``keys`` (concurrent reads on a bucket); missing or unreadable skipped."""
+    store = _store_for(cache_dir)
+
+    def read(key: str) -> Manifest | None:
+        try:
+            return load_manifest(cache_dir, key)
+        except (OSError, ManifestError):
+            return None
+
+    wanted = list(keys)
+    found = store.map(read, wanted) if store is not None else [read(k) for k in wanted]
+    return [m for m in found if m is not None]
 
 
 def manifest_exists(cache_dir: str | os.PathLike[str], key: str) -> bool:
@@ -154,11 +231,14 @@ def from_key_result(
     migrated_from: str | None = None,
     replay_digest: str | None = None,
     replay_calls: list[list[dict[str, Any]]] | None = None,
+    process: tuple[int, int] | None = None,
+    autotune_mode: str | None = None,
 ) -> Manifest:
     """Build a manifest from the hasher's result (done in the process that computed the key).
 
     With ``replay_calls`` (the calls recorded for ``result.to_replay``), the manifest is that of
-    a replay-keyed variant: its components end with ``replay_digest``.
+    a replay-keyed variant: its components end with ``replay_digest``. ``process``: (index,
+    count) of the writing process in a jax.distributed job.
     """
     import platform as _platform
 
@@ -212,6 +292,9 @@ def from_key_result(
         key_mode=_key_mode(result, replay),
         base_key=base_key,
         replay=replay,
+        process_index=process[0] if process else None,
+        process_count=process[1] if process else None,
+        autotune_mode=autotune_mode,
     )
 
 
@@ -250,9 +333,12 @@ def key_mode_summary(manifests: Iterable[Manifest]) -> dict[str, Any]:
     }
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data, mode=0o644 & ~_umask())
+def _atomic_write(path: Path, data: bytes, create: bool = False) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file where the folder should be: not "already written"
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path.parent)) from exc
+    write_atomic(path, data, mode=0o644 & ~_umask(), create=create)
 
 
 def _umask() -> int:
@@ -262,29 +348,36 @@ def _umask() -> int:
 
 
 def write_manifest(
-    cache_dir: str | os.PathLike[str], manifest: Manifest, *, ir_text: str | None = None
+    cache_dir: str | os.PathLike[str],
+    manifest: Manifest,
+    *,
+    ir_text: str | None = None,
+    create: bool = False,
 ) -> Path | str:
     """Write (or replace) a manifest atomically; with ``ir_text``, its compressed module too.
 
-    Returns the file's path, or its URL for a bucket cache dir.
+    Returns the file's path, or its URL for a bucket cache dir. ``create``: only if the key
+    has no manifest yet, else FileExistsError (see the module docstring); the module text goes
+    first, so a reader that finds the manifest finds the text.
     """
     store = _store_for(cache_dir)
     path = manifest_path(cache_dir, manifest.key) if store is None else None
     if ir_text is not None:
         ir = gzip.compress(ir_text.encode(), 6)
-        if store is not None:
-            store.write_atomic(_object(manifest.key, MANIFEST_IR_SUFFIX), ir)
-        else:
-            assert path is not None
-            _atomic_write(path.with_name(manifest.key + MANIFEST_IR_SUFFIX), ir)
+        with contextlib.suppress(FileExistsError):  # a concurrent writer's text: the same module
+            if store is not None:
+                store.write_atomic(_object(manifest.key, MANIFEST_IR_SUFFIX), ir, create=create)
+            else:
+                assert path is not None
+                _atomic_write(path.with_name(manifest.key + MANIFEST_IR_SUFFIX), ir, create)
         if not manifest.has_ir:
             manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
     data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
     if store is not None:
-        store.write_atomic(_object(manifest.key), data)
+        store.write_atomic(_object(manifest.key), data, create=create)
         return store.url_of(_object(manifest.key))
     assert path is not None
-    _atomic_write(path, data)
+    _atomic_write(path, data, create)
     return path
 
 

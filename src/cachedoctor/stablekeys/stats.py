@@ -216,8 +216,30 @@ def start(mode: str) -> bool:
     except Exception as exc:
         _warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
         return False
-    atexit.register(write_record)
+    _at_exit(write_record)
     return True
+
+
+def _at_exit(fn: Callable[[], object]) -> None:
+    """Run ``fn`` as the program ends, while thread pools still take work.
+
+    ``atexit`` handlers run after ``concurrent.futures`` has shut every pool down, and a bucket
+    write needs one (aiobotocore opens its connection through ``asyncio.to_thread``: "cannot
+    schedule new futures after shutdown", so no record ever reached S3). Python's hook for
+    that (``threading._register_atexit``, what ``concurrent.futures`` itself uses) runs before
+    the pools stop, in the reverse order of registration: the pools' own hook must be there
+    first (``concurrent.futures.thread`` registers it when imported, which may not have
+    happened yet); without the hook, plain ``atexit``.
+    """
+    import concurrent.futures.thread  # noqa: F401 - registers the pools' exit hook before ours
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(fn)
+    except RuntimeError:
+        atexit.register(fn)
 
 
 def snapshot() -> dict[str, Any] | None:
@@ -286,9 +308,10 @@ def write_record() -> str | None:
         name = f"{STATS_DIRNAME}/{record_name(record)}"
         data = json.dumps(record, sort_keys=True).encode()
         if is_url(cache_dir):
-            from cachedoctor.storage.stores import open_store
+            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
 
-            store = open_store(cache_dir, workers=1)
+            share_jax_filesystem()
+            store = store_for(cache_dir)  # JAX's own filesystem (the hook's store): no client
             store.write_atomic(name, data)
             _recorder.written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown

@@ -27,12 +27,20 @@ StrPath = str | os.PathLike[str]
 
 @contextlib.contextmanager
 def atomic_file(
-    path: StrPath, *, mode: int | None = None, temp_prefix: str | None = None
+    path: StrPath,
+    *,
+    mode: int | None = None,
+    temp_prefix: str | None = None,
+    create: bool = False,
 ) -> Iterator[BinaryIO]:
     """A binary file that replaces ``path`` when the block ends, and vanishes if it raises.
 
     ``mode`` sets the permissions (default: mkstemp's 0o600, private); the temp name is
     ``<temp_prefix><random>.tmp`` (default prefix ``.<name>.``), a name JAX ignores.
+    ``create``: publish only if ``path`` does not exist yet (a hard link, which the kernel
+    refuses over an existing name), else raise FileExistsError: the first of several
+    concurrent writers wins and nobody's file is replaced. Where links are not supported the
+    file replaces ``path`` as without ``create``.
     """
     folder, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(
@@ -47,7 +55,23 @@ def atomic_file(
             os.fsync(fh.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        if create and _link_noreplace(tmp, path):
+            os.unlink(tmp)
+            return
         os.replace(tmp, path)
+
+
+def _link_noreplace(tmp: str, path: StrPath) -> bool:
+    """Give ``tmp`` the name ``path`` unless it exists (FileExistsError); False: no links here."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            return False
+        raise
+    return True
 
 
 @contextlib.contextmanager
@@ -64,9 +88,11 @@ def replacing(path: StrPath, *, temp_prefix: str, suffix: str = ".tmp") -> Itera
         os.replace(tmp, path)
 
 
-def write_atomic(path: StrPath, data: bytes, *, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` whole (see :func:`atomic_file`)."""
-    with atomic_file(path, mode=mode) as fh:
+def write_atomic(
+    path: StrPath, data: bytes, *, mode: int | None = None, create: bool = False
+) -> None:
+    """Replace ``path`` with ``data`` whole (see :func:`atomic_file`, also for ``create``)."""
+    with atomic_file(path, mode=mode, create=create) as fh:
         fh.write(data)
 
 

@@ -53,6 +53,7 @@ _THROTTLE_CODES = {
     "ServiceUnavailable",
     "InternalError",
     "RequestTimeout",
+    "ConditionalRequestConflict",  # S3's 409 while another conditional write is in flight
     "503",
     "429",
     "500",
@@ -156,7 +157,7 @@ class Store(Protocol):
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult: ...
 
-    def write_atomic(self, name: str, data: bytes) -> None: ...
+    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None: ...
 
     def url_of(self, name: str) -> str: ...
 
@@ -359,15 +360,19 @@ class LocalStore:
             return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
 
-    def write_atomic(self, name: str, data: bytes) -> None:
+    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
         """Temp file in the same directory, fsync, rename: readers see old or new, never half.
 
-        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``).
+        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``). With
+        ``create``, FileExistsError when it exists (a hard link publishes it, never replacing).
         """
         target = self.url_of(name)
         folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
-        with atomic_file(target, temp_prefix=".cachedoctor-tmp-") as fh:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError as exc:  # a file where the folder should be (not "exists")
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", folder) from exc
+        with atomic_file(target, temp_prefix=".cachedoctor-tmp-", create=create) as fh:
             fh.write(data)
         with contextlib.suppress(OSError):
             dfd = os.open(folder, os.O_RDONLY)
@@ -625,10 +630,29 @@ class RemoteStore:
     def open_read(self, name: str) -> BinaryIO:
         return cast(BinaryIO, _RetryingReader(self, name))
 
-    def write_atomic(self, name: str, data: bytes) -> None:
-        """One PUT: an object store publishes an object whole or not at all (no rename)."""
+    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
+        """One PUT: an object store publishes an object whole or not at all (no rename).
+
+        ``create``: the PUT carries a precondition (S3 ``If-None-Match: *``, GCS
+        ``ifGenerationMatch=0``), so the server keeps the object a concurrent writer put first
+        and this raises FileExistsError. An S3 server that rejects the header as unsupported
+        gets a fresh existence check, then a plain PUT.
+        """
         path = self.path_of(name)
-        self.retry(lambda: self.fs.pipe_file(path, data), what=f"writing {self.url_of(name)}")
+        what = f"writing {self.url_of(name)}"
+        if not create:
+            self.retry(lambda: self.fs.pipe_file(path, data), what=what)
+        else:
+            try:
+                self.retry(lambda: self.fs.pipe_file(path, data, mode="create"), what=what)
+            except FileExistsError:
+                raise
+            except Exception as exc:
+                if _s3_error_code(exc) not in ("NotImplemented", "501"):
+                    raise
+                if self.stat(name) is not None:
+                    raise FileExistsError(errno.EEXIST, "exists", self.url_of(name)) from exc
+                self.retry(lambda: self.fs.pipe_file(path, data), what=what)
         self.stats.count_call()
 
     # deleting

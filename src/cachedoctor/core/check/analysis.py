@@ -29,6 +29,7 @@ from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.stablekeys.manifest import Manifest, iter_manifests, key_mode_reason
+from cachedoctor.stablekeys.processes import per_process_keys
 
 
 def analyse(
@@ -80,6 +81,9 @@ def analyse(
             complete=complete,
             not_checked=() if complete else silent,
         )
+    per_process = tuple(
+        (k.module, k.process_index, k.fields) for k in per_process_keys(manifests.values())
+    )
     return CheckReport(
         argv=tuple(argv),
         cache_dir=cache,
@@ -92,6 +96,7 @@ def analyse(
         observe=observe,
         verify=verify_result,
         scan=scan,
+        per_process=per_process,
     )
 
 

@@ -140,6 +140,9 @@ class CheckReport:
     scan: ScanReport | None = field(default=None, repr=False)
     # modules JAX compiled but refused to store ("uses host callbacks"): they recompile each run
     not_stored: tuple[str, ...] = ()
+    # processes > 0 of a jax.distributed job whose keys differ from process 0's only in what
+    # JAX hashes per process (the manifests' components): (module, process, fields)
+    per_process: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
     @property
     def compiled_in_run1(self) -> tuple[str, ...]:
@@ -196,6 +199,15 @@ class CheckReport:
             head += (
                 f"; {count(len(self.not_stored), 'module')} recompile every run because JAX never "
                 f"stores modules with host callbacks: {', '.join(self.not_stored)}"
+            )
+        if self.per_process:
+            modules = sorted({m for m, _, _ in self.per_process})
+            fields = sorted({f for _, _, fs in self.per_process for f in fs})
+            head += (
+                f"; {count(len(modules), 'module')} recompile every run in processes > 0 of a "
+                f"jax.distributed job, whose keys differ from process 0's only in "
+                f"{', '.join(fields)} (JAX hashes it per process and writes only from process "
+                f"0): {', '.join(modules)}"
             )
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"

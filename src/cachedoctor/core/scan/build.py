@@ -28,6 +28,7 @@ from cachedoctor.core.scan.rules.keys import (
     same_program_findings,
     stable_hasher_keys,
 )
+from cachedoctor.core.scan.rules.processes import first_process_only, process_findings
 from cachedoctor.core.scan.rules.security import insecure_findings
 from cachedoctor.xla import subcaches
 
@@ -58,7 +59,8 @@ def build_report(
     findings += same_program_findings(entries)
     stable_keys = stable_hasher_keys(manifests)
     findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
-    findings += not_stored_findings(listing, manifests)
+    findings += not_stored_findings(listing, first_process_only(manifests))
+    findings += process_findings(manifests)
     findings += atime_findings(listing)
     findings += corrupt_findings(entries, now)
     findings += insecure_findings(listing)
