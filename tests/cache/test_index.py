@@ -18,6 +18,8 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
 from tests.support.gpu_vectors import plain_gpu_entry
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
 
 

@@ -48,6 +48,7 @@ def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
 
+@pytest.mark.slow
 def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
     listing = listdir.list_cache(cache)
     serial = list(reader.iter_entries(listing))
@@ -56,12 +57,14 @@ def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
     assert len(serial) == len(listing.entries) and any(e.problems for e in serial)
 
 
+@pytest.mark.slow
 def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
     a = scan_directory(cache, now=2e9, use_index=False, workers=1)
     b = scan_directory(cache, now=2e9, use_index=False, workers=2)
     assert dumps(scan_document(a)) == dumps(scan_document(b))
 
 
+@pytest.mark.slow
 def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     listing = listdir.list_cache(cache)
     counts: list[int] = []
@@ -69,6 +72,7 @@ def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     assert sum(counts) == len(listing.entries)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_a_dead_worker_is_replaced_by_serial_decoding(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch, start_method: str
@@ -112,6 +116,7 @@ def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
     ]
 
 
+@pytest.mark.slow
 def test_a_scan_pauses_the_collector_but_its_workers_collect(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,6 +276,7 @@ def test_print_env_for_a_bucket_keeps_subcaches_local(
     assert f"XLA sub-caches kept locally at {_LOCAL} (XLA cannot write gs://" in err
 
 
+@pytest.mark.slow
 @needs_pth
 def test_enable_with_a_bucket_sets_local_subcaches_in_fresh_interpreters(config: Path) -> None:
     code, out, _ = _invoke("enable", "--dir", "gs://team-bucket/jax/cache", "--xla-caches", "all")

@@ -24,6 +24,7 @@ def test_public_names_are_stable() -> None:
         cachedoctor.no_such_function  # noqa: B018
 
 
+@pytest.mark.slow
 def test_import_is_cheap() -> None:
     code = (
         "import sys, cachedoctor; "
@@ -39,6 +40,7 @@ def _keys(cache: Path, module: str) -> list[Path]:
     return sorted(p for p in cache.glob(f"{module}-*-cache"))
 
 
+@pytest.mark.slow
 def test_scan_diff_and_prune_plan(seed_cache: Path) -> None:
     report = cachedoctor.scan(seed_cache)
     assert report.summary.entries == len(list(seed_cache.glob("*-cache")))
@@ -63,6 +65,7 @@ def test_scan_diff_and_prune_plan(seed_cache: Path) -> None:
     assert plan.to_dict()["command"] == "prune"
 
 
+@pytest.mark.slow
 def test_stats_is_what_the_cli_prints(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()

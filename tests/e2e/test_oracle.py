@@ -24,6 +24,7 @@ from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from tests.support.caches import SUPPORT_DIR
+from tests.support.sessioncache import SharedBuilds
 
 CORPUS = SUPPORT_DIR / "oracle_corpus.py"
 HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)' with key '([^']+)'")
@@ -64,10 +65,14 @@ def truth_of(cache: Path, log: str) -> Truth:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Truth:
-    cache = tmp_path_factory.mktemp("oracle") / "cache"
-    cache.mkdir()
-    return truth_of(cache, run_twice(cache, [sys.executable, str(CORPUS)]))
+def corpus(shared_builds: SharedBuilds) -> Truth:
+    def make(root: Path) -> Truth:
+        cache = root / "cache"
+        cache.mkdir()
+        return truth_of(cache, run_twice(cache, [sys.executable, str(CORPUS)]))
+
+    _, truth = shared_builds("oracle", make, CORPUS.read_text())
+    return truth
 
 
 def assert_agrees_with_jax(truth: Truth, report: ScanReport) -> None:

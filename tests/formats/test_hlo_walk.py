@@ -11,6 +11,8 @@ from cachedoctor.formats import wire
 from cachedoctor.xla import hlo
 from tests.support.caches import hlo_modules
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 
 def _modules(cache: Path) -> list[bytes]:
     out = hlo_modules(cache)

@@ -216,6 +216,7 @@ def test_transposed_chunks_are_refused_clearly(tmp_path: Path, options: str) -> 
     assert not splitproto.is_split_proto(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", ["snappy", "uncompressed", "zstd:3"])
 def test_gpu_entry_from_the_reference_writer_through_the_reader(
     tmp_path: Path,

@@ -30,6 +30,7 @@ def test_every_ci_format_is_registered() -> None:
     assert all(FORMATS[name].name == name for name in FORMATS)
 
 
+@pytest.mark.slow
 def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
     report = lint.lint_directory(str(seed_cache), fail_on=Severity.ERROR, ignore=())
     console, buf = _console()
@@ -48,6 +49,7 @@ def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
     assert render_to_string(report, "text").splitlines()[-1] == report.summary_line()
 
 
+@pytest.mark.slow
 def test_scan_json_and_table(seed_cache: Path) -> None:
     report = scan_directory(seed_cache, now=2e9)
     assert render_to_string(report, "json") == dumps(scan_document(report)) + "\n"
@@ -56,6 +58,7 @@ def test_scan_json_and_table(seed_cache: Path) -> None:
     assert f"{len(report.modules) - 1} more modules (use --json)" in buf.getvalue()
 
 
+@pytest.mark.slow
 def test_a_format_refuses_a_report_it_has_no_output_for(seed_cache: Path) -> None:
     report = scan_directory(seed_cache, now=2e9)
     with pytest.raises(TypeError, match="no junit output for a ScanReport"):

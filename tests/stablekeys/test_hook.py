@@ -13,7 +13,8 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
-from tests.support.hookrun import base_env, entries, run_program
+from tests.support.hookrun import Run, base_env, entries, run_program
+from tests.support.sessioncache import SharedBuilds
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +22,11 @@ SEED_RESULT = "result: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]"
 
 
 @pytest.fixture(scope="session")
-def seed_ten(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+def seed_ten(shared_builds: SharedBuilds) -> tuple[Path, list[Run]]:
     """The seed program run 10 times with the hook in one cache dir (shared, do not modify)."""
-    cache = tmp_path_factory.mktemp("seed-ten")
-    runs = [run_program("seed", cache) for _ in range(10)]
+    cache, runs = shared_builds(
+        "seed-ten", lambda cache: [run_program("seed", cache) for _ in range(10)]
+    )
     return cache, runs
 
 

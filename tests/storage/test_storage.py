@@ -136,6 +136,7 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
         stores.open_store("s3://bucket/cache")
 
 
+@pytest.mark.slow
 def test_cli_without_the_extra_says_which(tmp_path: Path) -> None:
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -185,6 +186,7 @@ def test_local_delete_only_what_was_planned(tmp_path: Path) -> None:
     assert store.delete_if_unchanged("a-cache", plan["a-cache"]).outcome is DeleteOutcome.GONE
 
 
+@pytest.mark.slow
 def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
     listing = listdir.list_cache(seed_cache)
     assert listing.entries
@@ -199,6 +201,7 @@ def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
         assert by_path.info.ok
 
 
+@pytest.mark.slow
 def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
     assert listdir.list_cache(store) == listdir.list_cache(seed_cache)
@@ -208,6 +211,7 @@ def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> N
     assert via_store.entries == direct.entries
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "reason"),
     [

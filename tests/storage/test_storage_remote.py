@@ -126,6 +126,7 @@ def _comparable(report: ScanReport) -> tuple[Any, ...]:
     return findings, entries, report.summary, report.modules
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_same_findings_local_and_in_the_bucket(
     scheme: str, uploaded: dict[str, str], local_cache: Path
@@ -140,6 +141,7 @@ def test_same_findings_local_and_in_the_bucket(
     assert remote.entries[0].path.startswith(uploaded[scheme] + "/")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -173,6 +175,7 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     assert again == scan_directory(url, now=0.0, use_index=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
     scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -199,6 +202,7 @@ def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
     assert changed == scan_directory(url, now=later, use_index=False) != first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_cli_scan_and_show_of_a_bucket(
     scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
@@ -244,6 +248,7 @@ def test_cli_scan_and_show_of_a_bucket(
     assert by_url.stdout == shown.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_jax_writes_straight_to_the_server(scheme: str, servers: Servers) -> None:
     url = servers.url(scheme, "written-by-jax")
@@ -264,6 +269,7 @@ def _store_via(scheme: str, endpoint: str, url: str, mp: pytest.MonkeyPatch) -> 
     return RemoteStore(url, policy=FAST, workers=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_throttled_scan_completes_with_the_same_result(
     scheme: str, servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
@@ -280,6 +286,7 @@ def test_throttled_scan_completes_with_the_same_result(
     assert set(store.stats.retry_reasons) == {"SlowDown" if scheme == "s3" else "http-429"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache: Path) -> None:
     url = servers.url(scheme, "prune/cache")
@@ -305,6 +312,7 @@ def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache
     assert again.outcome is DeleteOutcome.GONE
 
 
+@pytest.mark.slow
 def test_s3_server_refuses_a_delete_of_a_changed_object(
     servers: Servers, local_cache: Path
 ) -> None:
@@ -320,6 +328,7 @@ def test_s3_server_refuses_a_delete_of_a_changed_object(
     assert store.stat(item.name) is not None
 
 
+@pytest.mark.slow
 def test_gcs_delete_is_sent_with_if_generation_match(
     servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -375,6 +384,7 @@ def _no_mtime(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k != "mtime_ns"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_diff_of_bucket_entries_matches_local(
     scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
@@ -409,6 +419,7 @@ def test_diff_of_bucket_entries_matches_local(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_prune_a_bucket_dry_run_then_apply(
     scheme: str, servers: Servers, local_cache: Path
@@ -451,6 +462,7 @@ def test_prune_a_bucket_dry_run_then_apply(
         stores.open_store(url).list()
 
 
+@pytest.mark.slow
 def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
     from cachedoctor.core.check.runner import program_env, run_command
@@ -495,6 +507,7 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
         store.list()
 
 
+@pytest.mark.slow
 def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,9 @@ from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.formats import wire
 from cachedoctor.xla import hlo, hlo_facts
 from tests.support.caches import hlo_modules
+from tests.support.sessioncache import SharedBuilds
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 # Programs whose modules cover what the view reads: called computations (while, cond, sort,
 # reduce, scatter), parameters and tuples, 8-way sharding with shard_map, LAPACK custom calls,
@@ -73,22 +76,25 @@ print("done")
 
 
 @pytest.fixture(scope="module")
-def real_modules(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> list[bytes]:
+def real_modules(shared_builds: SharedBuilds, seed_cache: Path) -> list[bytes]:
     """Modules of the seed cache (custom_partitioning) and of the VARIETY program."""
-    root = tmp_path_factory.mktemp("variety")
-    script, cache = root / "variety.py", root / "cache"
-    script.write_text(VARIETY)
-    cache.mkdir()
-    if not hasattr(__import__("jax"), "shard_map"):  # jax < 0.6: the experimental spelling
-        script.write_text(
-            VARIETY.replace(
-                "jax.shard_map",
-                "__import__('jax.experimental.shard_map').experimental.shard_map.shard_map",
+
+    def make(root: Path) -> None:
+        script, cache = root / "variety.py", root / "cache"
+        script.write_text(VARIETY)
+        cache.mkdir()
+        if not hasattr(__import__("jax"), "shard_map"):  # jax < 0.6: the experimental spelling
+            script.write_text(
+                VARIETY.replace(
+                    "jax.shard_map",
+                    "__import__('jax.experimental.shard_map').experimental.shard_map.shard_map",
+                )
             )
-        )
-    run = run_command([sys.executable, str(script)], program_env(str(cache)))
-    assert run.returncode == 0, run.stderr[-3000:]
-    modules = hlo_modules(seed_cache) + hlo_modules(cache)
+        run = run_command([sys.executable, str(script)], program_env(str(cache)))
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    root, _ = shared_builds("variety", make, VARIETY)
+    modules = hlo_modules(seed_cache) + hlo_modules(root / "cache")
     assert len(modules) >= 12
     return modules
 

@@ -17,6 +17,8 @@ from cachedoctor.core.check.check import jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO, cli_env, make_cache
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 ROOT = REPO
 PY = sys.executable
 SEED = [PY, str(program_path("seed"))]

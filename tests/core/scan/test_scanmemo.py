@@ -28,6 +28,8 @@ from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
 from tests.support.caches import write_manifest
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 NOW = 2_000_000_000.0  # every file of the fixture is older than a minute at this "now"
 GONE = "jit_gone-" + "a" * 64  # a key manifest without an entry: a not-stored finding
 
