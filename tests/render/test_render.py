@@ -3,6 +3,7 @@ format writes the reports it supports the way its per-format function does."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from pathlib import Path
@@ -16,7 +17,14 @@ from cachedoctor.cli._common import CI_FORMATS
 from cachedoctor.core import lint
 from cachedoctor.core.findings import FindingKind, Severity
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.render.formats import FORMATS, render_to_string, renderer
+from cachedoctor.render.formats import (
+    FORMATS,
+    KINDS,
+    TEXT_WRITERS,
+    Format,
+    render_to_string,
+    renderer,
+)
 from cachedoctor.render.jsonout import dumps, scan_document
 
 
@@ -28,6 +36,45 @@ def _console() -> tuple[Console, io.StringIO]:
 def test_every_ci_format_is_registered() -> None:
     assert set(CI_FORMATS) <= set(FORMATS)
     assert all(FORMATS[name].name == name for name in FORMATS)
+
+
+def test_every_report_kind_is_a_class_with_a_text_writer() -> None:
+    """The registry names each report class by its module; each must resolve to that class
+    (a renamed or moved class fails here, not in a user's terminal)."""
+    for kind in KINDS:
+        importlib.import_module(kind.module)
+        cls = kind.resolve()
+        assert isinstance(cls, type) and cls.__name__ == kind.name, kind
+        assert kind in TEXT_WRITERS, kind
+    for fmt in FORMATS.values():
+        assert isinstance(fmt, Format) and set(fmt.writers) <= set(KINDS)
+
+
+def test_dispatch_is_by_type_not_by_class_name() -> None:
+    """A class that merely shares a report's name is not that report; a subclass is."""
+    from cachedoctor.core.findings import Finding
+    from cachedoctor.render.formats import FindingList
+
+    impostor = type("FindingList", (), {"findings": ()})()
+    with pytest.raises(TypeError, match="no text output for a FindingList"):
+        renderer("text").render(impostor, _console()[0])
+
+    class Narrowed(FindingList):
+        pass
+
+    console, buf = _console()
+    finding = Finding(FindingKind.ORPHAN, Severity.INFO, "m", "a", "e")
+    renderer("text").render(Narrowed((finding,)), console)
+    assert "orphan" in buf.getvalue()
+
+
+def test_stats_json_has_a_schema_version_and_the_report() -> None:
+    from cachedoctor.core.stats import summarise
+
+    report = summarise("/nowhere", [], [], None)
+    doc = json.loads(render_to_string(report, "json"))
+    assert doc == {"schema_version": 1, **report.to_dict()}
+    assert next(iter(doc)) == "schema_version"
 
 
 @pytest.mark.slow

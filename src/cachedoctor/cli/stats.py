@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from cachedoctor.core.stats import collect_stats, parse_since, zero
-from cachedoctor.errors import CachedoctorError
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import renderer, write_report
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
@@ -49,25 +46,11 @@ def stats(
     cache_dir = resolve_cache_dir(directory)
     console = stdout_console()
     if zero_stats:
-        from cachedoctor.render.stats import render_zero
-
-        render_zero(zero(cache_dir, apply=apply), console)
+        renderer("text").render(zero(cache_dir, apply=apply), console)
         return
     if apply:
         raise click.UsageError("--apply only goes with --zero")
     report = collect_stats(cache_dir, since=parse_since(since) if since else None, module=module)
     if html_file:
-        from cachedoctor.render.stats import html_page
-
-        try:
-            Path(html_file).write_text(html_page(report), encoding="utf-8")
-        except OSError as exc:
-            raise CachedoctorError(
-                f"cannot write {html_file}: {exc.strerror or exc}", slug="io"
-            ) from None
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        from cachedoctor.render.stats import render_stats
-
-        render_stats(report, console, max_modules=max_modules)
+        write_report(html_file, report, "html")
+    renderer("json" if as_json else "text", max_modules=max_modules).render(report, console)

@@ -169,7 +169,7 @@ def write_baseline(path: str | os.PathLike[str], report: LintReport) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a report or baseline whole; a failure is a one-line error, not a traceback."""
+    """Write a baseline whole; a failure is a one-line error, not a traceback."""
     try:
         write_atomic(path, text.encode("utf-8"))
     except OSError as exc:

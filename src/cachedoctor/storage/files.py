@@ -5,8 +5,9 @@ the one way cachedoctor replaces a file by path: readers see the old file or the
 
 A unique temp file in the target's folder is written and fsynced, then ``os.replace``d over the
 target, so concurrent writers each publish a complete file and a crash leaves no half-written
-one. Manifests, the config file, the scan index, reports, baselines, local stores and the hook's
-re-keyed entries all go through here. Writes inside a cache directory that must never clobber a
+one. Manifests, the config file, the scan index, reports (``-o``, ``--junit``, ``--html``),
+baselines, extracted payloads (``show --extract``), local stores and the hook's re-keyed entries
+all go through here. Writes inside a cache directory that must never clobber a
 file or follow a symbolic link use ``fsops.CacheDir`` (``write_new``, ``link_noreplace``).
 """
 
@@ -27,12 +28,18 @@ StrPath = str | os.PathLike[str]
 
 @contextlib.contextmanager
 def atomic_file(
-    path: StrPath, *, mode: int | None = None, temp_prefix: str | None = None
+    path: StrPath,
+    *,
+    mode: int | None = None,
+    temp_prefix: str | None = None,
+    exclusive: bool = False,
 ) -> Iterator[BinaryIO]:
     """A binary file that replaces ``path`` when the block ends, and vanishes if it raises.
 
     ``mode`` sets the permissions (default: mkstemp's 0o600, private); the temp name is
-    ``<temp_prefix><random>.tmp`` (default prefix ``.<name>.``), a name JAX ignores.
+    ``<temp_prefix><random>.tmp`` (default prefix ``.<name>.``), a name JAX ignores. With
+    ``exclusive`` an existing ``path`` is never replaced: the file is published with a hard
+    link, which fails (``FileExistsError``) if ``path`` appeared meanwhile.
     """
     folder, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(
@@ -47,7 +54,31 @@ def atomic_file(
             os.fsync(fh.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if exclusive:
+            _publish_new(tmp, path)
+        else:
+            os.replace(tmp, path)
+
+
+def _publish_new(tmp: str, path: StrPath) -> None:
+    """Give the whole file ``tmp`` the name ``path`` unless that name exists."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path)) from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (reports, extracted files)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 @contextlib.contextmanager
@@ -64,9 +95,11 @@ def replacing(path: StrPath, *, temp_prefix: str, suffix: str = ".tmp") -> Itera
         os.replace(tmp, path)
 
 
-def write_atomic(path: StrPath, data: bytes, *, mode: int | None = None) -> None:
+def write_atomic(
+    path: StrPath, data: bytes, *, mode: int | None = None, exclusive: bool = False
+) -> None:
     """Replace ``path`` with ``data`` whole (see :func:`atomic_file`)."""
-    with atomic_file(path, mode=mode) as fh:
+    with atomic_file(path, mode=mode, exclusive=exclusive) as fh:
         fh.write(data)
 
 
