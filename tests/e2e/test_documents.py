@@ -128,7 +128,8 @@ def _cli_with_file_size_limit(limit: int, *args: str) -> subprocess.CompletedPro
 
 
 def test_a_write_that_fails_part_way_leaves_no_file(seed_cache: Path, tmp_path: Path) -> None:
-    """``show --extract`` and a report written with ``-o`` on a disk that fills up part way."""
+    """``show --extract``, ``stats --html`` and a report written with ``-o`` on a disk that
+    fills up part way."""
     entry = _entry(seed_cache)
     out = tmp_path / "out"
     out.mkdir()
@@ -144,3 +145,10 @@ def test_a_write_that_fails_part_way_leaves_no_file(seed_cache: Path, tmp_path: 
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"cachedoctor: io: cannot write {report}: File too large")
     assert list(out.iterdir()) == []
+    page = out / "stats.html"
+    proc = _cli_with_file_size_limit(1000, "stats", str(seed_cache), "--html", str(page))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"cachedoctor: io: cannot write {page}: File too large")
+    assert list(out.iterdir()) == []
+    whole = _cli_with_file_size_limit(1 << 20, "stats", str(seed_cache), "--html", str(page))
+    assert whole.returncode == 0 and 1000 < page.stat().st_size < 1 << 20, whole.stderr
