@@ -94,7 +94,7 @@ def not_a_cache(report: ScanReport) -> None:
     """
     if report.looks_like_cache:
         return
-    n = len(report.other_files)
+    n = report.other_file_count
     raise CachedoctorError(
         f"{report.cache_dir} does not look like a JAX cache: {n} file{'s' if n != 1 else ''}, "
         "but no cache entry, -atime file or XLA sub-cache; give the cache directory",

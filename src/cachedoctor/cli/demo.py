@@ -85,7 +85,7 @@ def demo(ctx: click.Context, runs: int, keep: bool) -> None:
             console.print(f"     {key}")
 
         console.print(Text("\n2. cachedoctor scan", style="bold"))
-        report = scan_directory(cache)
+        report = scan_directory(cache, entries=False)
         renderer("text").render(FindingList(report.findings), console)
         unstable = [f for f in report.findings if f.kind is FindingKind.UNSTABLE_KEY]
         if not unstable:

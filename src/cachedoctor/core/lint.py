@@ -226,7 +226,7 @@ def lint_directory(
     """Scan ``cache_dir`` and judge the findings; I/O problems raise ``CachedoctorError``."""
     baseline = load_baseline(baseline_path) if baseline_path else None
     try:
-        scan = scan_directory(cache_dir, progress=progress)
+        scan = scan_directory(cache_dir, progress=progress, entries=False)
     except FileNotFoundError:
         raise CachedoctorError(f"no such directory: {cache_dir}", slug="no-such-dir") from None
     except NotADirectoryError:

@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,24 @@ def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
 
 
+_SERVED: list[ScanReport] = []  # the reports the memo served in this test
+
+
+@pytest.fixture(autouse=True)
+def _served_reports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    real = scanmemo.Memo.served
+
+    def recording(self: scanmemo.Memo, now: float, rest: scanmemo.Rest | None) -> ScanReport | None:
+        report = real(self, now, rest)
+        if report is not None:
+            _SERVED.append(report)
+        return report
+
+    monkeypatch.setattr(scanmemo.Memo, "served", recording)
+    yield
+    _SERVED.clear()
+
+
 @pytest.fixture
 def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
     root = copy_of(seed_cache)
@@ -58,7 +76,8 @@ def scanned(root: Path, now: float = NOW, **kwargs: object) -> ScanReport:
 
 
 def served(report: ScanReport) -> bool:
-    return isinstance(report.entries, scanmemo.Deferred)
+    """Whether the memo served ``report`` (the scan returns the memo's report as it is)."""
+    return any(report is r for r in _SERVED)
 
 
 def entry_files(root: Path) -> list[Path]:
@@ -74,9 +93,10 @@ def test_repeated_scan_is_served_and_is_the_scan(
     decodes.clear()
     again = scanned(cache)
     assert served(again)
-    text = render_to_string(again, "text")
-    assert again.entries._items is None  # type: ignore[attr-defined]  # text never needs them
-    assert text == render_to_string(plain, "text")
+    text = scanned(cache, entries=False)  # as the text report asks for it
+    assert served(text) and text.entries is None and text.other_files is None
+    assert render_to_string(text, "text") == render_to_string(plain, "text")
+    assert text.looks_like_cache and text.other_file_count == len(plain.other_files or ())
     assert {f.kind for f in again.findings} >= {FindingKind.NOT_STORED}
     assert document(again) == document(plain)  # entries and files made from the index
     assert decodes == []
@@ -287,3 +307,39 @@ def test_the_digest_depends_on_values_not_on_which_objects_hold_them(cache: Path
         scanmemo._hash_members(h, listing)
         digests.append(h.hexdigest())
     assert digests[0] == digests[1]
+
+
+def test_a_served_scan_without_entries_reads_only_the_listing_and_the_memo(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text report, lint and stats ask for no entries: a repeated scan then classifies no
+    name and opens no index row; asking for them (the default) reads them before it returns."""
+    kept = scanned(cache)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("read more than the listing and the memo")
+
+    monkeypatch.setattr(listdir, "listing_of", refuse)
+    monkeypatch.setattr(index, "load", refuse)
+    text = scanned(cache, entries=False)
+    assert served(text) and text.entries is None and text.other_files is None
+    assert (text.summary, text.findings, text.modules) == (
+        kept.summary,
+        kept.findings,
+        kept.modules,
+    )
+    with pytest.raises(AssertionError, match="read more than"):
+        scanned(cache)
+    with pytest.raises(ValueError, match="without its entries"):
+        render_to_string(text, "json")
+
+
+def test_a_folder_that_is_no_cache_is_told_also_when_served(tmp_path: Path) -> None:
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    (folder / "README.md").write_text("a git checkout, not a cache")
+    first = scanned(folder, entries=False)
+    again = scanned(folder, entries=False)
+    assert served(again) and not served(first)
+    for report in (first, again):
+        assert not report.looks_like_cache and report.other_file_count == 1
