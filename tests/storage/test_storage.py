@@ -9,6 +9,8 @@ import errno
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,40 @@ def test_retry_counts_throttles_and_succeeds() -> None:
     assert stats.retries == 2
     assert stats.retry_reasons == {"SlowDown": 1, "TooManyRequests": 1}
     assert len(waits) == 2
+
+
+def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI passes its stderr writer for the command (``telling_waits``); outside it (the
+    API, the hook in a JAX process) nobody is told. Store threads are told too."""
+    monkeypatch.setattr(stores, "_waited", threading.Event())
+
+    def flaky_once() -> Callable[[], str]:
+        calls = iter([ConnectionError("refused"), "ok"])
+
+        def call() -> str:
+            value = next(calls)
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return call
+
+    told: list[str] = []
+    assert call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None) == "ok"
+    assert told == []
+    with stores.telling_waits(told.append):
+        stores.bounded_map(
+            lambda _: call_with_retry(
+                flaky_once(), what="listing s3://b/p", policy=FAST, sleep=lambda s: None
+            ),
+            [1, 2, 3],
+            workers=3,
+        )
+    assert len(told) == 1 and told[0].startswith("cachedoctor: waiting for listing s3://b/p")
+    assert "(ConnectionError)" in told[0]
+    monkeypatch.setattr(stores, "_waited", threading.Event())
+    call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None)
+    assert len(told) == 1  # the block has ended
 
 
 def test_retry_gives_up_with_a_named_error() -> None:
