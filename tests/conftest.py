@@ -17,7 +17,7 @@ import pytest
 
 from cachedoctor.cache import model, parallel, reader
 from cachedoctor.xla import hlo_facts
-from tests.support import sessioncache
+from tests.support import gold, sessioncache
 from tests.support.caches import EVICT, ProgramSpec, make_cache, needs_filelock
 from tests.support.gpu_vectors import f_bytes
 from tests.support.sessioncache import SharedBuilds
@@ -57,6 +57,22 @@ def _cold_reader_memos() -> None:
 # module fixture that runs JAX counts) fails that test.
 
 JAX_FIXTURES = ("cache_factory", "shared_builds")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-gold",
+        action="store_true",
+        help="rewrite the gold files of tests/e2e/test_gold.py (tests/gold/jax-<version>/)",
+    )
+
+
+@pytest.fixture(scope="session")
+def update_gold(request: pytest.FixtureRequest) -> bool:
+    """``--update-gold`` or CACHEDOCTOR_UPDATE_GOLD=1: gold files are written, not compared."""
+    return bool(request.config.getoption("--update-gold") or os.environ.get(gold.UPDATE_ENV))
+
+
 _running: list[pytest.Item] = []
 
 
