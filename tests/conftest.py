@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import pytest
 
 from cachedoctor.cache import model, parallel, reader
+from cachedoctor.core.scan import memo as scanmemo
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.xla import hlo_facts
 from tests.support import gold, sessioncache
 from tests.support.caches import EVICT, ProgramSpec, make_cache, needs_filelock
@@ -166,10 +168,10 @@ def cache_factory(
     return build
 
 
-SEED_3 = [("seed", {})] * 3
+SEED_3: list[ProgramSpec] = [("seed", {})] * 3
 
 
-PLAIN = [("plain", {})]
+PLAIN: list[ProgramSpec] = [("plain", {})]
 
 
 @pytest.fixture(scope="session")
@@ -210,6 +212,23 @@ def real_hlo_with_config(seed_cache: Path) -> bytes:
     detail = reader.decode_entry(path, detail=True)
     assert isinstance(detail, model.EntryDetail) and detail.hlo_module and detail.hlo_config
     return f_bytes(1, detail.hlo_module) + f_bytes(2, detail.hlo_config)
+
+
+@pytest.fixture
+def memo_served(monkeypatch: pytest.MonkeyPatch) -> list[ScanReport]:
+    """The reports the scan memo served in this test (a scan returns the memo's report as it
+    is: ``any(report is r for r in memo_served)`` tells whether a scan was served)."""
+    served: list[ScanReport] = []
+    real = scanmemo.Memo.served
+
+    def recording(self: scanmemo.Memo, now: float, rest: scanmemo.Rest | None) -> ScanReport | None:
+        report = real(self, now, rest)
+        if report is not None:
+            served.append(report)
+        return report
+
+    monkeypatch.setattr(scanmemo.Memo, "served", recording)
+    return served
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, parallel, reader
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from tests.support.caches import entries_of
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ _REAL_DECODE_BATCH = parallel._decode_batch
 _REAL_SERIAL = parallel._serial
 
 
-def _dying(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+def _dying(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
     """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
 
     A pool worker knows its parent under every start method; a forkserver worker re-imports this
@@ -105,7 +107,7 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert parallel.default_workers() == len(os.sched_getaffinity(0))
 
 
-def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+def _collector_state(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
     """Decode, and say in each entry's module whether this process collects cyclic garbage."""
     import dataclasses
     import gc
@@ -126,7 +128,7 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
 
     monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
     report = scan_directory(cache, now=2e9, use_index=False, workers=2)
-    assert {e.module for e in report.entries} == {"gc-True-in-worker"}
+    assert {e.module for e in entries_of(report)} == {"gc-True-in-worker"}
     assert gc.isenabled()
     with _cyclic_gc_paused():
         assert not gc.isenabled()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def _huge_frame() -> bytes:
     return magic + fhd + size + block
 
 
-CORRUPT_CASES = {
+CORRUPT_CASES: dict[str, Callable[[bytes], bytes]] = {
     "empty": lambda payload: b"",
     "random": lambda payload: random.Random(1).randbytes(4096),
     "truncated-zstd": lambda payload: zstandard.ZstdCompressor().compress(payload)[:-40],

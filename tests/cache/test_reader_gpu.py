@@ -8,6 +8,7 @@ listed in docs/format-gpu.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_damaged_split_payload_is_a_problem(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ignore[no-untyped-def]
+def test_scan_reports_subcaches(seed_cache: Path, copy_of: Callable[[Path], Path]) -> None:
     from tests.support.gpu_vectors import GEMM, TRITON, file_name, key
 
     cache = copy_of(seed_cache)

@@ -14,18 +14,18 @@ import pytest
 import zstandard
 
 from cachedoctor.cache import decompress, listdir, reader
-from cachedoctor.cache.model import EntryInfo
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import program_env, run_command
 from tests.support.sessioncache import SharedBuilds
 
 
-def _decode(path: Path, key: str) -> EntryInfo:
+def _decode(path: Path, key: str | None) -> EntryInfo:
     info = reader.decode_entry(path, key=key)
     assert isinstance(info, EntryInfo)
     return info
 
 
-def _streamed(path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> EntryInfo:
+def _streamed(path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -> EntryInfo:
     with monkeypatch.context() as m:
         m.setattr(decompress, "WHOLE_DECODE_MAX", 0)
         return _decode(path, key)
@@ -44,7 +44,7 @@ def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
         forged = bytearray(data)
         forged[5] ^= 0x01  # the low byte of the frame content size
         detail = reader.decode_entry(seed_cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail) and detail.hlo_module
+        assert isinstance(detail, EntryDetail) and detail.hlo_module
         damaged_payload = bytearray(raw)  # the HLO module's first tag made wire type 7
         damaged_payload[raw.index(detail.hlo_module)] = 0x0F
         kinds = {
@@ -225,4 +225,4 @@ def test_a_small_declared_size_in_front_of_a_huge_file_is_not_read_whole(tmp_pat
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20
-    assert info.problems and not info.ok
+    assert isinstance(info, EntryInfo) and info.problems and not info.ok

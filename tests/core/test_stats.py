@@ -309,9 +309,12 @@ def test_status_reports_stats_only_recording(tmp_path: Path) -> None:
     """In `stats` mode no hook is installed, yet `status` says recording is on and where to."""
     cache, config = tmp_path / "cache", tmp_path / "config.toml"
     env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
-    run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
-    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
+        )
+
     assert run("enable", "--dir", str(cache), "--stats-only").returncode == 0
     shown = run("status")
     assert shown.returncode == 0, shown.stderr[-2000:]

@@ -17,7 +17,7 @@ import pytest
 
 from cachedoctor.cli import COMMANDS, cli
 from cachedoctor.core.scan.run import scan_directory
-from tests.support.caches import SCRIPT, cli_env
+from tests.support.caches import SCRIPT, cli_env, entries_of
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow  # JAX-built caches; `check` and `status` start interpreters
@@ -41,8 +41,8 @@ def test_every_json_document_has_a_schema_version(
     seed_cache: Path, copy_of: Callable[[Path], Path]
 ) -> None:
     cache = str(copy_of(seed_cache))
-    f1, f2 = sorted(e.key for e in scan_directory(cache).entries if e.module == "jit_f")[:2]
-    runs = {
+    f1, f2 = sorted(e.key for e in entries_of(scan_directory(cache)) if e.module == "jit_f")[:2]
+    runs: dict[str, list[tuple[str, ...]]] = {
         "scan": [("scan", cache, "--json")],
         "show": [("show", f1, "--dir", cache, "--json")],
         "diff": [

@@ -15,6 +15,7 @@ import platform
 import random
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def reference_records(path: Path) -> list[bytes]:
         reader.close()
 
 
-def _int(fields: dict[int, list[object]], number: int) -> int:
+def _int(fields: Mapping[int, Sequence[object]], number: int) -> int:
     value = fields.get(number, [0])[-1]
     assert isinstance(value, int)
     return value

@@ -285,7 +285,11 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     for render in (render_lint, _lint_as_before):
         buf = io.StringIO()
         console = Console(
-            file=buf, width=120, highlight=False, color_system=colour, force_terminal=bool(colour)
+            file=buf,
+            width=120,
+            highlight=False,
+            color_system="truecolor" if colour else None,
+            force_terminal=bool(colour),
         )
         render(report, console)
         outputs.append(buf.getvalue())

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, reader
+from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import (
@@ -77,10 +78,10 @@ def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(stores, "_waited", threading.Event())
 
     def flaky_once() -> Callable[[], str]:
-        calls = iter([ConnectionError("refused"), "ok"])
+        calls: list[Exception | str] = [ConnectionError("refused"), "ok"]
 
         def call() -> str:
-            value = next(calls)
+            value = calls.pop(0)
             if isinstance(value, Exception):
                 raise value
             return value
@@ -234,7 +235,7 @@ def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
                 path, key=item.key, detail=True, fileobj=fh, size=item.size, mtime_ns=item.mtime_ns
             )
         assert by_file == by_path
-        assert by_path.info.ok
+        assert isinstance(by_path, EntryDetail) and by_path.info.ok
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ import pytest
 
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir, reader
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
@@ -41,7 +42,7 @@ from tests.support.buckets import (
     throttling_proxy,
     upload,
 )
-from tests.support.caches import cli_env
+from tests.support.caches import cli_env, entries_of
 
 pytestmark = pytest.mark.remote
 
@@ -121,7 +122,7 @@ def _comparable(report: ScanReport) -> tuple[Any, ...]:
     )
     entries = [
         (e.key, e.size, e.compile_time_s, e.executable_digest, e.program_digest, e.problems)
-        for e in report.entries
+        for e in entries_of(report)
     ]
     return findings, entries, report.summary, report.modules
 
@@ -138,7 +139,7 @@ def test_same_findings_local_and_in_the_bucket(
     assert remote.cache_dir == uploaded[scheme]
     assert _comparable(remote) == _comparable(local)
     assert FindingKind.UNSTABLE_KEY in {f.kind for f in remote.findings}  # not a vacuous match
-    assert remote.entries[0].path.startswith(uploaded[scheme] + "/")
+    assert entries_of(remote)[0].path.startswith(uploaded[scheme] + "/")
 
 
 @pytest.mark.slow
@@ -153,13 +154,15 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     read: list[str] = []
     real = reader.decode_item
 
-    def counting(store, item, **kwargs):  # type: ignore[no-untyped-def]
+    def counting(
+        store: stores.Store, item: listdir.DirItem, **kwargs: Any
+    ) -> EntryInfo | EntryDetail:
         read.append(item.name)
         return real(store, item, **kwargs)
 
     monkeypatch.setattr(reader, "decode_item", counting)
     first = scan_directory(url, now=0.0)
-    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     assert sorted(read) == names
     read.clear()
     assert scan_directory(url, now=0.0) == first
@@ -178,27 +181,28 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
-    scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
+    scheme: str,
+    servers: Servers,
+    local_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    memo_served: list[ScanReport],
 ) -> None:
     """The scan memo keys a bucket's report by every object's generation / ETag (which every
     write changes, so objects uploaded just now are no matter): a scan after a rewrite is the
     scan without index or memo."""
-
-    from cachedoctor.core.scan.memo import Deferred
-
     url = servers.url(scheme, "memo/cache")
     upload(url, local_cache)
     later = time.time()
     first = scan_directory(url, now=later)
     again = scan_directory(url, now=later)
-    assert isinstance(again.entries, Deferred) and not isinstance(first.entries, Deferred)
+    assert any(again is r for r in memo_served) and not any(first is r for r in memo_served)
     assert again == first == scan_directory(url, now=later, use_index=False)
     store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
-    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     store.fs.pipe_file(store.path_of(names[0]), b"\x28\xb5\x2f\xfd garbage")
     changed = scan_directory(url, now=later)
-    assert not isinstance(changed.entries, Deferred)
+    assert not any(changed is r for r in memo_served)
     assert changed == scan_directory(url, now=later, use_index=False) != first
 
 
@@ -255,11 +259,11 @@ def test_jax_writes_straight_to_the_server(scheme: str, servers: Servers) -> Non
     run = run_program("plain", url)  # the environment points JAX at the server
     assert run.returncode == 0, run.stderr[-2000:]
     report = scan_directory(url, now=0.0)
-    assert {e.module for e in report.entries} >= {"jit_g"}
-    assert all(e.ok for e in report.entries)
+    assert {e.module for e in entries_of(report)} >= {"jit_g"}
+    assert all(e.ok for e in entries_of(report))
     # JAX names its autotune sub-cache inside the URL (CPU never writes it): not "relocated"
     assert any(
-        e.autotune_dir == f"{url}/xla_gpu_per_fusion_autotune_cache_dir" for e in report.entries
+        e.autotune_dir == f"{url}/xla_gpu_per_fusion_autotune_cache_dir" for e in entries_of(report)
     )
     assert FindingKind.RELOCATED not in {f.kind for f in report.findings}
 

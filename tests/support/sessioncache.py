@@ -57,7 +57,7 @@ def session_root(factory: pytest.TempPathFactory) -> Path:
 def build_key(name: str, *parts: object, sources: Iterable[Path] = ()) -> str:
     """``name`` and a digest of what the build is made from (see the module docstring)."""
     h = hashlib.sha256()
-    versions = {}
+    versions: dict[str, str | None] = {}
     for dist in ("jax", "jaxlib"):
         try:
             versions[dist] = importlib.metadata.version(dist)

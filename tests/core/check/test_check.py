@@ -25,7 +25,9 @@ SEED = [PY, str(program_path("seed"))]
 PLAIN = [PY, str(program_path("plain"))]
 
 
-def cachedoctor(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def cachedoctor(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess, as CI runs it (check starts processes and tees their output)."""
     return subprocess.run(
         [PY, "-m", "cachedoctor", *args],

@@ -291,9 +291,9 @@ def test_static_table_names_the_documented_fields(monkeypatch: pytest.MonkeyPatc
         for number, name in debug.items():
             assert sch.field(optionschema.DEBUG_OPTIONS, number).name == name  # type: ignore[union-attr]
         build = {3: "debug_options", 4: "num_replicas", 5: "num_partitions", 19: None}
-        for number, name in build.items():
+        for number, expected in build.items():
             f = sch.field(optionschema.BUILD_OPTIONS, number)
-            assert f is not None and (name is None or f.name == name)
+            assert f is not None and (expected is None or f.name == expected)
         assert sch.field(optionschema.COMPILE_OPTIONS, 3).name == "executable_build_options"  # type: ignore[union-attr]
         assert sch.enum_name("xla.DebugOptions.AutotuneCacheMode", 1) is not None
     finally:

@@ -18,7 +18,7 @@ from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
-from cachedoctor.core.prune.actions import Op, Rule, Status
+from cachedoctor.core.prune.actions import Op, Plan, Rule, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
@@ -56,7 +56,7 @@ def prune(root: Path, **options: object) -> tuple:  # type: ignore[type-arg]
     return plan, apply(plan)
 
 
-def rules_by_name(plan) -> dict[str, tuple[Rule, ...]]:  # type: ignore[no-untyped-def]
+def rules_by_name(plan: Plan) -> dict[str, tuple[Rule, ...]]:
     return {a.name: a.rules for a in plan.actions}
 
 
@@ -280,7 +280,7 @@ def test_stale_jax_from_layout_and_manifests(
     assert (root / MANIFEST_DIRNAME / f"{current[1]}.json").exists()
 
 
-def rules_reason(plan, name: str) -> str:  # type: ignore[no-untyped-def]
+def rules_reason(plan: Plan, name: str) -> str:
     return next(a.reason for a in plan.actions if a.name == name)
 
 

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -26,7 +27,7 @@ from cachedoctor.core.scan.report import RECENT_WRITE_S, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
-from tests.support.caches import write_manifest
+from tests.support.caches import entries_of, write_manifest
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
@@ -46,18 +47,11 @@ _SERVED: list[ScanReport] = []  # the reports the memo served in this test
 
 
 @pytest.fixture(autouse=True)
-def _served_reports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    real = scanmemo.Memo.served
-
-    def recording(self: scanmemo.Memo, now: float, rest: scanmemo.Rest | None) -> ScanReport | None:
-        report = real(self, now, rest)
-        if report is not None:
-            _SERVED.append(report)
-        return report
-
-    monkeypatch.setattr(scanmemo.Memo, "served", recording)
+def _served_reports(memo_served: list[ScanReport]) -> Iterator[None]:
+    global _SERVED
+    _SERVED = memo_served
     yield
-    _SERVED.clear()
+    _SERVED = []
 
 
 @pytest.fixture
@@ -201,11 +195,11 @@ def test_the_same_cache_by_another_spelling_is_not_served(
     link.symlink_to(cache)
     got = scanned(link)
     assert not served(got)
-    assert all(e.path.startswith(str(link) + os.sep) for e in got.entries)
+    assert all(e.path.startswith(str(link) + os.sep) for e in entries_of(got))
     monkeypatch.chdir(cache.parent)
     relative = scanned(Path(cache.name))
     assert not served(relative)
-    assert relative.entries[0].path.startswith(cache.name + os.sep)
+    assert entries_of(relative)[0].path.startswith(cache.name + os.sep)
 
 
 def test_recent_changes_and_a_clock_set_back_are_not_served(
@@ -304,7 +298,7 @@ def test_the_digest_depends_on_values_not_on_which_objects_hold_them(cache: Path
     digests = []
     for listing in (same_again, separate):
         h = hashlib.sha256()
-        scanmemo._hash_members(h, listing)
+        scanmemo._hash_members(h, cast(list[listdir.Member], listing))
         digests.append(h.hexdigest())
     assert digests[0] == digests[1]
 
