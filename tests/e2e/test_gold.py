@@ -96,7 +96,8 @@ def test_diff(seed_cache: Path, update_gold: bool) -> None:
 def test_prune(seed_cache: Path, update_gold: bool) -> None:
     paths = {str(seed_cache): "<CACHE>"}
     _check("prune", ["prune", str(seed_cache), "--duplicates", "--orphans"], paths, update_gold)
-    _check("prune-size", ["prune", str(seed_cache), "--max-size", "8KiB"], paths, update_gold)
+    # every entry goes: which of several goes first depends on mtimes JAX may write alike
+    _check("prune-size", ["prune", str(seed_cache), "--max-size", "1KiB"], paths, update_gold)
 
 
 @pytest.mark.slow
