@@ -65,7 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-gold",
         action="store_true",
-        help="rewrite the gold files of tests/e2e/test_gold.py (tests/gold/jax-<version>/)",
+        help="rewrite the gold files of tests/e2e/test_gold.py (tests/gold/)",
     )
 
 

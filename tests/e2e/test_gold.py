@@ -1,8 +1,8 @@
 """Gold files for the text of ``scan``, ``diff``, ``prune``, ``check``, ``stats`` and ``lint``
 on caches JAX wrote (``tests/support/gold.py`` says what is scrubbed: paths, times, hashes,
 versions; everything else is compared). A change of output fails here with a diff; when it is
-meant, ``pytest tests/e2e/test_gold.py --update-gold`` rewrites ``tests/gold/jax-<version>/``,
-and the diff of those files is part of the change.
+meant, ``pytest tests/e2e/test_gold.py --update-gold`` rewrites ``tests/gold/``, and the diff of
+those files is part of the change.
 """
 
 from __future__ import annotations
