@@ -82,8 +82,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, and the layer contract (import-linter, pyproject.toml; docs/architecture.md)."""
     session.install("ruff>=0.6", "import-linter>=2", "-e", ".")
-    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "tools", "noxfile.py")
     session.run("lint-imports")
 
 
