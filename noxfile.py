@@ -31,9 +31,11 @@ COMPAT_TESTS = [
     "tests/cache/test_reader.py",
     "tests/core/scan/test_scan.py",
     "tests/cache/test_compat.py",
-    "tests/xla/test_hlo_facts.py",  # the protobuf view against the pure walker, on each release's HLO
+    # the protobuf view against the pure walker, on each release's HLO
+    "tests/xla/test_hlo_facts.py",
     "tests/cache/test_whole_decode.py",
-    "tests/cache/test_reader_bytes.py",  # every field the reader reports, against protobuf/zstandard
+    # every field the reader reports, against protobuf/zstandard
+    "tests/cache/test_reader_bytes.py",
     "tests/core/scan/test_scanmemo.py",  # a served report is the scan, on each release's caches
     # the runtime hook patches JAX internals that differ between releases
     "tests/stablekeys/test_keys.py",
