@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from cachedoctor.cache import model, parallel, reader
+from cachedoctor.core.scan import memo as scanmemo
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.xla import hlo_facts
-from tests.support.caches import (
-    EVICT,
-    ProgramSpec,
-    make_cache,
-    needs_filelock,
-)
-from tests.support.gpu_vectors import (
-    f_bytes,
-)
+from tests.support import gold, sessioncache
+from tests.support.caches import EVICT, ProgramSpec, make_cache, needs_filelock
+from tests.support.gpu_vectors import f_bytes
+from tests.support.sessioncache import SharedBuilds
+
+T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
@@ -48,43 +49,129 @@ def _cold_reader_memos() -> None:
     hlo_facts._SHAPES.clear()
 
 
+# --- the fast loop: `pytest -m "not slow"` starts no process ---------------------------------
+#
+# A JAX program in a fresh interpreter costs seconds; the CLI's console script half of one. Every
+# test that starts a process (a bundled program, make_cache, hookrun, `check`, the console
+# script) or uses a cache JAX wrote (``cache_factory`` and every fixture built on it) is marked
+# ``slow``, and these two hooks keep it so: collection refuses an unmarked test that uses a
+# JAX-built cache, and a process started while an unmarked test runs (its setup included, so a
+# module fixture that runs JAX counts) fails that test.
+
+JAX_FIXTURES = ("cache_factory", "shared_builds")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-gold",
+        action="store_true",
+        help="rewrite the gold files of tests/e2e/test_gold.py (tests/gold/)",
+    )
+
+
+@pytest.fixture(scope="session")
+def update_gold(request: pytest.FixtureRequest) -> bool:
+    """``--update-gold`` or CACHEDOCTOR_UPDATE_GOLD=1: gold files are written, not compared."""
+    return bool(request.config.getoption("--update-gold") or os.environ.get(gold.UPDATE_ENV))
+
+
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture is set up: a test using a JAX-built cache must be marked slow."""
+    uses = [n for n in JAX_FIXTURES if n in getattr(item, "fixturenames", ())]
+    if uses and item.get_closest_marker("slow") is None:
+        pytest.fail(
+            f"{item.nodeid} uses a JAX-built cache ({uses[0]}) but is not marked slow",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    real = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def guarded(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
+        item = _running[-1] if _running else None
+        if item is not None and item.get_closest_marker("slow") is None:
+            pytest.fail(
+                f"{item.nodeid} starts a process ({str(args)[:120]}) but is not marked slow: "
+                "mark it @pytest.mark.slow, or keep it in this process",
+                pytrace=False,
+            )
+        return real(self, args, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]
+
+
 PREBUILT_ENV = "CACHEDOCTOR_PREBUILT_CACHES"
 
 
 @pytest.fixture(scope="session")
-def cache_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """Build a named cache once per session; tests must copy it before changing it.
+def shared_builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedBuilds]:
+    """Build a folder once per session across xdist workers (``tests/support/sessioncache.py``):
+    ``shared_builds(name, make, *parts)`` runs ``make(folder)`` once for that name and those
+    parts and returns ``(folder, what make returned)``. The folders must not change: the
+    session fails at its end when a test changed one (copy it first: ``copy_of``)."""
+    watch = sessioncache.Watch()
+    root = sessioncache.session_root(tmp_path_factory) / "jax"
+
+    def build(name: str, make: Callable[[Path], T], *parts: object) -> tuple[Path, T]:
+        key = sessioncache.build_key(name, *parts)
+        folder, value = sessioncache.build_once(root, key, make)
+        watch.record(folder)
+        return folder, value
+
+    yield build
+    changed = watch.changed()
+    if changed:
+        pytest.fail("a test changed a shared session cache: " + "; ".join(changed), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cache_factory(
+    tmp_path_factory: pytest.TempPathFactory, shared_builds: SharedBuilds
+) -> Callable[..., Path]:
+    """Build a named cache once per session (across xdist workers); tests must copy it before
+    changing it. ``cache_factory(name, programs)`` runs the ``make_cache`` programs in order.
 
     With CACHEDOCTOR_PREBUILT_CACHES=DIR (`nox -s mutation`: hundreds of test runs), each cache
-    is built once into DIR and reused by later sessions; mutants of the reader cannot touch
-    them, as JAX writes them.
+    is built once into DIR and reused by later sessions for as long as its key is the same (the
+    programs, their sources, the interpreter, jax and jaxlib: ``sessioncache.build_key``);
+    mutants of the reader cannot touch them, as JAX writes them.
     """
-    built: dict[str, Path] = {}
     prebuilt = os.environ.get(PREBUILT_ENV)
 
     def build(name: str, programs: Sequence[ProgramSpec]) -> Path:
-        if name in built:
-            return built[name]
+        def make(folder: Path) -> None:
+            make_cache(folder / "cache", programs)
+
+        spec = [list(p) for p in programs]
         if prebuilt:
-            path = Path(prebuilt) / name / "cache"
-            done = path.parent / "complete"
-            if not done.exists():
-                shutil.rmtree(path, ignore_errors=True)
-                make_cache(path, programs)
-                done.touch()
+            sources = sessioncache.program_sources(programs)
+            key = sessioncache.build_key(name, spec, sources=sources)
+            folder, _ = sessioncache.build_once(Path(prebuilt), key, make)
         else:
-            path = tmp_path_factory.mktemp(name) / "cache"
-            make_cache(path, programs)
-        built[name] = path
-        return path
+            folder, _ = shared_builds(name, make, spec)
+        return folder / "cache"
 
     return build
 
 
-SEED_3 = [("seed", {})] * 3
+SEED_3: list[ProgramSpec] = [("seed", {})] * 3
 
 
-PLAIN = [("plain", {})]
+PLAIN: list[ProgramSpec] = [("plain", {})]
 
 
 @pytest.fixture(scope="session")
@@ -125,6 +212,23 @@ def real_hlo_with_config(seed_cache: Path) -> bytes:
     detail = reader.decode_entry(path, detail=True)
     assert isinstance(detail, model.EntryDetail) and detail.hlo_module and detail.hlo_config
     return f_bytes(1, detail.hlo_module) + f_bytes(2, detail.hlo_config)
+
+
+@pytest.fixture
+def memo_served(monkeypatch: pytest.MonkeyPatch) -> list[ScanReport]:
+    """The reports the scan memo served in this test (a scan returns the memo's report as it
+    is: ``any(report is r for r in memo_served)`` tells whether a scan was served)."""
+    served: list[ScanReport] = []
+    real = scanmemo.Memo.served
+
+    def recording(self: scanmemo.Memo, now: float, rest: scanmemo.Rest | None) -> ScanReport | None:
+        report = real(self, now, rest)
+        if report is not None:
+            served.append(report)
+        return report
+
+    monkeypatch.setattr(scanmemo.Memo, "served", recording)
+    return served
 
 
 @pytest.fixture

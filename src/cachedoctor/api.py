@@ -75,7 +75,7 @@ def scan(cache_dir: PathLike | None = None) -> ScanReport:
         except OSError as exc:
             raise path_error(exc, where) from None
     if not report.looks_like_cache:
-        raise NotACacheError(where, len(report.other_files))
+        raise NotACacheError(where, report.other_file_count)
     return report
 
 

@@ -27,7 +27,7 @@ def plain(value: Any) -> Any:
         return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
-    if isinstance(value, Sequence) and not isinstance(value, str):  # the scan memo's Deferred
+    if isinstance(value, Sequence) and not isinstance(value, str):  # any other sequence
         return [plain(v) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)

@@ -11,11 +11,15 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from tests.support.caches import make_cache
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 
 def _version() -> tuple[int, ...]:

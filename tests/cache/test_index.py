@@ -16,7 +16,10 @@ import pytest
 from cachedoctor.cache import index, parallel, reader
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+from tests.support.caches import entries_of
 from tests.support.gpu_vectors import plain_gpu_entry
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
 
@@ -59,7 +62,7 @@ def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> No
     decodes.clear()
     got = scan_directory(cache, now=NOW)
     assert decodes == [victim.name]
-    bad = [e for e in got.entries if e.problems]
+    bad = [e for e in entries_of(got) if e.problems]
     assert [e.path for e in bad] == [str(victim)]
     assert report(cache) == report(cache, use_index=False)
 
@@ -90,7 +93,7 @@ def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
     os.replace(swap, victim)
     decodes.clear()
     fresh = reader.decode_entry(victim)
-    got = {e.key: e for e in scan_directory(cache, now=NOW).entries}
+    got = {e.key: e for e in entries_of(scan_directory(cache, now=NOW))}
     assert decodes.count(victim.name) == 2  # once by the test, once by the scan
     assert got[victim.name[: -len("-cache")]] == fresh
 
@@ -191,7 +194,7 @@ def test_gpu_entry_keeps_the_rest_of_the_index(
     """One GPU entry among CPU entries: every entry, the GPU one included, comes from the index."""
     gpu_entry = plain_gpu_entry(cache, real_hlo_with_config)
     expected = report(cache, use_index=False)
-    assert any(e.gpu is not None for e in scan_directory(cache, now=NOW).entries)
+    assert any(e.gpu is not None for e in entries_of(scan_directory(cache, now=NOW)))
     decodes.clear()
     assert report(cache) == expected
     assert decodes == []
@@ -235,7 +238,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
     decodes.clear()
     got = scan_directory(link, now=NOW)
     assert decodes == []
-    assert all(e.path.startswith(str(link) + os.sep) for e in got.entries)
+    assert all(e.path.startswith(str(link) + os.sep) for e in entries_of(got))
 
 
 def test_disabled_by_environment(
@@ -280,7 +283,7 @@ def test_same_report_with_or_without_index_on_one_or_more_workers(
 
     def scanned(use_index: bool, workers: int) -> tuple[str, tuple[object, ...]]:
         got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
-        return dumps(scan_document(got)), got.entries
+        return dumps(scan_document(got)), entries_of(got)
 
     baseline = scanned(use_index=False, workers=1)
     assert len(baseline[1]) == len(entry_names(cache))

@@ -140,6 +140,7 @@ def entry_bytes(entry: RealEntry, header: bytes | None, compression: str) -> byt
     return zlib.compress(plain)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [2, 10, 127, 128, 131, 259, 387, 16387])
 def test_header_lengths_that_look_like_other_layouts(
     real_entries: list[RealEntry], tmp_path: Path, length: int
@@ -156,6 +157,7 @@ def test_header_lengths_that_look_like_other_layouts(
         assert info.payload_format == "ifrt"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -186,6 +188,7 @@ def test_any_header_decodes_to_the_same_summary(
     assert info.payload_format == ("pjrt" if header is None else "ifrt")
 
 
+@pytest.mark.slow
 def test_jax_loads_the_reencoded_entries(real_entries: list[RealEntry], tmp_path: Path) -> None:
     """The variants above are entries JAX accepts: the test's premise, checked by JAX."""
     paths = []
@@ -218,6 +221,7 @@ def _damaged(entry: RealEntry, how: str) -> bytes:
     raise AssertionError(how)
 
 
+@pytest.mark.slow
 def test_every_entry_scan_calls_corrupt_is_refused_by_jax(
     real_entries: list[RealEntry], tmp_path: Path
 ) -> None:

@@ -7,8 +7,12 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
+
 from cachedoctor.cache import listdir
 from cachedoctor.cache.listdir import DirItem, FileKind
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 
 def test_listing_items_are_what_lstat_says(seed_cache: Path, tmp_path: Path) -> None:

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, parallel, reader
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from tests.support.caches import entries_of
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ _REAL_DECODE_BATCH = parallel._decode_batch
 _REAL_SERIAL = parallel._serial
 
 
-def _dying(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+def _dying(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
     """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
 
     A pool worker knows its parent under every start method; a forkserver worker re-imports this
@@ -48,6 +50,7 @@ def tiny_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
 
+@pytest.mark.slow
 def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
     listing = listdir.list_cache(cache)
     serial = list(reader.iter_entries(listing))
@@ -56,12 +59,14 @@ def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
     assert len(serial) == len(listing.entries) and any(e.problems for e in serial)
 
 
+@pytest.mark.slow
 def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
     a = scan_directory(cache, now=2e9, use_index=False, workers=1)
     b = scan_directory(cache, now=2e9, use_index=False, workers=2)
     assert dumps(scan_document(a)) == dumps(scan_document(b))
 
 
+@pytest.mark.slow
 def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     listing = listdir.list_cache(cache)
     counts: list[int] = []
@@ -69,6 +74,7 @@ def test_progress_counts_every_entry(cache: Path, tiny_batches: None) -> None:
     assert sum(counts) == len(listing.entries)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_a_dead_worker_is_replaced_by_serial_decoding(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch, start_method: str
@@ -101,7 +107,7 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert parallel.default_workers() == len(os.sched_getaffinity(0))
 
 
-def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
+def _collector_state(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
     """Decode, and say in each entry's module whether this process collects cyclic garbage."""
     import dataclasses
     import gc
@@ -112,6 +118,7 @@ def _collector_state(jobs, max_decompressed):  # type: ignore[no-untyped-def]
     ]
 
 
+@pytest.mark.slow
 def test_a_scan_pauses_the_collector_but_its_workers_collect(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,7 +128,7 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
 
     monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
     report = scan_directory(cache, now=2e9, use_index=False, workers=2)
-    assert {e.module for e in report.entries} == {"gc-True-in-worker"}
+    assert {e.module for e in entries_of(report)} == {"gc-True-in-worker"}
     assert gc.isenabled()
     with _cyclic_gc_paused():
         assert not gc.isenabled()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def _entries(cache: Path) -> list[EntryInfo]:
     return list(reader.iter_entries(listdir.list_cache(cache)))
 
 
+@pytest.mark.slow
 def test_listing_classifies_every_file(seed_cache: Path, tmp_path: Path) -> None:
     listing = listdir.list_cache(seed_cache)
     kinds = {i.kind for i in listing.items}
@@ -54,6 +56,7 @@ def test_autotune_dir_is_a_subcache() -> None:
     assert listdir.classify(layout.AUTOTUNE_DIR, is_dir=True)[0] is FileKind.AUTOTUNE_SUBCACHE
 
 
+@pytest.mark.slow
 def test_decodes_real_entries(seed_cache: Path) -> None:
     entries = _entries(seed_cache)
     assert entries and all(e.ok for e in entries), [e.problems for e in entries]
@@ -75,6 +78,7 @@ def test_decodes_real_entries(seed_cache: Path) -> None:
     assert g.program_digest != f_entries[0].program_digest
 
 
+@pytest.mark.slow
 def test_payload_layout_is_read_from_the_bytes(seed_cache: Path) -> None:
     """The layout label (and the IFRT version in it) is what the raw bytes say."""
     entries = _entries(seed_cache)
@@ -84,6 +88,7 @@ def test_payload_layout_is_read_from_the_bytes(seed_cache: Path) -> None:
         assert (e.ifrt_version is None) == (e.payload_format == "pjrt")
 
 
+@pytest.mark.slow
 def test_detail_and_extract_agree(seed_cache: Path, tmp_path: Path) -> None:
     item = next(i for i in listdir.list_cache(seed_cache).entries)
     path = seed_cache / item.name
@@ -99,6 +104,7 @@ def test_detail_and_extract_agree(seed_cache: Path, tmp_path: Path) -> None:
     assert detail.info.compile_time_s == int.from_bytes(raw[:4], "big")
 
 
+@pytest.mark.slow
 def test_zlib_entries_decode_like_zstd(seed_cache: Path, tmp_path: Path) -> None:
     """JAX falls back to zlib without zstandard: same content, other compression."""
     item = next(i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_g"))
@@ -130,7 +136,7 @@ def _huge_frame() -> bytes:
     return magic + fhd + size + block
 
 
-CORRUPT_CASES = {
+CORRUPT_CASES: dict[str, Callable[[bytes], bytes]] = {
     "empty": lambda payload: b"",
     "random": lambda payload: random.Random(1).randbytes(4096),
     "truncated-zstd": lambda payload: zstandard.ZstdCompressor().compress(payload)[:-40],
@@ -147,6 +153,7 @@ CORRUPT_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CORRUPT_CASES))
 def test_corrupt_inputs_become_problems(case: str, seed_cache: Path, tmp_path: Path) -> None:
     data = CORRUPT_CASES[case](_real_payload(seed_cache))
@@ -159,6 +166,7 @@ def test_corrupt_inputs_become_problems(case: str, seed_cache: Path, tmp_path: P
     assert info.program_digest is None and info.executable_digest is None
 
 
+@pytest.mark.slow
 def test_decompression_cap_is_stated(seed_cache: Path, tmp_path: Path) -> None:
     path = tmp_path / ("jit_big-" + "1" * 64 + "-cache")
     path.write_bytes(zstandard.ZstdCompressor().compress(b"\0" * (1 << 20)))
@@ -168,6 +176,7 @@ def test_decompression_cap_is_stated(seed_cache: Path, tmp_path: Path) -> None:
     assert str(1 << 16) in info.problems[0].message
 
 
+@pytest.mark.slow
 def test_symlinked_entry_is_not_followed(seed_cache: Path, tmp_path: Path) -> None:
     target = tmp_path / "outside"
     target.write_bytes(b"secret")
@@ -178,6 +187,7 @@ def test_symlinked_entry_is_not_followed(seed_cache: Path, tmp_path: Path) -> No
     assert info.problems[0].kind == "symlink"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
 def test_unreadable_entry(seed_cache: Path, tmp_path: Path) -> None:
     path = tmp_path / ("jit_u-" + "3" * 64 + "-cache")

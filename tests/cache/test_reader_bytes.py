@@ -183,6 +183,7 @@ def _entries(*caches: Path) -> list[Path]:
     return [c / i.name for c in caches for i in listdir.list_cache(c).entries]
 
 
+@pytest.mark.slow
 def test_the_large_entry_has_large_parts(large_entry: Path) -> None:
     """The premise: an executable field over SMALL_FIELD and a payload over 1 MiB."""
     t = take_apart(large_entry)
@@ -202,6 +203,7 @@ def _without_header(path: Path, folder: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_every_decode_path_reports_the_bytes(
     seed_cache: Path, large_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,6 +239,7 @@ class _UrlStore(LocalStore):
         return open_regular(os.path.join(self.root, name))
 
 
+@pytest.mark.slow
 def test_a_store_entry_is_read_through_the_store(seed_cache: Path) -> None:
     store = _UrlStore(str(seed_cache))
     for item in listdir.list_cache(seed_cache).entries:
@@ -259,6 +262,7 @@ def test_a_store_entry_is_read_through_the_store(seed_cache: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_store_entries_in_listing_order_with_progress(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
     items = list(listdir.list_cache(seed_cache).entries)
@@ -272,6 +276,7 @@ def test_store_entries_in_listing_order_with_progress(seed_cache: Path) -> None:
     assert sorted(seen) == [(n, len(items)) for n in range(1, len(items) + 1)]
 
 
+@pytest.mark.slow
 def test_extract_payload_writes_the_bytes(large_entry: Path, tmp_path: Path) -> None:
     raw = take_apart(large_entry).raw
     zpath = tmp_path / large_entry.name
@@ -396,6 +401,7 @@ DAMAGE_CASES: dict[str, tuple[Callable[[bytes], bytes], tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(DAMAGE_CASES))
 def test_damage_kinds(case: str, seed_cache: Path, tmp_path: Path) -> None:
     make, kinds = DAMAGE_CASES[case]
@@ -420,6 +426,7 @@ def test_damage_kinds(case: str, seed_cache: Path, tmp_path: Path) -> None:
         assert info.program_digest is None and info.volatile == ()
 
 
+@pytest.mark.slow
 def test_over_the_cap_still_says_its_compression(seed_cache: Path, tmp_path: Path) -> None:
     """A zstd frame that declares more than the cap is not decoded, but it is zstd (magic)."""
     (real,) = seed_cache.glob("jit_g-*-cache")
@@ -444,6 +451,7 @@ class _FailingFile(io.BytesIO):
         return super().read(n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", [0, 2, 100, -10])
 def test_read_errors_are_unreadable(at: int, seed_cache: Path) -> None:
     """An I/O error is "unreadable" (scan never calls it corrupt), wherever the read fails."""
@@ -473,6 +481,7 @@ def test_a_vanished_entry_is_unreadable(tmp_path: Path) -> None:
     assert (stray.key, stray.module, stray.problems[0].kind) == ("leftover", None, "unreadable")
 
 
+@pytest.mark.slow
 def test_an_entry_without_suffix_is_named_by_its_key(seed_cache: Path, tmp_path: Path) -> None:
     """jax <= 0.4.29 wrote entries as KEY, without "-cache"."""
     (real,) = seed_cache.glob("jit_g-*-cache")
@@ -483,6 +492,7 @@ def test_an_entry_without_suffix_is_named_by_its_key(seed_cache: Path, tmp_path:
     assert (info.key, info.module, info.problems) == (old.name, "jit_g", ())
 
 
+@pytest.mark.slow
 def test_copies_under_other_names_keep_their_own(seed_cache: Path, tmp_path: Path) -> None:
     """The payload memo serves copies of one executable; the key, module, path and times
     stay each file's own (a copy renamed, e.g. by hand or by a sync tool)."""
@@ -513,6 +523,7 @@ class _SeekFailsFile(io.BytesIO):
         return super().seek(pos, whence)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail_from", range(8))
 def test_seek_errors_never_escape(fail_from: int, seed_cache: Path) -> None:
     """Whichever seek fails, decode_entry returns: the entry decoded, or "unreadable"."""

@@ -8,6 +8,7 @@ listed in docs/format-gpu.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,7 @@ def _decode(path: Path) -> EntryInfo:
     return info
 
 
+@pytest.mark.slow
 def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     info = _decode(plain_gpu_entry(tmp_path, real_hlo_with_config))
     assert info.ok, info.problems
@@ -65,6 +67,7 @@ def test_plain_gpu_entry(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     assert info.format_label == "pjrt"
 
 
+@pytest.mark.slow
 def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_config: bytes) -> None:
     """jax >= 0.10.1 layout: the payload and the executable are both Riegeli split protos."""
     rest = f_bytes(1, real_hlo_with_config) + f_bytes(2, BUFFERS) + CC_H100 + b"".join(THUNKS)
@@ -101,7 +104,8 @@ def test_damaged_split_payload_is_a_problem(tmp_path: Path) -> None:
     assert info.problems[0].kind == "protobuf"  # damage (scan calls it corrupt), not "unsupported"
 
 
-def test_scan_reports_subcaches(seed_cache: Path, copy_of) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_scan_reports_subcaches(seed_cache: Path, copy_of: Callable[[Path], Path]) -> None:
     from tests.support.gpu_vectors import GEMM, TRITON, file_name, key
 
     cache = copy_of(seed_cache)

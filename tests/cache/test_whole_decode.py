@@ -14,17 +14,18 @@ import pytest
 import zstandard
 
 from cachedoctor.cache import decompress, listdir, reader
-from cachedoctor.cache.model import EntryInfo
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import program_env, run_command
+from tests.support.sessioncache import SharedBuilds
 
 
-def _decode(path: Path, key: str) -> EntryInfo:
+def _decode(path: Path, key: str | None) -> EntryInfo:
     info = reader.decode_entry(path, key=key)
     assert isinstance(info, EntryInfo)
     return info
 
 
-def _streamed(path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> EntryInfo:
+def _streamed(path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -> EntryInfo:
     with monkeypatch.context() as m:
         m.setattr(decompress, "WHOLE_DECODE_MAX", 0)
         return _decode(path, key)
@@ -43,7 +44,7 @@ def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
         forged = bytearray(data)
         forged[5] ^= 0x01  # the low byte of the frame content size
         detail = reader.decode_entry(seed_cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail) and detail.hlo_module
+        assert isinstance(detail, EntryDetail) and detail.hlo_module
         damaged_payload = bytearray(raw)  # the HLO module's first tag made wire type 7
         damaged_payload[raw.index(detail.hlo_module)] = 0x0F
         kinds = {
@@ -64,6 +65,7 @@ def _variants(seed_cache: Path, tmp_path: Path) -> list[Path]:
     return out
 
 
+@pytest.mark.slow
 def test_whole_decode_equals_the_stream_decoder(
     seed_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,6 +80,7 @@ def test_whole_decode_equals_the_stream_decoder(
     assert whole_used >= len(paths) // 7  # the real entries, at least, took the fast path
 
 
+@pytest.mark.slow
 def test_copies_are_walked_once(
     seed_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,6 +113,7 @@ def test_copies_are_walked_once(
     assert walks == distinct
 
 
+@pytest.mark.slow
 def test_small_sized_frames_take_one_call_through_one_context_per_thread(
     seed_cache: Path, tmp_path: Path
 ) -> None:
@@ -147,17 +151,21 @@ print(float(project(jnp.float32(0.5))))
 
 
 @pytest.fixture(scope="module")
-def large_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def large_cache(shared_builds: SharedBuilds) -> Path:
     """A real entry over 1 MiB decompressed, compressed over 4 x (2.4 MB of weights)."""
-    root = tmp_path_factory.mktemp("large")
-    (root / "large.py").write_text(LARGE)
-    cache = root / "cache"
-    cache.mkdir()
-    run = run_command([sys.executable, str(root / "large.py")], program_env(str(cache)))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return cache
+
+    def make(root: Path) -> None:
+        (root / "large.py").write_text(LARGE)
+        cache = root / "cache"
+        cache.mkdir()
+        run = run_command([sys.executable, str(root / "large.py")], program_env(str(cache)))
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    root, _ = shared_builds("whole-decode-large", make, LARGE)
+    return root / "cache"
 
 
+@pytest.mark.slow
 def test_large_entries_decompress_in_one_call_and_decode_as_streamed(
     large_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,4 +225,4 @@ def test_a_small_declared_size_in_front_of_a_huge_file_is_not_read_whole(tmp_pat
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20
-    assert info.problems and not info.ok
+    assert isinstance(info, EntryInfo) and info.problems and not info.ok

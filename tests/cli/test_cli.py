@@ -14,6 +14,8 @@ from cachedoctor.cli import cli
 from cachedoctor.errors import CachedoctorError, ExitCode
 from tests.support.caches import SCRIPT, cli_env
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     assert SCRIPT, "the cachedoctor console script is not installed in this environment"

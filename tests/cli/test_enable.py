@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -110,7 +111,7 @@ def test_print_env(config: Path, shell: str, expected: str) -> None:
 
 
 def test_preflight_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(activation.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # as activation calls it
     monkeypatch.setattr(activation, "_cuda_dirs", lambda: [tmp_path / "no-cuda"])
     codes = {
         w.code
@@ -179,7 +180,7 @@ _ASK = (
 )
 
 
-def _fresh(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _fresh(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["JAX_PLATFORMS"] = "cpu"
     env.update(env_extra or {})
@@ -276,6 +277,7 @@ def test_print_env_for_a_bucket_keeps_subcaches_local(
     assert f"XLA sub-caches kept locally at {_LOCAL} (XLA cannot write gs://" in err
 
 
+@pytest.mark.slow
 @needs_pth
 def test_enable_with_a_bucket_sets_local_subcaches_in_fresh_interpreters(config: Path) -> None:
     code, out, _ = _invoke("enable", "--dir", "gs://team-bucket/jax/cache", "--xla-caches", "all")

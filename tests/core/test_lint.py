@@ -9,6 +9,7 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import main
@@ -58,6 +59,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
     return int(code or 0), out, err
 
 
+@pytest.mark.slow
 def test_github_annotations_parse_back(seed_cache: Path) -> None:
     code, out, _ = invoke("lint", str(seed_cache), "--format", "github", "--fail-on", "warning")
     assert code == 1
@@ -88,6 +90,7 @@ def test_github_escaping_round_trips() -> None:
     assert props.count(",") == 0 and ":" not in props
 
 
+@pytest.mark.slow
 def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
     report_file = tmp_path / "lint.xml"
     code, out, _ = invoke(
@@ -122,6 +125,7 @@ def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
     assert [c.get("classname") for c in skipped] == ["cachedoctor.commands.lint.unstable-key"]
 
 
+@pytest.mark.slow
 def test_junit_survives_control_characters(seed_cache: Path) -> None:
     scan = scan_directory(seed_cache)
     odd = Finding(FindingKind.UNKNOWN_FILE, Severity.ERROR, "bad\x01name & <x>", "remove it", "ls")
@@ -131,6 +135,7 @@ def test_junit_survives_control_characters(seed_cache: Path) -> None:
     assert failure is not None and "bad\ufffdname & <x>" in (failure.get("message") or "")
 
 
+@pytest.mark.slow
 def test_json_format(seed_cache: Path) -> None:
     code, out, _ = invoke("lint", str(seed_cache), "--format", "json", "--fail-on", "warning")
     assert code == 1
@@ -141,6 +146,7 @@ def test_json_format(seed_cache: Path) -> None:
     assert finding["fingerprint"] == "unstable-key jit_f" and finding["failing"] is True
 
 
+@pytest.mark.slow
 def test_exit_codes(seed_cache: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir(mode=0o700)
@@ -156,6 +162,7 @@ def test_exit_codes(seed_cache: Path, tmp_path: Path) -> None:
     assert code == 2
 
 
+@pytest.mark.slow
 def test_baseline_is_stable_across_runs(tmp_path: Path) -> None:
     # Its own cache: a copy at another path would re-key every module (the autotune path is hashed).
     cache = tmp_path / "cache"
@@ -196,6 +203,7 @@ def test_baseline_is_stable_across_runs(tmp_path: Path) -> None:
     assert any("baselined finding is gone" in str(n["message"]) for n in parse_annotations(out))
 
 
+@pytest.mark.slow
 def test_bad_baselines_are_usage_errors(seed_cache: Path, tmp_path: Path) -> None:
     code, _, err = invoke("lint", str(seed_cache), "--baseline", str(tmp_path / "none.json"))
     assert code == 2 and "no such baseline file" in err
@@ -208,6 +216,7 @@ def test_bad_baselines_are_usage_errors(seed_cache: Path, tmp_path: Path) -> Non
     assert code == 2 and "not a cachedoctor lint baseline" in err
 
 
+@pytest.mark.slow
 def test_fingerprints_ignore_volatile_parts(seed_cache: Path, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     shutil.copytree(seed_cache, moved)

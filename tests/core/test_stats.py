@@ -22,6 +22,7 @@ from cachedoctor.cli import main
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.programs import program_path
 from tests.support.hookrun import MISS_RE, base_env, run_recorded
+from tests.support.sessioncache import SharedBuilds
 
 HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)'")
 
@@ -39,6 +40,7 @@ def stats_json(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stable", "observe", "stats"])
 def test_stats_count_exactly_what_jax_logs(tmp_path: Path, mode: str) -> None:
     cache = tmp_path / "cache"
@@ -66,6 +68,7 @@ def test_stats_count_exactly_what_jax_logs(tmp_path: Path, mode: str) -> None:
         assert any(f["kind"] == "never-hit" for f in report["findings"])
 
 
+@pytest.mark.slow
 def test_stats_mode_changes_no_key(tmp_path: Path) -> None:
     """CACHEDOCTOR_HOOK=stats keeps JAX's own keys: the entries are those of a run without it.
 
@@ -83,6 +86,7 @@ def test_stats_mode_changes_no_key(tmp_path: Path) -> None:
     assert list((cache / STATS_DIRNAME).glob("*.json"))
 
 
+@pytest.mark.slow
 def test_concurrent_processes_lose_no_record(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -106,6 +110,7 @@ def test_concurrent_processes_lose_no_record(tmp_path: Path) -> None:
     assert report["totals"]["requests"] == requests
 
 
+@pytest.mark.slow
 def test_a_failed_write_warns_once_and_never_breaks_the_program(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -116,15 +121,19 @@ def test_a_failed_write_warns_once_and_never_breaks_the_program(tmp_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def recorded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def recorded_cache(shared_builds: SharedBuilds) -> Path:
     """The seed program run three times with stats recording."""
-    cache = tmp_path_factory.mktemp("stats") / "cache"
-    cache.mkdir()
-    for _ in range(3):
-        run_recorded(cache, "stats")
-    return cache
+
+    def make(root: Path) -> None:
+        (root / "cache").mkdir()
+        for _ in range(3):
+            run_recorded(root / "cache", "stats")
+
+    root, _ = shared_builds("stats-recorded", make)
+    return root / "cache"
 
 
+@pytest.mark.slow
 def test_torn_and_foreign_files_are_findings(
     recorded_cache: Path, copy_of, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -142,6 +151,7 @@ def test_torn_and_foreign_files_are_findings(
     assert re.search(r"processes\s+3\b", out.out)
 
 
+@pytest.mark.slow
 def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
     cache = copy_of(recorded_cache)
     assert stats_json(cache, "--module", "jit_iota")["modules"][0]["module"] == "jit_iota"
@@ -168,6 +178,7 @@ def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
     assert len(archive.read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_bad_since_is_one_line_usage_error(recorded_cache: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "cachedoctor", "stats", str(recorded_cache), "--since", "soon"],
@@ -180,6 +191,7 @@ def test_bad_since_is_one_line_usage_error(recorded_cache: Path) -> None:
     assert "'--since': not a time: 'soon'" in err and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_lint_reports_a_module_that_never_hit(recorded_cache: Path) -> None:
     """jit_f (custom_partitioning, JAX's keys) compiled in 3 processes and never hit."""
     proc = subprocess.run(
@@ -204,6 +216,7 @@ def test_lint_reports_a_module_that_never_hit(recorded_cache: Path) -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     CHROMIUM is None,
     reason="needs Debian's chromium to render the page (`apt-get install -y chromium`; .ci/run "
@@ -239,6 +252,7 @@ def test_html_page_renders_in_headless_chromium(recorded_cache: Path, tmp_path: 
     assert never == [m["module"] for m in report["modules"] if m["never_hit"]] == ["jit_f"]
 
 
+@pytest.mark.slow
 def test_prune_keeps_the_stats_folder_bounded(recorded_cache: Path, copy_of) -> None:
     """An old archive that takes the folder over its bound goes first; the records stay."""
     cache = copy_of(recorded_cache)
@@ -269,6 +283,7 @@ def test_prune_keeps_the_stats_folder_bounded(recorded_cache: Path, copy_of) -> 
     assert sorted(p.name for p in folder.glob("*.json")) == records
 
 
+@pytest.mark.slow
 def test_enable_stats_only_records_through_the_config_file(tmp_path: Path) -> None:
     """`enable --stats-only` writes hook = "stats"; a process with only that file records."""
     cache, config = tmp_path / "cache", tmp_path / "config.toml"
@@ -290,13 +305,17 @@ def test_enable_stats_only_records_through_the_config_file(tmp_path: Path) -> No
     assert not (cache / "cachedoctor-manifests").exists()  # no hook: no manifests
 
 
+@pytest.mark.slow
 def test_status_reports_stats_only_recording(tmp_path: Path) -> None:
     """In `stats` mode no hook is installed, yet `status` says recording is on and where to."""
     cache, config = tmp_path / "cache", tmp_path / "config.toml"
     env = base_env(None, CACHEDOCTOR_CONFIG=str(config))
-    run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
-    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cachedoctor", *args], env=env, capture_output=True, text=True
+        )
+
     assert run("enable", "--dir", str(cache), "--stats-only").returncode == 0
     shown = run("status")
     assert shown.returncode == 0, shown.stderr[-2000:]

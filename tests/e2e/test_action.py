@@ -16,12 +16,15 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 
 import cachedoctor
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO
 from tests.support.hookrun import base_env
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 ACTION = REPO / "action.yml"
 EXPR = re.compile(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}")

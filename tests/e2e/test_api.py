@@ -27,6 +27,7 @@ def test_public_names_are_stable() -> None:
         cachedoctor.no_such_function  # noqa: B018
 
 
+@pytest.mark.slow
 def test_import_is_cheap() -> None:
     code = (
         "import sys, cachedoctor; "
@@ -42,6 +43,7 @@ def _keys(cache: Path, module: str) -> list[Path]:
     return sorted(p for p in cache.glob(f"{module}-*-cache"))
 
 
+@pytest.mark.slow
 def test_scan_diff_and_prune_plan(seed_cache: Path) -> None:
     report = cachedoctor.scan(seed_cache)
     assert report.summary.entries == len(list(seed_cache.glob("*-cache")))
@@ -66,6 +68,7 @@ def test_scan_diff_and_prune_plan(seed_cache: Path) -> None:
     assert plan.to_dict()["command"] == "prune"
 
 
+@pytest.mark.slow
 def test_stats_is_what_the_cli_prints(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -80,7 +83,9 @@ def test_stats_is_what_the_cli_prints(tmp_path: Path) -> None:
         env=base_env(None),
         check=True,
     )
-    assert json.loads(cli.stdout) == json.loads(json.dumps(report.to_dict()))
+    document = json.loads(cli.stdout)
+    assert document.pop("schema_version") == 1  # the document is versioned, the report not
+    assert document == json.loads(json.dumps(report.to_dict()))
     assert cachedoctor.stats(cache, since="2999-01-01").processes == 0
 
 

@@ -23,6 +23,8 @@ BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import generate  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 
 def _compile(cache: Path, spec: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_PLATFORMS": "cpu"}

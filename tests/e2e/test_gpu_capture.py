@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from cachedoctor import layout
 from cachedoctor.xla import gpu
 from tests.support.caches import REPO
@@ -31,6 +33,8 @@ from tests.support.gpu_vectors import (
     manifest,
     riegeli_file,
 )
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 SCRIPT = REPO / "tools" / "gpu_capture.py"
 

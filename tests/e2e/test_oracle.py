@@ -23,7 +23,8 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
-from tests.support.caches import SUPPORT_DIR
+from tests.support.caches import SUPPORT_DIR, entries_of
+from tests.support.sessioncache import SharedBuilds
 
 CORPUS = SUPPORT_DIR / "oracle_corpus.py"
 HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)' with key '([^']+)'")
@@ -64,14 +65,19 @@ def truth_of(cache: Path, log: str) -> Truth:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Truth:
-    cache = tmp_path_factory.mktemp("oracle") / "cache"
-    cache.mkdir()
-    return truth_of(cache, run_twice(cache, [sys.executable, str(CORPUS)]))
+def corpus(shared_builds: SharedBuilds) -> Truth:
+    def make(root: Path) -> Truth:
+        cache = root / "cache"
+        cache.mkdir()
+        return truth_of(cache, run_twice(cache, [sys.executable, str(CORPUS)]))
+
+    _, truth = shared_builds("oracle", make, CORPUS.read_text())
+    assert isinstance(truth, Truth)
+    return truth
 
 
 def assert_agrees_with_jax(truth: Truth, report: ScanReport) -> None:
-    entries = {e.key: e for e in report.entries}
+    entries = {e.key: e for e in entries_of(report)}
     for key in truth.hits:
         assert key in entries, f"JAX hit {key}, scan does not list it"
         assert entries[key].ok, (key, entries[key].problems)

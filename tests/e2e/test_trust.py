@@ -18,6 +18,8 @@ import pytest
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO, SCRIPT, cli_env
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 HASH = "a" * 64
 TIMEOUT_S = 60  # a hang fails the test instead of stalling the suite
 

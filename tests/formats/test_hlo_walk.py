@@ -11,6 +11,8 @@ from cachedoctor.formats import wire
 from cachedoctor.xla import hlo
 from tests.support.caches import hlo_modules
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 
 def _modules(cache: Path) -> list[bytes]:
     out = hlo_modules(cache)
@@ -70,11 +72,12 @@ def _with_names(message: wire.Buffer, depth: int) -> bytes:
     bytes: not UTF-8. (Computation names stay: the entry is found by its name.)"""
     out = []
     for number, wt, value in wire.field_list(message):
+        new: wire.FieldValue | bytes = value
         if number == 1 and not isinstance(value, int) and depth == 2:
-            value = b"\xff" * len(value)
+            new = b"\xff" * len(value)
         elif depth < 2 and number == (3 if depth == 0 else 2) and not isinstance(value, int):
-            value = _with_names(value, depth + 1)
-        out.append(wire.encode_field(number, wt, value))
+            new = _with_names(value, depth + 1)
+        out.append(wire.encode_field(number, wt, new))
     return b"".join(out)
 
 

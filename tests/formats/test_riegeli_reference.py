@@ -15,6 +15,7 @@ import platform
 import random
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def reference_records(path: Path) -> list[bytes]:
         reader.close()
 
 
-def _int(fields: dict[int, list[object]], number: int) -> int:
+def _int(fields: Mapping[int, Sequence[object]], number: int) -> int:
     value = fields.get(number, [0])[-1]
     assert isinstance(value, int)
     return value
@@ -216,6 +217,7 @@ def test_transposed_chunks_are_refused_clearly(tmp_path: Path, options: str) -> 
     assert not splitproto.is_split_proto(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", ["snappy", "uncompressed", "zstd:3"])
 def test_gpu_entry_from_the_reference_writer_through_the_reader(
     tmp_path: Path,

@@ -69,7 +69,9 @@ def test_nested_override_path() -> None:
     rec = f_bytes(3, f_bytes(1, f_varint(1, 1)) + f_bytes(1, f_varint(1, 3)) + f_varint(2, 1))
     records = [manifest("x.Outer", [rec]), b"inner value"]
     fields = fields_by_number(splitproto.reassemble(records).message)
-    inner = fields_by_number(fields[1][-1])
+    nested = fields[1][-1]
+    assert isinstance(nested, memoryview)
+    inner = fields_by_number(nested)
     assert bytes(inner[3][-1]) == b"inner value"
 
 

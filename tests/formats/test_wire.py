@@ -125,12 +125,13 @@ def test_walker_reads_what_protobuf_wrote(seed: int, walker: str) -> None:
 def _stream_fields(stream: wire.ByteStream, length: int | None = None) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
     for number, _wt, value in wire.iter_stream_fields(stream, length):
+        kept: object = value
         if isinstance(value, wire.StreamField):
             if number == 2048:
-                value = _stream_fields(stream, value.length)
+                kept = _stream_fields(stream, value.length)
             else:
-                value = memoryview(value.read(1 << 20))
-        out.setdefault(number, []).append(value)
+                kept = memoryview(value.read(1 << 20))
+        out.setdefault(number, []).append(kept)
     return out
 
 

@@ -58,6 +58,7 @@ def _run(
     return int(exit_.value.code or 0), capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_scan_draws_a_bar_on_a_terminal(
     seed_cache: Path, terminal: Terminal, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,6 +70,7 @@ def test_scan_draws_a_bar_on_a_terminal(
     assert "scanning" not in out  # the report itself is untouched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args", [["scan", "--json"], ["lint", "--format", "json"], ["lint", "--format", "github"]]
 )
@@ -84,6 +86,7 @@ def test_no_bar_beside_json_or_ci_formats(
         json.loads(out)
 
 
+@pytest.mark.slow
 def test_no_bar_in_ci(
     seed_cache: Path,
     terminal: Terminal,
@@ -95,6 +98,7 @@ def test_no_bar_in_ci(
     assert "scanning" not in terminal.drawn()
 
 
+@pytest.mark.slow
 def test_prune_plan_draws_a_bar_but_not_beside_json(
     seed_cache: Path, terminal: Terminal, capsys: pytest.CaptureFixture[str]
 ) -> None:

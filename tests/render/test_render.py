@@ -3,6 +3,7 @@ format writes the reports it supports the way its per-format function does."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from pathlib import Path
@@ -16,7 +17,14 @@ from cachedoctor.cli._common import CI_FORMATS
 from cachedoctor.core import lint
 from cachedoctor.core.findings import FindingKind, Severity
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.render.formats import FORMATS, render_to_string, renderer
+from cachedoctor.render.formats import (
+    FORMATS,
+    KINDS,
+    TEXT_WRITERS,
+    Format,
+    render_to_string,
+    renderer,
+)
 from cachedoctor.render.jsonout import dumps, scan_document
 
 
@@ -30,6 +38,46 @@ def test_every_ci_format_is_registered() -> None:
     assert all(FORMATS[name].name == name for name in FORMATS)
 
 
+def test_every_report_kind_is_a_class_with_a_text_writer() -> None:
+    """The registry names each report class by its module; each must resolve to that class
+    (a renamed or moved class fails here, not in a user's terminal)."""
+    for kind in KINDS:
+        importlib.import_module(kind.module)
+        cls = kind.resolve()
+        assert isinstance(cls, type) and cls.__name__ == kind.name, kind
+        assert kind in TEXT_WRITERS, kind
+    for fmt in FORMATS.values():
+        assert isinstance(fmt, Format) and set(fmt.writers) <= set(KINDS)
+
+
+def test_dispatch_is_by_type_not_by_class_name() -> None:
+    """A class that merely shares a report's name is not that report; a subclass is."""
+    from cachedoctor.core.findings import Finding
+    from cachedoctor.render.formats import FindingList
+
+    impostor = type("FindingList", (), {"findings": ()})()
+    with pytest.raises(TypeError, match="no text output for a FindingList"):
+        renderer("text").render(impostor, _console()[0])
+
+    class Narrowed(FindingList):
+        pass
+
+    console, buf = _console()
+    finding = Finding(FindingKind.ORPHAN, Severity.INFO, "m", "a", "e")
+    renderer("text").render(Narrowed((finding,)), console)
+    assert "orphan" in buf.getvalue()
+
+
+def test_stats_json_has_a_schema_version_and_the_report() -> None:
+    from cachedoctor.core.stats import summarise
+
+    report = summarise("/nowhere", [], [], None)
+    doc = json.loads(render_to_string(report, "json"))
+    assert doc == {"schema_version": 1, **report.to_dict()}
+    assert next(iter(doc)) == "schema_version"
+
+
+@pytest.mark.slow
 def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
     report = lint.lint_directory(str(seed_cache), fail_on=Severity.ERROR, ignore=())
     console, buf = _console()
@@ -48,6 +96,7 @@ def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
     assert render_to_string(report, "text").splitlines()[-1] == report.summary_line()
 
 
+@pytest.mark.slow
 def test_scan_json_and_table(seed_cache: Path) -> None:
     report = scan_directory(seed_cache, now=2e9)
     assert render_to_string(report, "json") == dumps(scan_document(report)) + "\n"
@@ -56,6 +105,7 @@ def test_scan_json_and_table(seed_cache: Path) -> None:
     assert f"{len(report.modules) - 1} more modules (use --json)" in buf.getvalue()
 
 
+@pytest.mark.slow
 def test_a_format_refuses_a_report_it_has_no_output_for(seed_cache: Path) -> None:
     report = scan_directory(seed_cache, now=2e9)
     with pytest.raises(TypeError, match="no junit output for a ScanReport"):
@@ -235,7 +285,11 @@ def test_lint_text_in_few_calls_is_the_text_of_a_print_a_line(
     for render in (render_lint, _lint_as_before):
         buf = io.StringIO()
         console = Console(
-            file=buf, width=120, highlight=False, color_system=colour, force_terminal=bool(colour)
+            file=buf,
+            width=120,
+            highlight=False,
+            color_system="truecolor" if colour else None,
+            force_terminal=bool(colour),
         )
         render(report, console)
         outputs.append(buf.getvalue())

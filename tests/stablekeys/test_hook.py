@@ -13,7 +13,8 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
-from tests.support.hookrun import base_env, entries, run_program
+from tests.support.hookrun import Run, base_env, entries, run_program
+from tests.support.sessioncache import SharedBuilds
 
 pytestmark = pytest.mark.slow
 
@@ -21,14 +22,15 @@ SEED_RESULT = "result: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]"
 
 
 @pytest.fixture(scope="session")
-def seed_ten(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+def seed_ten(shared_builds: SharedBuilds) -> tuple[Path, list[Run]]:
     """The seed program run 10 times with the hook in one cache dir (shared, do not modify)."""
-    cache = tmp_path_factory.mktemp("seed-ten")
-    runs = [run_program("seed", cache) for _ in range(10)]
+    cache, runs = shared_builds(
+        "seed-ten", lambda cache: [run_program("seed", cache) for _ in range(10)]
+    )
     return cache, runs
 
 
-def test_seed_ten_runs_one_entry_and_hits(seed_ten: tuple[Path, list]) -> None:
+def test_seed_ten_runs_one_entry_and_hits(seed_ten: tuple[Path, list[Run]]) -> None:
     cache, runs = seed_ten
     assert len(entries(cache, "jit_f")) == 1
     assert "jit_f" in runs[0].misses
@@ -51,7 +53,9 @@ def test_seed_without_hook_never_hits(tmp_path: Path) -> None:
     assert "jit_f" in runs[1].misses
 
 
-def test_changed_partition_gives_new_key_and_result(seed_ten: tuple[Path, list], tmp_path: Path):
+def test_changed_partition_gives_new_key_and_result(
+    seed_ten: tuple[Path, list[Run]], tmp_path: Path
+):
     cache = tmp_path / "cache"
     shutil.copytree(seed_ten[0], cache)
     old_key = entries(cache, "jit_f")[0]
@@ -92,7 +96,7 @@ def _jax_hashes_autotune_dir() -> bool:
     return "xla_gpu_per_fusion_autotune_cache_dir" not in src
 
 
-def test_copied_cache_hits_at_new_path(seed_ten: tuple[Path, list], tmp_path: Path) -> None:
+def test_copied_cache_hits_at_new_path(seed_ten: tuple[Path, list[Run]], tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere" / "cache"
     shutil.copytree(seed_ten[0], moved)
     before = entries(moved)
@@ -212,7 +216,7 @@ def test_record_ir_keeps_the_canonical_module(tmp_path: Path) -> None:
 
 
 def test_process_settings_that_do_not_change_the_program_still_hit(
-    seed_ten: tuple[Path, list], tmp_path: Path
+    seed_ten: tuple[Path, list[Run]], tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
     shutil.copytree(seed_ten[0], cache)

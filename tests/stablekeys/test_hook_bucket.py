@@ -5,6 +5,7 @@ leave whole manifests, and the manifests are read once per process."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,12 +171,14 @@ def test_the_hook_reaches_a_bucket_through_jax_s_own_filesystem(
 
     monkeypatch.setattr(manifest, "_STORES", {})
     url = servers.url("s3", "shared/cache")
-    assert manifest.store_for(url).fs is not jax_path.Path(url)._backend.fs(url)
+    jax_fs: Any = jax_path.Path(url)._backend  # type: ignore[attr-defined]
+    first: Any = manifest.store_for(url)
+    assert first.fs is not jax_fs.fs(url)
     monkeypatch.setattr(manifest, "_STORES", {})
     monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
     manifest.share_jax_filesystem()
-    store = manifest.store_for(url)
-    assert store.fs is jax_path.Path(url)._backend.fs(url)
+    store: Any = manifest.store_for(url)
+    assert store.fs is jax_fs.fs(url)
     store.write_atomic("cachedoctor-manifests/m-0.json", b"{}", create=True)
     assert manifest.manifest_keys(url) == {"m-0"}
 

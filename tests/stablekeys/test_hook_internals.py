@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 from jax._src import cache_key as ck
@@ -26,7 +27,7 @@ def test_install_is_idempotent_and_uninstall_restores() -> None:
     original = cc.get_cache_key
     assert hook.install("stable") is True
     wrapper = cc.get_cache_key
-    assert wrapper is not original and wrapper.__cachedoctor_original__ is original
+    assert wrapper is not original and vars(wrapper)["__cachedoctor_original__"] is original
     assert hook.install("observe") is True
     assert cc.get_cache_key is wrapper and hook.installed_mode() == "observe"
     assert hook.uninstall() is True
@@ -44,7 +45,8 @@ def test_unknown_signature_warns_once_and_leaves_jax_alone(monkeypatch) -> None:
         assert hook.install("stable") is False
         assert hook.install("stable") is False
     assert len(caught) == 1 and "unexpected JAX internals" in str(caught[0].message)
-    assert cc.get_cache_key is get_cache_key
+    current: object = cc.get_cache_key
+    assert current is get_cache_key
     assert hook.installed_mode() is None
 
 
@@ -68,18 +70,22 @@ def test_fdo_sharing_keys_pass_through() -> None:
     assert not hook._strips_partitioning((False,), {})
 
 
-def test_autotune_roles_follow_jax_s_process_id(monkeypatch, capsys) -> None:
+def test_autotune_roles_follow_jax_s_process_id(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The wrapper gives the folder activation chose JAX's modes by JAX's process id, and
     touches no other folder; an unknown JAX is left alone with one line on stderr. (A whole
     job on a bucket: test_hook_distributed.py.)"""
     from jax._src import compiler, distributed
     from jax._src.interpreters import pxla
-    from jax._src.lib import xla_client as xc
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     from cachedoctor.stablekeys import subcache_roles
 
-    def options_with(folder):
-        def get_compile_options(num_replicas, num_partitions, *args, **kwargs):
+    def options_with(folder: str) -> Any:
+        def get_compile_options(
+            num_replicas: int, num_partitions: int, *args: Any, **kwargs: Any
+        ) -> Any:
             options = xc.CompileOptions()
             options.executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir = (
                 folder
@@ -98,7 +104,7 @@ def test_autotune_roles_follow_jax_s_process_id(monkeypatch, capsys) -> None:
         monkeypatch.setattr(compiler, "get_compile_options", fake)
         untouched = [m["autotune_mode"] for m in subcache_roles.roles((0, 1, 2)).values()]
         assert subcache_roles.install("/local/autotune") is True
-        assert compiler.get_compile_options.__cachedoctor_original__ is fake
+        assert getattr(compiler.get_compile_options, "__cachedoctor_original__", None) is fake
         found = [m["autotune_mode"] for m in subcache_roles.roles((0, 1, 2)).values()]
         assert found == (expected or untouched)
         assert distributed.global_state.process_id == 0  # put back

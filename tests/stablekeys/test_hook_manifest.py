@@ -35,7 +35,7 @@ def test_round_trip_and_recompute(tmp_path: Path) -> None:
     r = _result()
     m = manifest.from_key_result(r, mode="stable", stored_under=r.key, jax_key=None)
     path = manifest.write_manifest(tmp_path, m, ir_text=r.canonical_ir)
-    assert path.parent.name == layout.MANIFEST_DIRNAME
+    assert isinstance(path, Path) and path.parent.name == layout.MANIFEST_DIRNAME
     assert not list(tmp_path.glob("*-cache"))  # nothing JAX's LRU would count
     loaded = manifest.load_manifest(tmp_path, r.key)
     assert loaded is not None and loaded.has_ir and loaded.volatile[0]["raw"] == "1234"

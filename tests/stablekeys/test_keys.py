@@ -21,7 +21,7 @@ pytest.importorskip("jax")
 
 def test_replay_arguments_round_trip() -> None:
     """Recorded shapes and shardings decode to what XLA passed (replay calls with them)."""
-    from jax._src.lib import xla_client as xc
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     shape = xc.Shape.array_shape(np.dtype("bfloat16"), (8, 4))
     tuple_shape = xc.Shape.tuple_shape([shape, xc.Shape.array_shape(np.dtype("int8"), ())])
@@ -102,7 +102,7 @@ def test_combine_depends_on_version_and_every_component() -> None:
     assert keys.combine(list(reversed(comps))) != base
 
 
-def _real_key_inputs(autotune_dir: str) -> tuple[object, object, object, object]:
+def _real_key_inputs(autotune_dir: str) -> tuple[Any, Any, Any, Any]:
     """What JAX passes to get_cache_key for a small jitted function, with an autotune path."""
     import jax
     import jax.numpy as jnp
@@ -172,7 +172,7 @@ def _lowered(fn: Any) -> Any:
 def _cp_module(pointer: str) -> Any:
     """A module with one custom_partitioning call, parsed by JAX's MLIR bindings."""
     from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     with mlir.make_ir_context():
         return ir.Module.parse(CP_MODULE.replace("POINTER", pointer))
@@ -246,12 +246,13 @@ def test_cache_dir_paths_are_relative_to_the_cache_dir(tmp_path: Path) -> None:
     options.executable_build_options.debug_options.xla_gpu_kernel_cache_file = (
         f"{tmp_path}/b/xla_gpu_kernel_cache_file"
     )
-    previous = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", f"{tmp_path}/b")
+    option = "jax_compilation_cache_dir"
+    previous = getattr(jax.config, option)
+    jax.config.update(option, f"{tmp_path}/b")  # type: ignore[no-untyped-call]
     try:
         configured = keys.stable_key(module, devices, options, backend)
     finally:
-        jax.config.update("jax_compilation_cache_dir", previous)
+        jax.config.update(option, previous)  # type: ignore[no-untyped-call]
     assert configured.cache_dir == f"{tmp_path}/b" and configured.changed
     # JAX's own key of the options with the placeholder paths is what we hashed
     _, canonical, _ = _target()
@@ -316,29 +317,29 @@ def test_custom_partitioning_pointers_become_placeholders(monkeypatch: pytest.Mo
     assert declared.jax_equivalent_key == _jax_key(declared_module, devices, options, backend)
     # no callbacks, or declared inputs that cannot be read: the pointer stays (a miss, never a
     # wrong hit), and the result says why
-    for pointer, reason in [
+    for raw, reason in [
         ("6666", "no callbacks registered"),
         ("5555", "depends_on raised ZeroDivisionError: division by zero"),
     ]:
-        kept = key(pointer)
+        kept = key(raw)
         assert [(v.field, v.raw, v.canonical, v.reason) for v in kept.volatile] == [
-            ("custom_call[0].backend_config", pointer, pointer, reason)
+            ("custom_call[0].backend_config", raw, raw, reason)
         ]
         assert not kept.sound and kept.to_replay == []
-        assert kept.jax_equivalent_key == _jax_key(_cp_module(pointer), devices, options, backend)
+        assert kept.jax_equivalent_key == _jax_key(_cp_module(raw), devices, options, backend)
     assert key("6666").key != key("7777").key
     # every custom call is looked at, whatever came before it
     call = '{backend_config = "SECOND", api_version = 2 : i32} : (tensor<8xf32>) -> tensor<8xf32>'
-    second = CP_MODULE.replace(
+    two_calls = CP_MODULE.replace(
         "return %0", f"%1 = stablehlo.custom_call @CustomSPMDPartitioning(%0) {call}\n    return %1"
     )
     for first_pointer in ("6666", "5555"):
         from jax._src.interpreters import mlir
-        from jax._src.lib.mlir import ir
+        from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
         with mlir.make_ir_context():
             module = ir.Module.parse(
-                second.replace("POINTER", first_pointer).replace("SECOND", "1111")
+                two_calls.replace("POINTER", first_pointer).replace("SECOND", "1111")
             )
         both = keys.stable_key(module, devices, options, backend)
         assert [(v.field, v.canonical) for v in both.volatile] == [
@@ -428,13 +429,13 @@ def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     fails("compilation_cache.get_cache_key no longer calls cache_key.get")
 
     def renamed(module: Any, devices: Any, options: Any, backend: Any, x: Any = 0) -> Any:
-        return cache_key.get(module)  # noqa: F821 - only its names are read
+        return cache_key.get(module)  # type: ignore[name-defined]  # noqa: F821 - never run: only its names are read
 
     monkeypatch.setattr(cc, "get_cache_key", renamed)
     fails("unexpected get_cache_key signature ['module', 'devices', 'options', 'backend', 'x']")
 
     def extra(module: Any, devices: Any, compile_options: Any, backend: Any) -> Any:
-        return cache_key.get(module)  # noqa: F821 - only its names are read
+        return cache_key.get(module)  # type: ignore[name-defined]  # noqa: F821 - never run: only its names are read
 
     monkeypatch.setattr(cc, "get_cache_key", extra)
     fails("unexpected get_cache_key signature ['module', 'devices', 'compile_options', 'backend']")
@@ -451,14 +452,14 @@ def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _infer_args() -> tuple[Any, ...]:
-    from jax._src.lib import xla_client as xc
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     shape = xc.Shape.array_shape(np.dtype("float32"), (8,))
     return [shape], [xc.HloSharding.iota_tile((2,))], shape
 
 
 def test_recorded_calls_are_kept_per_expected_pointer(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jax._src.lib import xla_client as xc
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     monkeypatch.setattr(replay, "_calls", {})
     monkeypatch.setattr(replay, "_overflow", set())
@@ -508,7 +509,7 @@ def test_recorded_calls_are_kept_per_expected_pointer(monkeypatch: pytest.Monkey
 
 
 def test_replay_compares_what_the_callbacks_return_now(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jax._src.lib import xla_client as xc
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     monkeypatch.setattr(replay, "_calls", {})
     monkeypatch.setattr(replay, "_overflow", set())
@@ -542,8 +543,8 @@ def test_replay_compares_what_the_callbacks_return_now(monkeypatch: pytest.Monke
 def test_partition_digest_ignores_debug_locations() -> None:
     """The per-shard module is compared without the locations of the Python frames that built it."""
     from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
-    from jax._src.lib.mlir import ir
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     def bytecode(text: str) -> bytes:
         with mlir.make_ir_context():
@@ -575,7 +576,7 @@ def test_entry_points_are_checked_before_wrapping(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(replay, "_originals", {})
     name = replay.ENTRY_POINTS["infer"][0]
 
-    def renamed(arg_shapes, arg_shardings, result_shape, pointer):  # type: ignore[no-untyped-def]
+    def renamed(arg_shapes: Any, arg_shardings: Any, result_shape: Any, pointer: Any) -> Any:
         raise AssertionError
 
     monkeypatch.setattr(cp, name, renamed)

@@ -9,11 +9,14 @@ import errno
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cachedoctor.cache import listdir, reader
+from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.stores import (
@@ -67,6 +70,40 @@ def test_retry_counts_throttles_and_succeeds() -> None:
     assert stats.retries == 2
     assert stats.retry_reasons == {"SlowDown": 1, "TooManyRequests": 1}
     assert len(waits) == 2
+
+
+def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI passes its stderr writer for the command (``telling_waits``); outside it (the
+    API, the hook in a JAX process) nobody is told. Store threads are told too."""
+    monkeypatch.setattr(stores, "_waited", threading.Event())
+
+    def flaky_once() -> Callable[[], str]:
+        calls: list[Exception | str] = [ConnectionError("refused"), "ok"]
+
+        def call() -> str:
+            value = calls.pop(0)
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return call
+
+    told: list[str] = []
+    assert call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None) == "ok"
+    assert told == []
+    with stores.telling_waits(told.append):
+        stores.bounded_map(
+            lambda _: call_with_retry(
+                flaky_once(), what="listing s3://b/p", policy=FAST, sleep=lambda s: None
+            ),
+            [1, 2, 3],
+            workers=3,
+        )
+    assert len(told) == 1 and told[0].startswith("cachedoctor: waiting for listing s3://b/p")
+    assert "(ConnectionError)" in told[0]
+    monkeypatch.setattr(stores, "_waited", threading.Event())
+    call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None)
+    assert len(told) == 1  # the block has ended
 
 
 def test_retry_gives_up_with_a_named_error() -> None:
@@ -136,6 +173,7 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
         stores.open_store("s3://bucket/cache")
 
 
+@pytest.mark.slow
 def test_cli_without_the_extra_says_which(tmp_path: Path) -> None:
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -214,6 +252,7 @@ def test_local_delete_only_what_was_planned(tmp_path: Path) -> None:
     assert store.delete_if_unchanged("a-cache", plan["a-cache"]).outcome is DeleteOutcome.GONE
 
 
+@pytest.mark.slow
 def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
     listing = listdir.list_cache(seed_cache)
     assert listing.entries
@@ -225,9 +264,10 @@ def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
                 path, key=item.key, detail=True, fileobj=fh, size=item.size, mtime_ns=item.mtime_ns
             )
         assert by_file == by_path
-        assert by_path.info.ok
+        assert isinstance(by_path, EntryDetail) and by_path.info.ok
 
 
+@pytest.mark.slow
 def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
     assert listdir.list_cache(store) == listdir.list_cache(seed_cache)
@@ -237,6 +277,7 @@ def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> N
     assert via_store.entries == direct.entries
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "reason"),
     [

@@ -23,6 +23,7 @@ import pytest
 
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir, reader
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
@@ -35,7 +36,7 @@ from tests.support.buckets import (
     throttling_proxy,
     upload,
 )
-from tests.support.caches import cli_env
+from tests.support.caches import cli_env, entries_of
 
 pytestmark = pytest.mark.remote
 
@@ -95,11 +96,12 @@ def _comparable(report: ScanReport) -> tuple[Any, ...]:
     )
     entries = [
         (e.key, e.size, e.compile_time_s, e.executable_digest, e.program_digest, e.problems)
-        for e in report.entries
+        for e in entries_of(report)
     ]
     return findings, entries, report.summary, report.modules
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_same_findings_local_and_in_the_bucket(
     scheme: str, uploaded: dict[str, str], local_cache: Path
@@ -111,9 +113,10 @@ def test_same_findings_local_and_in_the_bucket(
     assert remote.cache_dir == uploaded[scheme]
     assert _comparable(remote) == _comparable(local)
     assert FindingKind.UNSTABLE_KEY in {f.kind for f in remote.findings}  # not a vacuous match
-    assert remote.entries[0].path.startswith(uploaded[scheme] + "/")
+    assert entries_of(remote)[0].path.startswith(uploaded[scheme] + "/")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -125,13 +128,15 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     read: list[str] = []
     real = reader.decode_item
 
-    def counting(store, item, **kwargs):  # type: ignore[no-untyped-def]
+    def counting(
+        store: stores.Store, item: listdir.DirItem, **kwargs: Any
+    ) -> EntryInfo | EntryDetail:
         read.append(item.name)
         return real(store, item, **kwargs)
 
     monkeypatch.setattr(reader, "decode_item", counting)
     first = scan_directory(url, now=0.0)
-    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     assert sorted(read) == names
     read.clear()
     assert scan_directory(url, now=0.0) == first
@@ -147,32 +152,35 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     assert again == scan_directory(url, now=0.0, use_index=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
-    scheme: str, servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
+    scheme: str,
+    servers: Servers,
+    local_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    memo_served: list[ScanReport],
 ) -> None:
     """The scan memo keys a bucket's report by every object's generation / ETag (which every
     write changes, so objects uploaded just now are no matter): a scan after a rewrite is the
     scan without index or memo."""
-
-    from cachedoctor.core.scan.memo import Deferred
-
     url = servers.url(scheme, "memo/cache")
     upload(url, local_cache)
     later = time.time()
     first = scan_directory(url, now=later)
     again = scan_directory(url, now=later)
-    assert isinstance(again.entries, Deferred) and not isinstance(first.entries, Deferred)
+    assert any(again is r for r in memo_served) and not any(first is r for r in memo_served)
     assert again == first == scan_directory(url, now=later, use_index=False)
     store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
-    names = sorted(e.key + layout.CACHE_SUFFIX for e in first.entries)
+    names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     store.fs.pipe_file(store.path_of(names[0]), b"\x28\xb5\x2f\xfd garbage")
     changed = scan_directory(url, now=later)
-    assert not isinstance(changed.entries, Deferred)
+    assert not any(changed is r for r in memo_served)
     assert changed == scan_directory(url, now=later, use_index=False) != first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_cli_scan_and_show_of_a_bucket(
     scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
@@ -218,17 +226,18 @@ def test_cli_scan_and_show_of_a_bucket(
     assert by_url.stdout == shown.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_jax_writes_straight_to_the_server(scheme: str, servers: Servers) -> None:
     url = servers.url(scheme, "written-by-jax")
     run = run_program("plain", url)  # the environment points JAX at the server
     assert run.returncode == 0, run.stderr[-2000:]
     report = scan_directory(url, now=0.0)
-    assert {e.module for e in report.entries} >= {"jit_g"}
-    assert all(e.ok for e in report.entries)
+    assert {e.module for e in entries_of(report)} >= {"jit_g"}
+    assert all(e.ok for e in entries_of(report))
     # JAX names its autotune sub-cache inside the URL (CPU never writes it): not "relocated"
     assert any(
-        e.autotune_dir == f"{url}/xla_gpu_per_fusion_autotune_cache_dir" for e in report.entries
+        e.autotune_dir == f"{url}/xla_gpu_per_fusion_autotune_cache_dir" for e in entries_of(report)
     )
     assert FindingKind.RELOCATED not in {f.kind for f in report.findings}
 
@@ -238,6 +247,7 @@ def _store_via(scheme: str, endpoint: str, url: str, mp: pytest.MonkeyPatch) -> 
     return RemoteStore(url, policy=FAST, workers=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_throttled_scan_completes_with_the_same_result(
     scheme: str, servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
@@ -254,6 +264,7 @@ def test_throttled_scan_completes_with_the_same_result(
     assert set(store.stats.retry_reasons) == {"SlowDown" if scheme == "s3" else "http-429"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache: Path) -> None:
     url = servers.url(scheme, "prune/cache")
@@ -279,6 +290,7 @@ def test_delete_only_what_was_planned(scheme: str, servers: Servers, local_cache
     assert again.outcome is DeleteOutcome.GONE
 
 
+@pytest.mark.slow
 def test_s3_server_refuses_a_delete_of_a_changed_object(
     servers: Servers, local_cache: Path
 ) -> None:
@@ -294,6 +306,7 @@ def test_s3_server_refuses_a_delete_of_a_changed_object(
     assert store.stat(item.name) is not None
 
 
+@pytest.mark.slow
 def test_gcs_delete_is_sent_with_if_generation_match(
     servers: Servers, local_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -398,6 +411,7 @@ def _no_mtime(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k != "mtime_ns"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_diff_of_bucket_entries_matches_local(
     scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
@@ -432,6 +446,7 @@ def test_diff_of_bucket_entries_matches_local(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_prune_a_bucket_dry_run_then_apply(
     scheme: str, servers: Servers, local_cache: Path
@@ -474,6 +489,7 @@ def test_prune_a_bucket_dry_run_then_apply(
         stores.open_store(url).list()
 
 
+@pytest.mark.slow
 def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     """JAX writes to the S3 server with the stable-key hook on: one manifest object per key."""
     from cachedoctor.core.check.runner import program_env, run_command
@@ -518,6 +534,7 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
         store.list()
 
 
+@pytest.mark.slow
 def test_enable_with_a_bucket_keeps_xla_subcaches_local(
     servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,8 +23,10 @@ import pytest
 import zstandard
 
 from cachedoctor.cache import listdir, reader
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import Run, program_env, run_command, run_program
 from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 
@@ -62,7 +64,7 @@ def hlo_modules(cache: Path) -> list[bytes]:
     out = []
     for item in listdir.list_cache(cache).entries:
         detail = reader.decode_entry(cache / item.name, detail=True)
-        assert isinstance(detail, reader.EntryDetail)
+        assert isinstance(detail, EntryDetail)
         if detail.hlo_module is not None:
             out.append(detail.hlo_module)
     return out
@@ -182,3 +184,8 @@ _BESIDE = Path(sys.executable).parent / "cachedoctor"
 
 
 SCRIPT = str(_BESIDE) if _BESIDE.exists() else shutil.which("cachedoctor")
+
+
+def entries_of(report: ScanReport) -> tuple[EntryInfo, ...]:
+    """A scan's entries (every scan the tests make asks for them: ``entries=True``)."""
+    return report.loaded_entries()[0]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,10 +61,11 @@ class Run:
         return next(line for line in self.stdout.splitlines() if line.startswith("result:"))
 
     @property
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
+        """The hook's counters, as JSON (numbers and flags)."""
         for line in self.stdout.splitlines():
             if line.startswith(STATS_PREFIX):
-                data: dict[str, object] = json.loads(line[len(STATS_PREFIX) :])
+                data: dict[str, Any] = json.loads(line[len(STATS_PREFIX) :])
                 return data
         return {}
 

@@ -47,4 +47,5 @@ def _load(name: str) -> None:
 def message_class(proto_file: str, full_name: str) -> type[Message]:
     """The class of message ``full_name`` defined in jaxlib's ``proto_file``."""
     _load(proto_file)
-    return message_factory.GetMessageClass(_pool().FindMessageTypeByName(full_name))
+    cls: type[Message] = message_factory.GetMessageClass(_pool().FindMessageTypeByName(full_name))
+    return cls

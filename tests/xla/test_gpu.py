@@ -191,10 +191,12 @@ def test_extracted_module_renders_as_hlo_text() -> None:
     # A real HloModuleProto (from jax on CPU) placed where GPU entries keep it.
     import jax
     import jax.numpy as jnp
-    from jax._src.lib import xla_client
+    from jax._src.lib import xla_client  # type: ignore[attr-defined]
 
     lowered = jax.jit(lambda x: x * 2 + 1).lower(jnp.ones(4))
-    module = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
+    hlo = lowered.compiler_ir("hlo")
+    assert hlo is not None
+    module = hlo.as_serialized_hlo_module_proto()
     executable = f_bytes(1, f_bytes(1, module) + f_bytes(2, CONFIG)) + f_bytes(3, PTX) + CC_H100
     ex = gpu.decode_gpu_executable(executable)
     assert ex.hlo_module == module

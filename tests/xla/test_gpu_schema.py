@@ -9,6 +9,7 @@ the messages here, and our decoders must agree with it.
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import Message
 
 from cachedoctor.formats import splitproto
 from cachedoctor.formats.errors import UnsupportedFormat
@@ -31,10 +32,10 @@ def manifest_of(result_type: str, overrides: list[int | None]) -> bytes:
             override = record.field_override_record
             override.field_path.add(field_number=field)
             override.field_type = override.TYPE_STRING
-    return manifest.SerializeToString()
+    return bytes(manifest.SerializeToString())
 
 
-def gpu_executable_message():  # type: ignore[no-untyped-def]
+def gpu_executable_message() -> Message:
     exe = message_class(GPU_EXECUTABLE, "xla.gpu.GpuExecutableProto")()
     module = exe.hlo_module_with_config.hlo_module
     module.name, module.entry_computation_name = "jit_g", "main.1"

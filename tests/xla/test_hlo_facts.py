@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.formats import wire
 from cachedoctor.xla import hlo, hlo_facts
 from tests.support.caches import hlo_modules
+from tests.support.sessioncache import SharedBuilds
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 # Programs whose modules cover what the view reads: called computations (while, cond, sort,
 # reduce, scatter), parameters and tuples, 8-way sharding with shard_map, LAPACK custom calls,
@@ -73,22 +77,25 @@ print("done")
 
 
 @pytest.fixture(scope="module")
-def real_modules(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> list[bytes]:
+def real_modules(shared_builds: SharedBuilds, seed_cache: Path) -> list[bytes]:
     """Modules of the seed cache (custom_partitioning) and of the VARIETY program."""
-    root = tmp_path_factory.mktemp("variety")
-    script, cache = root / "variety.py", root / "cache"
-    script.write_text(VARIETY)
-    cache.mkdir()
-    if not hasattr(__import__("jax"), "shard_map"):  # jax < 0.6: the experimental spelling
-        script.write_text(
-            VARIETY.replace(
-                "jax.shard_map",
-                "__import__('jax.experimental.shard_map').experimental.shard_map.shard_map",
+
+    def make(root: Path) -> None:
+        script, cache = root / "variety.py", root / "cache"
+        script.write_text(VARIETY)
+        cache.mkdir()
+        if not hasattr(__import__("jax"), "shard_map"):  # jax < 0.6: the experimental spelling
+            script.write_text(
+                VARIETY.replace(
+                    "jax.shard_map",
+                    "__import__('jax.experimental.shard_map').experimental.shard_map.shard_map",
+                )
             )
-        )
-    run = run_command([sys.executable, str(script)], program_env(str(cache)))
-    assert run.returncode == 0, run.stderr[-3000:]
-    modules = hlo_modules(seed_cache) + hlo_modules(cache)
+        run = run_command([sys.executable, str(script)], program_env(str(cache)))
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    root, _ = shared_builds("variety", make, VARIETY)
+    modules = hlo_modules(seed_cache) + hlo_modules(root / "cache")
     assert len(modules) >= 12
     return modules
 
@@ -120,16 +127,21 @@ def _partition(values: list[str]) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def _rewrite(message: wire.Buffer, path: tuple[int, ...], change: object) -> bytes:
+Value = wire.FieldValue | bytes  # what a rewrite may put in a field's place
+Change = Callable[[int, int, wire.FieldValue], Value]
+
+
+def _rewrite(message: wire.Buffer, path: tuple[int, ...], change: Change) -> bytes:
     """Re-encode a module, applying ``change(number, wt, value) -> value`` to the fields of
     every message at ``path`` (() = module, (3,) = computations, (3, 2) = instructions)."""
     out = []
     for number, wt, value in wire.field_list(message):
+        new: Value = value
         if path and number == path[0] and not isinstance(value, int):
-            value = _rewrite(value, path[1:], change)
+            new = _rewrite(value, path[1:], change)
         elif not path:
-            value = change(number, wt, value)  # type: ignore[operator]
-        out.append(wire.encode_field(number, wt, value))
+            new = change(number, wt, value)
+        out.append(wire.encode_field(number, wt, new))
     return b"".join(out)
 
 
@@ -137,7 +149,7 @@ def _rerun(module: bytes) -> bytes:
     """What another run of the same program may store: another module id, instruction names
     and source metadata (the code moved), and a module name of another function."""
 
-    def instruction(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def instruction(number: int, wt: int, value: wire.FieldValue) -> Value:
         if number == 1 and not isinstance(value, int):
             return b"renamed." + bytes(value)
         if number == 7 and not isinstance(value, int):
@@ -146,7 +158,7 @@ def _rerun(module: bytes) -> bytes:
             )
         return value
 
-    def module_fields(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def module_fields(number: int, wt: int, value: wire.FieldValue) -> Value:
         if number == 5 and isinstance(value, int):
             return value + 17
         return b"jit_other" if number == 1 else value
@@ -157,7 +169,7 @@ def _rerun(module: bytes) -> bytes:
 def _renumbered(module: bytes, offset: int) -> bytes:
     """Every instruction id, and every reference to one, moved by ``offset``."""
 
-    def shift_ids(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def shift_ids(number: int, wt: int, value: wire.FieldValue) -> Value:
         if number == 35 and isinstance(value, int):
             return value + offset
         if number in (36, 37):  # operands, control predecessors
@@ -165,7 +177,7 @@ def _renumbered(module: bytes, offset: int) -> bytes:
             return ids[0] if isinstance(value, int) else b"".join(map(wire.encode_varint, ids))
         return value
 
-    def root(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def root(number: int, wt: int, value: wire.FieldValue) -> Value:
         return value + offset if number == 6 and isinstance(value, int) else value
 
     return _rewrite(_rewrite(module, (3, 2), shift_ids), (3,), root)
@@ -175,11 +187,12 @@ def _one_opcode_changed(module: bytes) -> bytes:
     """The first ``tanh``/``sine``/``add`` of the module made another op: a real change."""
     done = False
 
-    def change(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def change(number: int, wt: int, value: wire.FieldValue) -> Value:
         nonlocal done
-        if number == 2 and not done and bytes(value) in (b"tanh", b"sine", b"add"):  # type: ignore[arg-type]
+        opcode = None if isinstance(value, int) else bytes(value)
+        if number == 2 and not done and opcode in (b"tanh", b"sine", b"add"):
             done = True
-            return b"cosine" if bytes(value) != b"cosine" else b"tanh"  # type: ignore[arg-type]
+            return b"cosine" if opcode != b"cosine" else b"tanh"
         return value
 
     changed = _rewrite(module, (3, 2), change)
@@ -239,7 +252,7 @@ def test_volatile_addresses_are_masked(real_modules: list[bytes]) -> None:
 def _with_config(module: bytes, config: bytes) -> bytes:
     """The module with ``config`` as the backend_config of every instruction."""
 
-    def instructions(number: int, wt: int, value: wire.FieldValue) -> wire.FieldValue:
+    def instructions(number: int, wt: int, value: wire.FieldValue) -> Value:
         if number == 2 and not isinstance(value, int):
             kept = _rewrite(value, (), lambda n, _wt, v: b"" if n == 43 else v)
             return kept + wire.encode_field(43, wire.LEN, config)

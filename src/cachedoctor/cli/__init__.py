@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> Any:
     _no_startup_activation()
     from cachedoctor.storage import stores
 
-    stores.wait_notice = lambda line: click.echo(line, err=True)
     try:
-        return cli.main(args=argv, standalone_mode=False)
+        with stores.telling_waits(lambda line: click.echo(line, err=True)):
+            return cli.main(args=argv, standalone_mode=False)
     except CachedoctorError as exc:
         click.echo(f"cachedoctor: {exc.slug}: {exc}", err=True)
         sys.exit(int(exc.code))

@@ -67,4 +67,4 @@ def not_a_cache(report: ScanReport) -> None:
     An empty folder is a fresh cache and passes.
     """
     if not report.looks_like_cache:
-        raise NotACacheError(report.cache_dir, len(report.other_files))
+        raise NotACacheError(report.cache_dir, report.other_file_count)

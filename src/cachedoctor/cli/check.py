@@ -14,7 +14,7 @@ from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli.params import complete_dir
 from cachedoctor.errors import CachedoctorError, ExitCode, clip
 from cachedoctor.render.console import stdout_console
-from cachedoctor.render.formats import render_to_string, renderer
+from cachedoctor.render.formats import renderer, write_report
 
 if TYPE_CHECKING:
     from cachedoctor.core.check.report import CheckReport
@@ -103,12 +103,10 @@ def check(
         stderr=err,
         progress=progress,
     )
-    from cachedoctor.core.lint import write_text_atomic
-
     if junit_file:
-        write_text_atomic(junit_file, render_to_string(report, "junit"))
+        write_report(junit_file, report, "junit")
     if output is not None:
-        write_text_atomic(output, render_to_string(report, fmt))
+        write_report(output, report, fmt)
     else:
         renderer(fmt).render(report, stdout_console())
     ctx.exit(int(exit_code(report)))

@@ -19,6 +19,7 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.programs import program_path
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import FindingList, renderer
 
 _MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '(jit_f)'")
 
@@ -84,10 +85,8 @@ def demo(ctx: click.Context, runs: int, keep: bool) -> None:
             console.print(f"     {key}")
 
         console.print(Text("\n2. cachedoctor scan", style="bold"))
-        report = scan_directory(cache)
-        from cachedoctor.render.table import render_findings
-
-        render_findings(report, console)
+        report = scan_directory(cache, entries=False)
+        renderer("text").render(FindingList(report.findings), console)
         unstable = [f for f in report.findings if f.kind is FindingKind.UNSTABLE_KEY]
         if not unstable:
             console.print(

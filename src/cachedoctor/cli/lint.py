@@ -10,7 +10,7 @@ from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
-from cachedoctor.render.formats import render_to_string, renderer
+from cachedoctor.render.formats import renderer, write_report
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
@@ -83,9 +83,9 @@ def lint(
         )
     not_a_cache(report.scan)
     if junit_file:
-        core.write_text_atomic(junit_file, render_to_string(report, "junit"))
+        write_report(junit_file, report, "junit")
     if output is not None:
-        core.write_text_atomic(output, render_to_string(report, fmt))
+        write_report(output, report, fmt)
     else:
         renderer(fmt).render(report, stdout_console())
     if write_baseline:

@@ -7,8 +7,10 @@ import click
 from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.params import DURATION, complete_dir
-from cachedoctor.cli.prune import _render, plan_and_apply
+from cachedoctor.cli.prune import plan_and_apply
 from cachedoctor.errors import ExitCode
+from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import PlanReport, renderer
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
@@ -58,7 +60,7 @@ def rekey(
             do_apply,
             lock_timeout,
         )
-    _render(plan, result, as_json)
+    renderer("json" if as_json else "text").render(PlanReport(plan, result), stdout_console())
     failed = bool(plan.conflicts) or (
         result is not None and any(o.status is Status.FAILED for o in result.outcomes)
     )

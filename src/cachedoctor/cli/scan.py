@@ -68,9 +68,9 @@ def scan(
     try:
         with progress_bar(not as_json, "scanning") as progress:
             if is_url(cache_dir):
-                report = _scan_bucket(cache_dir, progress)
+                report = _scan_bucket(cache_dir, progress, as_json)
             else:
-                report = scan_directory(cache_dir, progress=progress)
+                report = scan_directory(cache_dir, progress=progress, entries=as_json)
     except OSError as exc:
         raise path_error(exc, cache_dir) from None
     not_a_cache(report)
@@ -81,13 +81,13 @@ def scan(
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
 
-def _scan_bucket(url: str, progress: ProgressCallback | None) -> ScanReport:
+def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> ScanReport:
     """Scan a bucket prefix; the request and retry counts go to stderr."""
     from cachedoctor.storage.stores import open_store
 
     store = open_store(url)
     start = time.monotonic()
-    report = scan_directory(store, progress=progress)
+    report = scan_directory(store, progress=progress, entries=entries)
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from cachedoctor.cache import model, reader
 from cachedoctor.cache.locate import locate_entry, locate_in_store
 from cachedoctor.cache.reader import decode_item
 from cachedoctor.cli.params import complete_dir
-from cachedoctor.errors import CachedoctorError, ExitCode, clip
+from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import ShowReport, renderer
 from cachedoctor.stablekeys.settings import default_cache_dir
 from cachedoctor.storage.stores import one_line_errors
 from cachedoctor.storage.urls import is_url
@@ -67,30 +66,10 @@ def show(
             raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")
         hlo_text = render_hlo(detail.hlo_module) or "(jaxlib could not render this module)"
     if extract:
-        if os.path.exists(extract):
-            raise CachedoctorError(f"{extract} exists; not overwriting it", slug="exists")
-        try:
-            out = open(extract, "xb")  # noqa: SIM115 (closed below; the open is what may fail)
-        except OSError as exc:
-            raise CachedoctorError(
-                f"cannot write {clip(extract)}: {exc.strerror or exc}", slug="io"
-            ) from None
-        with out:
-            try:
-                if store is not None and item is not None:
-                    with store.open_read(item.name) as fh:
-                        written = reader.extract_payload(path, out, fileobj=fh)
-                else:
-                    written = reader.extract_payload(path, out)
-            except ValueError as exc:
-                raise CachedoctorError(f"cannot extract {path}: {exc}", slug="corrupt") from exc
+        from cachedoctor.core.show import extract_to_file
+
+        written = extract_to_file(path, extract, store=store, item=item)
         click.echo(f"wrote {written} bytes to {extract}", err=True)
-    if as_json:
-        from cachedoctor.render.jsonout import dumps, show_document
-
-        click.echo(dumps(show_document(detail, hlo_text)))
-    else:
-        from cachedoctor.render.table import render_show
-
-        render_show(detail, stdout_console(), hlo_text)
+    report = ShowReport(detail, hlo_text)
+    renderer("json" if as_json else "text").render(report, stdout_console())
     ctx.exit(int(ExitCode.OK if detail.info.ok else ExitCode.FINDINGS))

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli.params import SINCE, complete_dir
 from cachedoctor.core.stats import collect_stats, zero
-from cachedoctor.errors import CachedoctorError, path_error
+from cachedoctor.errors import path_error
 from cachedoctor.render.console import stdout_console
+from cachedoctor.render.formats import renderer, write_report
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
@@ -86,25 +84,11 @@ def stats(
     console = stdout_console()
     try:
         if zero_stats:
-            from cachedoctor.render.stats import render_zero
-
-            render_zero(zero(cache_dir, apply=apply), console)
+            renderer("text").render(zero(cache_dir, apply=apply), console)
             return
         report = collect_stats(cache_dir, since=since, module=module)
     except OSError as exc:  # cachedoctor-stats/ itself a file, a link loop, unreadable
         raise path_error(exc, exc.filename or cache_dir) from None
     if html_file:
-        from cachedoctor.render.stats import html_page
-
-        try:
-            Path(html_file).write_text(html_page(report), encoding="utf-8")
-        except OSError as exc:
-            raise CachedoctorError(
-                f"cannot write {html_file}: {exc.strerror or exc}", slug="io"
-            ) from None
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        from cachedoctor.render.stats import render_stats
-
-        render_stats(report, console, max_modules=max_modules)
+        write_report(html_file, report, "html")
+    renderer("json" if as_json else "text", max_modules=max_modules).render(report, console)

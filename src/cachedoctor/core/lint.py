@@ -169,7 +169,7 @@ def write_baseline(path: str | os.PathLike[str], report: LintReport) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a report or baseline whole; a failure is a one-line error, not a traceback."""
+    """Write a baseline whole; a failure is a one-line error, not a traceback."""
     try:
         write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
@@ -226,7 +226,7 @@ def lint_directory(
     """Scan ``cache_dir`` and judge the findings; I/O problems raise ``CachedoctorError``."""
     baseline = load_baseline(baseline_path) if baseline_path else None
     try:
-        scan = scan_directory(cache_dir, progress=progress)
+        scan = scan_directory(cache_dir, progress=progress, entries=False)
     except OSError as exc:
         raise path_error(exc, cache_dir) from None
     try:

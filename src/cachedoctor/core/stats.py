@@ -248,7 +248,7 @@ def collect_stats(
     scanned = None
     if scan and records:
         try:
-            scanned = scan_directory(store)
+            scanned = scan_directory(store, entries=False)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
     report = summarise(cache_dir, records, problems, scanned, since=since, module=module)

@@ -1,23 +1,36 @@
 """One renderer interface and one registry of output formats (pip-audit's ``_format`` model).
 
-Every format implements one method, ``render(report, console)``; ``FORMATS`` maps the names the
-commands accept (``--format``/``--json``) to them. A format knows each kind of report (scan,
-lint, check, plan, diff, module diff) by its class name and imports the per-format function
-(``table``, ``jsonout``, ``ci``, ``github``, ``junit``, ``plan``, ``difftext``, ``diffjson``) only
-when it writes that report, so rendering a scan loads no diff or check code.
+Every command hands its report to ``renderer(name).render(report, console)``; ``FORMATS`` maps
+the names the commands accept (``--format``, ``--json``, ``--html``) to them. A format is a table
+of writers, one per kind of report it supports, and picks the writer by the report's type
+(``isinstance`` against the report class itself). Each kind names its class by the module that
+defines it and is resolved only once that module is loaded (a report of that kind exists only
+then): the registry imports no report module, and a writer imports its per-format function
+(``table``, ``jsonout``, ``ci``, ``github``, ``junit``, ``plan``, ``difftext``, ``diffjson``,
+``stats``, ``status``) only when it writes, so rendering a scan loads no diff, check or stats
+code. ``tests/render/test_render.py`` resolves every kind, so a renamed class fails there.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from cachedoctor.cache.model import EntryDetail
+    from cachedoctor.core.check.report import CheckReport
+    from cachedoctor.core.diff.report import DiffReport, ModuleDiffReport
+    from cachedoctor.core.findings import Finding
+    from cachedoctor.core.lint import LintReport
     from cachedoctor.core.prune.actions import ApplyReport, Plan
+    from cachedoctor.core.scan.report import ScanReport
+    from cachedoctor.core.stats import StatsReport, ZeroReport
+    from cachedoctor.stablekeys.activation import StatusReport
 
 
 class Renderer(Protocol):
@@ -31,6 +44,9 @@ class Renderer(Protocol):
         """Write ``report`` to ``console`` (machine formats write plain text to its file)."""
 
 
+# --- reports that are views of others ----------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class PlanReport:
     """What ``prune`` and ``rekey`` show: the plan, and what applying it did (None: dry run)."""
@@ -39,7 +55,63 @@ class PlanReport:
     result: ApplyReport | None = None
 
 
-Writer = Callable[[Any, Console], None]
+@dataclass(frozen=True)
+class ShowReport:
+    """What ``show`` shows: one entry in detail, and its HLO text with ``--hlo``."""
+
+    detail: EntryDetail
+    hlo_text: str | None = None
+
+
+@dataclass(frozen=True)
+class FindingList:
+    """Findings alone, as ``scan`` prints them (``demo`` shows its scan's findings so)."""
+
+    findings: Sequence[Finding]
+
+
+# --- the registry --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """A report class, named by the module that defines it (see the module docstring)."""
+
+    module: str
+    name: str
+
+    def resolve(self) -> type | None:
+        """The class, or None while its module is not loaded (no report of it can exist)."""
+        loaded = sys.modules.get(self.module)
+        cls = getattr(loaded, self.name, None) if loaded is not None else None
+        return cls if isinstance(cls, type) else None
+
+    def __str__(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+SCAN = ReportKind("cachedoctor.core.scan.report", "ScanReport")
+LINT = ReportKind("cachedoctor.core.lint", "LintReport")
+CHECK = ReportKind("cachedoctor.core.check.report", "CheckReport")
+DIFF = ReportKind("cachedoctor.core.diff.report", "DiffReport")
+MODULE_DIFF = ReportKind("cachedoctor.core.diff.report", "ModuleDiffReport")
+STATS = ReportKind("cachedoctor.core.stats", "StatsReport")
+ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
+STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
+PLAN = ReportKind(__name__, "PlanReport")
+SHOW = ReportKind(__name__, "ShowReport")
+FINDINGS = ReportKind(__name__, "FindingList")
+KINDS = (SCAN, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, PLAN, SHOW, FINDINGS)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a command's options change in its output."""
+
+    max_modules: int = 25  # rows of the scan's and stats' module tables
+
+
+Writer = Callable[[Any, Console, Options], None]
 
 
 @dataclass(frozen=True)
@@ -47,27 +119,48 @@ class Format:
     """A format as a table of writers, one per kind of report it supports."""
 
     name: str
-    writers: Mapping[str, Writer] = field(repr=False)
+    writers: Mapping[ReportKind, Writer] = field(repr=False)
+    options: Options = Options()
 
     def render(self, report: Any, console: Console) -> None:
-        writer = self.writers.get(type(report).__name__)
-        if writer is None:
-            raise TypeError(f"no {self.name} output for a {type(report).__name__}")
-        writer(report, console)
+        self.writer_for(report)(report, console, self.options)
+
+    def writer_for(self, report: Any) -> Writer:
+        for kind, writer in self.writers.items():
+            cls = kind.resolve()
+            if cls is not None and isinstance(report, cls):
+                return writer
+        raise TypeError(f"no {self.name} output for a {type(report).__name__}")
 
 
 def renderer(name: str, *, max_modules: int = 25) -> Renderer:
-    """The format called ``name``; ``max_modules`` bounds the scan table's module rows."""
-    if name == "text":
-        return Format("text", {**TEXT_WRITERS, "ScanReport": _scan_table(max_modules)})
-    return FORMATS[name]
+    """The format called ``name``; ``max_modules`` bounds the module tables' rows."""
+    fmt = FORMATS[name]
+    assert isinstance(fmt, Format)
+    return Format(fmt.name, fmt.writers, Options(max_modules=max_modules))
 
 
 def render_to_string(report: Any, name: str) -> str:
-    """The report as text for a file (``-o FILE``): no colour, 120 columns."""
+    """The report as text for a file (``-o FILE``, ``--html FILE``): no colour, 120 columns."""
     buf = io.StringIO()
     renderer(name).render(report, Console(file=buf, width=120, no_color=True, highlight=False))
     return buf.getvalue()
+
+
+def write_report(path: str, report: Any, name: str) -> None:
+    """Write the report in format ``name`` to the file ``path``, whole or not at all (the one
+    atomic write, ``storage/files``; the mode ``open()`` would give); a failure is a one-line
+    ``CachedoctorError``."""
+    from cachedoctor.errors import CachedoctorError, clip
+    from cachedoctor.storage.files import new_file_mode, write_atomic
+
+    data = render_to_string(report, name).encode("utf-8")
+    try:
+        write_atomic(path, data, mode=new_file_mode())
+    except OSError as exc:
+        raise CachedoctorError(
+            f"cannot write {clip(path)}: {exc.strerror or exc}", slug="io"
+        ) from None
 
 
 def _write(console: Console, text: str) -> None:
@@ -79,60 +172,92 @@ def _write(console: Console, text: str) -> None:
 # --- text ------------------------------------------------------------------------------------
 
 
-def _scan_table(max_modules: int) -> Writer:
-    def write(report: Any, console: Console) -> None:
-        from cachedoctor.render.table import render_scan
+def _scan_text(report: ScanReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.table import render_scan
 
-        render_scan(report, console, max_modules=max_modules)
-
-    return write
+    render_scan(report, console, max_modules=options.max_modules)
 
 
-def _lint_text(report: Any, console: Console) -> None:
+def _lint_text(report: LintReport, console: Console, options: Options) -> None:
     from cachedoctor.render.ci import render_lint
 
     render_lint(report, console)
 
 
-def _check_text(report: Any, console: Console) -> None:
+def _check_text(report: CheckReport, console: Console, options: Options) -> None:
     from cachedoctor.render.ci import render_check
 
     render_check(report, console)
 
 
-def _plan_text(report: PlanReport, console: Console) -> None:
+def _plan_text(report: PlanReport, console: Console, options: Options) -> None:
     from cachedoctor.render.plan import render_plan
 
     render_plan(report.plan, console, result=report.result)
 
 
-def _diff_text(report: Any, console: Console) -> None:
+def _diff_text(report: DiffReport, console: Console, options: Options) -> None:
     from cachedoctor.render.difftext import render_diff
 
     render_diff(report, console)
 
 
-def _module_diff_text(report: Any, console: Console) -> None:
+def _module_diff_text(report: ModuleDiffReport, console: Console, options: Options) -> None:
     from cachedoctor.render.difftext import render_module
 
     render_module(report, console)
 
 
-TEXT_WRITERS: Mapping[str, Writer] = {
-    "ScanReport": _scan_table(25),
-    "LintReport": _lint_text,
-    "CheckReport": _check_text,
-    "PlanReport": _plan_text,
-    "DiffReport": _diff_text,
-    "ModuleDiffReport": _module_diff_text,
+def _stats_text(report: StatsReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.stats import render_stats
+
+    render_stats(report, console, max_modules=options.max_modules)
+
+
+def _zero_text(report: ZeroReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.stats import render_zero
+
+    render_zero(report, console)
+
+
+def _status_text(report: StatusReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.status import status_lines
+
+    _write(console, "\n".join(status_lines(report)))
+
+
+def _show_text(report: ShowReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.table import render_show
+
+    render_show(report.detail, console, report.hlo_text)
+
+
+def _findings_text(report: FindingList, console: Console, options: Options) -> None:
+    from cachedoctor.render.table import render_finding_list
+
+    render_finding_list(report.findings, console)
+
+
+TEXT_WRITERS: Mapping[ReportKind, Writer] = {
+    SCAN: _scan_text,
+    LINT: _lint_text,
+    CHECK: _check_text,
+    PLAN: _plan_text,
+    DIFF: _diff_text,
+    MODULE_DIFF: _module_diff_text,
+    STATS: _stats_text,
+    ZERO: _zero_text,
+    STATUS: _status_text,
+    SHOW: _show_text,
+    FINDINGS: _findings_text,
 }
 
 
-# --- json ------------------------------------------------------------------------------------
+# --- json: every document has schema_version (docs/json-schema.md) ---------------------------
 
 
 def _json(document: Callable[[Any], dict[str, Any]]) -> Writer:
-    def write(report: Any, console: Console) -> None:
+    def write(report: Any, console: Console, options: Options) -> None:
         from cachedoctor.render.jsonout import dumps
 
         _write(console, dumps(document(report)))
@@ -140,7 +265,7 @@ def _json(document: Callable[[Any], dict[str, Any]]) -> Writer:
     return write
 
 
-def _scan_json(report: Any, console: Console) -> None:
+def _scan_json(report: ScanReport, console: Console, options: Options) -> None:
     """Streamed, one entry at a time: a 50k-entry document is never held whole."""
     from cachedoctor.render.jsonout import iter_scan_json
 
@@ -150,13 +275,13 @@ def _scan_json(report: Any, console: Console) -> None:
     console.file.flush()
 
 
-def _lint_document(report: Any) -> dict[str, Any]:
+def _lint_document(report: LintReport) -> dict[str, Any]:
     from cachedoctor.render.ci import lint_document
 
     return lint_document(report)
 
 
-def _check_document(report: Any) -> dict[str, Any]:
+def _check_document(report: CheckReport) -> dict[str, Any]:
     from cachedoctor.render.ci import check_document
 
     return check_document(report)
@@ -168,58 +293,86 @@ def _plan_document(report: PlanReport) -> dict[str, Any]:
     return plan_document(report.plan, report.result)
 
 
-def _diff_document(report: Any) -> dict[str, Any]:
+def _diff_document(report: DiffReport) -> dict[str, Any]:
     from cachedoctor.render.diffjson import diff_document
 
     return diff_document(report)
 
 
-def _module_diff_document(report: Any) -> dict[str, Any]:
+def _module_diff_document(report: ModuleDiffReport) -> dict[str, Any]:
     from cachedoctor.render.diffjson import module_document
 
     return module_document(report)
 
 
-# --- github, junit (CI commands only) ----------------------------------------------------------
+def _stats_document(report: StatsReport) -> dict[str, Any]:
+    from cachedoctor.render.stats import stats_document
+
+    return stats_document(report)
 
 
-def _lint_github(report: Any, console: Console) -> None:
+def _status_json(report: StatusReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.status import status_json
+
+    _write(console, status_json(report))
+
+
+def _show_document(report: ShowReport) -> dict[str, Any]:
+    from cachedoctor.render.jsonout import show_document
+
+    return show_document(report.detail, report.hlo_text)
+
+
+JSON_WRITERS: Mapping[ReportKind, Writer] = {
+    SCAN: _scan_json,
+    LINT: _json(_lint_document),
+    CHECK: _json(_check_document),
+    PLAN: _json(_plan_document),
+    DIFF: _json(_diff_document),
+    MODULE_DIFF: _json(_module_diff_document),
+    STATS: _json(_stats_document),
+    STATUS: _status_json,
+    SHOW: _json(_show_document),
+}
+
+
+# --- github, junit (CI commands only); html (stats) --------------------------------------------
+
+
+def _lint_github(report: LintReport, console: Console, options: Options) -> None:
     from cachedoctor.render.github import lint_lines
 
     _write(console, "\n".join(lint_lines(report)))
 
 
-def _check_github(report: Any, console: Console) -> None:
+def _check_github(report: CheckReport, console: Console, options: Options) -> None:
     from cachedoctor.render.github import check_lines
 
     _write(console, "\n".join(check_lines(report)))
 
 
-def _lint_junit(report: Any, console: Console) -> None:
+def _lint_junit(report: LintReport, console: Console, options: Options) -> None:
     from cachedoctor.render.junit import lint_xml
 
     _write(console, lint_xml(report))
 
 
-def _check_junit(report: Any, console: Console) -> None:
+def _check_junit(report: CheckReport, console: Console, options: Options) -> None:
     from cachedoctor.render.junit import check_xml
 
     _write(console, check_xml(report))
 
 
+def _stats_html(report: StatsReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.stats import html_page
+
+    _write(console, html_page(report))
+
+
 FORMATS: Mapping[str, Renderer] = {
     "text": Format("text", TEXT_WRITERS),
-    "json": Format(
-        "json",
-        {
-            "ScanReport": _scan_json,
-            "LintReport": _json(_lint_document),
-            "CheckReport": _json(_check_document),
-            "PlanReport": _json(_plan_document),
-            "DiffReport": _json(_diff_document),
-            "ModuleDiffReport": _json(_module_diff_document),
-        },
-    ),
-    "github": Format("github", {"LintReport": _lint_github, "CheckReport": _check_github}),
-    "junit": Format("junit", {"LintReport": _lint_junit, "CheckReport": _check_junit}),
+    "json": Format("json", JSON_WRITERS),
+    "github": Format("github", {LINT: _lint_github, CHECK: _check_github}),
+    "junit": Format("junit", {LINT: _lint_junit, CHECK: _check_junit}),
+    "html": Format("html", {STATS: _stats_html}),
 }

@@ -95,6 +95,7 @@ def _indented(text: str, depth: int) -> str:
 
 def _scan_fields(report: ScanReport) -> list[tuple[str, Any]]:
     """The scan document's fields in order, its long arrays as ``_Stream``s."""
+    entries, other_files = report.loaded_entries()
     return [
         ("schema_version", SCHEMA_VERSION),
         ("tool", {"name": "cachedoctor", "version": __version__}),
@@ -111,10 +112,10 @@ def _scan_fields(report: ScanReport) -> list[tuple[str, Any]]:
             },
         ),
         ("modules", to_plain(report.modules)),
-        ("entries", _Stream(report.entries, entry_dict)),
+        ("entries", _Stream(entries, entry_dict)),
         ("findings", _Stream(report.findings, finding_dict)),
         ("subcaches", to_plain(report.subcaches)),
-        ("files", _Stream(report.other_files, _file_dict)),
+        ("files", _Stream(other_files, _file_dict)),
     ]
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cachedoctor.core.scan.report import SCHEMA_VERSION
 from cachedoctor.core.stats import Group, StatsReport, ZeroReport
 from cachedoctor.core.usage.records import Counters
 from cachedoctor.errors import count
@@ -29,6 +31,11 @@ def _rate(c: Counters) -> str:
 
 def _secs(value: float) -> str:
     return f"{value:.1f} s" if abs(value) < 100 else f"{value / 60:.1f} min"
+
+
+def stats_document(report: StatsReport) -> dict[str, Any]:
+    """``stats --json``: ``report.to_dict()`` under a ``schema_version`` (docs/stats.md)."""
+    return {"schema_version": SCHEMA_VERSION, **report.to_dict()}
 
 
 def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25) -> None:

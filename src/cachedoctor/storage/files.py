@@ -5,8 +5,9 @@ the one way cachedoctor replaces a file by path: readers see the old file or the
 
 A unique temp file in the target's folder is written and fsynced, then ``os.replace``d over the
 target, so concurrent writers each publish a complete file and a crash leaves no half-written
-one. Manifests, the config file, the scan index, reports, baselines, local stores and the hook's
-re-keyed entries all go through here. Writes inside a cache directory that must never clobber a
+one. Manifests, the config file, the scan index, reports (``-o``, ``--junit``, ``--html``),
+baselines, extracted payloads (``show --extract``), local stores and the hook's re-keyed entries
+all go through here. Writes inside a cache directory that must never clobber a
 file or follow a symbolic link use ``fsops.CacheDir`` (``write_new``, ``link_noreplace``).
 """
 
@@ -39,8 +40,7 @@ def atomic_file(
     ``<temp_prefix><random>.tmp`` (default prefix ``.<name>.``), a name JAX ignores.
     ``create``: publish only if ``path`` does not exist yet (a hard link, which the kernel
     refuses over an existing name), else raise FileExistsError: the first of several
-    concurrent writers wins and nobody's file is replaced. Where links are not supported the
-    file replaces ``path`` as without ``create``.
+    concurrent writers wins and nobody's file is replaced.
     """
     folder, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(
@@ -55,23 +55,31 @@ def atomic_file(
             os.fsync(fh.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        if create and _link_noreplace(tmp, path):
-            os.unlink(tmp)
-            return
-        os.replace(tmp, path)
+        if create:
+            _publish_new(tmp, path)
+        else:
+            os.replace(tmp, path)
 
 
-def _link_noreplace(tmp: str, path: StrPath) -> bool:
-    """Give ``tmp`` the name ``path`` unless it exists (FileExistsError); False: no links here."""
+def _publish_new(tmp: str, path: StrPath) -> None:
+    """Give the whole file ``tmp`` the name ``path`` unless that name exists."""
     try:
         os.link(tmp, path)
     except FileExistsError:
         raise
-    except OSError as exc:
-        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
-            return False
-        raise
-    return True
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path)) from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (reports, extracted files)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import contextvars
 import enum
 import errno
 import os
@@ -231,18 +232,34 @@ def transient_reason(exc: BaseException) -> str | None:
     return None
 
 
-# Called once per process, with one line, when a store call first has to wait and retry: the
-# CLI points it at stderr, so that an unreachable endpoint is not 20 s of silence.
-wait_notice: Callable[[str], None] | None = None
-_waited = threading.Event()
+# Whom to tell, with one line, when a store call first has to wait and retry (an unreachable
+# endpoint should not be 20 s of silence). Nobody, unless a caller asks: the CLI passes its
+# stderr writer for the duration of a command (``telling_waits``); the API and the hook (inside
+# the user's JAX process) stay silent. A context variable, not a module attribute: it holds
+# only inside that ``with`` block, and ``bounded_map`` carries it into its threads.
+_wait_notice: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "cachedoctor_wait_notice", default=None
+)
+_waited = threading.Event()  # told once per process
+
+
+@contextlib.contextmanager
+def telling_waits(notice: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, the first store call that has to wait says so once through ``notice``."""
+    token = _wait_notice.set(notice)
+    try:
+        yield
+    finally:
+        _wait_notice.reset(token)
 
 
 def _say_waiting(what: str, reason: str, policy: RetryPolicy) -> None:
-    if wait_notice is None or _waited.is_set():
+    notice = _wait_notice.get()
+    if notice is None or _waited.is_set():
         return
     _waited.set()
     budget = sum(min(policy.cap_s, policy.base_s * 2.0**i) for i in range(policy.attempts - 1))
-    wait_notice(
+    notice(
         f"cachedoctor: waiting for {what} ({reason}); retrying with backoff, "
         f"at most {policy.attempts} attempts in about {budget:.0f} s"
     )
@@ -286,7 +303,10 @@ def bounded_map(fn: Callable[[T], Any], items: Sequence[T], workers: int) -> lis
         return [fn(i) for i in items]
     results: list[Any] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cachedoctor-io") as pool:
-        futures = {pool.submit(fn, item): index for index, item in enumerate(items)}
+        futures = {  # each call in this context (``telling_waits``)
+            pool.submit(contextvars.copy_context().run, fn, item): index
+            for index, item in enumerate(items)
+        }
         for future in as_completed(futures):
             results[futures[future]] = future.result()
     return results

@@ -17,13 +17,17 @@ from cachedoctor.core.check.check import jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO, cli_env, make_cache
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 ROOT = REPO
 PY = sys.executable
 SEED = [PY, str(program_path("seed"))]
 PLAIN = [PY, str(program_path("plain"))]
 
 
-def cachedoctor(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def cachedoctor(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess, as CI runs it (check starts processes and tees their output)."""
     return subprocess.run(
         [PY, "-m", "cachedoctor", *args],

@@ -14,6 +14,8 @@ import pytest
 from cachedoctor.core.check.check import jax_has_verify_option, run_check
 from cachedoctor.core.check.runner import check_env, run_command
 
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
+
 # jit_first runs before jit_second; both take and return one f32[4]
 TWO_MODULES = """
 import jax, jax.numpy as jnp

@@ -23,6 +23,7 @@ from cachedoctor.errors import EntryNotFoundError
 from cachedoctor.programs import program_path
 from cachedoctor.xla import optionschema
 from tests.support.caches import cli_env, make_cache, other_jax_python, raw_payload_layout
+from tests.support.sessioncache import SharedBuilds
 
 AUTOTUNE_FIELD = "executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir"
 
@@ -53,12 +54,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def moved(seed_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def moved(seed_cache: Path, shared_builds: SharedBuilds) -> Path:
     """seed_cache copied to a new path, where the plain program runs again, and at size 32."""
-    dst = tmp_path_factory.mktemp("diff-moved") / "cache"
-    shutil.copytree(seed_cache, dst, symlinks=True)
-    make_cache(dst, [("plain", {}), ("plain", {"CACHEDOCTOR_PLAIN_SIZE": "32"})])
-    return dst
+
+    def make(root: Path) -> None:
+        shutil.copytree(seed_cache, root / "cache", symlinks=True)
+        make_cache(root / "cache", [("plain", {}), ("plain", {"CACHEDOCTOR_PLAIN_SIZE": "32"})])
+
+    root, _ = shared_builds("diff-moved", make, str(seed_cache))
+    return root / "cache"
 
 
 def _plain(cache: Path, *, size: int, written_under: Path) -> EntryInfo:
@@ -78,6 +82,7 @@ def _plain(cache: Path, *, size: int, written_under: Path) -> EntryInfo:
 # --- the Done-when list --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_seed_runs_are_the_same_executable_under_unstable_keys(seed_cache: Path) -> None:
     a, b, *_ = entries(seed_cache, "jit_f")
     report = diff_entries(a.path, b.path)
@@ -92,6 +97,7 @@ def test_two_seed_runs_are_the_same_executable_under_unstable_keys(seed_cache: P
     assert report.equivalent
 
 
+@pytest.mark.slow
 def test_relocated_cache_names_the_autotune_path_field(seed_cache: Path, moved: Path) -> None:
     if installed_jax().hashes_autotune_dir is False:
         pytest.skip("the installed jax does not hash the autotune path: no relocated entry")
@@ -110,6 +116,7 @@ def test_relocated_cache_names_the_autotune_path_field(seed_cache: Path, moved: 
     assert changed == {"compile options", "HLO module config"}
 
 
+@pytest.mark.slow
 def test_two_input_shapes_are_different_programs(moved: Path) -> None:
     small = _plain(moved, size=16, written_under=moved)
     large = _plain(moved, size=32, written_under=moved)
@@ -126,14 +133,18 @@ def test_two_input_shapes_are_different_programs(moved: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def other_jax(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def other_jax(shared_builds: SharedBuilds) -> Path:
     """The plain program written by a second, older JAX (`nox -s crossver`)."""
     python = other_jax_python()
-    cache = tmp_path_factory.mktemp("diff-other-jax") / "cache"
-    make_cache(cache, [("plain", {})], python=python)
-    return cache
+
+    def make(root: Path) -> None:
+        make_cache(root / "cache", [("plain", {})], python=python)
+
+    root, _ = shared_builds("diff-other-jax", make, python)
+    return root / "cache"
 
 
+@pytest.mark.slow
 def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: Path) -> None:
     (old,) = entries(other_jax, "jit_g")
     new = _plain(seed_cache, size=16, written_under=seed_cache)
@@ -149,6 +160,7 @@ def test_two_jax_versions_of_one_program(seed_cache: Path, other_jax: Path) -> N
     assert all(d.named for d in report.options.compile_options[:20])
 
 
+@pytest.mark.slow
 def test_entry_against_itself_is_identical(seed_cache: Path) -> None:
     (g,) = entries(seed_cache, "jit_g")[:1]
     report = diff_entries(g.path, g.path)
@@ -157,6 +169,7 @@ def test_entry_against_itself_is_identical(seed_cache: Path) -> None:
     assert report.equivalent and report.executable.identical
 
 
+@pytest.mark.slow
 def test_same_key_in_two_directories_is_identical(seed_cache: Path, moved: Path) -> None:
     (g,) = entries(seed_cache, "jit_g")[:1]
     report = diff_entries(g.path, moved / Path(g.path).name)
@@ -164,6 +177,7 @@ def test_same_key_in_two_directories_is_identical(seed_cache: Path, moved: Path)
     assert "same key" in report.verdict.line
 
 
+@pytest.mark.slow
 def test_module_mode_compares_each_entry_with_the_latest(seed_cache: Path) -> None:
     report = diff_module(seed_cache, "jit_f")
     keys = [e.key for e in entries(seed_cache, "jit_f")]
@@ -177,6 +191,7 @@ def test_module_mode_compares_each_entry_with_the_latest(seed_cache: Path) -> No
 # --- the command line ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_verdict_first(seed_cache: Path, moved: Path) -> None:
     a, b, *_ = entries(seed_cache, "jit_f")
     same = cli("--dir", str(seed_cache), a.key, b.key[:20])
@@ -192,6 +207,7 @@ def test_cli_exit_codes_and_verdict_first(seed_cache: Path, moved: Path) -> None
         assert f"\n{section}\n" in differ.stdout
 
 
+@pytest.mark.slow
 def test_cli_json_parses_back(seed_cache: Path, moved: Path) -> None:
     small = _plain(moved, size=16, written_under=moved)
     large = _plain(moved, size=32, written_under=moved)
@@ -211,6 +227,7 @@ def test_cli_json_parses_back(seed_cache: Path, moved: Path) -> None:
     assert {d["verdict"]["kind"] for d in mdoc["diffs"]} == {"same-executable"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "slug"),
     [
@@ -233,6 +250,7 @@ def test_cli_bad_refs_are_one_line_errors(
     assert "Traceback" not in out.stderr and out.stdout == ""
 
 
+@pytest.mark.slow
 def test_cli_usage_errors(seed_cache: Path) -> None:
     only_one = cli("--dir", str(seed_cache), "jit_g")
     assert only_one.returncode == 2 and "give two entries" in only_one.stderr
@@ -240,6 +258,7 @@ def test_cli_usage_errors(seed_cache: Path) -> None:
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+@pytest.mark.slow
 def test_raw_hlo_diff_uses_jaxlib_text(moved: Path) -> None:
     small = _plain(moved, size=16, written_under=moved)
     large = _plain(moved, size=32, written_under=moved)
@@ -272,9 +291,9 @@ def test_static_table_names_the_documented_fields(monkeypatch: pytest.MonkeyPatc
         for number, name in debug.items():
             assert sch.field(optionschema.DEBUG_OPTIONS, number).name == name  # type: ignore[union-attr]
         build = {3: "debug_options", 4: "num_replicas", 5: "num_partitions", 19: None}
-        for number, name in build.items():
+        for number, expected in build.items():
             f = sch.field(optionschema.BUILD_OPTIONS, number)
-            assert f is not None and (name is None or f.name == name)
+            assert f is not None and (expected is None or f.name == expected)
         assert sch.field(optionschema.COMPILE_OPTIONS, 3).name == "executable_build_options"  # type: ignore[union-attr]
         assert sch.enum_name("xla.DebugOptions.AutotuneCacheMode", 1) is not None
     finally:
@@ -307,6 +326,7 @@ runpy.run_path(prog, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_manifests_name_the_backend_config_of_both_runs(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -327,6 +347,7 @@ def test_manifests_name_the_backend_config_of_both_runs(tmp_path: Path) -> None:
     assert m.backend_configs and all(t == "CustomSPMDPartitioning" for t, _, _ in m.backend_configs)
 
 
+@pytest.mark.slow
 def test_manifest_components_that_differ_are_named(
     seed_cache: Path, copy_of: Callable[[Path], Path]
 ) -> None:

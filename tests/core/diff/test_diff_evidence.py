@@ -10,10 +10,14 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.core.diff.compare import diff_details, diff_module
 from cachedoctor.core.diff.load import load_detail
 from cachedoctor.core.diff.report import VerdictKind
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 ONE_PROCESS = """
 import jax, jax.numpy as jnp

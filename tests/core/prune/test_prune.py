@@ -18,7 +18,7 @@ from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
-from cachedoctor.core.prune.actions import Op, Rule, Status
+from cachedoctor.core.prune.actions import Op, Plan, Rule, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
@@ -36,6 +36,7 @@ from tests.support.caches import (
     snapshot,
     write_manifest,
 )
+from tests.support.sessioncache import SharedBuilds
 
 HOUR_NS = 3600 * 10**9
 
@@ -55,18 +56,21 @@ def prune(root: Path, **options: object) -> tuple:  # type: ignore[type-arg]
     return plan, apply(plan)
 
 
-def rules_by_name(plan) -> dict[str, tuple[Rule, ...]]:  # type: ignore[no-untyped-def]
+def rules_by_name(plan: Plan) -> dict[str, tuple[Rule, ...]]:
     return {a.name: a.rules for a in plan.actions}
 
 
 @pytest.fixture(scope="session")
-def mixed_cache(tmp_path_factory: pytest.TempPathFactory, seed_cache: Path) -> Path:
+def mixed_cache(shared_builds: SharedBuilds, seed_cache: Path) -> Path:
     """seed_cache plus entries written by jax 0.8.3 (no pjrt_ifrt header; `nox -s crossver`)."""
     python = other_jax_python()
-    root = tmp_path_factory.mktemp("mixed") / "cache"
-    shutil.copytree(seed_cache, root, symlinks=True)
-    make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "40"})], python=python)
-    return root
+
+    def make(root: Path) -> None:
+        shutil.copytree(seed_cache, root / "cache", symlinks=True)
+        make_cache(root / "cache", [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "40"})], python=python)
+
+    root, _ = shared_builds("prune-mixed", make, str(seed_cache), python)
+    return root / "cache"
 
 
 def test_sizes_and_durations_parse_like_users_write_them() -> None:
@@ -79,6 +83,7 @@ def test_sizes_and_durations_parse_like_users_write_them() -> None:
         parse_size("lots")
 
 
+@pytest.mark.slow
 def test_dry_run_changes_no_byte(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)
     keys = sorted(entry_keys(root))
@@ -113,6 +118,7 @@ def test_dry_run_changes_no_byte(copy_of: Callable[[Path], Path], seed_cache: Pa
     assert snapshot(root) == before
 
 
+@pytest.mark.slow
 def test_older_than_uses_atime_then_file_time(
     copy_of: Callable[[Path], Path], evict_cache: Path
 ) -> None:
@@ -136,6 +142,7 @@ def test_older_than_uses_atime_then_file_time(
     assert plan_prune(root, PruneOptions(older_than_s=86400)).actions == ()
 
 
+@pytest.mark.slow
 def test_max_size_evicts_what_jax_would(
     copy_of: Callable[[Path], Path], evict_cache: Path, tmp_path: Path
 ) -> None:
@@ -161,6 +168,7 @@ def test_max_size_evicts_what_jax_would(
     assert prune(ours, max_size=budget)[0].actions == ()
 
 
+@pytest.mark.slow
 def test_duplicates_keep_the_most_recently_used(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -178,6 +186,7 @@ def test_duplicates_keep_the_most_recently_used(
     assert FindingKind.UNSTABLE_KEY not in kinds
 
 
+@pytest.mark.slow
 def test_corrupt_removes_damage_but_not_a_write_in_progress(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -194,6 +203,7 @@ def test_corrupt_removes_damage_but_not_a_write_in_progress(
     assert not old.exists() and young.exists()
 
 
+@pytest.mark.slow
 def test_orphans(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
     root = copy_of(evict_cache)
     gone = "jit_gone-" + "cd" * 32
@@ -219,6 +229,7 @@ def test_orphans(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
     assert prune(root, orphans=True)[0].actions == ()
 
 
+@pytest.mark.slow
 def test_any_run_finishes_an_interrupted_removal(
     copy_of: Callable[[Path], Path], evict_cache: Path
 ) -> None:
@@ -235,6 +246,7 @@ def test_any_run_finishes_an_interrupted_removal(
     assert other.actions == ()
 
 
+@pytest.mark.slow
 def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)  # written for the session's path: relocated here
     make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "48"})])  # native entries
@@ -248,6 +260,7 @@ def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_ca
     assert FindingKind.RELOCATED not in {f.kind for f in report.findings}
 
 
+@pytest.mark.slow
 def test_stale_jax_from_layout_and_manifests(
     copy_of: Callable[[Path], Path], mixed_cache: Path
 ) -> None:
@@ -267,10 +280,11 @@ def test_stale_jax_from_layout_and_manifests(
     assert (root / MANIFEST_DIRNAME / f"{current[1]}.json").exists()
 
 
-def rules_reason(plan, name: str) -> str:  # type: ignore[no-untyped-def]
+def rules_reason(plan: Plan, name: str) -> str:
     return next(a.reason for a in plan.actions if a.name == name)
 
 
+@pytest.mark.slow
 def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cache: Path) -> None:
     root = copy_of(evict_cache)
     keys = entry_keys(root)
@@ -284,6 +298,7 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
     assert {a.name for a in plan.actions} == g
 
 
+@pytest.mark.slow
 def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)
     sub = root / layout.AUTOTUNE_DIR
@@ -306,6 +321,7 @@ def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cac
     assert "not recognised" in skipped[f"{layout.AUTOTUNE_DIR}/mine.txt"]
 
 
+@pytest.mark.slow
 def test_links_and_foreign_files_are_left_alone_and_reported(
     copy_of: Callable[[Path], Path], evict_cache: Path, tmp_path: Path
 ) -> None:
@@ -334,6 +350,7 @@ def test_links_and_foreign_files_are_left_alone_and_reported(
     assert entry_keys(root) == {linked_key}  # only the link is left of the entries
 
 
+@pytest.mark.slow
 def test_a_linked_manifests_folder_is_not_entered(
     copy_of: Callable[[Path], Path], seed_cache: Path, tmp_path: Path
 ) -> None:
@@ -350,6 +367,7 @@ def test_a_linked_manifests_folder_is_not_entered(
     assert snapshot(elsewhere) == before
 
 
+@pytest.mark.slow
 def test_a_file_changed_since_the_plan_is_skipped(
     copy_of: Callable[[Path], Path], evict_cache: Path
 ) -> None:
@@ -368,6 +386,7 @@ def test_a_file_changed_since_the_plan_is_skipped(
     assert_usable(root)
 
 
+@pytest.mark.slow
 def test_repair_restores_a_cache_jax_can_write_again(
     copy_of: Callable[[Path], Path], evict_cache: Path
 ) -> None:
@@ -420,6 +439,7 @@ def test_no_jax_lockfile_is_created_and_our_runs_still_exclude_each_other(tmp_pa
     assert listdir.classify(layout.OWN_LOCKFILE, False)[0] is listdir.FileKind.CACHEDOCTOR
 
 
+@pytest.mark.slow
 def test_cli_json_apply_and_second_run(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)
     runner = CliRunner()
@@ -434,6 +454,7 @@ def test_cli_json_apply_and_second_run(copy_of: Callable[[Path], Path], seed_cac
     assert second.exit_code == 0 and "nothing to do" in second.output
 
 
+@pytest.mark.slow
 def test_cli_usage_errors_are_one_line(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from cachedoctor.cache import listdir, reader
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.check.runner import Run, run_program
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.prune.apply import apply
@@ -72,7 +73,7 @@ def _maintain(root: Path, stop: threading.Event, errors: list[str], counts: dict
             counts["prune"] += len(result.outcomes)
             for key in list(entry_keys(root))[:2]:  # give entries manifests, then move them
                 info = reader.decode_entry(root / f"{key}-cache", key=key)
-                if info.ok and (root / f"{key}-cache").exists():
+                if isinstance(info, EntryInfo) and info.ok and (root / f"{key}-cache").exists():
                     write_manifest(root, key)
             moved = apply(plan_rekey(root, hasher=RandomHasher()), lock_timeout=20)
             counts["rekey"] += len(moved.outcomes)

@@ -48,6 +48,7 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_move_takes_entry_atime_and_manifest_together(
     copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
 ) -> None:
@@ -77,6 +78,7 @@ def test_move_takes_entry_atime_and_manifest_together(
     assert plan_rekey(root, hasher=hasher).actions == ()
 
 
+@pytest.mark.slow
 def test_next_run_finishes_a_move_killed_before_the_old_manifest_went(
     copy_of: Callable[[Path], Path], request: pytest.FixtureRequest
 ) -> None:
@@ -104,6 +106,7 @@ def test_next_run_finishes_a_move_killed_before_the_old_manifest_went(
     assert plan_rekey(root, hasher=hasher).actions == ()
 
 
+@pytest.mark.slow
 def test_same_executable_at_the_new_key_drops_the_source(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -118,6 +121,7 @@ def test_same_executable_at_the_new_key_drops_the_source(
     assert not (root / MANIFEST_DIRNAME / f"{f0}.json").exists()
 
 
+@pytest.mark.slow
 def test_a_target_replaced_after_the_plan_is_compared_again(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -136,6 +140,7 @@ def test_a_target_replaced_after_the_plan_is_compared_again(
     assert f0 in entry_keys(root)
 
 
+@pytest.mark.slow
 def test_two_sources_for_one_new_key(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)
     f0, f1, _ = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
@@ -149,6 +154,7 @@ def test_two_sources_for_one_new_key(copy_of: Callable[[Path], Path], seed_cache
     assert target in keys and f0 not in keys and f1 not in keys
 
 
+@pytest.mark.slow
 def test_a_different_executable_at_the_new_key_is_a_conflict(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -165,6 +171,7 @@ def test_a_different_executable_at_the_new_key_is_a_conflict(
     assert snapshot(root) == before
 
 
+@pytest.mark.slow
 def test_manifests_that_cannot_move_are_skipped_with_reasons(
     copy_of: Callable[[Path], Path], seed_cache: Path
 ) -> None:
@@ -184,6 +191,7 @@ def test_manifests_that_cannot_move_are_skipped_with_reasons(
     assert plan.actions == ()
 
 
+@pytest.mark.slow
 def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(tmp_path: Path) -> None:
     """The expected key is the name the stable hook gave the entry when JAX wrote it; after
     rekey, JAX under the hook hits the moved entry."""
@@ -232,6 +240,7 @@ runpy.run_path(prog, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

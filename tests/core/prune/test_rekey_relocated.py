@@ -12,9 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from tests.support.hookrun import base_env, entries, run_program
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 
 def _relocated(cache: Path) -> list[str]:

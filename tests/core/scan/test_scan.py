@@ -15,19 +15,22 @@ import pytest
 from cachedoctor.cache import listdir
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.core.findings import FindingKind, Severity
+from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.build import build_report
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
-from tests.support.caches import make_cache, other_jax_python, raw_payload_layout
+from tests.support.caches import entries_of, make_cache, other_jax_python, raw_payload_layout
+from tests.support.sessioncache import SharedBuilds
 
 
-def kinds(report) -> dict[FindingKind, list]:  # type: ignore[no-untyped-def]
-    out: dict[FindingKind, list] = {}
+def kinds(report: ScanReport) -> dict[FindingKind, list[Finding]]:
+    out: dict[FindingKind, list[Finding]] = {}
     for f in report.findings:
         out.setdefault(f.kind, []).append(f)
     return out
 
 
+@pytest.mark.slow
 def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
     report = scan_directory(seed_cache)
     found = kinds(report)
@@ -36,7 +39,7 @@ def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
     assert finding.module == "jit_f"
     assert len(finding.entries) == 3
     assert "3 entries" in finding.message
-    digests = {e.executable_digest for e in report.entries if e.key in finding.entries}
+    digests = {e.executable_digest for e in entries_of(report) if e.key in finding.entries}
     # jax 0.10.2 writes identical bytes; older releases differ in ids only
     expected = "identical executables" if len(digests) == 1 else "the same program"
     assert expected in finding.message
@@ -47,6 +50,7 @@ def test_seed_cache_reports_unstable_key(seed_cache: Path) -> None:
     assert report.summary.corrupt == 0
 
 
+@pytest.mark.slow
 def test_plain_program_is_clean(cache_factory: Callable[..., Path]) -> None:
     cache = cache_factory("plain2", [("plain", {}), ("plain", {})])
     report = scan_directory(cache)
@@ -55,16 +59,19 @@ def test_plain_program_is_clean(cache_factory: Callable[..., Path]) -> None:
 
 
 @pytest.fixture(scope="session")
-def relocated_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def relocated_cache(shared_builds: SharedBuilds) -> tuple[Path, Path]:
     """A plain cache written at A, copied to B, and the program run again at B."""
-    base = tmp_path_factory.mktemp("relocated")
-    a, b = base / "a", base / "b"
-    make_cache(a, [("plain", {})])
-    shutil.copytree(a, b)
-    make_cache(b, [("plain", {})])
-    return a, b
+
+    def make(base: Path) -> None:
+        make_cache(base / "a", [("plain", {})])
+        shutil.copytree(base / "a", base / "b")
+        make_cache(base / "b", [("plain", {})])
+
+    base, _ = shared_builds("relocated", make)
+    return base / "a", base / "b"
 
 
+@pytest.mark.slow
 def test_relocated_cache(relocated_cache: tuple[Path, Path]) -> None:
     a, b = relocated_cache
     info = installed_jax()
@@ -85,6 +92,7 @@ def test_relocated_cache(relocated_cache: tuple[Path, Path]) -> None:
     assert FindingKind.RELOCATED not in kinds(quiet)
 
 
+@pytest.mark.slow
 def test_missing_atime_and_orphans(tmp_path: Path) -> None:
     cache = tmp_path / "lru"
     make_cache(cache, [("plain", {"JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30)})])
@@ -105,6 +113,7 @@ def test_missing_atime_and_orphans(tmp_path: Path) -> None:
     assert report.fails(Severity.ERROR)
 
 
+@pytest.mark.slow
 def test_corrupt_entries(seed_cache: Path, copy_of: Callable[[Path], Path]) -> None:
     cache = copy_of(seed_cache)
     victim = sorted(cache.glob("jit_g-*-cache"))[0]
@@ -123,6 +132,7 @@ def test_corrupt_entries(seed_cache: Path, copy_of: Callable[[Path], Path]) -> N
     assert young.severity is Severity.WARNING and "in progress" in young.message
 
 
+@pytest.mark.slow
 def test_insecure_permissions_and_symlinks(
     seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
 ) -> None:
@@ -145,6 +155,7 @@ def test_insecure_permissions_and_symlinks(
     cache.chmod(0o700)
 
 
+@pytest.mark.slow
 def test_unknown_files_are_reported_and_kept(
     seed_cache: Path, copy_of: Callable[[Path], Path]
 ) -> None:
@@ -188,6 +199,7 @@ def test_mixtures_from_report_logic(tmp_path: Path) -> None:
     assert not report.fails(Severity.INFO, ignore=["mixed-versions", "mixed-platforms"])
 
 
+@pytest.mark.slow
 def test_mixed_versions_from_two_real_jax(tmp_path: Path) -> None:
     make_cache(tmp_path / "c", [("plain", {})])
     make_cache(tmp_path / "c", [("plain", {})], python=other_jax_python())
@@ -208,6 +220,7 @@ def test_unreadable_directory_raises_oserror(tmp_path: Path) -> None:
     assert stat.S_ISREG(f.stat().st_mode)
 
 
+@pytest.mark.slow
 def test_streamed_json_is_the_whole_document(
     seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
 ) -> None:
@@ -223,9 +236,10 @@ def test_streamed_json_is_the_whole_document(
         report = scan_directory(cache, now=2e9)
         streamed = "".join(iter_scan_json(report))
         assert streamed == dumps(scan_document(report))
-        assert len(json.loads(streamed)["entries"]) == len(report.entries)
+        assert len(json.loads(streamed)["entries"]) == len(entries_of(report))
 
 
+@pytest.mark.slow
 def test_module_table_says_how_the_hook_keyed_each_module(tmp_path: Path) -> None:
     """Under the hook in stable mode the seed's custom_partitioning module is keyed by replay,
     a plain jit statically; scan shows both, with why, from the key manifests."""
@@ -261,6 +275,7 @@ def test_module_table_says_how_the_hook_keyed_each_module(tmp_path: Path) -> Non
     assert "static" in next(line for line in table.splitlines() if "jit_g" in line)
 
 
+@pytest.mark.slow
 def test_status_summarises_key_modes_of_the_configured_cache(tmp_path: Path) -> None:
     """`status` lists the modules per key mode from the configured cache dir's manifests."""
     import subprocess

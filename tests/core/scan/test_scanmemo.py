@@ -12,8 +12,9 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -26,7 +27,9 @@ from cachedoctor.core.scan.report import RECENT_WRITE_S, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
-from tests.support.caches import write_manifest
+from tests.support.caches import entries_of, write_manifest
+
+pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 NOW = 2_000_000_000.0  # every file of the fixture is older than a minute at this "now"
 GONE = "jit_gone-" + "a" * 64  # a key manifest without an entry: a not-stored finding
@@ -38,6 +41,17 @@ def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(index.DISABLE_ENV, raising=False)
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: index them anyway
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
+
+
+_SERVED: list[ScanReport] = []  # the reports the memo served in this test
+
+
+@pytest.fixture(autouse=True)
+def _served_reports(memo_served: list[ScanReport]) -> Iterator[None]:
+    global _SERVED
+    _SERVED = memo_served
+    yield
+    _SERVED = []
 
 
 @pytest.fixture
@@ -56,7 +70,8 @@ def scanned(root: Path, now: float = NOW, **kwargs: object) -> ScanReport:
 
 
 def served(report: ScanReport) -> bool:
-    return isinstance(report.entries, scanmemo.Deferred)
+    """Whether the memo served ``report`` (the scan returns the memo's report as it is)."""
+    return any(report is r for r in _SERVED)
 
 
 def entry_files(root: Path) -> list[Path]:
@@ -72,9 +87,10 @@ def test_repeated_scan_is_served_and_is_the_scan(
     decodes.clear()
     again = scanned(cache)
     assert served(again)
-    text = render_to_string(again, "text")
-    assert again.entries._items is None  # type: ignore[attr-defined]  # text never needs them
-    assert text == render_to_string(plain, "text")
+    text = scanned(cache, entries=False)  # as the text report asks for it
+    assert served(text) and text.entries is None and text.other_files is None
+    assert render_to_string(text, "text") == render_to_string(plain, "text")
+    assert text.looks_like_cache and text.other_file_count == len(plain.other_files or ())
     assert {f.kind for f in again.findings} >= {FindingKind.NOT_STORED}
     assert document(again) == document(plain)  # entries and files made from the index
     assert decodes == []
@@ -179,11 +195,11 @@ def test_the_same_cache_by_another_spelling_is_not_served(
     link.symlink_to(cache)
     got = scanned(link)
     assert not served(got)
-    assert all(e.path.startswith(str(link) + os.sep) for e in got.entries)
+    assert all(e.path.startswith(str(link) + os.sep) for e in entries_of(got))
     monkeypatch.chdir(cache.parent)
     relative = scanned(Path(cache.name))
     assert not served(relative)
-    assert relative.entries[0].path.startswith(cache.name + os.sep)
+    assert entries_of(relative)[0].path.startswith(cache.name + os.sep)
 
 
 def test_recent_changes_and_a_clock_set_back_are_not_served(
@@ -282,6 +298,42 @@ def test_the_digest_depends_on_values_not_on_which_objects_hold_them(cache: Path
     digests = []
     for listing in (same_again, separate):
         h = hashlib.sha256()
-        scanmemo._hash_members(h, listing)
+        scanmemo._hash_members(h, cast(list[listdir.Member], listing))
         digests.append(h.hexdigest())
     assert digests[0] == digests[1]
+
+
+def test_a_served_scan_without_entries_reads_only_the_listing_and_the_memo(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text report, lint and stats ask for no entries: a repeated scan then classifies no
+    name and opens no index row; asking for them (the default) reads them before it returns."""
+    kept = scanned(cache)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("read more than the listing and the memo")
+
+    monkeypatch.setattr(listdir, "listing_of", refuse)
+    monkeypatch.setattr(index, "load", refuse)
+    text = scanned(cache, entries=False)
+    assert served(text) and text.entries is None and text.other_files is None
+    assert (text.summary, text.findings, text.modules) == (
+        kept.summary,
+        kept.findings,
+        kept.modules,
+    )
+    with pytest.raises(AssertionError, match="read more than"):
+        scanned(cache)
+    with pytest.raises(ValueError, match="without its entries"):
+        render_to_string(text, "json")
+
+
+def test_a_folder_that_is_no_cache_is_told_also_when_served(tmp_path: Path) -> None:
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    (folder / "README.md").write_text("a git checkout, not a cache")
+    first = scanned(folder, entries=False)
+    again = scanned(folder, entries=False)
+    assert served(again) and not served(first)
+    for report in (first, again):
+        assert not report.looks_like_cache and report.other_file_count == 1

@@ -140,7 +140,7 @@ def _verify_findings(
     code, fresh = cold
     cached: dict[str, dict[str, str]] = {}  # module -> program digest -> key
     digest_of: dict[str, str | None] = {}
-    for e in scan.entries if scan else ():
+    for e in scan.loaded_entries()[0] if scan else ():
         digest_of[e.key] = e.program_digest
         if e.program_digest:
             cached.setdefault(module_of_key(e.key), {})[e.program_digest] = e.key
@@ -224,7 +224,7 @@ def _entry_verdict(module: str, keys: Sequence[str], scan: ScanReport | None) ->
             and set(keys) <= set(f.entries)
         ):
             return f.message.split(": ", 1)[-1]
-    entries = [e for e in scan.entries if e.key in set(keys)]
+    entries = [e for e in scan.loaded_entries()[0] if e.key in set(keys)]
     if len(entries) < 2 or any(e.program_digest is None for e in entries):
         return "the entries could not be compared (undecodable or missing)"
     params = {e.hlo.parameters if e.hlo else None for e in entries}

@@ -10,10 +10,15 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from cachedoctor.cache.jaxenv import JaxInfo
-from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
+from cachedoctor.cache.listdir import CACHE_OWN_KINDS, CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding
-from cachedoctor.core.scan.report import ModuleStats, ScanReport, ScanSummary, real_problems
+from cachedoctor.core.scan.report import (
+    ModuleStats,
+    ScanReport,
+    ScanSummary,
+    real_problems,
+)
 from cachedoctor.core.scan.rules.integrity import atime_findings, corrupt_findings
 from cachedoctor.core.scan.rules.inventory import (
     mixtures,
@@ -67,6 +72,7 @@ def build_report(
     findings += mixtures(entries)
     findings += unknown_files(listing)
     findings.sort(key=lambda f: (-f.severity, f.kind, f.module or "", f.entries))
+    others = other_files(listing)
     return ScanReport(
         cache_dir=listing.root,
         scanned_at=now,
@@ -75,8 +81,10 @@ def build_report(
         modules=_module_stats(entries, manifests),
         entries=tuple(entries),
         findings=tuple(findings),
-        other_files=other_files(listing),
+        other_files=others,
         subcaches=sub,
+        other_file_count=len(others),
+        holds_cache_files=any(i.kind in CACHE_OWN_KINDS for i in others),
     )
 
 

@@ -18,22 +18,22 @@ locally, when a file changed in the last ``index.RACY_S`` (a write may still be 
 one timestamp tick; a bucket object's generation/ETag changes with every write). It is served
 only forward in time (a clock set back misses), and only while no young truncated entry it holds
 has come of age (``scan.judged_by_age_until``: its verdict changes then). Its entries and
-other files are not stored: they are read from the index (the same rows a scan without the memo
-serves) only when a caller asks for them (``--json``, ``check``); the text report and ``lint``
-never do.
+other files are not stored: a caller that asks for them (``scan_directory(entries=True)``:
+``--json``, ``check``, the API) gets them read from the index (the same rows a scan without the
+memo serves) before the report is returned; the text report, ``lint`` and ``stats`` do not ask,
+and read nothing more.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import marshal
 import operator
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir
@@ -50,52 +50,8 @@ from cachedoctor.core.scan.report import (
 )
 from cachedoctor.storage import urls
 
-MEMO_FORMAT = "cachedoctor-scan-memo-v2"
-T = TypeVar("T")
+MEMO_FORMAT = "cachedoctor-scan-memo-v3"
 _BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
-
-
-class Deferred(Sequence[T]):
-    """A sequence of known length whose items are made on first use (then kept)."""
-
-    __slots__ = ("_items", "_length", "_make")
-
-    def __init__(self, length: int, make: Callable[[], Sequence[T]]) -> None:
-        self._length = length
-        self._make: Callable[[], Sequence[T]] | None = make
-        self._items: tuple[T, ...] | None = None
-
-    def _all(self) -> tuple[T, ...]:
-        if self._items is None:
-            assert self._make is not None
-            self._items = tuple(self._make())
-            self._make = None
-        return self._items
-
-    def __len__(self) -> int:
-        return self._length if self._items is None else len(self._items)
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[T]: ...
-    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
-        return self._all()[i]
-
-    def __iter__(self) -> Iterator[T]:
-        return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Deferred | tuple | list):
-            return self._all() == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        made = "made" if self._items is not None else "not made yet"
-        return f"Deferred({self._length} items, {made})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +62,7 @@ class Memo:
     cache: str
     max_decompressed: int
 
-    def served(
-        self, now: float, rest: Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]]
-    ) -> ScanReport | None:
+    def served(self, now: float, rest: Rest | None) -> ScanReport | None:
         if self.inputs is None:
             return None
         body = index.read_memo(self.cache, (self.max_decompressed,), self.inputs)
@@ -187,6 +141,8 @@ def keeps(report: ScanReport) -> bool:
 def dump(report: ScanReport) -> str:
     """The report without entries and other files, as JSON; each advice and evidence text once
     (thousands of findings share a few: 2 of the 3 MB of ``dist-10k``'s report were repeats)."""
+    if report.entries is None:
+        raise ValueError("a report made without its entries cannot be kept")
     texts: dict[str, int] = {}
     ages = (judged_by_age_until(e, report.scanned_at) for e in report.entries)
     body = {
@@ -198,39 +154,45 @@ def dump(report: ScanReport) -> str:
         "modules": [[*_fields(m)[:-1], [_fields(u) for u in m.key_modes]] for m in report.modules],
         "findings": [_finding_row(f, texts) for f in report.findings],
         "texts": list(texts),
-        "counts": [len(report.entries), len(report.other_files)],
+        "counts": [report.summary.entries, report.other_file_count, report.holds_cache_files],
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=True)
 
 
-def served(
-    body: str,
-    now: float,
-    rest: Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]],
-) -> ScanReport | None:
-    """The stored report, scanned at ``now``, its entries and other files made by ``rest``
-    when first used; None when the body is damaged, of another shape, or from a later time."""
+Rest = Callable[[], tuple[Sequence[EntryInfo], Sequence[DirItem]]]  # entries, other files
+
+
+def served(body: str, now: float, rest: Rest | None) -> ScanReport | None:
+    """The stored report, scanned at ``now``, with the entries and other files ``rest`` reads
+    (None: without them); None when the body is damaged, of another shape, or from a later
+    time."""
     try:
         data = json.loads(body)
         if not isinstance(data, dict) or not data["scanned_at"] <= now:
             return None
         if data["until"] is not None and not now < data["until"]:
             return None
-        n_entries, n_other = data["counts"]
-        later = functools.cache(rest)
+        n_entries, n_other, holds_cache_files = data["counts"]
         report = ScanReport(
             cache_dir=_str(data["cache_dir"]),
             scanned_at=now,
             jax=JaxInfo(*data["jax"]),
             summary=_summary(data["summary"]),
             modules=tuple(_module(m) for m in data["modules"]),
-            entries=Deferred(int(n_entries), lambda: later()[0]),
+            entries=None,
             findings=tuple(_finding(f, data["texts"]) for f in data["findings"]),
-            other_files=Deferred(int(n_other), lambda: later()[1]),
+            other_files=None,
+            other_file_count=int(n_other),
+            holds_cache_files=bool(holds_cache_files),
         )
+        if report.summary.entries != n_entries:
+            return None
     except (ValueError, TypeError, KeyError, IndexError):
         return None
-    return report
+    if rest is None:
+        return report
+    entries, others = rest()
+    return dataclasses.replace(report, entries=tuple(entries), other_files=tuple(others))
 
 
 def _fields(value: Any) -> list[Any]:

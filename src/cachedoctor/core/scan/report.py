@@ -7,12 +7,12 @@ module imports no rule and does no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from cachedoctor.cache import model
 from cachedoctor.cache.jaxenv import JaxInfo
-from cachedoctor.cache.listdir import CACHE_OWN_KINDS, DirItem
+from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.plaindata import ToDict
@@ -60,27 +60,36 @@ class ScanSummary:
 
 @dataclass(frozen=True)
 class ScanReport(ToDict):
+    """What a scan found. Plain data: ``entries`` and ``other_files`` are tuples, or None when
+    the scan was asked not to load them (``scan_directory(..., entries=False)``: the text
+    report, ``lint`` and ``stats`` use only the summary, modules and findings, and a repeated
+    scan then reads nothing but the listing and the memo)."""
+
     cache_dir: str
     scanned_at: float
     jax: JaxInfo
     summary: ScanSummary
     modules: tuple[ModuleStats, ...]
-    entries: Sequence[EntryInfo]  # a tuple, or made when first used (memo.Deferred)
+    entries: tuple[EntryInfo, ...] | None
     findings: tuple[Finding, ...]
-    other_files: Sequence[DirItem] = field(default=())
+    other_files: tuple[DirItem, ...] | None = ()  # every name that is not an entry
     subcaches: subcaches.SubcacheReport | None = None
+    other_file_count: int = 0  # len(other_files), also when they are not loaded
+    holds_cache_files: bool = False  # an -atime file, lockfile or sub-cache among them
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
 
+    def loaded_entries(self) -> tuple[tuple[EntryInfo, ...], tuple[DirItem, ...]]:
+        """``entries`` and ``other_files``; a report made without them is refused (ValueError)."""
+        if self.entries is None or self.other_files is None:
+            raise ValueError("this scan was made without its entries (entries=False)")
+        return self.entries, self.other_files
+
     @property
     def looks_like_cache(self) -> bool:
         """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
-        return (
-            bool(self.entries)
-            or not self.other_files
-            or any(i.kind in CACHE_OWN_KINDS for i in self.other_files)
-        )
+        return self.summary.entries > 0 or self.other_file_count == 0 or self.holds_cache_files
 
     def without(self, kinds: Iterable[str]) -> ScanReport:
         """This report with the findings of ``kinds`` left out (``--ignore``)."""

@@ -7,6 +7,7 @@ turn the report into a table, JSON or CI formats.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import os
@@ -36,8 +37,14 @@ def scan_directory(
     now: float | None = None,
     use_index: bool = True,
     workers: int | None = None,
+    entries: bool = True,
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
+
+    ``entries=False`` leaves the report's ``entries`` and ``other_files`` out (None): for
+    callers that use only the summary, modules and findings (the text report, ``lint``,
+    ``stats``), whose repeated scan of an unchanged cache then reads only the listing and the
+    memo.
 
     A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
     entries decoded concurrently (a bounded pool) by the same reader. A local directory's
@@ -47,7 +54,7 @@ def scan_directory(
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
-    scan = _Scan(jax_info, now, max_decompressed, use_index, progress)
+    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries)
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
     with _cyclic_gc_paused():
@@ -83,20 +90,30 @@ def _cyclic_gc_paused() -> Iterator[None]:
 class _Scan:
     """One scan's settings, and its two paths: a local directory and a bucket. Each first asks
     the scan memo (``memo``) for the report of an unchanged cache; its entries and other
-    files are then made (without progress) only if a caller reads them."""
+    files are then read (without progress) only when ``with_entries``."""
 
     jax_info: JaxInfo
     now: float
     max_decompressed: int
     use_index: bool
     progress: ProgressCallback | None
+    with_entries: bool
+
+    def _rest(self, read: scanmemo.Rest) -> scanmemo.Rest | None:
+        return read if self.with_entries else None
+
+    def _finished(self, report: ScanReport) -> ScanReport:
+        if self.with_entries:
+            return report
+        return dataclasses.replace(report, entries=None, other_files=None)
 
     def local(self, root: str, workers: int | None) -> ScanReport:
         snapshot = listdir.read_dir(root)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
-        served = memo.served(self.now, functools.partial(self._local_rest, snapshot, workers))
+        rest = functools.partial(self._local_rest, snapshot, workers)
+        served = memo.served(self.now, self._rest(rest))
         if served is not None:
             return served
         listing = listdir.listing_of(snapshot)
@@ -108,7 +125,7 @@ class _Scan:
             sub = subcaches.scan_subcaches(Path(listing.root))
         manifests = _read_manifests(listing, listing.root)
         report = build_report(listing, entries, self.jax_info, self.now, sub, manifests=manifests)
-        return memo.kept(report)
+        return self._finished(memo.kept(report))
 
     def _local_entries(
         self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
@@ -132,7 +149,7 @@ class _Scan:
     def _local_rest(
         self, snapshot: listdir.DirSnapshot, workers: int | None
     ) -> tuple[list[EntryInfo], tuple[DirItem, ...]]:
-        """A served report's entries and other files, when first read (no progress)."""
+        """A served report's entries and other files, when asked for (no progress)."""
         listing = listdir.listing_of(snapshot)
         return self._local_entries(listing, workers, None), other_files(listing)
 
@@ -152,13 +169,13 @@ class _Scan:
                     self.max_decompressed if self.use_index else None,
                 )
 
-        served = memo.served(self.now, lambda: (decoded(None), other_files(listing)))
+        served = memo.served(self.now, self._rest(lambda: (decoded(None), other_files(listing))))
         if served is not None:
             return served
         entries = decoded(self.progress)
         manifests = _read_manifests(listing, store.url)
         report = build_report(listing, entries, self.jax_info, self.now, manifests=manifests)
-        return memo.kept(report)
+        return self._finished(memo.kept(report))
 
 
 def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:

@@ -1,0 +1,19 @@
+"""The CLI run in the test process, as the console script runs it (``cachedoctor.cli.main``)."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from cachedoctor.cli import main
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``cachedoctor ARGS`` (its one-line errors included)."""
+    code: int | str | None = 0
+    with CliRunner().isolation() as streams:
+        try:
+            code = main(list(args))  # the console script exits with what main returns
+        except SystemExit as exc:
+            code = exc.code
+        out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
+    return int(code or 0), out, err
