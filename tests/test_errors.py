@@ -38,6 +38,7 @@ def test_each_condition_has_its_slug(tmp_path: Path) -> None:
     assert as_file.slug == "no-such-file"
 
 
+@pytest.mark.slow
 def test_permission_denied(tmp_path: Path) -> None:
     """A mode-000 folder; as root, listed without CAP_DAC_OVERRIDE (setpriv), as any user."""
     (tmp_path / "closed").mkdir(mode=0o000)

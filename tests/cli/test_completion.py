@@ -50,6 +50,7 @@ def answer(words: str) -> list[str]:
     return proc.stdout.split()
 
 
+@pytest.mark.slow
 def test_the_bash_script_registers_itself() -> None:
     _bash()
     env = {**cli_env(), "_CACHEDOCTOR_COMPLETE": "bash_source"}
@@ -57,6 +58,7 @@ def test_the_bash_script_registers_itself() -> None:
     assert "complete -o nosort -F _cachedoctor_completion cachedoctor" in proc.stdout
 
 
+@pytest.mark.slow
 def test_commands_options_and_kinds_complete_in_bash() -> None:
     assert complete("cachedoctor st") == ["stats", "status"]
     assert "--older-than" in complete("cachedoctor prune --old")
@@ -69,6 +71,7 @@ def test_commands_options_and_kinds_complete_in_bash() -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "words",
     [

@@ -42,6 +42,7 @@ def test_filelock_is_installed_with_cachedoctor() -> None:
     assert "filelock" in core
 
 
+@pytest.mark.slow
 def test_without_filelock_jax_caches_nothing(tmp_path: Path) -> None:
     """The oracle: JAX itself, with a size limit and no filelock, warns and writes nothing."""
     cache = tmp_path / "cache"
@@ -60,6 +61,7 @@ def test_without_filelock_jax_caches_nothing(tmp_path: Path) -> None:
     assert not list(cache.glob("*-cache"))
 
 
+@pytest.mark.slow
 def test_enable_refuses_a_size_limit_jax_cannot_honour(tmp_path: Path) -> None:
     env = _env(tmp_path, without_filelock=True)
     proc = run("enable", "--dir", str(tmp_path / "cache"), "--max-size", "10GB", env=env)
@@ -70,6 +72,7 @@ def test_enable_refuses_a_size_limit_jax_cannot_honour(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
 
 
+@pytest.mark.slow
 def test_status_says_when_the_size_limit_lacks_filelock(tmp_path: Path) -> None:
     env = _env(tmp_path, without_filelock=True, JAX_COMPILATION_CACHE_MAX_SIZE=str(10**10))
     proc = run("status", env=env)
@@ -79,6 +82,7 @@ def test_status_says_when_the_size_limit_lacks_filelock(tmp_path: Path) -> None:
     assert run("status", env=with_it).returncode == 0
 
 
+@pytest.mark.slow
 def test_max_size_zero_is_refused() -> None:
     proc = run("enable", "--dir", "/tmp/x", "--max-size", "0", "--print-env", env=cli_env())
     assert proc.returncode == 2 and "turns JAX's cache off" in proc.stderr, proc

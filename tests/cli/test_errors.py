@@ -23,6 +23,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "slug"),
     [("missing", "no-such-dir"), ("a-file", "not-a-dir"), ("loop", "symlink-loop")],

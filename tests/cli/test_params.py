@@ -17,6 +17,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -33,6 +34,7 @@ def test_the_same_forms_work_everywhere(tmp_path: Path, args: list[str]) -> None
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -56,6 +58,7 @@ def test_what_is_not_a_value_is_a_usage_error_naming_the_forms(
     assert "could not convert" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_prune_reports_the_selectors_as_typed(tmp_path: Path) -> None:
     proc = run("prune", str(tmp_path), "--older-than", "2w", "--max-size", "1GiB")
     assert proc.returncode == 0, proc.stderr

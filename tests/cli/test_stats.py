@@ -45,6 +45,7 @@ def _record_names(cache: Path) -> list[str]:
     return sorted(p.name for p in (cache / STATS_DIRNAME).glob("*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zero", [False, True])
 @pytest.mark.parametrize(
     ("where", "slug"),
@@ -65,11 +66,13 @@ def test_a_folder_that_is_not_a_cache_is_exit_2(
     one_line_error(stats(str(tmp_path / where), *(["--zero", "--apply"] if zero else [])), slug)
 
 
+@pytest.mark.slow
 def test_a_stats_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / STATS_DIRNAME).write_text("a file where the folder should be")
     one_line_error(stats(str(tmp_path)), "not-a-dir")
 
 
+@pytest.mark.slow
 def test_max_modules_is_a_count(tmp_path: Path) -> None:
     proc = stats(str(tmp_path), "--max-modules", "-1")
     assert proc.returncode == 2 and "--max-modules" in proc.stderr, proc.stderr

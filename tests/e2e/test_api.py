@@ -165,6 +165,7 @@ def _without_dac_override() -> list[str]:
     return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
 
 
+@pytest.mark.slow
 def test_every_function_raises_only_cachedoctor_error_for_bad_input(tmp_path: Path) -> None:
     (tmp_path / "unreadable").mkdir(mode=0o000)
     (tmp_path / "unreadable-entry").write_bytes(b"\x28\xb5\x2f\xfd")
@@ -197,6 +198,7 @@ def test_every_function_raises_only_cachedoctor_error_for_bad_input(tmp_path: Pa
         assert results[f"{name} int"][1].startswith("usage: cache_dir: expected a path")
 
 
+@pytest.mark.slow
 def test_durations_and_sizes_take_numbers_too(seed_cache: Path) -> None:
     """``older_than=5`` (seconds) and ``max_size=10**9`` (bytes) mean what the CLI's do."""
     by_number = cachedoctor.prune_plan(seed_cache, older_than=86400 * 14, max_size=10**9)

@@ -54,6 +54,7 @@ def _env(config: Path, **extra: str) -> dict[str, str]:
     return {**env, "CACHEDOCTOR_CONFIG": str(config), **extra}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "named"),
     [
@@ -84,6 +85,7 @@ def test_each_wrong_value_is_named_with_its_line(
     assert all(needle in line for needle in named), line
 
 
+@pytest.mark.slow
 def test_a_wrong_value_activates_nothing_in_a_fresh_interpreter(tmp_path: Path) -> None:
     """Not half a config: a good cache_dir before a bad max_size is not applied either."""
     config = tmp_path / "config.toml"
@@ -96,6 +98,7 @@ def test_a_wrong_value_activates_nothing_in_a_fresh_interpreter(tmp_path: Path) 
     assert len(said) == 1 and 'line 3: max_size = "10GB"' in said[0], stderr
 
 
+@pytest.mark.slow
 def test_an_empty_config_file_shows_what_a_fresh_interpreter_does(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("")
@@ -107,6 +110,7 @@ def test_an_empty_config_file_shows_what_a_fresh_interpreter_does(tmp_path: Path
     assert "hook active: stable" in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_unknown_hook_mode_activates_nothing_and_names_all_four(tmp_path: Path) -> None:
     env = _env(tmp_path / "absent.toml", CACHEDOCTOR_HOOK="bogus")
     got, stderr = in_force(env)
@@ -118,6 +122,7 @@ def test_an_unknown_hook_mode_activates_nothing_and_names_all_four(tmp_path: Pat
     assert "expected stable, observe, stats or off" in status.stdout
 
 
+@pytest.mark.slow
 def test_status_exits_1_when_the_fresh_interpreter_cannot_import_jax(tmp_path: Path) -> None:
     env = _env(tmp_path / "absent.toml", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="abc")
     for args in (["status"], ["status", "--json"]):
@@ -127,6 +132,7 @@ def test_status_exits_1_when_the_fresh_interpreter_cannot_import_jax(tmp_path: P
     assert any("cannot import jax" in p and "abc" in p for p in doc["problems"]), doc["problems"]
 
 
+@pytest.mark.slow
 def test_disable_cleans_up_after_a_wrong_typed_file(tmp_path: Path) -> None:
     config = tmp_path / "etc" / "config.toml"
     cache = tmp_path / "made" / "cache"

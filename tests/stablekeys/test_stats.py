@@ -68,6 +68,7 @@ def test_jax_own_test_in_miniature_passes_with_the_hook(tmp_path: Path, mode: st
     assert "cachedoctor:" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_recording_problem_is_one_stderr_line_not_a_warning(tmp_path: Path) -> None:
     """Under ``-W error`` a Python warning is an exception; the recorder's note must not be."""
     (tmp_path / "cache").mkdir()

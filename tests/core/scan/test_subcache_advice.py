@@ -49,6 +49,7 @@ def follow(advice: str, cache: Path) -> None:
             (cache / AUTOTUNE_DIR / name).unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "mentions_prune"),
     [
