@@ -7,7 +7,6 @@ bundled program once, in order, in a fresh interpreter against ``path``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -155,6 +154,7 @@ def cache_factory(
     def build(name: str, programs: Sequence[ProgramSpec]) -> Path:
         def make(folder: Path) -> None:
             make_cache(folder / "cache", programs)
+            sessioncache.record_times(folder / "cache")
 
         spec = [list(p) for p in programs]
         if prebuilt:
@@ -182,11 +182,12 @@ def seed_cache(cache_factory: Callable[..., Path]) -> Path:
 
 @pytest.fixture
 def copy_of(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
-    """Copy a session cache so a test can change it."""
+    """Copy a session cache so a test can change it, with the access and modification times
+    JAX left (usage evidence: ``core/usage/lookups``), whatever read the shared copy since."""
 
     def copy(src: Path) -> Path:
         dst = tmp_path / f"copy-{src.parent.name}"
-        shutil.copytree(src, dst, symlinks=True)
+        sessioncache.copy_as_written(src, dst)
         return dst
 
     yield copy

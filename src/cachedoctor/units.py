@@ -120,3 +120,16 @@ def format_bytes(n: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def format_age(seconds: float) -> str:
+    """A span of time as plans and findings print it: ``42 s``, ``5 minutes``, ``3 hours``,
+    ``12 days`` (the unit switches at two of the next)."""
+    seconds = max(seconds, 0.0)
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} hours"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds:.0f} s"

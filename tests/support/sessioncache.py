@@ -110,3 +110,49 @@ class Watch:
             if paths:
                 out.append(f"{folder}: {', '.join(paths[:5])}")
         return out
+
+
+# --- a cache's times as JAX left them -----------------------------------------------------------
+#
+# Whether an entry was read since it was written is usage evidence (its access time, on a
+# relatime mount): a test that copies a shared cache must see the times JAX left, not those of
+# whatever read the shared copy since (another test, a plain copy). The builder records them
+# before any test runs; copies get them back.
+
+TIMES_SUFFIX = ".times.json"
+
+
+def record_times(cache: Path) -> None:
+    """Keep every file's (atime_ns, mtime_ns) beside ``cache`` (``<cache>.times.json``)."""
+    times = {}
+    for dirpath, _dirs, files in os.walk(cache):
+        for name in files:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            times[str(path.relative_to(cache))] = [st.st_atime_ns, st.st_mtime_ns]
+    cache.with_name(cache.name + TIMES_SUFFIX).write_text(json.dumps(times))
+
+
+def copy_as_written(src: Path, dst: Path) -> None:
+    """Copy a cache without moving the source's access times (``O_NOATIME`` reads), giving each
+    copied file the times recorded when the cache was built (else the source's own)."""
+    recorded_file = src.with_name(src.name + TIMES_SUFFIX)
+    recorded = json.loads(recorded_file.read_text()) if recorded_file.exists() else {}
+    shutil.copytree(src, dst, symlinks=True, copy_function=_copy_noatime)
+    for rel, (atime_ns, mtime_ns) in recorded.items():
+        target = dst / rel
+        if target.exists() and not target.is_symlink():
+            os.utime(target, ns=(atime_ns, mtime_ns))
+
+
+def _copy_noatime(src: str, dst: str) -> None:
+    st = os.lstat(src)
+    flags = os.O_RDONLY | getattr(os, "O_NOATIME", 0)
+    try:
+        fd = os.open(src, flags)
+    except PermissionError:
+        fd = os.open(src, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    shutil.copymode(src, dst)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))

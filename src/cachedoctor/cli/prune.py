@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 @click.option(
     "--duplicates",
     is_flag=True,
-    help="Same program under several keys: keep the most recently used.",
+    help=(
+        "Same program under keys that change per run: remove the copies that records show "
+        "no run looks up again; keep the rest."
+    ),
 )
 @click.option("--corrupt", is_flag=True, help="Entries JAX cannot load (truncated, damaged).")
 @click.option(

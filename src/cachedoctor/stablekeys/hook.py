@@ -301,9 +301,12 @@ def _get_cache_key(
         with contextlib.suppress(Exception):
             result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
             _state.stats["keys"] += 1
+            # JAX's own key holds the pointer unless its removal flag stripped it: usage
+            # evidence (core/usage/lookups) that no later run computes this key
+            pointer = _has_partitioning(result) and not _strips_partitioning(args, kwargs)
             if result.to_replay and cache_dir is not None:
                 # the manifest waits for the partitioner calls of this compile (see _pending)
-                _expect_calls(own_key, result, None, backend, options)
+                _expect_calls(own_key, result, None, backend, options, jax_key_pointer=pointer)
             # once per key, as in stable mode: a module JAX never stores (host callbacks)
             # must not rewrite its manifest on every run
             elif (
@@ -311,7 +314,7 @@ def _get_cache_key(
                 and _state.manifests
                 and not _manifest_exists(cache_dir, own_key)
             ):
-                _record(cache_dir, result, mode, own_key, own_key, backend, None, options)
+                _record(cache_dir, result, mode, own_key, own_key, backend, None, options, pointer)
         return own_key
 
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
@@ -452,7 +455,13 @@ def _reproducing(result: Any, candidates: list[Any]) -> str | None:
 
 
 def _expect_calls(
-    key: str, result: Any, digest: str | None, backend: Any, options: Any = None
+    key: str,
+    result: Any,
+    digest: str | None,
+    backend: Any,
+    options: Any = None,
+    *,
+    jax_key_pointer: bool | None = None,
 ) -> None:
     """Record the partitioner calls of the compile that follows, for ``key``'s manifest.
 
@@ -464,7 +473,14 @@ def _expect_calls(
     pointers = [pointer for _, pointer in result.to_replay]
     replay.expect(pointers)
     with _lock:
-        _state.pending[key] = (result, digest, pointers, backend, _autotune_mode(options))
+        _state.pending[key] = (
+            result,
+            digest,
+            pointers,
+            backend,
+            _autotune_mode(options),
+            jax_key_pointer,
+        )
         while len(_state.pending) > _MAX_PENDING:
             stale = next(iter(_state.pending))
             replay.take(_state.pending.pop(stale)[2])
@@ -494,7 +510,7 @@ def _write_replay_manifest(key: str) -> None:
         pending = _state.pending.pop(key, None)
     if pending is None:
         return
-    result, digest, pointers, backend, autotune = pending
+    result, digest, pointers, backend, autotune, jax_key_pointer = pending
     calls = replay.take(pointers)
     cache_dir = _local_cache_dir()
     if cache_dir is None or not _state.manifests:
@@ -520,6 +536,7 @@ def _write_replay_manifest(key: str) -> None:
         replay_calls=calls,
         process=processes.current_process(),
         autotune_mode=autotune,
+        jax_key_pointer=jax_key_pointer,
     )
     _write(cache_dir, m, result.canonical_ir, create=True)
     _state.stats["recorded"] += 1
@@ -569,6 +586,7 @@ def _record(
     backend: Any,
     migrated_from: str | None,
     options: Any = None,
+    jax_key_pointer: bool | None = None,
 ) -> None:
     from cachedoctor.stablekeys import manifest, processes
 
@@ -582,6 +600,7 @@ def _record(
             migrated_from=migrated_from,
             process=processes.current_process(),
             autotune_mode=_autotune_mode(options),
+            jax_key_pointer=jax_key_pointer,
         )
         _write(cache_dir, m, result.canonical_ir, create=migrated_from is None)
     except Exception as exc:  # a read-only cache or an unreachable bucket must not stop compiling

@@ -91,6 +91,9 @@ class Manifest:
     process_index: int | None = None
     process_count: int | None = None
     autotune_mode: str | None = None
+    # observe mode: whether JAX's own key (the one the entry is stored under) holds a
+    # custom_partitioning pointer, i.e. JAX's pointer-removal flag was off (None: not recorded)
+    jax_key_pointer: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,6 +236,7 @@ def from_key_result(
     replay_calls: list[list[dict[str, Any]]] | None = None,
     process: tuple[int, int] | None = None,
     autotune_mode: str | None = None,
+    jax_key_pointer: bool | None = None,
 ) -> Manifest:
     """Build a manifest from the hasher's result (done in the process that computed the key).
 
@@ -295,6 +299,7 @@ def from_key_result(
         process_index=process[0] if process else None,
         process_count=process[1] if process else None,
         autotune_mode=autotune_mode,
+        jax_key_pointer=jax_key_pointer,
     )
 
 

@@ -127,15 +127,28 @@ def _removed_on_failure(tmp: str) -> Iterator[None]:
         raise
 
 
+_NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
+
+
 def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> BinaryIO:
     """Open a regular file for reading; anything else is refused without blocking.
 
     A FIFO, socket or device named like a cache file would block ``open`` or ``read`` forever;
     ``O_NONBLOCK`` makes the open return at once and ``fstat`` then refuses what is not a regular
     file (EINVAL, "not a regular file"). Links are never followed (ELOOP).
+
+    ``O_NOATIME`` keeps the file's access time as JAX's reads left it: whether an entry was
+    read since it was written is evidence of use (``storage/mounts``), and a scan must not
+    make every entry look used. The kernel allows it only to the file's owner (or root):
+    for anyone else the open is made again without it (EPERM).
     """
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        fd = os.open(path, flags | _NOATIME, dir_fd=dir_fd)
+    except PermissionError:
+        if not _NOATIME:
+            raise
+        fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

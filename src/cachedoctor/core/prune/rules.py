@@ -8,6 +8,8 @@ skips and notes to the context.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fnmatch
 import os
 import stat
@@ -33,11 +35,13 @@ from cachedoctor.core.prune.actions import (
 from cachedoctor.core.scan.build import build_report, tree_size
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
 from cachedoctor.core.scan.rules.keys import unstable_groups
+from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
-from cachedoctor.storage import fsops
+from cachedoctor.stablekeys.manifest import Manifest
+from cachedoctor.storage import fsops, mounts
 from cachedoctor.storage.fsops import FileId, Stat, StoreDir
-from cachedoctor.units import format_bytes
+from cachedoctor.units import format_age, format_bytes
 from cachedoctor.xla import subcaches
 
 if TYPE_CHECKING:
@@ -49,7 +53,7 @@ ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's
 IFRT_HEADER_SINCE = (0, 9, 1)
 
 # Rules whose verdict depends on when the entry was last used: a use since the plan cancels it.
-_USE_SENSITIVE = {Rule.OLDER_THAN, Rule.MAX_SIZE}
+_USE_SENSITIVE = {Rule.OLDER_THAN, Rule.MAX_SIZE, Rule.DUPLICATES}
 
 
 @dataclass
@@ -67,6 +71,7 @@ class PlannedEntry:
     manifest: ManifestFile | None = None
     ir_size: int = 0
     rules: list[tuple[Rule, str]] = field(default_factory=list)
+    use: EntryUse | None = None  # what JAX's records say of its use (core/usage/lookups)
 
     @property
     def module(self) -> str | None:
@@ -101,16 +106,6 @@ def expected_format(jaxlib_version: str | None) -> str | None:
     if v is None:
         return None
     return "ifrt" if v >= IFRT_HEADER_SINCE else "pjrt"
-
-
-def _fmt_age(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.0f} days"
-    if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.0f} hours"
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} minutes"
-    return f"{seconds:.0f} s"
 
 
 BUCKET_NOTE = (
@@ -153,6 +148,9 @@ class PruneContext:
         self.manifests, self.manifest_others = read_manifests(cd)
         items = self.listing.items
         self.eviction_in_use = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in items)
+        self.lru_lockfile = any(i.kind is FileKind.LOCKFILE for i in items)
+        # access times are evidence only where the mount keeps them (None on a bucket)
+        self.mount = None if cd.is_remote else mounts.mount_of(cd.path)
 
     def read_atime(self, name: str) -> int | None:
         if not isinstance(self.cd, StoreDir):
@@ -221,8 +219,34 @@ def collect_entries(ctx: PruneContext) -> dict[str, PlannedEntry]:
         if m is not None and not m.is_symlink:
             e.manifest = m
             e.ir_size = irs.get(item.key, 0)
+        e.use = _use_of(ctx, e, st)
+        if not e.used_from_atime and e.use.last_use_ns is not None:  # JAX's -atime first
+            e.last_used_ns = e.use.last_use_ns
         out[item.key] = e
     return out
+
+
+def _use_of(ctx: PruneContext, e: PlannedEntry, st: Stat) -> EntryUse:
+    """The entry's use from its -atime, its access time and its manifest. Access times count
+    only where cachedoctor's own reads leave them alone (O_NOATIME: root or the file's owner)."""
+    accessed = getattr(st, "st_atime_ns", None)
+    if accessed is not None and os.geteuid() not in (0, st.st_uid):
+        accessed = None
+    data = e.manifest.data if e.manifest is not None else None
+    manifest = None
+    if data is not None:
+        with contextlib.suppress(TypeError, ValueError):
+            manifest = Manifest.from_dict(data)
+    return entry_use(
+        e.key,
+        written_ns=st.st_mtime_ns,
+        accessed_ns=accessed,
+        lru_atime_ns=e.last_used_ns if e.used_from_atime else None,
+        mount=ctx.mount,
+        manifest=manifest,
+        now_ns=int(ctx.now * 1e9),
+        lru_in_use=ctx.lru_lockfile,
+    )
 
 
 def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> ScanReport | None:
@@ -271,7 +295,7 @@ def remove_entry(e: PlannedEntry) -> Action:
         reason="; ".join(reason for _, reason in e.rules),
         bytes=e.unit_bytes,
         module=e.module,
-        last_used_ns=e.last_used_ns,
+        last_used_ns=_last_use(e)[0] if _recorded_use(e) else None,  # never the file time
         files=tuple(files),
     )
 
@@ -360,38 +384,89 @@ def rule_stale_jax(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
 def rule_older_than(
     ctx: PruneContext, entries: dict[str, PlannedEntry], older_than_s: float
 ) -> None:
-    """``--older-than``: the last use from the ``-atime`` file (JAX's LRU record), else the
-    file time."""
+    """``--older-than``: the last use a record shows (JAX's ``-atime``, or a read's access
+    time), else the file time."""
     limit_ns = (ctx.now - older_than_s) * 1e9
     for e in entries.values():
-        if e.last_used_ns < limit_ns:
-            age = ctx.now - e.last_used_ns / 1e9
-            source = "-atime" if e.used_from_atime else "file time"
-            e.rules.append((Rule.OLDER_THAN, f"last used {_fmt_age(age)} ago ({source})"))
+        last, source = _last_use(e)
+        if last < limit_ns:
+            age = ctx.now - last / 1e9
+            e.rules.append((Rule.OLDER_THAN, f"last used {format_age(age)} ago ({source})"))
+
+
+def _recorded_use(e: PlannedEntry) -> bool:
+    return e.used_from_atime or (e.use is not None and e.use.last_use_ns is not None)
+
+
+def _last_use(e: PlannedEntry) -> tuple[int, str]:
+    """The latest use any record shows (JAX's -atime, a read's access time), else the file
+    time, and which it is."""
+    if e.use is not None and e.use.last_use_ns is not None and e.use.last_use_source:
+        return e.use.last_use_ns, e.use.last_use_source
+    if e.used_from_atime:
+        return e.last_used_ns, "-atime"
+    return e.last_used_ns, "file time: no record of a use"
 
 
 def rule_duplicates(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
-    """``--duplicates``: scan's unstable-key groups (the stored HLO shows a per-run key input);
-    the copy used last is kept."""
+    """``--duplicates``: in scan's unstable-key groups (the stored HLO shows a per-run key
+    input), remove only the entries that records show no process will look up again; an entry
+    with a record of use, or a stable-key manifest, is always kept (``core/usage/lookups``)."""
     infos = [e.info for e in entries.values() if e.info is not None]
     for group, _evidence in unstable_groups(infos):
         members = [entries[i.key] for i in group]
-        alive = [m for m in members if not m.rules] or members
-        keep = max(alive, key=lambda m: (m.last_used_ns, m.key))
+        removed = 0
         for m in members:
-            if m is not keep:
-                m.rules.append(
-                    (
-                        Rule.DUPLICATES,
-                        f"same program as {keep.key} (kept: used last); the stored HLO "
-                        "shows a key input that changes per run (scan: unstable-key)",
-                    )
+            why = _not_looked_up(m, members)
+            if why is not None:
+                if m.use is not None and m.use.read_since_written is False:
+                    m.cache_id = dataclasses.replace(m.cache_id, unread=True)
+                m.rules.append((Rule.DUPLICATES, why))
+                removed += 1
+        if not removed:
+            module = members[0].module or "(unnamed)"
+            uses = "; ".join(f"{m.key[-12:]}: {m.use.evidence}" for m in members if m.use)
+            ctx.skipped.append(
+                Skip(
+                    module,
+                    f"{len(members)} entries of one program kept: cannot tell which key runs "
+                    f"use ({uses})",
+                    Rule.DUPLICATES,
                 )
+            )
     ctx.notes.append(
-        "--duplicates removes only copies whose key is shown to change between runs (the "
-        "stored HLO holds a per-process pointer or custom_partitioning output); the same "
-        "program under several stable keys is hit under each of them and is kept"
+        "--duplicates removes a copy of a program whose key changes between runs only on a "
+        "record that no run looks it up again: its manifest shows a pointer in the key, it was "
+        "never read while a later run wrote another key, or it has no manifest beside the "
+        "stable key hooked runs look up; a copy with a record of use (-atime, access time) or "
+        "a stable-key manifest is kept"
     )
+
+
+def _not_looked_up(m: PlannedEntry, group: list[PlannedEntry]) -> str | None:
+    """The record that no process will look ``m`` up again, or None (then it is kept)."""
+    use = m.use
+    if use is None or use.looked_up_by_hook or use.read_since_written is True:
+        return None
+    same = "same program as " + ", ".join(o.key for o in group if o is not m)
+    if use.pointer_key is not None:
+        return f"{same}; {use.pointer_key}"
+    written = m.cache_id.mtime_ns
+    later = [o for o in group if o is not m and o.cache_id.mtime_ns > written]
+    if use.read_since_written is False and later:
+        after = min(later, key=lambda o: o.cache_id.mtime_ns)
+        gap = format_age((after.cache_id.mtime_ns - written) / 1e9)
+        return (
+            f"{same}; {use.evidence}, while a later run wrote {after.key} {gap} after it "
+            "instead of reading it"
+        )
+    stable = [o for o in group if o.use is not None and o.use.looked_up_by_hook]
+    if stable and m.manifest is None:
+        return (
+            f"{same}; no manifest: a plain run's key, beside the stable key {stable[0].key} "
+            f"that hooked runs look up ({use.evidence})"
+        )
+    return None
 
 
 def rule_max_size(entries: dict[str, PlannedEntry], budget: int) -> None:
@@ -464,7 +539,7 @@ def rule_orphans(ctx: PruneContext) -> None:
                     Skip(
                         f"{folder_name}/{m.file}",
                         f"manifest without entry, only "
-                        f"{_fmt_age(age)} old (the hook writes it before JAX compiles)",
+                        f"{format_age(age)} old (the hook writes it before JAX compiles)",
                         Rule.ORPHANS,
                     )
                 )
@@ -521,13 +596,13 @@ def stale_temps(ctx: PruneContext, rule: Rule) -> None:
             ctx.skipped.append(
                 Skip(
                     item.name,
-                    f"temporary file only {_fmt_age(age)} old (a write may be in progress)",
+                    f"temporary file only {format_age(age)} old (a write may be in progress)",
                     rule,
                 )
             )
             continue
         who = "cachedoctor" if own else "JAX"
-        ctx.remove_file(item.name, st, rule, f"{who} temporary file, {_fmt_age(age)} old")
+        ctx.remove_file(item.name, st, rule, f"{who} temporary file, {format_age(age)} old")
 
 
 def rule_repair(ctx: PruneContext, entries: dict[str, PlannedEntry], removed: set[str]) -> None:

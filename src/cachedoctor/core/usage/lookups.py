@@ -1,0 +1,121 @@
+"""Which entries processes look up: per entry, what JAX's own records say about its use.
+
+Two records of a read exist, both JAX's: the ``-atime`` file its LRU rewrites on every hit
+(only in processes that run with a size limit), and the file's access time, which a hit's read
+moves past the write on a ``relatime`` or ``strictatime`` mount (``storage/mounts``). A key
+manifest adds which keys processes compute: a ``stable`` one names the key hooked runs look up;
+a key that holds a per-process pointer is looked up by no later run. Nothing here guesses from
+file times alone: without a record, the answer is ``None`` and the evidence says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachedoctor.stablekeys.manifest import Manifest
+from cachedoctor.storage.mounts import MountAtime
+from cachedoctor.units import format_age
+
+# JAX's put writes the entry, then its -atime, within milliseconds; a -atime later than the
+# entry's write by more than this was written by a get (a hit). Two seconds also covers the
+# coarsest file-time granularity in use (FAT's 2 s).
+LRU_HIT_GAP_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class EntryUse:
+    """What the records say about one entry's use."""
+
+    key: str
+    read_since_written: bool | None  # None: no record can tell
+    evidence: str  # what the verdict above rests on, quotable in a plan or a finding
+    last_use_ns: int | None  # the last read a record shows (-atime, access time); None: none
+    last_use_source: str | None  # "-atime" or "access time"
+    looked_up_by_hook: bool  # a stable-mode manifest: hooked runs compute this key
+    pointer_key: str | None  # evidence that the key holds a per-process pointer, or None
+
+
+def entry_use(
+    key: str,
+    *,
+    written_ns: int,
+    accessed_ns: int | None,
+    lru_atime_ns: int | None,
+    mount: MountAtime | None,
+    manifest: Manifest | None,
+    now_ns: int,
+    lru_in_use: bool = False,
+) -> EntryUse:
+    """One entry's use from its file times, its ``-atime`` content and its manifest.
+
+    ``written_ns`` is the entry's ``st_mtime``; ``accessed_ns`` its ``st_atime`` (None on a
+    bucket); ``mount`` the local mount it lives on (None: unknown or a bucket);
+    ``lru_in_use``: JAX's ``.lockfile`` is there, so its LRU keeps ``-atime`` as the record of
+    use it evicts by."""
+    read: bool | None = None
+    evidence = ""
+    last: int | None = None
+    source: str | None = None
+    if lru_atime_ns is not None and lru_atime_ns - written_ns > LRU_HIT_GAP_NS:
+        read, last, source = True, lru_atime_ns, "-atime"
+        after = format_age((lru_atime_ns - written_ns) / 1e9)
+        evidence = f"JAX's -atime: looked up {after} after it was written"
+    if mount is not None and mount.tells_reads and accessed_ns is not None:
+        if accessed_ns > written_ns:
+            if read is None:
+                read = True
+                after = format_age((accessed_ns - written_ns) / 1e9)
+                evidence = f"read {after} after it was written (access time, {mount.policy} mount)"
+            if last is None or accessed_ns > last:
+                last, source = accessed_ns, "access time"
+        elif read is None:
+            read = False
+            ago = format_age((now_ns - written_ns) / 1e9)
+            evidence = (
+                f"not read since it was written {ago} ago (access time not after the write, "
+                f"{mount.policy} mount)"
+            )
+    if read is None and lru_in_use and lru_atime_ns is not None:
+        read = False
+        ago = format_age((now_ns - written_ns) / 1e9)
+        evidence = (
+            f"JAX's -atime: not looked up since it was written {ago} ago (LRU eviction in use: "
+            "the record JAX evicts by)"
+        )
+    if read is None:
+        where = (
+            "a bucket"
+            if accessed_ns is None
+            else f"mount {mount.describe()}"
+            if mount
+            else ("a mount whose access-time policy is unknown")
+        )
+        evidence = f"no record of a read: no -atime after the write, and {where} keeps none"
+    return EntryUse(
+        key=key,
+        read_since_written=read,
+        evidence=evidence,
+        last_use_ns=last,
+        last_use_source=source,
+        looked_up_by_hook=_stable_manifest(manifest),
+        pointer_key=_pointer_evidence(manifest),
+    )
+
+
+def _stable_manifest(m: Manifest | None) -> bool:
+    return m is not None and m.mode == "stable" and m.key_mode != "fallback"
+
+
+def _pointer_evidence(m: Manifest | None) -> str | None:
+    """The manifest's word that this key holds a per-process pointer (so no later run computes
+    it), or None."""
+    if m is None:
+        return None
+    if m.mode == "stable" and m.key_mode == "fallback":
+        return "its manifest (stable mode, key_mode fallback) keeps a raw pointer in the key"
+    if m.mode == "observe" and m.jax_key_pointer:
+        return (
+            "its manifest (observe mode) shows JAX's key holds a custom_partitioning pointer "
+            "(jax_remove_custom_partitioning_ptr_from_cache_key off)"
+        )
+    return None

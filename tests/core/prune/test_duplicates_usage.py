@@ -1,0 +1,188 @@
+"""`prune --duplicates` acts on usage evidence: nothing a population of runs hits is removed.
+
+Each cache is written by real JAX runs of the seed program (a custom_partitioning op, whose
+pointer JAX hashes into the key), by populations teams mix on one cache: hooked (stable keys),
+plain, JAX's pointer flag, observe mode, LRU on. The oracle is JAX's own log of each rerun
+(``JAX_EXPLAIN_CACHE_MISSES``): after ``--apply``, every population that hit before still hits.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.core.prune.actions import Plan, Rule, Status
+from cachedoctor.core.prune.apply import apply
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.prune.planner import plan_prune
+from cachedoctor.layout import MANIFEST_DIRNAME
+from tests.support import hookrun
+
+pytestmark = pytest.mark.slow
+
+FLAG = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
+LRU = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30)}
+
+
+def run_seed(cache: Path, mode: str = "none", **extra: str) -> tuple[str | None, bool]:
+    """One run of the seed program: (the jit_f key it wrote, or None), and whether jit_f hit."""
+    before = set(hookrun.entries(cache, "jit_f"))
+    env = hookrun.base_env(
+        cache,
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        **extra,
+    )
+    run = hookrun.run_program("seed", cache, mode=mode, env=env)
+    written = set(hookrun.entries(cache, "jit_f")) - before
+    assert len(written) <= 1
+    return (written.pop() if written else None), "jit_f" not in run.misses
+
+
+def duplicates_plan(cache: Path) -> Plan:
+    return plan_prune(cache, PruneOptions(duplicates=True))
+
+
+def removed(plan: Plan) -> set[str]:
+    return {a.name for a in plan.actions if Rule.DUPLICATES in a.rules}
+
+
+@pytest.fixture
+def noatime_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a tmpfs mounted ``noatime``: its access times tell nothing."""
+    where = tmp_path / "noatime"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "noatime,size=64m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mounting a noatime tmpfs needs CAP_SYS_ADMIN: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_mixed_cache_keeps_every_key_that_runs_hit(tmp_path: Path) -> None:
+    """Hooked, plain and pointer-flag runs on one cache (issue 29's case): the old rule removed
+    the stable-keyed entry ("kept: used last" by mtime) and kept a plain one."""
+    cache = tmp_path / "mixed"
+    stable, hit = run_seed(cache, "stable")
+    assert stable is not None and not hit
+    assert run_seed(cache, "stable") == (None, True)  # JAX hits the stable key
+    plain_1, hit = run_seed(cache)
+    assert plain_1 is not None and not hit
+    flagged, _ = run_seed(cache, **FLAG)
+    assert run_seed(cache, **FLAG) == (None, True)  # JAX's flag: the same key, a hit
+    plain_2, _ = run_seed(cache)
+    assert flagged is not None and plain_2 is not None
+
+    plan = duplicates_plan(cache)
+    assert removed(plan) == {plain_1, plain_2}
+    reasons = {a.name: a.reason for a in plan.actions}
+    assert "not read since it was written" in reasons[plain_1]
+    assert f"beside the stable key {stable}" in reasons[plain_2]
+    assert all(a.last_used_ns is None for a in plan.actions)  # no record of a use: no date
+
+    result = apply(plan)
+    assert result.count(Status.DONE) == 2
+    assert set(hookrun.entries(cache, "jit_f")) == {stable, flagged}
+    assert run_seed(cache, "stable") == (None, True)
+    assert run_seed(cache, **FLAG) == (None, True)
+
+
+def test_a_plain_pile_is_cleared_but_for_the_newest(tmp_path: Path) -> None:
+    """The seed's plain user: every run writes a pointer key that nothing reads again."""
+    cache = tmp_path / "pile"
+    keys = [run_seed(cache)[0] for _ in range(3)]
+    plan = duplicates_plan(cache)
+    assert removed(plan) == {keys[0], keys[1]}
+    for a in plan.actions:
+        assert "not read since it was written" in a.reason
+        assert "instead of reading it" in a.reason
+    assert apply(plan).count(Status.DONE) == 2
+    assert hookrun.entries(cache, "jit_f") == [keys[2]]
+
+
+def test_a_read_since_the_plan_cancels_the_removal(tmp_path: Path) -> None:
+    cache = tmp_path / "pile"
+    older, _ = run_seed(cache)
+    run_seed(cache)
+    plan = duplicates_plan(cache)
+    assert removed(plan) == {older}
+    (cache / f"{older}-cache").read_bytes()  # a process reads it, as JAX's get does
+    result = apply(plan)
+    assert result.count(Status.DONE) == 0
+    assert older in hookrun.entries(cache, "jit_f")
+    assert removed(duplicates_plan(cache)) == set()  # read now: a record of use
+
+
+def test_a_scan_leaves_the_evidence_as_it_was(tmp_path: Path) -> None:
+    """cachedoctor's own reads (O_NOATIME) never make an entry look used."""
+    cache = tmp_path / "pile"
+    older, _ = run_seed(cache)
+    run_seed(cache)
+    before = (cache / f"{older}-cache").stat()
+    assert before.st_atime_ns <= before.st_mtime_ns
+    from cachedoctor.core.scan.run import scan_directory
+
+    scan_directory(cache)
+    duplicates_plan(cache)
+    after = (cache / f"{older}-cache").stat()
+    assert after.st_atime_ns == before.st_atime_ns
+    assert removed(duplicates_plan(cache)) == {older}
+
+
+def test_without_a_record_of_use_nothing_is_removed(noatime_dir: Path) -> None:
+    """On a noatime mount with no -atime and no manifest, no record tells which key runs use."""
+    cache = noatime_dir / "cache"
+    keys = {run_seed(cache)[0] for _ in range(2)}
+    plan = duplicates_plan(cache)
+    assert removed(plan) == set()
+    skipped = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    assert len(skipped) == 1 and skipped[0].name == "jit_f"
+    assert "cannot tell which key runs use" in skipped[0].reason
+    assert "noatime" in skipped[0].reason
+    assert set(hookrun.entries(cache, "jit_f")) == keys
+
+
+def test_with_lru_on_the_atime_files_are_the_record(noatime_dir: Path) -> None:
+    """With JAX's size limit on, its -atime files tell hits from writes, even on noatime."""
+    cache = noatime_dir / "cache"
+    plain, _ = run_seed(cache, **LRU)
+    flagged, _ = run_seed(cache, **FLAG, **LRU)
+    assert run_seed(cache, **FLAG, **LRU) == (None, True)
+    assert (cache / ".lockfile").exists()
+    plan = duplicates_plan(cache)
+    assert removed(plan) == {plain} and flagged not in removed(plan)
+    reason = next(a.reason for a in plan.actions if a.name == plain)
+    assert "JAX's -atime: not looked up since it was written" in reason
+    apply(plan)
+    assert run_seed(cache, **FLAG, **LRU) == (None, True)
+
+
+def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -> None:
+    cache = tmp_path / "observe"
+    pointer_keys = {run_seed(cache, "observe")[0] for _ in range(2)}
+    flagged, _ = run_seed(cache, "observe", **FLAG)
+    manifests = cache / MANIFEST_DIRNAME
+    recorded = {
+        k: json.loads((manifests / f"{k}.json").read_text())["jax_key_pointer"]
+        for k in [*pointer_keys, flagged]
+        if k is not None
+    }
+    assert recorded == {**dict.fromkeys(pointer_keys, True), flagged: False}
+    plan = duplicates_plan(cache)
+    assert removed(plan) == pointer_keys  # the newest pointer key too: no run computes it again
+    for a in plan.actions:
+        assert "observe mode" in a.reason and "holds a custom_partitioning pointer" in a.reason
+    apply(plan)
+    assert run_seed(cache, "observe", **FLAG) == (None, True)
