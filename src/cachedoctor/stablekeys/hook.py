@@ -72,9 +72,10 @@ class _State:
     warned_jax_flag: bool = False
     said: set[str] = field(default_factory=set)  # topics already said on stderr
     process_checks: int = 0  # lookups compared with process 0's manifests (bounded)
-    # key -> (hasher result, replay digest, pointers, backend, autotune mode) until JAX stores
+    # key -> (hasher result, replay digest, pointers, backend, autotune mode, whether JAX's key
+    # holds the pointer) until JAX stores
     # the entry
-    pending: dict[str, tuple[Any, str | None, list[bytes], Any, str | None]] = field(
+    pending: dict[str, tuple[Any, str | None, list[bytes], Any, str | None, bool | None]] = field(
         default_factory=dict
     )
 
