@@ -31,7 +31,12 @@ from cachedoctor.core.prune.actions import (
     read_manifests,
 )
 from cachedoctor.core.scan.build import build_report, tree_size
-from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
+from cachedoctor.core.scan.report import (
+    ProgressCallback,
+    ScanReport,
+    lru_evidence,
+    real_problems,
+)
 from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
@@ -151,8 +156,7 @@ class PruneContext:
         else:
             self.listing = listdir.list_cache(cd.path)
         self.manifests, self.manifest_others = read_manifests(cd)
-        items = self.listing.items
-        self.eviction_in_use = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in items)
+        self.eviction_in_use = lru_evidence(self.listing).in_use  # as scan judges it
 
     def read_atime(self, name: str) -> int | None:
         if not isinstance(self.cd, StoreDir):
@@ -535,8 +539,8 @@ def rule_repair(ctx: PruneContext, entries: dict[str, PlannedEntry], removed: se
     mtime), group/other write bits on files the user owns, stale temporary files."""
     if not ctx.eviction_in_use:
         ctx.notes.append(
-            "--repair: LRU eviction is not in use (no -atime files, no .lockfile), so missing "
-            "-atime files are not recreated"
+            "--repair: LRU eviction is not in use (no entry has an -atime file, no .lockfile), "
+            "so missing -atime files are not recreated"
         )
     me = os.getuid()
     for e in entries.values():
