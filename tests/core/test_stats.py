@@ -160,7 +160,7 @@ def test_records_that_break_a_rule_are_findings_not_totals(recorded_cache: Path,
     folder = cache / STATS_DIRNAME
     real = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     assert len(real) == 3
-    want = Counter()
+    want: Counter[str] = Counter()
     for doc in real:
         for counters in doc["modules"].values():
             want.update({k: counters[k] for k in ("requests", "hits", "misses", "writes")})
