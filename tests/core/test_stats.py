@@ -152,6 +152,58 @@ def test_torn_and_foreign_files_are_findings(
 
 
 @pytest.mark.slow
+def test_records_that_break_a_rule_are_findings_not_totals(recorded_cache: Path, copy_of) -> None:
+    """Issue 29 (8): beside the records of 3 real processes, a record claiming more hits than
+    requests, one with a negative compile time and a file that is no record: stats and lint
+    name each with its rule, and the totals are the real records' sums (read here with json)."""
+    cache = copy_of(recorded_cache)
+    folder = cache / STATS_DIRNAME
+    real = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    assert len(real) == 3
+    want: Counter[str] = Counter()
+    for doc in real:
+        for counters in doc["modules"].values():
+            want.update({k: counters[k] for k in ("requests", "hits", "misses", "writes")})
+    forged = json.loads(json.dumps(real[0]))
+    module = next(iter(forged["modules"]))
+    forged["modules"][module].update(requests=10, hits=20, misses=0)
+    (folder / "forged-hits.json").write_text(json.dumps(forged))
+    negative = json.loads(json.dumps(real[0]))
+    negative["modules"][module]["compile_secs"] = -1.5
+    (folder / "negative-time.json").write_text(json.dumps(negative))
+    (folder / "notes.txt").write_text("not a record")
+
+    report = stats_json(cache)
+    totals = report["totals"]
+    assert report["processes"] == 3
+    assert {k: totals[k] for k in want} == dict(want)
+    assert 0 <= totals["hit_rate"] <= 1 and totals["compile_secs"] >= 0
+    rules = {
+        "forged-hits.json": "hits 20 > requests 10",
+        "negative-time.json": "compile_secs -1.5 is negative",
+        "notes.txt": "is not a stats record",
+    }
+    lint = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "lint", str(cache), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        timeout=300,
+    )
+    assert "Traceback" not in lint.stderr
+    lint_findings = json.loads(lint.stdout)["findings"]
+    for findings, files in ((report["findings"], "files"), (lint_findings, "entries")):
+        named = {
+            f[files][0].removeprefix(f"{STATS_DIRNAME}/"): f["message"]
+            for f in findings
+            if f["kind"] == "stats-record"
+        }
+        assert set(named) == set(rules), findings
+        for name, rule in rules.items():
+            assert rule in named[name], named[name]
+
+
+@pytest.mark.slow
 def test_since_module_and_zero(recorded_cache: Path, copy_of) -> None:
     cache = copy_of(recorded_cache)
     assert stats_json(cache, "--module", "jit_iota")["modules"][0]["module"] == "jit_iota"

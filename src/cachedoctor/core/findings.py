@@ -37,7 +37,7 @@ class FindingKind(enum.StrEnum):
     UNKNOWN_FILE = "unknown-file"
     SUBCACHE = "subcache"
     NEVER_HIT = "never-hit"  # from the stats records (core/stats.py)
-    STATS_RECORD = "stats-record"  # an unreadable file in cachedoctor-stats/
+    STATS_RECORD = "stats-record"  # a torn, foreign or rule-breaking file in cachedoctor-stats/
     SAME_PROGRAM = "same-program"
     NOT_STORED = "not-stored"
     MULTI_PROCESS = "multi-process"  # processes of a jax.distributed job (their manifests)

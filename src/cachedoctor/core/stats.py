@@ -21,20 +21,17 @@ from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.usage.records import (
+    ARCHIVE_PREFIX,
+    ARCHIVE_SUFFIX,
     MAX_RECORD_BYTES,
     Counters,
     Record,
     read_records,
     record_files,
 )
+from cachedoctor.errors import count
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store, open_store
-
-ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
-
-
-ARCHIVE_SUFFIX = ".jsonl"
-
 
 NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
 
@@ -143,8 +140,15 @@ def _never_hit_reason(
             f"too fast or too small to cache: missed {row.misses} times and JAX wrote no entry "
             "(under jax_persistent_cache_min_compile_time_secs or min_entry_size_bytes)"
         )
-    if scan is not None and module not in {m.module for m in scan.modules}:
+    held = {m.module: m for m in scan.modules} if scan is not None else {}
+    if scan is not None and module not in held:
         return f"evicted: JAX wrote it {row.writes} times and the cache holds no entry of it now"
+    if module in held and held[module].undecodable == held[module].entries:
+        n = held[module].entries
+        return (
+            f"undecodable: the cache holds {count(n, 'entry', 'entries')} of it and none "
+            "decodes (scan finding corrupt or unreadable): JAX cannot load them"
+        )
     if processes == 1:
         return "asked by one process so far: nothing to hit yet"
     return "no evidence of why: the entry is there; compare keys with `cachedoctor diff`"

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.findings import Finding, Severity
-from cachedoctor.core.scan.report import ModuleStats, ScanReport
+from cachedoctor.core.scan.report import ModuleStats, ScanReport, ScanSummary
 from cachedoctor.errors import count
 from cachedoctor.render.console import Line, print_lines, print_table
 from cachedoctor.units import format_bytes
@@ -34,14 +34,14 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         + (f", jaxlib {jax.jaxlib_version}" if jax.jaxlib_version else "")
     )
     rows = [
-        ("entries", f"{s.entries} ({s.corrupt} undecodable)" if s.corrupt else str(s.entries)),
+        ("entries", _entries(s)),
         ("on disk", format_bytes(s.bytes_on_disk)),
         ("decompressed", format_bytes(s.decompressed_bytes)),
         ("compile time stored", f"{s.compile_seconds} s"),
         ("modules", str(s.modules)),
         ("platforms", _counts(s.platforms)),
         ("formats", _counts(s.formats)),
-        ("LRU eviction", f"in use ({s.atime_files} -atime files)" if s.eviction_in_use else "off"),
+        ("LRU eviction", _eviction(s)),
     ]
     for name, size in s.subcaches:
         rows.append((f"sub-cache {name}", format_bytes(size)))
@@ -72,17 +72,21 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         table.add_column("programs", justify="right")
         table.add_column("on disk", justify="right")
         table.add_column("compile s", justify="right")
+        with_bad = any(m.undecodable for m in report.modules)
+        if with_bad:
+            table.add_column("undecodable", justify="right")
         with_modes = any(m.key_modes for m in report.modules)
         if with_modes:
             table.add_column("key mode (stable hasher)", overflow="fold")
         for m in report.modules[:max_modules]:
-            style = "yellow" if m.entries > m.programs else None
+            style = "yellow" if m.entries - m.undecodable > m.programs else None
             table.add_row(
                 m.module,
                 str(m.entries),
                 str(m.programs),
                 format_bytes(m.bytes_on_disk),
                 str(m.compile_seconds),
+                *([str(m.undecodable)] if with_bad else []),
                 *([_key_modes(m)] if with_modes else []),
                 style=style,
             )
@@ -90,6 +94,34 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
             table.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
         print_table(console, table)
     render_findings(report, console)
+
+
+def _entries(s: ScanSummary) -> str:
+    """The regular entries, then what else is named like one: each counted as what it is."""
+    notes = [f"{s.corrupt} undecodable"] if s.corrupt else []
+    if s.symlinks:
+        notes.append(f"+{count(s.symlinks, 'symbolic link')} named -cache, not followed")
+    return f"{s.entries} ({'; '.join(notes)})" if notes else str(s.entries)
+
+
+def _eviction(s: ScanSummary) -> str:
+    """JAX's LRU eviction with its evidence: the .lockfile and the entries' -atime files (JAX
+    writes both only with eviction on); -atime files without an entry are no evidence."""
+    of_entries = (
+        f"-atime files beside {s.entry_atime_files} of {count(s.entries, 'entry', 'entries')}"
+    )
+    if s.lockfile:
+        evidence = [".lockfile", of_entries]
+    elif s.entry_atime_files:
+        evidence = [of_entries, "no .lockfile"]
+    else:
+        evidence = []
+    if s.orphan_atime_files:
+        evidence.append(
+            count(s.orphan_atime_files, "-atime file", "-atime files") + " without an entry"
+        )
+    verdict = "in use" if s.eviction_in_use else "off"
+    return f"{verdict} ({'; '.join(evidence)})" if evidence else verdict
 
 
 def _key_modes(module: ModuleStats) -> str:

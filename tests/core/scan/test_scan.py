@@ -295,3 +295,104 @@ def test_status_summarises_key_modes_of_the_configured_cache(tmp_path: Path) -> 
     text = subprocess.run(status, env=env, capture_output=True, text=True).stdout
     replay_line = next(line for line in text.splitlines() if line.strip().startswith("replay"))
     assert replay_line.split()[1:] == ["1", "jit_f"], text
+
+
+def _regular_and_links(cache: Path) -> tuple[int, int]:
+    """The oracle for the entry counts: lstat, not our listing."""
+    names = [p for p in cache.iterdir() if p.name.endswith("-cache")]
+    links = sum(1 for p in names if p.is_symlink())
+    return len(names) - links, links
+
+
+def _summary_line(out: str, name: str) -> str:
+    """One row of the text summary, its padding collapsed."""
+    return " ".join(next(line for line in out.splitlines() if line.startswith(name)).split())
+
+
+@pytest.mark.slow
+def test_counts_add_up_with_a_link_bad_files_and_an_orphan_atime(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """Issue 29 (7): a link is no entry, undecodable files no program, and an -atime file of no
+    entry is no evidence that eviction runs on the entries (JAX wrote this cache without it)."""
+    from cachedoctor.core.prune.actions import Op
+    from cachedoctor.core.prune.options import PruneOptions
+    from cachedoctor.core.prune.planner import plan_prune
+    from tests.support.cli import invoke
+
+    cache = copy_of(seed_cache)
+    assert not list(cache.glob("*-atime")) and not (cache / ".lockfile").exists()
+    good = sorted(cache.glob("jit_g-*-cache"))[0]
+    (cache / f"jit_link-{'4' * 64}-cache").symlink_to(good.name)
+    (cache / f"jit_trunc-{'5' * 64}-cache").write_bytes(good.read_bytes()[:100])
+    (cache / f"jit_empty-{'6' * 64}-cache").write_bytes(b"")
+    for bad in cache.glob("jit_[te]*-cache"):
+        os.utime(bad, (1e9, 1e9))  # old: damaged, not a write in progress
+    (cache / f"jit_gone-{'9' * 64}-atime").write_bytes((0).to_bytes(8, "little"))
+    regular, links = _regular_and_links(cache)
+    assert links == 1
+
+    report = scan_directory(cache)
+    s = report.summary
+    assert (s.entries, s.symlinks, s.corrupt) == (regular, 1, 2)
+    assert sum(m.entries for m in report.modules) == s.entries
+    rows = {m.module: m for m in report.modules}
+    assert "jit_link" not in rows  # a link is not an entry: the insecure finding names it
+    assert [
+        (rows[m].entries, rows[m].programs, rows[m].undecodable) for m in ("jit_trunc", "jit_empty")
+    ] == [(1, 0, 1)] * 2
+    assert s.bytes_on_disk == sum(
+        p.stat().st_size for p in cache.glob("*-cache") if not p.is_symlink()
+    )
+    assert (s.eviction_in_use, s.entry_atime_files, s.orphan_atime_files) == (False, 0, 1)
+    found = kinds(report)
+    assert FindingKind.MISSING_ATIME not in found
+    assert [f.entries for f in found[FindingKind.ORPHAN]] == [(f"jit_gone-{'9' * 64}-atime",)]
+
+    _, out, _ = invoke("scan", str(cache))
+    assert _summary_line(out, "entries") == (
+        f"entries {regular} (2 undecodable; +1 symbolic link named -cache, not followed)"
+    )
+    assert _summary_line(out, "LRU eviction") == "LRU eviction off (1 -atime file without an entry)"
+    plan = plan_prune(cache, PruneOptions(repair=True))
+    assert not [a for a in plan.actions if a.op is Op.RECREATE_ATIME]
+    assert not plan.eviction_in_use
+
+
+@pytest.mark.slow
+def test_lru_line_and_missing_atime_agree(
+    evict_cache: Path, copy_of: Callable[[Path], Path]
+) -> None:
+    """JAX with eviction on wrote an -atime file beside each entry and its .lockfile; with one
+    -atime file gone and an orphan added, both statements count only the entries' -atime files."""
+    cache = copy_of(evict_cache)
+    keys = sorted(p.name.removesuffix("-cache") for p in cache.glob("*-cache"))
+    assert all((cache / f"{k}-atime").exists() for k in keys) and (cache / ".lockfile").exists()
+    (cache / f"{keys[0]}-atime").unlink()
+    (cache / f"jit_gone-{'9' * 64}-atime").write_bytes((0).to_bytes(8, "little"))
+    with_atime = len(keys) - 1
+
+    report = scan_directory(cache)
+    s = report.summary
+    assert (s.eviction_in_use, s.lockfile, s.entry_atime_files, s.orphan_atime_files) == (
+        True,
+        True,
+        with_atime,
+        1,
+    )
+    (missing,) = kinds(report)[FindingKind.MISSING_ATIME]
+    assert missing.severity is Severity.ERROR and missing.entries == (keys[0],)
+
+    (cache / ".lockfile").unlink()  # a copy without dot files: the -atime files stay evidence
+    report = scan_directory(cache)
+    (missing,) = kinds(report)[FindingKind.MISSING_ATIME]
+    assert missing.severity is Severity.WARNING and missing.entries == (keys[0],)
+    assert f"{with_atime} entries have one" in missing.message
+    assert "does not seem to run" not in missing.message
+    from tests.support.cli import invoke
+
+    _, out, _ = invoke("scan", str(cache))
+    assert _summary_line(out, "LRU eviction") == (
+        f"LRU eviction in use (-atime files beside {with_atime} of {len(keys)} entries; "
+        "no .lockfile; 1 -atime file without an entry)"
+    )

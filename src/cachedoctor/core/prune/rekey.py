@@ -26,7 +26,6 @@ from typing import Any, Protocol
 from cachedoctor import layout
 from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.cache.listdir import FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.prune.actions import (
     Action,
@@ -41,6 +40,7 @@ from cachedoctor.core.prune.actions import (
     read_manifests,
     remove_companions,
 )
+from cachedoctor.core.scan.report import lru_evidence
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
@@ -109,7 +109,7 @@ def plan_rekey(
     current = 0
     with open_cache(cache_dir) as cd:
         listing = listdir.list_cache(cd.path)
-        eviction = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in listing.items)
+        eviction = lru_evidence(listing).in_use
         manifests, _ = read_manifests(cd)
         adoptable = (
             _relocated_keys(cd, listing, manifests, jax_info, now, os.fspath(cache_dir))

@@ -33,7 +33,12 @@ from cachedoctor.core.prune.actions import (
     read_manifests,
 )
 from cachedoctor.core.scan.build import build_report, tree_size
-from cachedoctor.core.scan.report import ProgressCallback, ScanReport, real_problems
+from cachedoctor.core.scan.report import (
+    ProgressCallback,
+    ScanReport,
+    lru_evidence,
+    real_problems,
+)
 from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.errors import count
@@ -146,9 +151,9 @@ class PruneContext:
         else:
             self.listing = listdir.list_cache(cd.path)
         self.manifests, self.manifest_others = read_manifests(cd)
-        items = self.listing.items
-        self.eviction_in_use = any(i.kind in (FileKind.ATIME, FileKind.LOCKFILE) for i in items)
-        self.lru_lockfile = any(i.kind is FileKind.LOCKFILE for i in items)
+        lru = lru_evidence(self.listing)  # as scan judges it
+        self.eviction_in_use = lru.in_use
+        self.lru_lockfile = lru.lockfile
         # access times are evidence only where the mount keeps them (None on a bucket)
         self.mount = None if cd.is_remote else mounts.mount_of(cd.path)
 
@@ -610,8 +615,8 @@ def rule_repair(ctx: PruneContext, entries: dict[str, PlannedEntry], removed: se
     mtime), group/other write bits on files the user owns, stale temporary files."""
     if not ctx.eviction_in_use:
         ctx.notes.append(
-            "--repair: LRU eviction is not in use (no -atime files, no .lockfile), so missing "
-            "-atime files are not recreated"
+            "--repair: LRU eviction is not in use (no entry has an -atime file, no .lockfile), "
+            "so missing -atime files are not recreated"
         )
     me = os.getuid()
     for e in entries.values():

@@ -17,7 +17,9 @@ from cachedoctor.core.scan.report import (
     ModuleStats,
     ScanReport,
     ScanSummary,
-    real_problems,
+    is_symlink,
+    lru_evidence,
+    undecodable,
 )
 from cachedoctor.core.scan.rules.integrity import atime_findings, corrupt_findings
 from cachedoctor.core.scan.rules.inventory import (
@@ -88,8 +90,11 @@ def build_report(
     )
 
 
-def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
-    atimes = listing.of_kind(FileKind.ATIME)
+def _summary(listing: CacheListing, all_entries: list[EntryInfo]) -> ScanSummary:
+    """The totals over the regular entries: a symbolic link named like an entry is counted as
+    one (``symlinks``), never as an entry; an undecodable entry counts as one (``corrupt``)."""
+    entries = [e for e in all_entries if not is_symlink(e)]
+    lru = lru_evidence(listing)
     subcaches: dict[str, int] = {}
     for item in listing.items:
         if item.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE):
@@ -103,10 +108,14 @@ def _summary(listing: CacheListing, entries: list[EntryInfo]) -> ScanSummary:
         modules=len({e.module for e in entries}),
         platforms=tuple(Counter(e.platform for e in entries if e.ok).most_common()),
         formats=tuple(Counter(e.format_label for e in entries if e.ok).most_common()),
-        corrupt=sum(1 for e in entries if real_problems(e)),
-        atime_files=len(atimes),
-        eviction_in_use=bool(atimes) or any(i.kind is FileKind.LOCKFILE for i in listing.items),
+        corrupt=sum(1 for e in entries if undecodable(e)),
+        atime_files=len(listing.of_kind(FileKind.ATIME)),
+        eviction_in_use=lru.in_use,
         subcaches=tuple(sorted(subcaches.items())),
+        symlinks=len(all_entries) - len(entries),
+        entry_atime_files=len(lru.with_atime),
+        orphan_atime_files=len(lru.orphans),
+        lockfile=lru.lockfile,
     )
 
 
@@ -124,16 +133,18 @@ def _module_stats(
 ) -> tuple[ModuleStats, ...]:
     by_module: dict[str, list[EntryInfo]] = defaultdict(list)
     for e in entries:
-        by_module[e.module or "(unnamed)"].append(e)
+        if not is_symlink(e):  # not an entry: the insecure finding names it
+            by_module[e.module or "(unnamed)"].append(e)
     modes = key_modes_by_entry(manifests)
     stats = [
         ModuleStats(
             module=module,
             entries=len(group),
-            programs=len({e.program_digest or e.key for e in group}),
+            programs=len({e.program_digest or e.key for e in group if not undecodable(e)}),
             bytes_on_disk=sum(e.size for e in group),
             compile_seconds=sum(e.compile_time_s or 0 for e in group),
             key_modes=count_modes(modes[e.key] for e in group if e.key in modes),
+            undecodable=sum(1 for e in group if undecodable(e)),
         )
         for module, group in by_module.items()
     ]

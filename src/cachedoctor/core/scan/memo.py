@@ -151,7 +151,7 @@ def dump(report: ScanReport) -> str:
         "cache_dir": report.cache_dir,
         "jax": _fields(report.jax),
         "summary": _fields(report.summary),
-        "modules": [[*_fields(m)[:-1], [_fields(u) for u in m.key_modes]] for m in report.modules],
+        "modules": [_module_row(m) for m in report.modules],
         "findings": [_finding_row(f, texts) for f in report.findings],
         "texts": list(texts),
         "counts": [report.summary.entries, report.other_file_count, report.holds_cache_files],
@@ -219,10 +219,24 @@ def _summary(values: list[Any]) -> ScanSummary:
     return ScanSummary(**fields)
 
 
+def _module_row(m: ModuleStats) -> list[Any]:
+    return [
+        m.module,
+        m.entries,
+        m.programs,
+        m.bytes_on_disk,
+        m.compile_seconds,
+        [_fields(u) for u in m.key_modes],
+        m.undecodable,
+    ]
+
+
 def _module(values: list[Any]) -> ModuleStats:
-    module, entries, programs, bytes_on_disk, compile_seconds, modes = values
+    module, entries, programs, bytes_on_disk, compile_seconds, modes, undecodable = values
     key_modes = tuple(KeyModeUse(*u) for u in modes)
-    return ModuleStats(module, entries, programs, bytes_on_disk, compile_seconds, key_modes)
+    return ModuleStats(
+        module, entries, programs, bytes_on_disk, compile_seconds, key_modes, undecodable
+    )
 
 
 def _finding_row(f: Finding, texts: dict[str, int]) -> list[Any]:

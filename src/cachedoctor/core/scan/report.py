@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cachedoctor.cache import model
 from cachedoctor.cache.jaxenv import JaxInfo
-from cachedoctor.cache.listdir import DirItem
+from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.plaindata import ToDict
@@ -41,6 +41,7 @@ class ModuleStats:
     bytes_on_disk: int
     compile_seconds: int
     key_modes: tuple[KeyModeUse, ...] = ()  # empty: no entry has a key manifest
+    undecodable: int = 0  # entries among ``entries`` that do not decode: no program counted
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,13 @@ class ScanSummary:
     platforms: tuple[tuple[str, int], ...]
     formats: tuple[tuple[str, int], ...]
     corrupt: int
-    atime_files: int
-    eviction_in_use: bool
+    atime_files: int  # every -atime file, an entry's or not
+    eviction_in_use: bool  # a .lockfile, or an -atime file beside an entry (LruEvidence)
     subcaches: tuple[tuple[str, int], ...]  # name, bytes on disk
+    symlinks: int = 0  # -cache names that are symbolic links: not followed, not in ``entries``
+    entry_atime_files: int = 0  # entries with an -atime file of the same key
+    orphan_atime_files: int = 0  # -atime files with no entry of the same key
+    lockfile: bool = False  # JAX's .lockfile (its LRU cache locks it around every get/put)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,8 @@ class ScanReport(ToDict):
     @property
     def looks_like_cache(self) -> bool:
         """Empty, or holding something only a JAX cache holds (an entry, -atime, sub-cache)."""
-        return self.summary.entries > 0 or self.other_file_count == 0 or self.holds_cache_files
+        named_entries = self.summary.entries + self.summary.symlinks
+        return named_entries > 0 or self.other_file_count == 0 or self.holds_cache_files
 
     def without(self, kinds: Iterable[str]) -> ScanReport:
         """This report with the findings of ``kinds`` left out (``--ignore``)."""
@@ -106,6 +112,38 @@ class ScanReport(ToDict):
 ProgressCallback = Callable[[int, int], None]
 
 
+@dataclass(frozen=True)
+class LruEvidence:
+    """What a listing says about JAX's LRU eviction: one judgement for the summary, the
+    ``missing-atime`` finding and ``prune --repair``.
+
+    JAX writes ``<key>-atime`` beside an entry and locks ``.lockfile`` only with eviction on
+    (``lru_cache.py``). An -atime file with no entry of its key says nothing about the entries
+    (a copy, an old run), so it is not evidence that eviction runs on them.
+    """
+
+    lockfile: bool
+    with_atime: frozenset[str]  # keys of regular entries with an -atime file
+    without_atime: tuple[str, ...]  # -cache names without one (links too: JAX globs them), sorted
+    orphans: tuple[str, ...]  # keys of -atime files with no -cache name, sorted
+
+    @property
+    def in_use(self) -> bool:
+        return self.lockfile or bool(self.with_atime)
+
+
+def lru_evidence(listing: CacheListing) -> LruEvidence:
+    entry_keys = {i.key for i in listing.entries if i.key}
+    regular = {i.key for i in listing.entries if i.key and not i.is_symlink}
+    atime_keys = {i.key for i in listing.of_kind(FileKind.ATIME) if i.key}
+    return LruEvidence(
+        lockfile=any(i.kind is FileKind.LOCKFILE for i in listing.items),
+        with_atime=frozenset(regular & atime_keys),
+        without_atime=tuple(sorted(entry_keys - atime_keys)),
+        orphans=tuple(sorted(atime_keys - entry_keys)),
+    )
+
+
 # Problems that mean the bytes are damaged. "unreadable" (permissions) and "too-large" (over the
 # decode cap) say nothing about the bytes: such an entry is reported unreadable, never corrupt.
 DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "protobuf"})
@@ -114,6 +152,16 @@ DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "prot
 def real_problems(e: EntryInfo) -> list[model.Problem]:
     """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
     return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
+
+
+def is_symlink(e: EntryInfo) -> bool:
+    """A -cache name that is a symbolic link: never followed, so neither an entry nor decoded."""
+    return any(p.kind == "symlink" for p in e.problems)
+
+
+def undecodable(e: EntryInfo) -> bool:
+    """A regular entry that does not decode: damaged, unreadable or over the decode cap."""
+    return not is_symlink(e) and bool(real_problems(e))
 
 
 def judged_by_age_until(entry: EntryInfo, now: float) -> float | None:

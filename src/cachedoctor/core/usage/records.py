@@ -6,6 +6,7 @@ A torn or foreign file is a finding, never an error.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,6 +18,9 @@ from cachedoctor.storage import fsops
 from cachedoctor.storage.stores import Store
 
 MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything larger is not one of ours
+
+ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
+ARCHIVE_SUFFIX = ".jsonl"
 
 
 @dataclass(frozen=True)
@@ -60,32 +64,76 @@ class Record:
         return time.strftime("%Y-%m-%d", time.gmtime(self.end))
 
 
-def record_files(store: Store) -> list[str]:
+# What every record the recorder writes obeys (docs/stats.md, "Reading"): counts are whole
+# numbers, none negative; compile and retrieval times are not negative; every number is finite;
+# a module's hits plus misses are at most its requests (JAX sends a hit only after a request,
+# and the recorder counts a miss only for a request without one). saved_secs may be negative.
+COUNTS = ("requests", "hits", "misses", "writes")  # whole numbers; the rest are seconds
+NEVER_NEGATIVE = ("compile_secs", "retrieval_secs")  # saved_secs may be: JAX's own difference
+
+
+class RuleBroken(ValueError):
+    """A record that parses but breaks a rule every recorded record keeps (above)."""
+
+
+def _listed(store: Store) -> list[tuple[str, bool]]:
     try:
         items = store.list(STATS_DIRNAME)
     except FileNotFoundError:
         return []
-    return [
-        i.name
-        for i in items
-        if not i.is_dir and i.name.endswith(RECORD_SUFFIX) and not fsops.is_own_temp(i.name)
-    ]
+    return [(i.name, i.is_dir) for i in items]
 
 
-def _counters(raw: object) -> Counters:
+def _is_record_name(name: str, is_dir: bool) -> bool:
+    return not is_dir and name.endswith(RECORD_SUFFIX) and not fsops.is_own_temp(name)
+
+
+def _belongs(name: str, is_dir: bool) -> bool:
+    """A record, an archive of ``stats --zero``, or a record being written."""
+    if is_dir:
+        return False
+    if name.startswith(ARCHIVE_PREFIX) and name.endswith(ARCHIVE_SUFFIX):
+        return True
+    return name.endswith(RECORD_SUFFIX) or fsops.is_own_temp(name)
+
+
+def record_files(store: Store) -> list[str]:
+    return [name for name, is_dir in _listed(store) if _is_record_name(name, is_dir)]
+
+
+def _number(module: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"module {module!r}: counter {name!r} is not a number")
+    if not math.isfinite(value):
+        raise RuleBroken(f"module {module!r}: {name} {json.dumps(value)} is not a finite number")
+    if name in COUNTS and value != int(value):
+        raise RuleBroken(f"module {module!r}: {name} {value} is not a whole number")
+    if value < 0 and (name in COUNTS or name in NEVER_NEGATIVE):
+        raise RuleBroken(f"module {module!r}: {name} {value} is negative")
+    return value
+
+
+def _counters(module: str, raw: object) -> Counters:
     if not isinstance(raw, dict):
-        raise ValueError("module counters are not an object")
+        raise ValueError(f"module {module!r}: counters are not an object")
     values: dict[str, Any] = {}
     for name in COUNTERS:
-        value = raw.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"counter {name!r} is not a number")
-        values[name] = int(value) if name in ("requests", "hits", "misses", "writes") else value
-    return Counters(**values)
+        value = _number(module, name, raw.get(name, 0))
+        values[name] = int(value) if name in COUNTS else value
+    c = Counters(**values)
+    for part, value in (("hits", c.hits), ("misses", c.misses)):
+        if value > c.requests:
+            raise RuleBroken(f"module {module!r}: {part} {value} > requests {c.requests}")
+    if c.hits + c.misses > c.requests:
+        raise RuleBroken(
+            f"module {module!r}: hits + misses {c.hits + c.misses} > requests {c.requests}"
+        )
+    return c
 
 
 def parse_record(file: str, data: bytes) -> Record:
-    """A record from its bytes; ValueError says why it is not one."""
+    """A record from its bytes; ValueError says why it is not one (``RuleBroken``: which rule
+    its numbers break)."""
     if len(data) > MAX_RECORD_BYTES:
         raise ValueError(f"over {MAX_RECORD_BYTES} bytes, larger than any record")
     doc = json.loads(data)
@@ -94,27 +142,38 @@ def parse_record(file: str, data: bytes) -> Record:
     modules = doc.get("modules")
     if not isinstance(modules, dict):
         raise ValueError("no 'modules' object")
+    start, end = float(doc["start"]), float(doc["end"])
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuleBroken("start and end are not finite times")
     return Record(
         file=file,
         host=str(doc.get("host", "?")),
         pid=int(doc.get("pid", 0)),
-        start=float(doc["start"]),
-        end=float(doc["end"]),
+        start=start,
+        end=end,
         jax=str(doc.get("jax", "")),
         hook=str(doc.get("hook", "")),
-        modules={str(name): _counters(c) for name, c in modules.items()},
+        modules={str(name): _counters(str(name), c) for name, c in modules.items()},
     )
 
 
 def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
-    """Every record in ``cachedoctor-stats/``; each unreadable file is a finding."""
+    """Every record in ``cachedoctor-stats/``; each file that is not a sound record (torn,
+    foreign, or breaking a rule its recorder keeps) is a finding and is left out."""
     records, findings = [], []
-    for name in record_files(store):
+    for name, is_dir in _listed(store):
         path = f"{STATS_DIRNAME}/{name}"
+        if not _belongs(name, is_dir):
+            findings.append(_foreign(path, is_dir))
+            continue
+        if not _is_record_name(name, is_dir):
+            continue
         try:
             with store.open_read(path) as fh:
                 data = fh.read(MAX_RECORD_BYTES + 1)
             records.append(parse_record(name, data))
+        except RuleBroken as exc:
+            findings.append(_broken(path, str(exc)))
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             findings.append(
@@ -132,3 +191,40 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
                 )
             )
     return records, findings
+
+
+def _broken(path: str, rule: str) -> Finding:
+    return Finding(
+        kind=FindingKind.STATS_RECORD,
+        severity=Severity.WARNING,
+        message=f"{path} breaks a rule of stats records ({rule}); it is left out of the totals",
+        evidence=(
+            "the record's numbers, checked against how the recorder counts them "
+            "(docs/stats.md: hits plus misses at most requests; no negative count or time)"
+        ),
+        advice=(
+            "the recorder never writes such a record: it was edited or written by another "
+            "tool; inspect it; `cachedoctor stats --zero --apply` archives it with the records "
+            "and removes it"
+        ),
+        entries=(path,),
+    )
+
+
+def _foreign(path: str, is_dir: bool) -> Finding:
+    what = "a folder" if is_dir else "a file"
+    return Finding(
+        kind=FindingKind.STATS_RECORD,
+        severity=Severity.WARNING,
+        message=(
+            f"{path} is not a stats record ({what} named neither as a record, *{RECORD_SUFFIX},"
+            f" nor as an archive of `stats --zero`, {ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}); "
+            "it is left out"
+        ),
+        evidence="the folder's listing: only records and the archives of `stats --zero` belong",
+        advice=(
+            "cachedoctor never reads it and `stats --zero` leaves it; move it out of "
+            f"{STATS_DIRNAME}/ (prune's size bound on the folder may remove it)"
+        ),
+        entries=(path,),
+    )

@@ -8,59 +8,65 @@ from cachedoctor import layout
 from cachedoctor.cache.listdir import CacheListing, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, FindingKind, Severity
-from cachedoctor.core.scan.report import DAMAGE, judged_by_age_until, real_problems
+from cachedoctor.core.scan.report import (
+    DAMAGE,
+    judged_by_age_until,
+    lru_evidence,
+    real_problems,
+)
 from cachedoctor.errors import count
 
 
 def atime_findings(listing: CacheListing) -> list[Finding]:
-    entry_keys = {i.key for i in listing.entries}
-    atime_keys = {i.key for i in listing.of_kind(FileKind.ATIME)}
+    lru = lru_evidence(listing)
+    links = {i.key for i in listing.entries if i.is_symlink}
     findings = []
-    if atime_keys:
-        missing = sorted(k for k in entry_keys - atime_keys if k)
-        # JAX's LRU cache takes <dir>/.lockfile around every get/put: the evidence that eviction
-        # runs here. -atime files without it may be strays (a copy, an old run).
-        locked = any(i.kind is FileKind.LOCKFILE for i in listing.items)
-        if missing and locked:
-            findings.append(
-                Finding(
-                    kind=FindingKind.MISSING_ATIME,
-                    severity=Severity.ERROR,
-                    entries=tuple(missing),
-                    message=(
-                        f"{count(len(missing), 'entry has', 'entries have')} no "
-                        "-atime file while LRU eviction is in use (.lockfile present); "
-                        "JAX's eviction pass fails on them and stops all cache writes"
-                    ),
-                    evidence="the listing: -cache files without -atime, and JAX's .lockfile",
-                    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
-                )
+    missing = lru.without_atime
+    if missing and lru.lockfile:
+        findings.append(
+            Finding(
+                kind=FindingKind.MISSING_ATIME,
+                severity=Severity.ERROR,
+                entries=missing,
+                message=(
+                    f"{_entries_have(missing, links)} no -atime file while LRU eviction is in "
+                    "use (.lockfile present); JAX's eviction pass fails on them and stops all "
+                    "cache writes"
+                ),
+                evidence="the listing: -cache files without -atime, and JAX's .lockfile",
+                advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
             )
-        elif missing:
-            n = len(atime_keys)
-            findings.append(
-                Finding(
-                    kind=FindingKind.MISSING_ATIME,
-                    severity=Severity.WARNING,
-                    entries=tuple(missing),
-                    message=(
-                        f"{count(len(missing), 'entry has', 'entries have')} no "
-                        f"-atime file, {count(n, 'entry has', 'entries have')} one and "
-                        "there is no .lockfile: LRU eviction does not seem to run here, but "
-                        "turning it on (a max size) would fail on these entries"
-                    ),
-                    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
-                    evidence="the listing: -atime files beside other entries, none beside these",
-                )
+        )
+    elif missing and lru.with_atime:
+        # JAX writes -atime files only with eviction on: these entries were used with it on,
+        # yet its lock is gone (a copy without dot files; a lock that deletes itself).
+        n = len(lru.with_atime)
+        findings.append(
+            Finding(
+                kind=FindingKind.MISSING_ATIME,
+                severity=Severity.WARNING,
+                entries=missing,
+                message=(
+                    f"{_entries_have(missing, links)} no -atime file while "
+                    f"{count(n, 'entry has', 'entries have')} one: JAX ran here with LRU "
+                    "eviction on (only then does it write them), though there is no .lockfile "
+                    "now; when eviction runs again (a max size) it fails on these entries"
+                ),
+                advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+                evidence=(
+                    "the listing: -atime files beside other entries, none beside these, "
+                    "no .lockfile"
+                ),
             )
-    orphans = sorted(k for k in atime_keys - entry_keys if k)
-    if orphans:
+        )
+    if lru.orphans:
+        n = len(lru.orphans)
         findings.append(
             Finding(
                 kind=FindingKind.ORPHAN,
                 severity=Severity.INFO,
-                entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in orphans),
-                message=f"{count(len(orphans), '-atime file has', '-atime files have')} no entry",
+                entries=tuple(f"{k}{layout.ATIME_SUFFIX}" for k in lru.orphans),
+                message=f"{count(n, '-atime file has', '-atime files have')} no entry",
                 evidence="the directory listing: no -cache file of the same key",
                 advice="harmless; `cachedoctor prune --orphans --apply` removes them",
             )
@@ -78,6 +84,17 @@ def atime_findings(listing: CacheListing) -> list[Finding]:
             )
         )
     return findings
+
+
+def _entries_have(keys: tuple[str, ...], links: set[str | None]) -> str:
+    """``3 entries have``, naming the symbolic links among them (JAX's eviction globs them)."""
+    n_links = sum(1 for k in keys if k in links)
+    if not n_links:
+        return count(len(keys), "entry has", "entries have")
+    n = len(keys) - n_links
+    links_named = f"{count(n_links, 'symbolic link')} named -cache"
+    who = f"{count(n, 'entry', 'entries')} and {links_named}" if n else links_named
+    return f"{who} {'has' if len(keys) == 1 else 'have'}"
 
 
 def corrupt_findings(entries: list[EntryInfo], now: float) -> list[Finding]:
