@@ -104,7 +104,8 @@ def test_relocated_exactly_where_jax_misses(
     report = scan_directory(spelling, use_index=False)
     relocated = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     flagged = {k for f in relocated for k in f.entries}
-    planned = plan_prune(spelling, PruneOptions(relocated=True)).actions
+    plan = plan_prune(spelling, PruneOptions(relocated=True))
+    planned = plan.actions
 
     try:
         log = run_plain(base, spelling, extra)
@@ -124,5 +125,7 @@ def test_relocated_exactly_where_jax_misses(
         assert f"judged for the cache dir spelled {jax_spelling(spelling)} (as cachedoctor" in (
             f.evidence
         )
+    judged = f"--relocated is judged for the cache dir spelled {jax_spelling(spelling)}, as given"
+    assert any(n.startswith(judged) for n in plan.notes) == bool(flagged)
     for a in planned:
         assert f"misses with the cache dir spelled {jax_spelling(spelling)}" in a.reason
