@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.core.check.check import run_check
 from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.core.findings import FindingKind
@@ -101,9 +102,13 @@ def test_every_miss_is_explained(corpus: Truth) -> None:
     assert set(corpus.misses.values()) <= corpus.not_stored
 
 
-def test_relative_cache_dir_is_not_relocated(tmp_path: Path) -> None:
-    """JAX_COMPILATION_CACHE_DIR=.jax_cache: JAX hits from the same working directory, so a
-    scan of the same cache by its absolute path must not call the entries relocated."""
+def test_relative_cache_dir_is_judged_as_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX_COMPILATION_CACHE_DIR=.jax_cache: JAX hits from the same working directory, so a scan
+    with that spelling there must not call the entries relocated; a scan by the absolute path is
+    judged for that spelling, with which JAX hashes another string and misses (see
+    test_relocated_spelling.py), and says so."""
     work = tmp_path / "work"
     work.mkdir()
     argv = [
@@ -113,12 +118,17 @@ def test_relative_cache_dir_is_not_relocated(tmp_path: Path) -> None:
         "runpy.run_module('cachedoctor.programs.plain', run_name='__main__')",
     ]
     log = run_twice(Path(".jax_cache"), argv)
-    cache = work / ".jax_cache"
-    truth = truth_of(cache, log)
+    monkeypatch.chdir(work)
+    truth = truth_of(Path(".jax_cache"), log)
     assert truth.hits and not truth.misses
-    report = scan_directory(str(cache), use_index=False)
+    report = scan_directory(".jax_cache", use_index=False)
     assert not [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert_agrees_with_jax(truth, report)
+    if installed_jax().hashes_autotune_dir:
+        absolute = scan_directory(str(work / ".jax_cache"), use_index=False)
+        (relocated,) = [f for f in absolute.findings if f.kind is FindingKind.RELOCATED]
+        assert set(relocated.entries) == set(truth.hits)
+        assert "written for a cache spelled .jax_cache;" in relocated.message
 
 
 def test_symlinked_cache_is_relocated(tmp_path: Path) -> None:

@@ -46,7 +46,11 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Manifests without entry and stale temp files (-atime files without entry go always).",
 )
-@click.option("--relocated", is_flag=True, help="Entries keyed for a cache at another path.")
+@click.option(
+    "--relocated",
+    is_flag=True,
+    help="Entries keyed for another spelling of the cache path (JAX misses them).",
+)
 @click.option("--stale-jax", is_flag=True, help="Entries written by another jaxlib.")
 @click.option(
     "--module",

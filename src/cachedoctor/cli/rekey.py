@@ -21,7 +21,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 @click.option(
     "--relocated",
     is_flag=True,
-    help="Also move relocated entries (copied from another cache path) that carry an "
+    help="Also move relocated entries (keyed for another spelling of the cache path) that carry an "
     "observe-mode manifest to their stable key, which `cachedoctor enable` makes JAX use.",
 )
 @click.option(

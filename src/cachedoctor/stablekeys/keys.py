@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import hashlib
 import os
-import pathlib
 import sys
 import types
 from collections.abc import Iterator, Sequence
@@ -292,25 +290,13 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
 
 
-@functools.lru_cache(maxsize=16)
-def _normalised(cache_dir: str) -> str:
-    """The cache dir as JAX spells paths under it: ``pathlib`` for a path; for a ``gs://`` /
-    ``s3://`` URL as ``etils.epath`` does (no trailing or doubled slash), which ``PurePath``
-    would turn into ``s3:/bucket/…`` and so never match."""
-    from cachedoctor.storage.urls import is_url, split_url
-
-    if is_url(cache_dir):
-        scheme, bucket, prefix = split_url(cache_dir)
-        parts = [p for p in prefix.split("/") if p]
-        return f"{scheme}://{bucket}" + "".join(f"/{p}" for p in parts)
-    return str(pathlib.PurePath(cache_dir))
-
-
 def canonical_path(value: str, cache_dir: str | None) -> str:
     """``value`` with a leading cache directory replaced by :data:`CACHE_DIR_PLACEHOLDER`."""
     if not cache_dir or not value:
         return value
-    base = _normalised(cache_dir)
+    from cachedoctor.storage.urls import jax_spelling
+
+    base = jax_spelling(cache_dir)
     if value == base or value.startswith(base.rstrip("/") + "/"):
         return CACHE_DIR_PLACEHOLDER + value[len(base) :]
     return value

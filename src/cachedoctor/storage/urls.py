@@ -7,7 +7,9 @@ directory must not pay for importing the bucket machinery.
 
 from __future__ import annotations
 
+import functools
 import os
+import pathlib
 import re
 
 from cachedoctor.errors import CachedoctorError
@@ -33,6 +35,31 @@ def split_url(url: str) -> tuple[str, str, str]:
     if not m or m.group("scheme") not in SCHEMES:
         raise CachedoctorError(f"not a gs:// or s3:// URL: {url}", slug="bad-url")
     return m.group("scheme"), m.group("bucket"), (m.group("prefix") or "").strip("/")
+
+
+@functools.lru_cache(maxsize=16)
+def jax_spelling(cache_dir: str) -> str:
+    """The cache dir as JAX spells the paths it builds under it.
+
+    ``jax._src.compiler.get_compile_options`` puts ``str(Path(cache_dir) / name)`` into the
+    compile options (``Path``: ``etils.epath`` when installed, else ``pathlib``), and jax <= 0.10
+    hashes them into the key. Lexical only, as JAX is: a doubled slash, a ``.`` part and a
+    trailing slash go; ``..``, a symbolic link and a relative spelling stay (no working directory
+    is joined), so ``caches/sp``, ``caches/../caches/sp`` and ``/abs/caches/sp`` are three
+    strings, three keys. A URL as epath spells it (``PurePath`` would make ``s3://b`` ``s3:/b``).
+    """
+    if is_url(cache_dir):
+        scheme, bucket, prefix = split_url(cache_dir)
+        parts = [p for p in prefix.split("/") if p and p != "."]
+        return f"{scheme}://{bucket}" + "".join(f"/{p}" for p in parts)
+    return str(pathlib.PurePath(cache_dir))
+
+
+def jax_subpath(cache_dir: str, name: str) -> str:
+    """``str(Path(cache_dir) / name)`` as JAX builds it: the string a stored option holds."""
+    if is_url(cache_dir):
+        return f"{jax_spelling(cache_dir)}/{name}"
+    return str(pathlib.PurePath(cache_dir) / name)
 
 
 def subcache_dir_for(cache_dir: str, root: str | None = None) -> str | None:

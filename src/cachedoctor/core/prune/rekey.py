@@ -8,10 +8,10 @@ removed. Every instant leaves a usable cache: each ``-cache`` file JAX can see h
 and a kill leaves at worst the same entry under both keys, which the next run drops.
 
 Only entries stored in ``stable`` mode move: in ``observe`` mode JAX finds entries by its own key.
-With ``relocated``, entries that ``scan`` reports ``relocated`` (copied from another cache path,
-so JAX's own key can never hit them here) and that carry an ``observe``-mode manifest move too:
-the manifest records the stable key's components, which hash the cache's paths relative to the
-cache, so the hook in ``stable`` mode hits the moved entry at this path.
+With ``relocated``, entries that ``scan`` reports ``relocated`` (keyed for another spelling of
+the cache path, so JAX's own key never hits them here) and that carry an ``observe``-mode
+manifest move too: the manifest records the stable key's components, which hash the cache's
+paths relative to the cache, so the hook in ``stable`` mode hits the moved entry at this path.
 """
 
 from __future__ import annotations

@@ -335,18 +335,34 @@ def rule_corrupt(ctx: PruneContext, entries: dict[str, PlannedEntry], report: Sc
 
 
 def rule_relocated(ctx: PruneContext, entries: dict[str, PlannedEntry], report: ScanReport) -> None:
-    """``--relocated``: exactly scan's ``relocated`` finding (compile options naming another
-    cache path that JAX hashes, with no stable-key manifest)."""
-    for f in report.findings:
-        if f.kind is FindingKind.RELOCATED:
-            for key in f.entries:
-                if key in entries:
-                    e = entries[key]
-                    where = (e.info.autotune_dir or e.info.kernel_cache_file) if e.info else ""
-                    where_dir = os.path.dirname((where or "").rstrip("/"))
-                    e.rules.append(
-                        (Rule.RELOCATED, f"written for a cache at {where_dir}; cannot hit here")
+    """``--relocated``: exactly scan's ``relocated`` finding (compile options naming a cache path
+    other than the one JAX builds from the directory as spelled here, in an option JAX hashes,
+    with no stable-key manifest)."""
+    from cachedoctor.storage.urls import jax_spelling
+
+    spelled = jax_spelling(ctx.as_given)
+    found = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
+    if found:
+        ctx.notes.append(
+            f"--relocated is judged for the cache dir spelled {spelled}, as given: JAX hashes the "
+            "spelling, not the directory, so if your runs spell it otherwise, plan with theirs"
+        )
+    for f in found:
+        kernel = "xla_gpu_kernel_cache_file" in f.message  # the option this finding is about
+        for key in f.entries:
+            if key in entries:
+                e = entries[key]
+                where = (
+                    (e.info.kernel_cache_file if kernel else e.info.autotune_dir) if e.info else ""
+                )
+                where_dir = os.path.dirname(where or "") or "."
+                e.rules.append(
+                    (
+                        Rule.RELOCATED,
+                        f"written for a cache spelled {where_dir}; JAX hashes the spelling, "
+                        f"so it misses with the cache dir spelled {spelled}",
                     )
+                )
 
 
 def rule_stale_jax(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:

@@ -79,7 +79,7 @@ class Memo:
 
 def _common(h: Any, root: str, jax_info: JaxInfo, max_decompressed: int) -> None:
     h.update(MEMO_FORMAT.encode() + b"\0" + index.package_fingerprint())
-    where = (root, os.path.abspath(root), urls.subcache_dir_for(root))  # _root_spellings
+    where = (root, os.path.abspath(root), urls.subcache_dir_for(root))  # relocated: as spelled
     facts = (*where, os.getuid(), max_decompressed, *_fields(jax_info))
     h.update(json.dumps(facts).encode("utf-8", "surrogatepass") + b"\0")
 

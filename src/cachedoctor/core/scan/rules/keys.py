@@ -4,7 +4,6 @@ written for a cache at another path (relocated), and which keys the stable hashe
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -120,26 +119,31 @@ def same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
     return findings
 
 
-def _same_dir(path_in_entry: str, root: str) -> bool:
-    parent = os.path.normpath(os.path.dirname(path_in_entry.rstrip("/")))
-    return parent in _root_spellings(root)
+def _hit_values(root: str, option: str) -> frozenset[str]:
+    """The values of ``option`` that a JAX run with the cache dir spelled ``root`` hashes.
 
-
-@functools.lru_cache(maxsize=8)
-def _root_spellings(root: str) -> frozenset[str]:
-    """The ways an entry may name ``root``: as given, or made absolute.
-
-    Not its real path: JAX hashes the path as spelled, so a cache reached through a symbolic
-    link gets other keys than the same files reached directly (JAX misses there). For a bucket,
-    its sub-caches live at a local path (`enable`), which counts as ``root`` too.
+    JAX builds ``str(Path(root) / option)`` (``storage.urls.jax_subpath``): the spelling, not the
+    directory, so a relative, ``..`` or symbolic-link spelling of this directory is another key
+    (JAX misses there) and a doubled or trailing slash is not. For a bucket, the local folder
+    `enable` gives its sub-caches (``storage.urls.subcache_dir_for``) counts too.
     """
-    from cachedoctor.storage.urls import subcache_dir_for
+    from cachedoctor.storage.urls import jax_subpath, subcache_dir_for
 
-    spellings = {os.path.normpath(root), os.path.abspath(root)}
+    values = {jax_subpath(root, option)}
     local = subcache_dir_for(root)
     if local is not None:
-        spellings.add(os.path.normpath(local))
-    return frozenset(spellings)
+        values.add(os.path.join(local, option))
+    return frozenset(values)
+
+
+def _misses(value: str, option: str, hits: frozenset[str]) -> bool:
+    """Whether a stored ``option`` value shows JAX misses the entry at the spelling judged.
+
+    A value whose last part is not the option's name was not built by JAX from a cache dir
+    (``XLA_FLAGS`` set it, with JAX's sub-caches off): a run hashes it whatever the cache dir's
+    spelling, so it is no evidence of a move.
+    """
+    return value not in hits and value.rpartition("/")[2] == option
 
 
 def stable_hasher_keys(manifests: Iterable[Mapping[str, object] | None]) -> frozenset[str]:
@@ -181,12 +185,17 @@ def count_modes(modes: Iterable[tuple[str, str]]) -> tuple[KeyModeUse, ...]:
 def relocated_findings(
     root: str, entries: list[EntryInfo], jax_info: JaxInfo, stable_keys: frozenset[str]
 ) -> list[Finding]:
+    """``relocated``: entries whose stored sub-cache path is not the string JAX builds from the
+    cache dir spelled ``root`` (the spelling cachedoctor was given), for an option that this JAX
+    hashes into the key: a run with that spelling misses them, whatever directory they sit in.
+    """
     checks = (
         ("autotune_dir", "xla_gpu_per_fusion_autotune_cache_dir", jax_info.hashes_autotune_dir),
         ("kernel_cache_file", "xla_gpu_kernel_cache_file", jax_info.hashes_kernel_cache_file),
     )
+    hits = {option: _hit_values(root, option) for _, option, _ in checks}
     moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
-    elsewhere_by_path: dict[str, bool] = {}  # entries name few distinct paths: judge each once
+    judged: dict[tuple[str, str], bool] = {}  # entries name few distinct paths: judge each once
     for e in entries:
         if e.key in stable_keys:
             continue  # its key hashes the paths relative to the cache: see stable_hasher_keys
@@ -194,49 +203,63 @@ def relocated_findings(
             value = getattr(e, attr)
             if not value or hashed is False:
                 continue
-            other_dir = elsewhere_by_path.get(value)
-            if other_dir is None:
-                # a relative path (JAX_COMPILATION_CACHE_DIR=.jax_cache) is hashed as written:
-                # JAX hits it from any working directory where it names this cache
-                other_dir = os.path.isabs(value) and not _same_dir(value, root)
-                elsewhere_by_path[value] = other_dir
-            if other_dir:
+            miss = judged.get((option, value))
+            if miss is None:
+                miss = judged[(option, value)] = _misses(value, option, hits[option])
+            if miss:
                 moved[option].append((e, value))
-    findings = []
-    for option, pairs in moved.items():
-        hashed = dict((c[1], c[2]) for c in checks)[option]
-        elsewhere = sorted({os.path.dirname(v.rstrip("/")) for _, v in pairs})
-        certainty = "will never" if hashed else "may never"
-        modules = len({e.module for e, _ in pairs})
-        findings.append(
-            Finding(
-                kind=FindingKind.RELOCATED,
-                severity=Severity.WARNING,
-                entries=tuple(e.key for e, _ in pairs),
-                message=(
-                    f"{len(pairs)} entries ({modules} modules) were written for a cache at "
-                    f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
-                    f"{jax_info.jax_version or '?'} {certainty} hit them in {root}"
-                ),
-                advice=(
-                    f"run JAX with JAX_COMPILATION_CACHE_DIR={elsewhere[0]} (the path as spelled "
-                    "then) to use them, or let JAX recompile and free the space with "
-                    "`cachedoctor prune --relocated --apply`; entries recorded with the hook in "
-                    "observe mode (a key manifest each) can instead move to their stable key, "
-                    "which does not hash the cache's path: `cachedoctor rekey --relocated "
-                    "--apply`, then `cachedoctor enable`; `cachedoctor enable` makes new "
-                    "entries independent of the cache's path"
-                ),
-                evidence=(
-                    f"compile options stored in each entry name {option} under "
-                    f"{', '.join(elsewhere)}; "
-                    + (
-                        f"JAX {jax_info.jax_version} hashes that option into the key"
-                        if hashed
-                        else "whether this JAX hashes that option is unknown"
-                    )
-                    + "; no stable-key manifest (cachedoctor enable) covers these keys"
-                ),
+    hashed_by_option = {option: hashed for _, option, hashed in checks}
+    return [
+        _relocated(root, option, pairs, jax_info, hashed_by_option[option], hits[option])
+        for option, pairs in moved.items()
+    ]
+
+
+def _relocated(
+    root: str,
+    option: str,
+    pairs: list[tuple[EntryInfo, str]],
+    jax_info: JaxInfo,
+    hashed: bool | None,
+    hits: frozenset[str],
+) -> Finding:
+    from cachedoctor.storage.urls import jax_spelling
+
+    elsewhere = sorted({os.path.dirname(v) or "." for _, v in pairs})
+    certainty = "will never" if hashed else "may never"
+    modules = len({e.module for e, _ in pairs})
+    spelled = jax_spelling(root)
+    return Finding(
+        kind=FindingKind.RELOCATED,
+        severity=Severity.WARNING,
+        entries=tuple(e.key for e, _ in pairs),
+        message=(
+            f"{len(pairs)} entries ({modules} modules) were written for a cache spelled "
+            f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
+            f"{jax_info.jax_version or '?'} {certainty} hit them with the cache dir spelled "
+            f"{spelled}"
+        ),
+        advice=(
+            f"JAX hits them only in runs that spell the cache dir {elsewhere[0]}: if yours do, "
+            f"scan it so (`cachedoctor scan {elsewhere[0]}`); else run JAX with "
+            f"JAX_COMPILATION_CACHE_DIR={elsewhere[0]} to use them, or let JAX recompile and free "
+            "the space with `cachedoctor prune --relocated --apply`; entries recorded with the "
+            "hook in observe mode (a key manifest each) can instead move to their stable key, "
+            "which does not hash the cache's path: `cachedoctor rekey --relocated --apply`, then "
+            "`cachedoctor enable`; `cachedoctor enable` makes new entries independent of the "
+            "cache's path"
+        ),
+        evidence=(
+            f"compile options stored in each entry name {option} under {', '.join(elsewhere)}; "
+            f"judged for the cache dir spelled {spelled} (as cachedoctor was given it), for which "
+            f"JAX builds {' or '.join(sorted(hits))}: JAX hashes the path as spelled, not the "
+            "directory it names, so a relative, `..` or symbolic-link spelling of one directory "
+            "is another key; "
+            + (
+                f"JAX {jax_info.jax_version} hashes that option into the key"
+                if hashed
+                else "whether this JAX hashes that option is unknown"
             )
-        )
-    return findings
+            + "; no stable-key manifest (cachedoctor enable) covers these keys"
+        ),
+    )
