@@ -102,3 +102,25 @@ def test_nondeterministic_callback_misses_unless_declared(tmp_path: Path) -> Non
     assert runs[1].stats["replay_misses"] == 1 and "returned something else" in str(
         runs[1].stats["last_replay_miss"]
     )
+
+
+def test_jax_pointer_flag_under_warnings_as_errors_never_gives_a_stale_hit(tmp_path: Path) -> None:
+    """The hook overrides JAX's pointer flag and says so on stderr, not as a Python warning:
+    under ``-W error`` a warning became an exception, the hook stepped aside, and JAX's flag
+    returned the first run's executable for a changed partition rule (seen: 1.0 for 2.0)."""
+    cache = tmp_path / "cache"
+    firsts, said = [], []
+    for add in ("1.0", "2.0"):
+        env = base_env(
+            cache,
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            XLA_FLAGS="--xla_force_host_platform_device_count=8",
+            JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY="1",
+            PYTHONWARNINGS="error",
+            CACHEDOCTOR_SEED_ADD=add,
+        )
+        run = run_program("seed", cache, mode="stable", env=env)
+        firsts.append(float(run.result.split("[")[1].split(",")[0]))
+        said.append([ln for ln in run.stderr.splitlines() if "ptr_from_cache_key is set" in ln])
+    assert firsts == [1.0, 2.0]  # each run its own rule's result
+    assert all(len(lines) == 1 and lines[0].startswith("cachedoctor: ") for lines in said)

@@ -30,7 +30,6 @@ import logging
 import sys
 import threading
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +100,11 @@ def _say_once(topic: str, text: str) -> None:
 
 
 def _warn_once(message: str) -> None:
+    """The one stderr line of a hook that steps aside (JAX keeps its own keys)."""
     if not _state.warned:
         _state.warned = True
-        warnings.warn(f"cachedoctor: {message}; the JAX cache keeps its own keys", stacklevel=3)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"cachedoctor: {message}; the JAX cache keeps its own keys\n")
 
 
 def _check_compiler_calls_through_module() -> None:
@@ -385,11 +386,11 @@ def _warn_about_jax_flag() -> None:
     flag = getattr(config, "remove_custom_partitioning_ptr_from_cache_key", None)
     if not _state.warned_jax_flag and flag is not None and flag.value:
         _state.warned_jax_flag = True
-        warnings.warn(
-            "cachedoctor: jax_remove_custom_partitioning_ptr_from_cache_key is set; the hook"
-            " replaces it with verified reuse (an entry is reused only when its recorded"
-            " partitioner calls reproduce), so it has no effect while the hook is on",
-            stacklevel=4,
+        _say_once(
+            "jax-flag",
+            "jax_remove_custom_partitioning_ptr_from_cache_key is set; the hook replaces it"
+            " with verified reuse (an entry is reused only when its recorded partitioner calls"
+            " reproduce), so it has no effect while the hook is on",
         )
 
 
