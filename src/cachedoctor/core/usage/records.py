@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.stablekeys.stats import COUNTERS, RECORD_FORMAT, RECORD_SUFFIX
+from cachedoctor.stablekeys.stats import (
+    CONFIG_NAMES,
+    COUNTERS,
+    OUTCOMES,
+    RECORD_FORMAT,
+    RECORD_SUFFIX,
+)
 from cachedoctor.storage import fsops
 from cachedoctor.storage.stores import Store
 
@@ -21,12 +27,24 @@ MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything larger is not one 
 
 @dataclass(frozen=True)
 class Counters:
-    """Sums of the recorded counters (see stablekeys/stats.py for each one's JAX event)."""
+    """Sums of the recorded counters (see stablekeys/stats.py for each one's JAX event).
+
+    Each miss has at most one outcome: ``writes`` (the entry existed afterwards), a failed
+    write, or one of JAX's refusals. Records written before outcomes were recorded count JAX's
+    write event as a write, unchecked: those are ``unchecked_writes`` (part of ``writes``).
+    """
 
     requests: int = 0
     hits: int = 0
     misses: int = 0
     writes: int = 0
+    write_failures: int = 0  # JAX's put raised
+    writes_lost: int = 0  # JAX's put returned, and no entry existed afterwards
+    refused_process: int = 0  # JAX writes only from process 0
+    refused_host_callbacks: int = 0
+    refused_compile_time: int = 0  # under jax_persistent_cache_min_compile_time_secs
+    refused_size: int = 0  # under jax_persistent_cache_min_entry_size_bytes
+    unchecked_writes: int = 0  # of ``writes``: JAX's write event in an older record
     compile_secs: float = 0.0  # wall time of the compiles that missed
     saved_secs: float = 0.0  # JAX's compile_time_saved_sec, summed over hits
     retrieval_secs: float = 0.0
@@ -35,8 +53,15 @@ class Counters:
     def hit_rate(self) -> float | None:
         return self.hits / self.requests if self.requests else None
 
+    @property
+    def checked_writes(self) -> int:
+        """Writes whose entry existed afterwards."""
+        return self.writes - self.unchecked_writes
+
     def __add__(self, other: Counters) -> Counters:
-        return Counters(**{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
+        return Counters(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Counters)}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "hit_rate": self.hit_rate}
@@ -54,6 +79,9 @@ class Record:
     jax: str
     hook: str
     modules: dict[str, Counters]
+    # the cache settings in force at the process's exit (stablekeys.stats.CONFIG_NAMES); empty
+    # in records from before they were recorded
+    config: dict[str, float] = field(default_factory=dict)
 
     @property
     def day(self) -> str:
@@ -80,8 +108,20 @@ def _counters(raw: object) -> Counters:
         value = raw.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"counter {name!r} is not a number")
-        values[name] = int(value) if name in ("requests", "hits", "misses", "writes") else value
+        values[name] = value if name.endswith("_secs") else int(value)
+    if not any(name in raw for name in OUTCOMES if name != "writes"):
+        values["unchecked_writes"] = values["writes"]  # an older record: the write event
     return Counters(**values)
+
+
+def _config(raw: object) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        name: value
+        for name, value in raw.items()
+        if name in CONFIG_NAMES and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 def parse_record(file: str, data: bytes) -> Record:
@@ -103,6 +143,7 @@ def parse_record(file: str, data: bytes) -> Record:
         jax=str(doc.get("jax", "")),
         hook=str(doc.get("hook", "")),
         modules={str(name): _counters(c) for name, c in modules.items()},
+        config=_config(doc.get("config")),
     )
 
 
