@@ -166,11 +166,12 @@ def explain(ev: ModuleEvidence) -> Reason:
             ReasonKind.ONE_PROCESS, "asked by one process so far", "stats records of 1 process"
         )
     where = "the cache holds an entry of it" if ev.held else "the cache was not looked at"
+    lru = f"; JAX's LRU is in use ({ev.lru}): it may have evicted it between runs" if ev.lru else ""
     return Reason(
         ReasonKind.UNKNOWN,
         "no evidence of why",
-        f"JAX wrote it {c.writes} times and {where}; `cachedoctor diff --module {ev.module}` "
-        "compares its keys",
+        f"JAX wrote it {c.writes} times and {where}{lru}; `cachedoctor diff --module "
+        f"{ev.module}` compares its keys",
     )
 
 
