@@ -21,26 +21,26 @@ jax.config.update(
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def printing(x):  # type: ignore[no-untyped-def]
+def printing(x):
     jax.debug.print("printing {x}", x=x)
     return x + 1
 
 
-def pure(x):  # type: ignore[no-untyped-def]
+def pure(x):
     shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     return jax.pure_callback(lambda v: np.asarray(v) * 2, shape, x)
 
 
-def io(x):  # type: ignore[no-untyped-def]
+def io(x):
     shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     return io_callback(lambda v: np.asarray(v) * 3, shape, x)
 
 
-def plain(x):  # type: ignore[no-untyped-def]
+def plain(x):
     return jnp.sin(x) * 4
 
 
-def other(x):  # type: ignore[no-untyped-def]
+def other(x):
     return jnp.cos(x) + jnp.arange(x.shape[0], dtype=x.dtype)
 
 
