@@ -32,17 +32,6 @@ class ReasonKind(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-# JAX refuses to store these: it never will while the program or the settings stay as they are
-REFUSALS = frozenset(
-    {
-        ReasonKind.HOST_CALLBACKS,
-        ReasonKind.UNDER_MIN_COMPILE_TIME,
-        ReasonKind.UNDER_MIN_SIZE,
-        ReasonKind.NOT_FIRST_PROCESS,
-    }
-)
-
-
 @dataclass(frozen=True)
 class Reason:
     kind: ReasonKind
