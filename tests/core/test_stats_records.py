@@ -134,4 +134,4 @@ def test_a_module_whose_entries_do_not_decode_is_not_said_to_be_there(tmp_path: 
     records, findings = read_records(open_store(tmp_path))
     (row,) = summarise(str(tmp_path), records, findings, scan).modules
     assert row.never_hit and row.reason is not None
-    assert row.reason.startswith("undecodable: the cache holds 1 entry of it"), row.reason
+    assert row.reason.startswith("undecodable (the cache holds 1 entry of it"), row.reason

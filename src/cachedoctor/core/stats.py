@@ -1,10 +1,10 @@
 """Core of ``cachedoctor stats``: what the processes' records say about the cache's use.
 
 The records (``usage/records.py``) are added up in total, per module, per day and per host, and
-each module that never hit is explained with the evidence at hand: the scan's findings
-(unstable key, relocated), the records (JAX wrote no entry: too fast or too small to cache) and
-the cache itself (written, now gone: evicted). ``--zero`` archives the records into one file and
-removes them.
+each module that never hit is explained by ``usage/reasons.py`` (as ``scan`` and ``lint`` explain
+it) with the evidence at hand: the records (what JAX did with each miss), the cache itself (an
+entry now, JAX's LRU in use) and the scan's key findings. ``--zero`` archives the records into
+one file and removes them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.usage import reasons
+from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
 from cachedoctor.core.usage.records import (
     ARCHIVE_PREFIX,
     ARCHIVE_SUFFIX,
@@ -29,7 +31,6 @@ from cachedoctor.core.usage.records import (
     read_records,
     record_files,
 )
-from cachedoctor.errors import count
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store, open_store
 
@@ -42,7 +43,11 @@ class ModuleRow:
     processes: int  # processes that asked the cache for it
     counters: Counters
     never_hit: bool
-    reason: str | None = None  # for a module that never hit: why, and the evidence
+    why: Reason | None = None  # for a module that never hit: why, and the evidence
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.why is None else self.why.text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +55,8 @@ class ModuleRow:
             "processes": self.processes,
             "never_hit": self.never_hit,
             "reason": self.reason,
+            "reason_kind": None if self.why is None else self.why.kind.value,
+            "reason_evidence": None if self.why is None else self.why.evidence,
             **self.counters.to_dict(),
         }
 
@@ -112,46 +119,29 @@ class ZeroReport:
     applied: bool
 
 
-def _module_of_key(key: str) -> str:
-    return key.rsplit("-", 1)[0]
-
-
-def _scan_reasons(scan: ScanReport | None) -> dict[str, str]:
-    reasons: dict[str, str] = {}
+def _evidence(
+    module: str, counters: Counters, processes: int, records: list[Record], scan: ScanReport | None
+) -> ModuleEvidence:
+    """What ``reasons.explain`` weighs for a module, as ``scan`` gathers it (rules/inventory)."""
+    settings = reasons.settings_of(records)
     if scan is None:
-        return reasons
-    for f in scan.findings:
-        if f.kind not in (FindingKind.UNSTABLE_KEY, FindingKind.RELOCATED):
-            continue
-        modules = {f.module} if f.module else {_module_of_key(k) for k in f.entries}
-        label = "unstable key" if f.kind is FindingKind.UNSTABLE_KEY else "relocated"
-        for module in modules:
-            reasons.setdefault(module, f"{label} (scan finding {f.kind.value})")
-    return reasons
-
-
-def _never_hit_reason(
-    row: Counters, processes: int, module: str, scan: ScanReport | None, scanned: dict[str, str]
-) -> str:
-    if module in scanned:
-        return scanned[module]
-    if row.writes == 0:
-        return (
-            f"too fast or too small to cache: missed {row.misses} times and JAX wrote no entry "
-            "(under jax_persistent_cache_min_compile_time_secs or min_entry_size_bytes)"
-        )
-    held = {m.module: m for m in scan.modules} if scan is not None else {}
-    if scan is not None and module not in held:
-        return f"evicted: JAX wrote it {row.writes} times and the cache holds no entry of it now"
-    if module in held and held[module].undecodable == held[module].entries:
-        n = held[module].entries
-        return (
-            f"undecodable: the cache holds {count(n, 'entry', 'entries')} of it and none "
-            "decodes (scan finding corrupt or unreadable): JAX cannot load them"
-        )
-    if processes == 1:
-        return "asked by one process so far: nothing to hit yet"
-    return "no evidence of why: the entry is there; compare keys with `cachedoctor diff`"
+        return ModuleEvidence(module, counters, processes, settings)
+    summary = scan.summary
+    # the entries' own -atime files and the .lockfile, as scan judges them (orphans are none)
+    lru = reasons.lru_evidence(summary.entry_atime_files, summary.lockfile, settings)
+    held = {m.module: m for m in scan.modules}
+    row = held.get(module)
+    return ModuleEvidence(
+        module,
+        counters,
+        processes,
+        settings,
+        held=row is not None,
+        lru=lru,
+        scan_kind=reasons.scan_kinds(scan.findings).get(module),
+        atime_gap=reasons.atime_gap(summary.entries, summary.entry_atime_files, lru),
+        undecodable=row.entries if row is not None and row.undecodable == row.entries else 0,
+    )
 
 
 def _groups(records: Iterable[Record], key: Any) -> tuple[Group, ...]:
@@ -189,12 +179,13 @@ def summarise(
         for name, c in r.modules.items():
             by_module[name] = by_module[name] + c
             processes[name] += 1 if c.requests else 0
-    scanned = _scan_reasons(scan)
     rows = []
     for name, c in by_module.items():
         never = c.requests > 0 and c.hits == 0
-        reason = _never_hit_reason(c, processes[name], name, scan, scanned) if never else None
-        rows.append(ModuleRow(name, processes[name], c, never, reason))
+        why = None
+        if never:
+            why = reasons.explain(_evidence(name, c, processes[name], records, scan))
+        rows.append(ModuleRow(name, processes[name], c, never, why))
     rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
     totals = sum(by_module.values(), Counters())
     return StatsReport(
@@ -219,24 +210,28 @@ def never_hit_findings(
     rows: Iterable[ModuleRow], min_processes: int = NEVER_HIT_MIN_PROCESSES
 ) -> list[Finding]:
     """A module that compiled in ``min_processes`` or more processes and never hit."""
-    return [
-        Finding(
-            kind=FindingKind.NEVER_HIT,
-            severity=Severity.WARNING,
-            module=row.module,
-            message=(
-                f"{row.module} asked the cache in {row.processes} processes and never hit "
-                f"({row.counters.compile_secs:.2f} s compiling); {row.reason}"
-            ),
-            evidence=f"stats records of {row.processes} processes: requests and no hit",
-            advice=(
-                f"run `cachedoctor diff --module {row.module}` to see what changes its key, "
-                "`cachedoctor enable` for stable keys"
-            ),
+    findings = []
+    for row in rows:
+        why = row.why
+        if not row.never_hit or why is None or row.processes < min_processes:
+            continue
+        findings.append(
+            Finding(
+                kind=FindingKind.NEVER_HIT,
+                severity=Severity.WARNING,
+                module=row.module,
+                message=(
+                    f"{row.module} asked the cache in {row.processes} processes and never hit "
+                    f"({row.counters.compile_secs:.2f} s compiling): {why.summary}"
+                ),
+                evidence=(
+                    f"stats records of {row.processes} processes: requests and no hit; "
+                    f"{why.kind.value}: {why.evidence}"
+                ),
+                advice=reasons.advice(why, row.module),
+            )
         )
-        for row in rows
-        if row.never_hit and row.processes >= min_processes
-    ]
+    return findings
 
 
 def collect_stats(

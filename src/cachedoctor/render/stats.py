@@ -58,6 +58,7 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
         ("misses", str(t.misses)),
         ("hit rate", _rate(t)),
         ("entries written", str(t.writes)),
+        *_not_written(t),
         ("compile time saved", _secs(t.saved_secs)),
         ("compile time spent", _secs(t.compile_secs) + " (on misses)"),
         ("retrieval time", _secs(t.retrieval_secs)),
@@ -87,6 +88,27 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
     console.print(modules)
     _render_groups("hosts", report.hosts, console)
     render_finding_list(report.findings, console)
+
+
+def _not_written(t: Counters) -> list[tuple[str, str]]:
+    """The misses JAX did not turn into an entry, by outcome (rows only when there are any)."""
+    rows = []
+    for name, parts in (
+        ("failed writes", [(t.write_failures, "put raised"), (t.writes_lost, "no entry after")]),
+        (
+            "refused by JAX",
+            [
+                (t.refused_host_callbacks, "host callbacks"),
+                (t.refused_compile_time, "under the minimum compile time"),
+                (t.refused_size, "under the minimum entry size"),
+                (t.refused_process, "not process 0"),
+            ],
+        ),
+    ):
+        said = [f"{label} {n}" for n, label in parts if n]
+        if said:
+            rows.append((name, f"{sum(n for n, _ in parts)} ({', '.join(said)})"))
+    return rows
 
 
 def _scope(report: StatsReport) -> list[str]:

@@ -13,13 +13,36 @@ leaves its counter at zero):
 
 - ``/jax/compilation_cache/compile_requests_use_cache``: a compile that asks the cache;
 - ``/jax/compilation_cache/cache_hits``: the executable came from the cache;
-- ``/jax/compilation_cache/cache_misses``: despite its name, sent when an entry is *written*;
+- ``/jax/compilation_cache/cache_misses``: despite its name, sent right *before* JAX's
+  ``cache.put`` (which may still fail);
 - ``/jax/compilation_cache/compile_time_saved_sec`` and ``cache_retrieval_time_sec``: durations
   on a hit.
 
-A miss is a request without a hit (JAX's ``PERSISTENT COMPILATION CACHE MISS`` log line).
+A miss is a request without a hit (JAX's ``PERSISTENT COMPILATION CACHE MISS`` log line). Each
+miss then has one outcome, decided as JAX's ``compiler._cache_write`` decides it (the same code
+in 0.4.38 .. 0.12), each a counter of the module:
+
+- ``writes``: the write event came and the entry exists afterwards (``<key>-cache`` in a local
+  cache dir, one ``stat``; on ``gs://`` / ``s3://``: JAX's put returned, no request is made);
+- ``write_failures``: JAX's put raised (JAX warns "Error writing persistent compilation cache
+  entry for '...'": a missing ``-atime`` file under its LRU, a name too long, a full disk);
+- ``writes_lost``: the write event came, JAX's put returned, and no entry exists (JAX's LRU
+  drops an entry larger than ``max_size`` with a warning; or another process evicted it at once);
+- ``refused_process``: this is not process 0 (JAX: "Not writing ... since process_id != 0");
+- ``refused_host_callbacks``: the compile had host callbacks (JAX: "Not writing persistent
+  cache entry for '...' because it uses host callbacks");
+- ``refused_compile_time``: JAX did not call its put with neither of those, the minimum compile
+  time above 0: the one reason left in ``_cache_write`` (JAX: "because it took < ... seconds");
+- ``refused_size``: JAX's put ran, sent no write event and raised nothing, the minimum entry
+  size above 0 (JAX: "since its size ... is less than threshold").
+
+A miss that fits none (a compile that raised) has no outcome. The record also holds the cache
+settings in force at exit (``config``). To see the put, :func:`start` also wraps
+``compilation_cache.put_executable_and_time`` (under its own marker: the hook wraps it too).
+
 Recording never breaks or slows the program: memory is bounded (:data:`MAX_MODULES`), every
-error is swallowed after one stderr line, and the only I/O happens at exit.
+error is swallowed after one stderr line, and the only I/O before exit is that one ``stat``
+after a write to a local cache.
 """
 
 from __future__ import annotations
@@ -66,21 +89,39 @@ EVENT_PREFIX = "/jax/compilation_cache/"
 COUNTED_EVENTS = {
     EVENT_PREFIX + "compile_requests_use_cache": "requests",
     EVENT_PREFIX + "cache_hits": "hits",
-    EVENT_PREFIX + "cache_misses": "writes",
+    EVENT_PREFIX + "cache_misses": "writes",  # outside a compile; inside, an outcome decides
 }
 TIMED_EVENTS = {
     EVENT_PREFIX + "compile_time_saved_sec": "saved_secs",
     EVENT_PREFIX + "cache_retrieval_time_sec": "retrieval_secs",
 }
+# Each miss's outcome (see the module docstring); records before these existed lack them and
+# count JAX's write event as ``writes``.
+OUTCOMES = (
+    "writes",
+    "write_failures",
+    "writes_lost",
+    "refused_process",
+    "refused_host_callbacks",
+    "refused_compile_time",
+    "refused_size",
+)
 COUNTERS = (
     "requests",
     "hits",
     "misses",
-    "writes",
+    *OUTCOMES,
     "compile_secs",
     "saved_secs",
     "retrieval_secs",
 )
+# The settings in force at exit, by JAX's config name (evidence for the refusals)
+CONFIG_NAMES = {
+    "min_compile_time_secs": "persistent_cache_min_compile_time_secs",
+    "min_entry_size_bytes": "persistent_cache_min_entry_size_bytes",
+    "max_size": "compilation_cache_max_size",
+}
+ENTRY_SUFFIX = "-cache"  # JAX's LRUCache names an entry <key>-cache (0.4.38 .. 0.12)
 
 
 @dataclass
@@ -88,8 +129,12 @@ class _Call:
     """One compile_or_get_cached call on this thread: its module and what the events said."""
 
     module: str
+    host_callbacks: bool = False
     requested: bool = False
     hit: bool = False
+    write_event: bool = False  # JAX sent cache_misses: it is about to put the entry
+    put_key: str | None = None  # JAX called put_executable_and_time with this key
+    put_failed: bool = False  # ... and it raised
 
 
 @dataclass
@@ -138,6 +183,9 @@ def _add(name: str, amount: float) -> None:
             call.requested = True
         elif name == "hits":
             call.hit = True
+        elif name == "writes":  # its outcome is counted when the compile returns
+            call.write_event = True
+            return
     with _lock:
         counters = _counters(call.module if call is not None else UNKNOWN_MODULE)
         counters[name] += amount
@@ -172,28 +220,120 @@ def _module_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return UNKNOWN_MODULE
 
 
+def _host_callbacks_at(original: Callable[..., Any]) -> int | None:
+    """Where ``compile_or_get_cached`` takes ``host_callbacks`` (position 4 in 0.4.38 .. 0.12)."""
+    try:
+        import inspect
+
+        names = list(inspect.signature(original).parameters)
+        return names.index("host_callbacks")
+    except (TypeError, ValueError):
+        return None
+
+
+def _has_host_callbacks(at: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    try:
+        if "host_callbacks" in kwargs:
+            return bool(kwargs["host_callbacks"])
+        return at is not None and len(args) > at and bool(args[at])
+    except Exception:
+        return False
+
+
 def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    at = _host_callbacks_at(original)
+
     def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
-        call = _Call(_module_name(args, kwargs))
+        call = _Call(_module_name(args, kwargs), _has_host_callbacks(at, args, kwargs))
         outer = _current()
         _local.call = call
         start = _monotonic()
+        compiled = False
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            compiled = True
+            return result
         finally:
             _local.call = outer
             if call.requested and not call.hit:
                 try:
+                    outcome = _outcome(call) if compiled else None
                     with _lock:
                         counters = _counters(call.module)
                         counters["misses"] += 1
                         counters["compile_secs"] += _monotonic() - start
+                        if outcome is not None:
+                            counters[outcome] += 1
                 except Exception as exc:
                     _warn_once(f"{type(exc).__name__}: {exc}")
 
     compile_or_get_cached.__cachedoctor_original__ = original  # type: ignore[attr-defined]
     compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
     return compile_or_get_cached
+
+
+def _outcome(call: _Call) -> str | None:
+    """What became of a compile that missed, as JAX's ``_cache_write`` decided (module doc)."""
+    if call.write_event:
+        if call.put_failed:
+            return "write_failures"
+        if call.put_key is not None and not _entry_exists(call.put_key):
+            return "writes_lost"
+        return "writes"
+    if call.put_key is not None:
+        if call.put_failed:
+            return "write_failures"
+        return "refused_size" if (_config_value("min_entry_size_bytes") or 0) > 0 else None
+    from jax._src import distributed
+
+    if distributed.global_state.process_id != 0:
+        return "refused_process"
+    if call.host_callbacks:
+        return "refused_host_callbacks"
+    return "refused_compile_time" if (_config_value("min_compile_time_secs") or 0) > 0 else None
+
+
+def _entry_exists(key: str) -> bool:
+    """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
+    (JAX's put returned: no request per compile)."""
+    cache_dir = _cache_dir()
+    if cache_dir is None or is_url(cache_dir):
+        return True
+    cache_dir = cache_dir.removeprefix("file://")
+    return os.path.exists(os.path.join(cache_dir, key + ENTRY_SUFFIX))
+
+
+def _config_value(name: str) -> float | None:
+    """A cache setting in force (:data:`CONFIG_NAMES`); None when this JAX lacks it."""
+    try:
+        from jax._src import config
+
+        value = getattr(config, CONFIG_NAMES[name]).value
+    except Exception:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _wrap_put(original: Callable[..., Any]) -> Callable[..., Any]:
+    """JAX's ``put_executable_and_time``, noting on this thread's call that it ran, for which
+    key, and whether it raised (JAX then warns "Error writing ..."; the error goes on)."""
+
+    def put_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _current()
+        if call is not None:
+            call.put_key = str(cache_key)
+        try:
+            return original(cache_key, *args, **kwargs)
+        except BaseException:
+            if call is not None:
+                call.put_failed = True
+            raise
+
+    put_executable_and_time.__cachedoctor_stats_original__ = original  # type: ignore[attr-defined]
+    put_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
+    return put_executable_and_time
 
 
 def start(mode: str) -> bool:
@@ -205,11 +345,14 @@ def start(mode: str) -> bool:
             return True
         _recorder = _Recorder(mode)
     try:
-        from jax._src import compiler, monitoring
+        from jax._src import compilation_cache, compiler, monitoring
 
         original = compiler.compile_or_get_cached
         if getattr(original, "__cachedoctor_original__", None) is None:
             compiler.compile_or_get_cached = _wrap(original)
+        put = compilation_cache.put_executable_and_time
+        if getattr(put, "__cachedoctor_stats_original__", None) is None:
+            compilation_cache.put_executable_and_time = _wrap_put(put)
         monitoring.register_event_listener(_on_event)
         monitoring.register_event_duration_secs_listener(_on_duration)
         _listening = True
@@ -259,6 +402,7 @@ def snapshot() -> dict[str, Any] | None:
         "end": _wall(),
         "jax": str(getattr(jax, "__version__", "")),
         "hook": recorder.mode,
+        "config": {name: _config_value(name) for name in CONFIG_NAMES},
         "modules": modules,
     }
 

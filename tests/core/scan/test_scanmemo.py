@@ -337,3 +337,31 @@ def test_a_folder_that_is_no_cache_is_told_also_when_served(tmp_path: Path) -> N
     assert served(again) and not served(first)
     for report in (first, again):
         assert not report.looks_like_cache and report.other_file_count == 1
+
+
+def test_a_stats_record_rewritten_in_place_is_seen(cache: Path) -> None:
+    """not-stored says why from the stats records: a record changed in place (the folder's own
+    times unchanged) must not serve the report made before it."""
+    counters = dict.fromkeys(("requests", "misses", "refused_host_callbacks"), 1)
+    record = {
+        "format": "cachedoctor-stats/1",
+        **{"host": "vm", "pid": 1, "start": 1.0, "end": 2.0, "jax": "0.10.2", "hook": "stats"},
+        "modules": {"jit_gone": {**counters, "refused_host_callbacks": 0}},
+    }
+    path = cache / layout.STATS_DIRNAME / "20260101T000000-vm-1-abcdef01.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(record))
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    os.utime(path.parent, (old, old))
+    before = document(scanned(cache, use_index=False))
+    scanned(cache)
+    assert served(scanned(cache))
+    folder = path.parent.stat()
+    with open(path, "w") as fh:
+        json.dump({**record, "modules": {"jit_gone": counters}}, fh)
+    os.utime(path, (old, old))
+    assert path.parent.stat().st_mtime_ns == folder.st_mtime_ns
+    plain = document(scanned(cache, use_index=False))
+    assert plain != before and "host-callbacks" in plain and "host-callbacks" not in before
+    assert document(scanned(cache)) == plain

@@ -37,6 +37,7 @@ from cachedoctor.core.scan.rules.keys import (
 )
 from cachedoctor.core.scan.rules.processes import first_process_only, process_findings
 from cachedoctor.core.scan.rules.security import insecure_findings
+from cachedoctor.core.usage.records import Record
 from cachedoctor.xla import subcaches
 
 
@@ -52,12 +53,14 @@ def build_report(
     sub: subcaches.SubcacheReport | None = None,
     *,
     manifests: Sequence[Mapping[str, object] | None] = (),
+    records: Sequence[Record] = (),
     root_as_given: str | None = None,
 ) -> ScanReport:
     """Findings and statistics from decoded entries (pure: no I/O).
 
     ``manifests``: the cache's key manifests as JSON data (``stablekeys.manifest``): they say
     which entries are under the stable hasher, and which modules JAX compiled but never stored.
+    ``records``: the stats records (``usage/records.py``): why those were not stored.
     ``root_as_given``: the directory as the user spelled it, when the listing's root is its
     real path (``relocated`` compares paths as JAX hashes them: as spelled).
     """
@@ -66,7 +69,7 @@ def build_report(
     findings += same_program_findings(entries)
     stable_keys = stable_hasher_keys(manifests)
     findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
-    findings += not_stored_findings(listing, first_process_only(manifests))
+    findings += not_stored_findings(listing, first_process_only(manifests), records, findings)
     findings += process_findings(manifests)
     findings += atime_findings(listing)
     findings += corrupt_findings(entries, now)

@@ -24,6 +24,7 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
+from cachedoctor.core.usage.records import Record
 from cachedoctor.storage import stores, urls
 from cachedoctor.xla import subcaches
 
@@ -124,7 +125,10 @@ class _Scan:
         if any(i.kind in kinds for i in listing.items):
             sub = subcaches.scan_subcaches(Path(listing.root))
         manifests = _read_manifests(listing, listing.root)
-        report = build_report(listing, entries, self.jax_info, self.now, sub, manifests=manifests)
+        records = _read_records(listing, manifests, listing.root)
+        report = build_report(
+            listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
+        )
         return self._finished(memo.kept(report))
 
     def _local_entries(
@@ -174,7 +178,10 @@ class _Scan:
             return served
         entries = decoded(self.progress)
         manifests = _read_manifests(listing, store.url)
-        report = build_report(listing, entries, self.jax_info, self.now, manifests=manifests)
+        records = _read_records(listing, manifests, store)
+        report = build_report(
+            listing, entries, self.jax_info, self.now, manifests=manifests, records=records
+        )
         return self._finished(memo.kept(report))
 
 
@@ -262,5 +269,21 @@ def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, objec
         return []
     try:
         return [m.to_dict() for m in manifest.iter_manifests(root)]
+    except OSError:
+        return []
+
+
+def _read_records(
+    listing: CacheListing, manifests: list[Mapping[str, object]], root: str | stores.Store
+) -> list[Record]:
+    """The stats records, read only when key manifests may name modules without an entry
+    (``not-stored`` explains them from the records); unreadable ones are left out here."""
+    from cachedoctor.core.usage.records import read_records
+
+    if not manifests or not any(i.name == layout.STATS_DIRNAME for i in listing.items):
+        return []
+    try:
+        store = root if isinstance(root, stores.Store) else stores.open_store(root)
+        return read_records(store)[0]
     except OSError:
         return []

@@ -8,12 +8,18 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.stablekeys.stats import COUNTERS, RECORD_FORMAT, RECORD_SUFFIX
+from cachedoctor.stablekeys.stats import (
+    CONFIG_NAMES,
+    COUNTERS,
+    OUTCOMES,
+    RECORD_FORMAT,
+    RECORD_SUFFIX,
+)
 from cachedoctor.storage import fsops
 from cachedoctor.storage.stores import Store
 
@@ -25,12 +31,24 @@ ARCHIVE_SUFFIX = ".jsonl"
 
 @dataclass(frozen=True)
 class Counters:
-    """Sums of the recorded counters (see stablekeys/stats.py for each one's JAX event)."""
+    """Sums of the recorded counters (see stablekeys/stats.py for each one's JAX event).
+
+    Each miss has at most one outcome: ``writes`` (the entry existed afterwards), a failed
+    write, or one of JAX's refusals. Records written before outcomes were recorded count JAX's
+    write event as a write, unchecked: those are ``unchecked_writes`` (part of ``writes``).
+    """
 
     requests: int = 0
     hits: int = 0
     misses: int = 0
     writes: int = 0
+    write_failures: int = 0  # JAX's put raised
+    writes_lost: int = 0  # JAX's put returned, and no entry existed afterwards
+    refused_process: int = 0  # JAX writes only from process 0
+    refused_host_callbacks: int = 0
+    refused_compile_time: int = 0  # under jax_persistent_cache_min_compile_time_secs
+    refused_size: int = 0  # under jax_persistent_cache_min_entry_size_bytes
+    unchecked_writes: int = 0  # of ``writes``: JAX's write event in an older record
     compile_secs: float = 0.0  # wall time of the compiles that missed
     saved_secs: float = 0.0  # JAX's compile_time_saved_sec, summed over hits
     retrieval_secs: float = 0.0
@@ -39,8 +57,15 @@ class Counters:
     def hit_rate(self) -> float | None:
         return self.hits / self.requests if self.requests else None
 
+    @property
+    def checked_writes(self) -> int:
+        """Writes whose entry existed afterwards."""
+        return self.writes - self.unchecked_writes
+
     def __add__(self, other: Counters) -> Counters:
-        return Counters(**{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
+        return Counters(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Counters)}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "hit_rate": self.hit_rate}
@@ -58,6 +83,9 @@ class Record:
     jax: str
     hook: str
     modules: dict[str, Counters]
+    # the cache settings in force at the process's exit (stablekeys.stats.CONFIG_NAMES); empty
+    # in records from before they were recorded
+    config: dict[str, float] = field(default_factory=dict)
 
     @property
     def day(self) -> str:
@@ -68,7 +96,7 @@ class Record:
 # numbers, none negative; compile and retrieval times are not negative; every number is finite;
 # a module's hits plus misses are at most its requests (JAX sends a hit only after a request,
 # and the recorder counts a miss only for a request without one). saved_secs may be negative.
-COUNTS = ("requests", "hits", "misses", "writes")  # whole numbers; the rest are seconds
+COUNTS = tuple(n for n in COUNTERS if not n.endswith("_secs"))  # whole numbers; the rest: s
 NEVER_NEGATIVE = ("compile_secs", "retrieval_secs")  # saved_secs may be: JAX's own difference
 
 
@@ -120,6 +148,8 @@ def _counters(module: str, raw: object) -> Counters:
     for name in COUNTERS:
         value = _number(module, name, raw.get(name, 0))
         values[name] = int(value) if name in COUNTS else value
+    if not any(name in raw for name in OUTCOMES if name != "writes"):
+        values["unchecked_writes"] = values["writes"]  # an older record: the write event
     c = Counters(**values)
     for part, value in (("hits", c.hits), ("misses", c.misses)):
         if value > c.requests:
@@ -129,6 +159,16 @@ def _counters(module: str, raw: object) -> Counters:
             f"module {module!r}: hits + misses {c.hits + c.misses} > requests {c.requests}"
         )
     return c
+
+
+def _config(raw: object) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        name: value
+        for name, value in raw.items()
+        if name in CONFIG_NAMES and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 def parse_record(file: str, data: bytes) -> Record:
@@ -154,6 +194,7 @@ def parse_record(file: str, data: bytes) -> Record:
         jax=str(doc.get("jax", "")),
         hook=str(doc.get("hook", "")),
         modules={str(name): _counters(str(name), c) for name, c in modules.items()},
+        config=_config(doc.get("config")),
     )
 
 

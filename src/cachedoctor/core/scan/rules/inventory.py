@@ -1,5 +1,5 @@
 """Findings about what the cache holds besides sound entries: several JAX formats or platforms,
-files JAX never writes, damaged XLA sub-caches, modules compiled but never stored.
+files JAX never writes, damaged XLA sub-caches, modules compiled without an entry (and why).
 """
 
 from __future__ import annotations
@@ -8,9 +8,13 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from cachedoctor import layout
+from cachedoctor.cache import listdir
 from cachedoctor.cache.listdir import CacheListing, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core.scan.report import lru_evidence as listing_lru
+from cachedoctor.core.usage import reasons
+from cachedoctor.core.usage.records import Record
 from cachedoctor.errors import count
 from cachedoctor.xla import subcaches
 
@@ -79,13 +83,15 @@ def autotune_advice(autotune: subcaches.AutotuneDirReport) -> str:
 
 
 def not_stored_findings(
-    listing: CacheListing, manifests: Sequence[Mapping[str, object] | None]
+    listing: CacheListing,
+    manifests: Sequence[Mapping[str, object] | None],
+    records: Sequence[Record] = (),
+    findings: Sequence[Finding] = (),
 ) -> list[Finding]:
     """Modules whose key manifest has no entry beside it: JAX compiled them, holds nothing.
 
-    JAX refuses to write modules that use host callbacks (pure_callback, io_callback,
-    jax.debug.print, equinox's runtime checks in diffrax), and ones below its minimum compile
-    time or entry size; such a module recompiles on every run.
+    Each is explained by ``usage.reasons`` (as ``stats`` and ``lint`` explain it) from the stats
+    ``records``, the listing and the scan's key ``findings``; one finding per kind of reason.
     """
     entry_keys = {i.key for i in listing.entries}
     missing: dict[str, list[str]] = defaultdict(list)
@@ -95,24 +101,52 @@ def not_stored_findings(
         missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
     if not missing:
         return []
-    return [
-        Finding(
-            kind=FindingKind.NOT_STORED,
-            severity=Severity.INFO,
-            entries=tuple(k for keys in missing.values() for k in keys),
-            message=(
-                f"{len(missing)} modules were compiled with this cache but have no entry: "
-                + ", ".join(sorted(missing))
-            ),
-            advice=(
-                "JAX never stores modules with host callbacks (pure_callback, io_callback, "
-                "jax.debug.print, equinox checks) nor ones under its minimum compile time or "
-                "entry size, so they recompile every run; `cachedoctor check -- CMD` names "
-                "which (JAX_EXPLAIN_CACHE_MISSES=1 logs it)"
-            ),
-            evidence="key manifests (cachedoctor enable) without an entry of the same key",
+    held = {listdir.module_of(k) for k in entry_keys if k}
+    settings = reasons.settings_of(records)
+    own = listing_lru(listing)  # the entries' own -atime files and the .lockfile (no orphans)
+    atimes = len(own.with_atime)
+    lru = reasons.lru_evidence(atimes, own.lockfile, settings)
+    gap = reasons.atime_gap(len(listing.entries), atimes, lru)
+    kinds = reasons.scan_kinds(findings)
+    by_kind: dict[reasons.ReasonKind, list[tuple[str, reasons.Reason]]] = defaultdict(list)
+    for module in sorted(missing):
+        counters, processes = reasons.summed(records, module)
+        evidence = reasons.ModuleEvidence(
+            module, counters, processes, settings, module in held, lru, kinds.get(module), gap
         )
+        why = reasons.explain(evidence)
+        by_kind[why.kind].append((module, why))
+    return [
+        _not_stored(kind, explained, {m: missing[m] for m, _ in explained})
+        for kind, explained in sorted(by_kind.items())
     ]
+
+
+_SHOWN = 5  # modules whose evidence a not-stored finding quotes
+
+
+def _not_stored(
+    kind: reasons.ReasonKind,
+    explained: list[tuple[str, reasons.Reason]],
+    keys: Mapping[str, list[str]],
+) -> Finding:
+    modules = [m for m, _ in explained]
+    quoted = "; ".join(f"{m}: {why.evidence}" for m, why in explained[:_SHOWN])
+    if len(explained) > _SHOWN:
+        quoted += f"; and {len(explained) - _SHOWN} more modules"
+    first = explained[0][1]
+    return Finding(
+        kind=FindingKind.NOT_STORED,
+        severity=Severity.INFO,
+        entries=tuple(k for m in modules for k in keys[m]),
+        module=modules[0] if len(modules) == 1 else None,
+        message=(
+            f"{count(len(modules), 'module')} compiled with this cache without an entry "
+            f"({kind.value}: {first.summary}): " + ", ".join(modules)
+        ),
+        advice=reasons.advice(first, modules[0] if len(modules) == 1 else "each module"),
+        evidence=f"key manifests (cachedoctor enable) without an entry of the same key; {quoted}",
+    )
 
 
 def mixtures(entries: list[EntryInfo]) -> list[Finding]:
