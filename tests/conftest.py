@@ -17,6 +17,7 @@ import pytest
 from cachedoctor.cache import model, parallel, reader
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.report import ScanReport
+from cachedoctor.stablekeys import manifest
 from cachedoctor.xla import hlo_facts
 from tests.support import gold, sessioncache
 from tests.support.caches import EVICT, ProgramSpec, make_cache, needs_filelock
@@ -35,6 +36,11 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "cachedoctor-config.toml"))
     # the scan index lives in the user cache dir: keep each test's index its own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    # a bucket's store is kept per process, and an in-process hook makes it JAX's own fsspec
+    # instance (cached by fsspec, bound to the endpoint of its day): a later test's servers
+    # listen elsewhere (a module fixture set up again on this worker), so each test starts anew
+    monkeypatch.setattr(manifest, "_STORES", {})
+    monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
 
 
 @pytest.fixture(autouse=True)
