@@ -60,6 +60,12 @@ from cachedoctor.xla import gpu
 from cachedoctor.xla import hlo as hlo_mod
 from cachedoctor.xla import hlo_facts as hlo_facts_mod
 from cachedoctor.xla.compile_options import canonical_compile_options, decode_compile_options
+from cachedoctor.xla.executable import (
+    CPU_SIZE_SECTIONS,
+    CPU_TARGET_MACHINE_FIELD,
+    GPU_SIZE_SECTIONS,
+    cpu_target_machine,
+)
 
 RIEGELI_MAGIC = b"\x83\xaf\x70\xd1\x0d\x88\x4a\x3f"
 
@@ -172,19 +178,8 @@ def _infer_platform(walk: _Walk) -> str:
     return "unknown"
 
 
-_CPU_SECTIONS = {4: "object code", 8: "object files", 6: "thunk sequence", 2: "buffer assignment"}
-_GPU_SECTIONS = {
-    3: "PTX",
-    4: "cubin",
-    5: "cuDNN graphs",
-    2: "buffer assignment",
-    13: "thunks",
-    12: "constants",
-}
-
-
 def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) -> list[Section]:
-    names = _GPU_SECTIONS if platform == "gpu" else _CPU_SECTIONS
+    names = GPU_SIZE_SECTIONS if platform == "gpu" else CPU_SIZE_SECTIONS
     sizes: dict[str, int] = {}
     for n, size, _ in walk.sections:
         label = names.get(n, f"field {n}")
@@ -193,13 +188,10 @@ def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) ->
         if n in names:
             label = names[n]
             sizes[label] = sizes.get(label, 0) + len(data)
-        if platform == "cpu" and n == 9:
-            try:
-                tf = wire.fields_by_number(data)
-                out["cpu_triple"] = wire.as_str(wire.first(tf, 1))
-                out["cpu_name"] = wire.as_str(wire.first(tf, 2))
-            except wire.WireError:
-                pass
+        if platform == "cpu" and n == CPU_TARGET_MACHINE_FIELD:
+            target = cpu_target_machine(bytes(data))
+            if target is not None:
+                out["cpu_triple"], out["cpu_name"] = target[0], target[1]
     return [Section(k, v) for k, v in sorted(sizes.items())]
 
 

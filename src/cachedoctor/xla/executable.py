@@ -40,6 +40,11 @@ GPU_EXECUTABLE_FIELDS = {
 }
 
 
+# The fields whose bytes make an executable's size, as `show` and `scan` list them by section
+CPU_SIZE_SECTIONS = {n: CPU_EXECUTABLE_FIELDS[n] for n in (4, 8, 6, 2)}
+GPU_SIZE_SECTIONS = {n: GPU_EXECUTABLE_FIELDS[n] for n in (3, 4, 5, 2, 13, 12)}
+
+
 # CPU executable fields that exist only from (or until) one XLA revision (docs/format.md): one
 # entry having such a field and the other not means two XLA versions wrote them.
 CPU_FIELD_HISTORY = {
