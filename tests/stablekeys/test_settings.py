@@ -142,3 +142,20 @@ def test_disable_cleans_up_after_a_wrong_typed_file(tmp_path: Path) -> None:
     assert run("status", env=env).returncode == 2
     assert run("disable", env=env).returncode == 0
     assert not config.exists() and not (tmp_path / "made").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('[other]\nhook = "x"\n\n[cachedoctor]\nhook = "bogus"\n', 5),  # same key, other table
+        ('title = "t"\ncachedoctor.hook = "bogus"\n', 2),  # a dotted key at the top
+        ('[cachedoctor]\n"hook" = "bogus"\n', 2),  # a quoted key
+        ("[ 'cachedoctor' ]\nhook = 'bogus'\n", 2),  # a quoted, spaced table name
+    ],
+)
+def test_a_wrong_value_is_named_with_its_own_line(tmp_path: Path, text: str, line: int) -> None:
+    """In process: the line is the one in [cachedoctor], never an earlier table's same key."""
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(settings.ConfigError, match=rf": line {line}: hook = \"bogus\": "):
+        settings.load(path)

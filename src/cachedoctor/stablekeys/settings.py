@@ -162,12 +162,20 @@ def value_problem(key: str, value: Any) -> str | None:
 
 
 def _line_of(key: str, text: str) -> str:
-    """``line N: `` of ``key = …`` in the file's text (tomllib gives no value positions)."""
+    """``line N: `` of ``key = …`` in the ``[cachedoctor]`` table, or of a top-level
+    ``cachedoctor.key = …`` (tomllib gives no value positions); ``""`` when not found."""
     import re
 
-    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=")
+    name = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
+    in_table = re.compile(rf"^\s*{name}\s*=")
+    dotted = re.compile(rf"^\s*{SECTION}\s*\.\s*{name}\s*=")
+    header = re.compile(r"^\s*\[\s*([^\]]*?)\s*\]")
+    table = ""
     for number, line in enumerate(text.splitlines(), 1):
-        if pattern.match(line):
+        found = header.match(line)
+        if found:
+            table = found.group(1).strip("\"'")
+        elif (table == SECTION and in_table.match(line)) or (not table and dotted.match(line)):
             return f"line {number}: "
     return ""
 
