@@ -75,8 +75,9 @@ _expose_pyenv_versions()
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """The whole test suite with the newest JAX for this Python."""
-    session.install("-e", ".[test]")
+    """The whole test suite with the newest JAX for this Python (the bucket tests included:
+    their local S3 and GCS servers come with test-remote, as in the README's command)."""
+    session.install("-e", ".[test,test-remote]")
     session.run("pytest", "-n", "auto", *session.posargs)
 
 
