@@ -44,6 +44,7 @@ from pathlib import Path
 import filelock
 import pytest
 
+from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.programs import program_path
 from tests.support import sessioncache
 from tests.support.caches import needs_filelock, snapshot
@@ -236,3 +237,27 @@ def test_stats_count_what_jax_logged(
         if m["requests"]
     }
     assert counted == built.logged
+
+
+def test_scan_names_the_keys_runs_look_up(
+    mixed: tuple[Path, Path, object, Built], copy_of: Callable[[Path], Path]
+) -> None:
+    """scan's unstable-key finding says what the manifests show (issue 29 item 1): not "every
+    run recompiles" over a group whose stable key hooked runs hit; and prune --duplicates
+    removes none of the keys the finding counts as looked up."""
+    kept, _live, _lock, _built = mixed
+    cache = copy_of(kept)
+    code, out, err = invoke("scan", str(cache), "--json")
+    assert code in (0, 1), err
+    (finding,) = [f for f in json.loads(out)["findings"] if f["kind"] == "unstable-key"]
+    assert finding["module"] == "jit_f"
+    assert "every run recompiles" not in finding["advice"]
+    assert finding["advice"].startswith("hooked runs hit their stable key")
+    assert "1 under a stable-key manifest" in finding["evidence"]
+    assert f"{len(finding['entries']) - 1} without a manifest" in finding["evidence"]
+    manifests = [json.loads(p.read_text()) for p in (cache / MANIFEST_DIRNAME).glob("*.json")]
+    stable = {m["key"] for m in manifests if m.get("mode") == "stable"}
+    code, out, err = invoke("prune", str(cache), "--duplicates", "--json")
+    assert code == 0, err
+    removed = {a["name"] for a in json.loads(out)["actions"]}
+    assert removed and removed < set(finding["entries"]) and not removed & stable
