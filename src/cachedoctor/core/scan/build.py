@@ -66,7 +66,7 @@ def build_report(
     """
     findings: list[Finding] = []
     findings += subcache_findings(sub)
-    findings += same_program_findings(entries)
+    findings += same_program_findings(entries, manifests)
     stable_keys = stable_hasher_keys(manifests)
     findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
     findings += not_stored_findings(listing, first_process_only(manifests), records, findings)

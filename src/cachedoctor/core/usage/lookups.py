@@ -97,16 +97,17 @@ def entry_use(
         evidence=evidence,
         last_use_ns=last,
         last_use_source=source,
-        looked_up_by_hook=_stable_manifest(manifest),
-        pointer_key=_pointer_evidence(manifest),
+        looked_up_by_hook=looked_up_by_hook(manifest),
+        pointer_key=pointer_evidence(manifest),
     )
 
 
-def _stable_manifest(m: Manifest | None) -> bool:
+def looked_up_by_hook(m: Manifest | None) -> bool:
+    """A stable-mode manifest (not the hook's ``fallback``): hooked runs compute this key."""
     return m is not None and m.mode == "stable" and m.key_mode != "fallback"
 
 
-def _pointer_evidence(m: Manifest | None) -> str | None:
+def pointer_evidence(m: Manifest | None) -> str | None:
     """The manifest's word that this key holds a per-process pointer (so no later run computes
     it), or None."""
     if m is None:

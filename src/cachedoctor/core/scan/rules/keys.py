@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from cachedoctor.cache import reader
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.report import KeyModeUse
+
+if TYPE_CHECKING:
+    from cachedoctor.stablekeys.manifest import Manifest
 
 
 def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
@@ -66,8 +70,17 @@ def _names_other_cache_paths(group: list[EntryInfo]) -> bool:
     return len({e.autotune_dir for e in group}) > 1 or len({e.kernel_cache_file for e in group}) > 1
 
 
-def same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
-    """``unstable-key`` where evidence shows it, else the information "same program, N keys"."""
+def same_program_findings(
+    entries: list[EntryInfo], manifests: Iterable[Mapping[str, object] | None] = ()
+) -> list[Finding]:
+    """``unstable-key`` where evidence shows it, else the information "same program, N keys".
+
+    The key manifests say which of an unstable group's keys runs compute again (the same
+    evidence ``prune --duplicates`` reads, ``usage/lookups``): a stable-mode one is the key
+    hooked runs look up every run, an observe-mode one shows whether JAX's own key held the
+    pointer. Reads (``-atime``, access times) are left to ``prune --duplicates``' plan: the
+    scan's memo does not digest access times."""
+    by_key = _manifests_by_key(manifests)
     findings = []
     for group in duplicate_groups(entries):
         if _names_other_cache_paths(group):
@@ -78,24 +91,7 @@ def same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
         keys = tuple(e.key for e in group)
         evidence = unstable_key_evidence(group)
         if evidence is not None:
-            findings.append(
-                Finding(
-                    kind=FindingKind.UNSTABLE_KEY,
-                    severity=Severity.WARNING,
-                    module=module,
-                    entries=keys,
-                    message=(
-                        f"{module}: {len(group)} entries hold {how} under different keys, and "
-                        "a key input changes from run to run"
-                    ),
-                    advice=(
-                        "the key is not stable across runs, so every run recompiles; run "
-                        f"`cachedoctor diff --module {module}` to see why, "
-                        "`cachedoctor enable` to fix"
-                    ),
-                    evidence=evidence,
-                )
-            )
+            findings.append(_unstable_key(module, how, group, evidence, by_key))
             continue
         findings.append(
             Finding(
@@ -117,6 +113,68 @@ def same_program_findings(entries: list[EntryInfo]) -> list[Finding]:
             )
         )
     return findings
+
+
+def _manifests_by_key(manifests: Iterable[Mapping[str, object] | None]) -> dict[str, Manifest]:
+    from cachedoctor.stablekeys.manifest import Manifest
+
+    out = {}
+    for m in manifests:
+        if m is None or not isinstance(m.get("key"), str):
+            continue
+        try:
+            found = Manifest.from_dict(dict(m))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a manifest of another schema says nothing here
+        out[found.key] = found
+    return out
+
+
+def _unstable_key(
+    module: str,
+    how: str,
+    group: list[EntryInfo],
+    evidence: str,
+    by_key: Mapping[str, Manifest],
+) -> Finding:
+    """The ``unstable-key`` finding: what changes per run, and which keys manifests show runs
+    look up again (none: plain JAX's keys, whose use only records of reads can tell)."""
+    from cachedoctor.core.usage import lookups
+
+    stable = [e.key for e in group if lookups.looked_up_by_hook(by_key.get(e.key))]
+    pointer = [e.key for e in group if lookups.pointer_evidence(by_key.get(e.key))]
+    bare = len(group) - sum(1 for e in group if e.key in by_key)
+    other = len(group) - len(stable) - len(pointer) - bare
+    said = []
+    if stable:
+        said.append(
+            f"{len(stable)} under a stable-key manifest, the key hooked runs look up every run"
+        )
+    if pointer:
+        said.append(f"{len(pointer)} whose manifest shows a per-process pointer in the key")
+    if other:
+        said.append(f"{other} whose observe-mode manifest shows no pointer in JAX's key")
+    if bare:
+        said.append(f"{bare} without a manifest (plain JAX's keys)")
+    use = "hooked runs hit their stable key; " if stable else ""
+    return Finding(
+        kind=FindingKind.UNSTABLE_KEY,
+        severity=Severity.WARNING,
+        module=module,
+        entries=tuple(e.key for e in group),
+        message=(
+            f"{module}: {len(group)} entries hold {how} under different keys, and a key input "
+            "changes from run to run"
+        ),
+        advice=(
+            f"{use}a run whose key hashes that input (plain JAX without "
+            "jax_remove_custom_partitioning_ptr_from_cache_key) writes a new key each run and "
+            "never hits it; `cachedoctor prune --duplicates` lists the copies that records show "
+            f"no run looks up again; run `cachedoctor diff --module {module}` to see the input, "
+            "`cachedoctor enable` to give every run one key"
+        ),
+        evidence=f"{evidence}; of the {len(group)} entries: {', '.join(said)}",
+    )
 
 
 def _hit_values(root: str, option: str) -> frozenset[str]:
