@@ -192,7 +192,11 @@ def test_scan_names_modules_jax_never_stores_and_manifests_do_not_churn(tmp_path
     report = scan_directory(str(cache), use_index=False)
     (not_stored,) = [f for f in report.findings if f.kind is FindingKind.NOT_STORED]
     assert "jit_noisy" in not_stored.message and "jit_quiet" not in not_stored.message
-    assert "host callbacks" in not_stored.advice and "manifests" in not_stored.evidence
+    # no stats record (the hook's observe mode records none): the reason is unknown, said so,
+    # and the advice asks for JAX's own words instead of a key comparison (issue 29 item 3)
+    assert "no evidence of why" in not_stored.message and "no stats record" in not_stored.evidence
+    assert "JAX_EXPLAIN_CACHE_MISSES=1" in not_stored.advice and "diff" not in not_stored.advice
+    assert "manifests" in not_stored.evidence
     run_hooked(script, cache, mode="observe", env=env)
     again = {p.name: p.stat().st_mtime_ns for p in cache.glob("cachedoctor-manifests/*.json")}
     assert again == manifests  # written once, not on every run

@@ -39,6 +39,7 @@ class Reason:
     kind: ReasonKind
     summary: str  # what happened, in a few words
     evidence: str  # what that rests on, quoted
+    recorded: bool = True  # False: no stats record of the module, so nothing JAX said is known
 
     @property
     def text(self) -> str:
@@ -182,6 +183,7 @@ def _without_records(ev: ModuleEvidence) -> Reason:
         "no evidence of why",
         f"no stats record of {ev.module}{lru}; `cachedoctor enable --stats-only` records why "
         "JAX does not store a module",
+        recorded=False,
     )
 
 
@@ -313,6 +315,12 @@ def advice(reason: Reason, module: str) -> str:
         return "find what removes entries (prune schedules, cleanup jobs)"
     if kind is ReasonKind.ONE_PROCESS:
         return "nothing yet: the next process hits if its key is the same"
+    if not reason.recorded:  # nothing JAX said is known: ask for its words, guess nothing
+        return (
+            "record JAX's reason: `cachedoctor enable --stats-only` (stats records), or run with "
+            "JAX_EXPLAIN_CACHE_MISSES=1 (JAX logs host callbacks, a compile under the minimum "
+            "time, an entry under the minimum size)"
+        )
     return (
         f"run `cachedoctor diff --module {module}` to see what changes its key, "
         "`cachedoctor enable` for stable keys"
