@@ -1,8 +1,7 @@
 """`cachedoctor check`'s exit status says what happened (issue 28, item 5).
 
-The report of a verified run that JAX stopped early is built here directly: on CPU, a run that
-stops at a nondeterministic-compilation mismatch only (no stale entry) cannot be produced on
-demand; tests/core/check/test_check_verify.py makes the aborted run itself with real JAX.
+The reports are built here directly; tests/core/check/test_check_verify.py makes each verify
+outcome with real JAX.
 """
 
 from __future__ import annotations
@@ -14,14 +13,14 @@ from click.testing import CliRunner
 
 from cachedoctor.cli import cli
 from cachedoctor.core.check import check as core
-from cachedoctor.core.check.report import CheckReport, Mismatch, ObserveStatus, RunResult
+from cachedoctor.core.check.report import CheckReport, KeyCheck, ObserveStatus, Outcome, RunResult
 from cachedoctor.core.check.report import VerifyResult as Verify
 
 A, B = "jit_a-" + "a" * 64, "jit_b-" + "b" * 64
 
 
 def report(verify: Verify | None, *, new_b: bool = False) -> CheckReport:
-    runs = (RunResult(1, 0, 1.0, (A, B)), RunResult(2, 0 if verify is None else 1, 1.0, ()))
+    runs = (RunResult(1, 0, 1.0, (A, B)), RunResult(2, 0, 1.0, ()))
     return CheckReport(
         argv=("python", "prog.py"),
         cache_dir="/tmp/c",
@@ -36,17 +35,18 @@ def report(verify: Verify | None, *, new_b: bool = False) -> CheckReport:
     )
 
 
-NONDETERMINISTIC = Mismatch(A, "jit_a", stale=False, detail="same program, other object code")
-STALE = Mismatch(A, "jit_a", stale=True, detail="another program")
+SAME = KeyCheck(A, "jit_a", Outcome.SAME, "p", "p", False, "cached entry vs fresh", "same program")
+STALE = KeyCheck(A, "jit_a", Outcome.STALE, "p", "q", False, "cached entry vs fresh", "another")
 
 
 @pytest.mark.parametrize(
     ("verify", "code"),
     [
         (None, 0),
-        (Verify(2, 2, ("jit_a", "jit_b"), (), complete=True), 0),
-        (Verify(2, 2, (), (NONDETERMINISTIC,), complete=False, not_checked=("jit_b",)), 2),
-        (Verify(2, 2, (), (STALE,), complete=False, not_checked=("jit_b",)), 1),
+        (Verify(3, 0, 1.0, 2, (SAME,)), 0),
+        (Verify(3, 1, 1.0, 2, (SAME,), not_checked=("jit_b",), reason="it exited with 1"), 2),
+        (Verify(3, 0, 1.0, 2, (SAME,), not_checked=("jit_b",), reason="not asked for"), 2),
+        (Verify(3, 1, 1.0, 2, (STALE,), not_checked=("jit_b",), reason="it exited with 1"), 1),
     ],
 )
 def test_only_unchecked_modules_is_an_incomplete_run_not_a_finding(
@@ -63,9 +63,9 @@ def test_only_unchecked_modules_is_an_incomplete_run_not_a_finding(
 def test_help_says_what_each_exit_status_means() -> None:
     help_text = " ".join(CliRunner().invoke(cli, ["check", "--help"]).output.split())
     assert "1 an unstable key, a stale entry (--verify), or nothing checked" in help_text
-    assert "stopped the --verify run before it reached every module (NOT CHECKED)" in help_text
+    assert "the --verify run did not compile every module run 1 did (NOT CHECKED)" in help_text
 
 
 def test_one_unchecked_module_is_singular() -> None:
-    line = report(Verify(2, 2, (), (NONDETERMINISTIC,), False, ("jit_b",))).summary_line()
-    assert "1 module was not checked: jit_b" in line
+    line = report(Verify(3, 1, 1.0, 2, (SAME,), ("jit_b",), "it exited with 1")).summary_line()
+    assert "1 module was not checked by --verify (it exited with 1): jit_b" in line

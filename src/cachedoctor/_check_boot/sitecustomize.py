@@ -66,7 +66,8 @@ def _chain_shadowed_sitecustomize() -> None:
 
 
 _mode = os.environ.get("CACHEDOCTOR_HOOK", "")
-if _mode in ("observe", "stable") and os.environ.get("CACHEDOCTOR_DISABLE") != "1":
+_verify = bool(os.environ.get("CACHEDOCTOR_VERIFY_FRESH"))  # check --verify's run
+if (_mode in ("observe", "stable") or _verify) and os.environ.get("CACHEDOCTOR_DISABLE") != "1":
     with contextlib.suppress(Exception):
         _activate(_mode)
 with contextlib.suppress(Exception):

@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 @click.option(
     "--verify",
     is_flag=True,
-    help="On the last run, recompile every cache hit and compare it with the cached executable "
-    "(jax_compilation_cache_check_contents) to catch stale entries.",
+    help="Run CMD once more reading the cache without trusting it: every module compiles "
+    "afresh, and the program each key's cached entry holds is compared with the fresh one "
+    "(stale entries).",
 )
 @click.option(
     "--no-observe", is_flag=True, help="Do not activate cachedoctor's hook in observe mode."
@@ -75,7 +76,7 @@ def check(
     (or DIR) and every compilation cached. A module that gets a new entry on a later run although
     run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable; 1 an unstable
     key, a stale entry (--verify), or nothing checked (run 1 wrote no entry); 2 usage error, CMD
-    failed, or JAX stopped the --verify run before it reached every module (NOT CHECKED).
+    failed, or the --verify run did not compile every module run 1 did (NOT CHECKED).
     """
     from cachedoctor.core.check.check import run_check
 
@@ -113,8 +114,8 @@ def check(
 
 
 def exit_code(report: CheckReport) -> ExitCode:
-    """1 for what the check found; 2 when the verified run stopped before it could vouch for
-    every module and found nothing else (the run did not complete, as when CMD fails)."""
+    """1 for what the check found; 2 when the verify run did not compile every module run 1
+    did and found nothing else (it could not vouch for them, as when CMD fails)."""
     verify = report.verify
     if report.unstable or (verify is not None and verify.stale) or report.nothing_checked:
         return ExitCode.FINDINGS

@@ -8,9 +8,10 @@ from rich.console import Console
 from rich.text import Text
 
 from cachedoctor._version import __version__
-from cachedoctor.core.check.report import CheckReport
+from cachedoctor.core.check.report import CheckReport, Outcome, VerifyResult
 from cachedoctor.core.lint import LintReport
 from cachedoctor.core.scan.report import SCHEMA_VERSION
+from cachedoctor.errors import count
 from cachedoctor.render.console import Line, print_lines
 from cachedoctor.render.jsonout import finding_dict, to_plain
 from cachedoctor.render.table import SEVERITY_STYLE
@@ -71,28 +72,10 @@ def render_check(report: CheckReport, console: Console) -> None:
         console.print(
             f"run {run.index}: exit {run.returncode}, {run.seconds:.1f} s, "
             f"{new} new {'entry' if new == 1 else 'entries'}"
-            + (" (--verify)" if run.verify else "")
         )
     console.print(f"observe: {report.observe.detail}")
     if report.verify is not None:
-        v = report.verify
-        for mm in v.mismatches:
-            style = "dim" if mm.stale is False else "bold red"
-            label = "STALE" if mm.stale else ("UNCLEAR" if mm.stale is None else "nondeterministic")
-            console.print(Text(f"{label} {mm.key}: {mm.detail}", style=style))
-        if not v.complete:
-            console.print(
-                f"verify: JAX stopped run {v.run} at the first mismatch; "
-                f"{len(v.not_checked)} modules were not checked (neither hit nor miss is known)"
-            )
-            for module in v.not_checked:
-                console.print(Text(f"NOT CHECKED {module}", style="yellow"))
-        elif not v.mismatches:
-            console.print(
-                f"verify: run {v.run} recompiled every cache hit and compared it with the cached "
-                f"executable ({len(v.hit_modules)} modules hit, {v.entries_before} entries "
-                "before the run): no difference"
-            )
+        _render_verify(report.verify, console)
     for module in report.not_stored:
         console.print(
             Text(
@@ -120,6 +103,24 @@ def render_check(report: CheckReport, console: Console) -> None:
     console.print(Text(report.summary_line(), style=style))
 
 
+def _render_verify(v: VerifyResult, console: Console) -> None:
+    """Each key the verify run compared (the pair on an ``entries:`` line), then what is left."""
+    same = sum(1 for c in v.checks if c.outcome == Outcome.SAME)
+    missing = sum(1 for c in v.checks if c.outcome == Outcome.NOT_CACHED)
+    console.print(
+        f"run {v.run} (--verify): exit {v.returncode}, {v.seconds:.1f} s; compiled "
+        f"{count(len(v.checks), 'key')} afresh with the cache read, not trusted: {same} hold "
+        f"the same program, {len(v.stale)} another or unknown, {missing} not in the cache"
+    )
+    for c in v.checks:
+        if c.outcome in (Outcome.STALE, Outcome.UNKNOWN):
+            label = "STALE" if c.outcome == Outcome.STALE else "UNKNOWN"
+            console.print(Text(f"{label} {c.module}: {c.detail}", style="bold red"))
+            console.print(f"  entries: {c.entries}")
+    for module in v.not_checked:
+        console.print(Text(f"NOT CHECKED {module}: {v.reason}", style="yellow"))
+
+
 def check_document(report: CheckReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -139,9 +140,21 @@ def check_document(report: CheckReport) -> dict[str, Any]:
             {**to_plain(m), "explanation": m.explanation_lines()} for m in report.unstable
         ],
         "observe": to_plain(report.observe),
-        "verify": to_plain(report.verify),
+        "verify": _verify_dict(report.verify),
         "not_stored": list(report.not_stored),
         "per_process": [
             {"module": m, "process_index": p, "fields": list(f)} for m, p, f in report.per_process
         ],
+    }
+
+
+def _verify_dict(verify: VerifyResult | None) -> dict[str, Any] | None:
+    if verify is None:
+        return None
+    return {
+        **to_plain(verify),
+        "complete": verify.complete,
+        "checks": [{**to_plain(c), "stale": c.stale} for c in verify.checks],
+        "stale": [c.key for c in verify.stale],
+        "verified_modules": list(verify.verified_modules),
     }

@@ -62,10 +62,16 @@ def check_lines(report: CheckReport) -> Iterator[str]:
             {"title": f"cachedoctor check: unstable cache key ({m.module})"},
         )
     if report.verify is not None:
-        for mm in report.verify.mismatches:
+        for c in report.verify.stale:
             yield command(
-                "error" if mm.stale is not False else "warning",
-                f"{mm.key}: {mm.detail}",
-                {"title": f"cachedoctor check --verify ({mm.module})"},
+                "error",
+                f"{c.detail}\nentries: {c.entries}",
+                {"title": f"cachedoctor check --verify ({c.module})"},
+            )
+        for module in report.verify.not_checked:
+            yield command(
+                "warning",
+                f"not checked: {report.verify.reason}",
+                {"title": f"cachedoctor check --verify ({module})"},
             )
     yield report.summary_line()

@@ -81,13 +81,16 @@ def check_cases(report: CheckReport) -> list[Case]:
                 )
             )
     if report.verify is not None:
-        for mm in report.verify.mismatches:
-            if mm.stale is False:
-                cases.append(Case("cachedoctor.commands.check.verify", mm.key, skipped=mm.detail))
+        for c in report.verify.checks:
+            if c.stale is False:
+                cases.append(Case("cachedoctor.commands.check.verify", c.key))
             else:
                 cases.append(
-                    Case("cachedoctor.commands.check.verify", mm.key, failure=(mm.detail, mm.key))
+                    Case("cachedoctor.commands.check.verify", c.key, failure=(c.detail, c.entries))
                 )
+        for module in report.verify.not_checked:
+            reason = report.verify.reason
+            cases.append(Case("cachedoctor.commands.check.verify", module, skipped=reason))
     return cases
 
 

@@ -98,7 +98,13 @@ def activate() -> dict[str, object]:
         record_ir = os.environ.get("CACHEDOCTOR_RECORD_IR", "") in ("1", "true") or bool(
             values.get("record_ir", False)
         )
-        if mode != "off":
+        verify_dir = os.environ.get("CACHEDOCTOR_VERIFY_FRESH")  # verify_run.VERIFY_FRESH_ENV
+        if verify_dir:  # check --verify's run: fresh compiles go there; no record of its own
+            from cachedoctor.stablekeys import verify_run
+
+            state["verify"] = verify_run.install(verify_dir)
+            mode = "stable" if mode == "stable" else "off"  # stable keys are what it looks up
+        if mode != "off" and not verify_dir:
             from cachedoctor.stablekeys import stats
 
             state["stats"] = stats.start(mode)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.core.check.check import jax_has_verify_option
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO, cli_env, make_cache
 
@@ -96,9 +95,6 @@ def test_plain_program_is_stable_quiet_json(tmp_path: Path) -> None:
     assert not Path(doc["cache_dir"]).exists()  # the temporary cache is cleaned up
 
 
-@pytest.mark.skipif(
-    not jax_has_verify_option(), reason="installed JAX lacks jax_compilation_cache_check_contents"
-)
 def test_verify_finds_a_stale_hit(tmp_path: Path) -> None:
     """The stale hit in docs/stable-keys.md: pointer out of the key, partitioned code changed."""
     cache = tmp_path / "cache"
@@ -114,15 +110,6 @@ def test_verify_finds_a_stale_hit(tmp_path: Path) -> None:
     errors = [line for line in proc.stdout.splitlines() if line.startswith("::error")]
     assert any("cachedoctor check --verify (jit_f)" in e for e in errors), proc.stdout
     assert "stale entries (--verify)" in proc.stdout.splitlines()[-1]
-
-
-def test_verify_refused_without_the_option(tmp_path: Path) -> None:
-    if jax_has_verify_option():
-        proc = cachedoctor("check", "--verify", "--runs", "1", "--", PY, "-c", "pass")
-        assert proc.returncode == 0, proc.stderr
-    else:
-        proc = cachedoctor("check", "--verify", "--", PY, "-c", "pass")
-        assert proc.returncode == 2 and "jax_compilation_cache_check_contents" in proc.stderr
 
 
 def test_failing_command_is_reported(tmp_path: Path) -> None:

@@ -1,29 +1,23 @@
-"""From the runs to the verdicts: which modules recompiled, why (the entries, the key manifests,
-``diff``), and which --verify mismatches are stale entries.
+"""From the runs to the verdicts: which modules recompiled and why (the entries, the key
+manifests, ``diff``); --verify's comparison is ``verify.py``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 from cachedoctor import layout
-from cachedoctor.cache import listdir, model, reader
 from cachedoctor.core.check.report import (
     CheckReport,
-    Mismatch,
     ObserveStatus,
-    Progress,
     RunResult,
     UnstableModule,
-    VerifyResult,
     VolatileChange,
     module_of_key,
 )
-from cachedoctor.core.check.runner import check_env, entry_keys, run_once
+from cachedoctor.core.check.runner import entry_keys
+from cachedoctor.core.check.verify import FreshRun, verify_result
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
@@ -36,9 +30,7 @@ def analyse(
     argv: Sequence[str],
     cache: str,
     results: list[RunResult],
-    jax_mismatches: Sequence[str],
-    cold: tuple[int, dict[str, set[str]]] | None,
-    before_verify: int,
+    fresh: FreshRun | None,
     observe_requested: bool,
 ) -> CheckReport:
     first = results[0]
@@ -63,24 +55,7 @@ def analyse(
         for module in sorted(later)
     )
     observe = _observe_status(observe_requested, manifests)
-    verify_result = None
-    if cold is not None:
-        last = results[-1]
-        missed = {module_of_key(k) for k in last.new_keys}
-        mismatches = _verify_findings(jax_mismatches, cold, scan, set(later))
-        complete = last.returncode == 0
-        # an aborted run proves nothing about the modules it produced no trace for: they may
-        # have hit, or never been reached
-        reached = missed | {m.module for m in mismatches}
-        silent = tuple(sorted(m for m in after_first if m not in reached))
-        verify_result = VerifyResult(
-            run=last.index,
-            entries_before=before_verify,
-            hit_modules=silent if complete else (),
-            mismatches=mismatches,
-            complete=complete,
-            not_checked=() if complete else silent,
-        )
+    verify = verify_result(fresh, cache, scan, after_first) if fresh is not None else None
     per_process = tuple(
         (k.module, k.process_index, k.fields) for k in per_process_keys(manifests.values())
     )
@@ -94,103 +69,10 @@ def analyse(
         modules=tuple(sorted(after_first)),
         unstable=unstable,
         observe=observe,
-        verify=verify_result,
+        verify=verify,
         scan=scan,
         per_process=per_process,
     )
-
-
-def cold_programs(
-    argv: Sequence[str], base: Mapping[str, str], workdir: str, log: IO[bytes], note: Progress
-) -> tuple[int, dict[str, set[str]]]:
-    """Run the command once against an empty cache: the programs it compiles now, by module."""
-    fresh = os.path.join(workdir, "verify-cold")
-    os.makedirs(fresh, exist_ok=True)
-    note("--verify: one more run against an empty cache, to compare programs")
-    log.write(b"=== cachedoctor check --verify: cold run against an empty cache\n")
-    log.flush()
-    code, _, _ = run_once(
-        argv, check_env(base, fresh, observe=False, verify=False), None, None, log
-    )
-    log.write(f"=== cold run exited with {code}\n".encode())
-    programs: dict[str, set[str]] = {}
-    with contextlib.suppress(OSError):
-        listing = listdir.list_cache(fresh)
-        for item in listing.entries:
-            info = reader.decode_entry(listing.path(item), key=item.key)
-            if isinstance(info, model.EntryInfo) and info.program_digest:
-                programs.setdefault(module_of_key(item.key or ""), set()).add(info.program_digest)
-    return code, programs
-
-
-def _verify_findings(
-    jax_keys: Sequence[str],
-    cold: tuple[int, dict[str, set[str]]],
-    scan: ScanReport | None,
-    unstable: set[str],
-) -> tuple[Mismatch, ...]:
-    """Stale entries, from JAX's byte comparison and from comparing programs with a cold compile.
-
-    JAX compares executable bytes and stops the command at the first difference, but XLA's CPU
-    backend does not always emit identical object files for one program (seen for sharded
-    modules), so each JAX mismatch is classified by program (modulo volatile fields). And a
-    module that hit the cache (no new entry after run 1) although a cold compile gives a
-    program that no entry of that module holds was served another program: a stale entry.
-    """
-    code, fresh = cold
-    cached: dict[str, dict[str, str]] = {}  # module -> program digest -> key
-    digest_of: dict[str, str | None] = {}
-    for e in scan.loaded_entries()[0] if scan else ():
-        digest_of[e.key] = e.program_digest
-        if e.program_digest:
-            cached.setdefault(module_of_key(e.key), {})[e.program_digest] = e.key
-    out: list[Mismatch] = []
-    for key in jax_keys:
-        module = module_of_key(key)
-        digest = digest_of.get(key)
-        if code != 0:
-            out.append(Mismatch(key, module, None, f"the cold run failed (exit {code})"))
-        elif digest is None:
-            out.append(Mismatch(key, module, None, "the cached entry could not be decoded"))
-        elif digest in fresh.get(module, set()):
-            out.append(
-                Mismatch(
-                    key,
-                    module,
-                    False,
-                    "same program as a cold compile but other executable bytes: XLA's "
-                    "compilation of this module is not deterministic, so JAX's check cannot "
-                    "verify it and stops the command there",
-                )
-            )
-        else:
-            out.append(
-                Mismatch(
-                    key,
-                    module,
-                    True,
-                    "JAX found the cached executable different from a fresh "
-                    "compile, and it holds another program than a cold compile gives",
-                )
-            )
-    if code == 0:
-        flagged = {m.module for m in out}
-        for module, digests in sorted(fresh.items()):
-            if module in unstable or module in flagged or module not in cached:
-                continue
-            missing = digests - set(cached[module])
-            if missing:
-                keys = ", ".join(sorted(cached[module].values()))
-                out.append(
-                    Mismatch(
-                        keys,
-                        module,
-                        True,
-                        f"{module} hit the cache, but a cold compile gives a program "
-                        "that no cached entry of it holds (the key missed a change)",
-                    )
-                )
-    return tuple(out)
 
 
 def _observe_status(requested: bool, manifests: Mapping[str, Manifest]) -> ObserveStatus:
@@ -227,16 +109,17 @@ def _entry_verdict(module: str, keys: Sequence[str], scan: ScanReport | None) ->
     entries = [e for e in scan.loaded_entries()[0] if e.key in set(keys)]
     if len(entries) < 2 or any(e.program_digest is None for e in entries):
         return "the entries could not be compared (undecodable or missing)"
-    params = {e.hlo.parameters if e.hlo else None for e in entries}
-    if len(params) > 1:
+    entries.sort(key=lambda e: list(keys).index(e.key))  # in the order of the pair
+    params = [e.hlo.parameters if e.hlo else None for e in entries]
+    if len(set(params)) > 1:
         shown = " vs ".join("(" + ", ".join(p or ()) + ")" for p in params)
         return (
             f"different programs: the entry parameters differ {shown}; "
             "the traced program changes between runs"
         )
-    sizes = {e.hlo.instructions if e.hlo else None for e in entries}
-    if len(sizes) > 1:
-        shown = " vs ".join(str(s) for s in sorted(s for s in sizes if s is not None))
+    sizes = [e.hlo.instructions if e.hlo else None for e in entries]
+    if len(set(sizes)) > 1:
+        shown = " vs ".join(str(s) for s in sizes)
         return f"different programs: {shown} instructions; the traced program changes between runs"
     if len({e.program_digest for e in entries}) > 1:
         return "different programs (same shapes and size): the traced program changes between runs"
@@ -254,8 +137,9 @@ def _explain(
 ) -> UnstableModule:
     ordered = [k for r in results for k in r.new_keys if k in set(keys)]
     ordered = [k for k in keys if k not in set(ordered)] + ordered
-    entry_verdict = _entry_verdict(module, ordered, scan)
-    found = [manifests[k] for k in ordered if k in manifests]
+    pair, pairing = _pair(ordered, recompiled_in[0], results, scan)
+    entry_verdict = _entry_verdict(module, pair, scan)
+    found = [manifests[k] for k in pair if k in manifests]
     verdict, source = entry_verdict, "entries"
     volatile: list[VolatileChange] = []
     components: list[str] = []
@@ -275,13 +159,15 @@ def _explain(
         elif components:
             verdict = "key components differ: " + ", ".join(components)
         source = "manifests"
-    diff_verdict = _diff_verdict(cache, ordered[0], ordered[-1])
+    diff_verdict = _diff_verdict(cache, pair[0], pair[1])
     if diff_verdict and source == "entries":
         verdict, source = diff_verdict, "diff"
     return UnstableModule(
         module=module,
         keys=tuple(ordered),
         recompiled_in=tuple(recompiled_in),
+        pair=pair,
+        pairing=pairing,
         verdict=verdict,
         source=source,
         entry_verdict=entry_verdict,
@@ -291,6 +177,47 @@ def _explain(
         stable_keys=stable_keys,
         diff_verdict=diff_verdict,
         key_mode=_key_mode(found[-1]) if found else None,
+    )
+
+
+def _pair(
+    ordered: Sequence[str], run: int, results: Sequence[RunResult], scan: ScanReport | None
+) -> tuple[tuple[str, str], str]:
+    """The two entries a verdict rests on: the first new entry of ``run`` and the earlier
+    entry it stands for, with the evidence that pairs them.
+
+    A module name can hold several programs (one per shape, or per static argument): the new
+    entry is paired with an earlier one holding the same program (program digest), else the
+    only earlier one, else the one earlier entry whose parameters are the same as its own.
+    """
+    written = {k for r in results if r.index == run for k in r.new_keys}
+    new = next(k for k in ordered if k in written)
+    earlier = list(ordered[: ordered.index(new)]) or [k for k in ordered if k != new][:1]
+    if not earlier:
+        return (new, new), "no earlier entry"
+    entries = {e.key: e for e in (scan.loaded_entries()[0] if scan else ())}
+    mine = entries.get(new)
+    if mine is not None and mine.program_digest is not None:
+        same = [
+            k
+            for k in earlier
+            if entries.get(k) and entries[k].program_digest == mine.program_digest
+        ]
+        if same:
+            return (same[0], new), "the earlier entry holding the same program"
+    if len(earlier) == 1:
+        return (earlier[0], new), "the only earlier entry of the module"
+    params = mine.hlo.parameters if mine is not None and mine.hlo else None
+    alike = [
+        k for k in earlier if params is not None and (h := entries.get(k)) and h.hlo
+        and h.hlo.parameters == params
+    ]  # fmt: skip
+    if len(alike) == 1:
+        shown = ", ".join(params or ())
+        return (alike[0], new), f"the one earlier entry with the same parameters ({shown})"
+    return (earlier[0], new), (
+        f"the first of {len(earlier)} earlier entries; {len(alike) or 'none'} of them with the "
+        "same parameters, so which one it stands for is unknown"
     )
 
 

@@ -24,23 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import IO
 
-from cachedoctor.core.check.analysis import analyse, cold_programs
+from cachedoctor.core.check.analysis import analyse
 from cachedoctor.core.check.report import CheckReport, CommandFailedError, Progress, RunResult
-from cachedoctor.core.check.runner import VERIFY_OPTION, check_env, entry_keys, run_once
+from cachedoctor.core.check.runner import check_env, entry_keys, run_once
+from cachedoctor.core.check.verify import FreshRun, verify_run
 from cachedoctor.errors import CachedoctorError
-
-
-def jax_has_verify_option() -> bool | None:
-    """Whether the installed JAX defines ``jax_compilation_cache_check_contents`` (None: no JAX)."""
-    from cachedoctor.cache.jaxenv import _jax_src_file
-
-    config = _jax_src_file("_src/config.py")
-    if config is None:
-        return None
-    try:
-        return f"'{VERIFY_OPTION}'" in config.read_text(encoding="utf-8")
-    except OSError:
-        return None
 
 
 def run_check(
@@ -59,24 +47,15 @@ def run_check(
 ) -> CheckReport:
     """Run ``argv`` ``runs`` times against one cache and report modules whose key is unstable.
 
-    The command's output goes to ``stdout``/``stderr`` (None: only to the log). Raises
-    :class:`CommandFailedError` (exit 2) when a run fails for another reason than ``--verify``
-    finding a stale entry.
+    With ``verify``, CMD runs once more after them, reading the cache without trusting it
+    (``check/verify.py``). The command's output goes to ``stdout``/``stderr`` (None: only to the
+    log) and the verify run's only to the log. Raises :class:`CommandFailedError` (exit 2) when
+    one of the ``runs`` fails; a failed verify run leaves the modules it did not reach unchecked.
     """
     if not argv:
         raise CachedoctorError("no command given: cachedoctor check -- CMD [ARGS...]", slug="usage")
     if runs < 1:
         raise CachedoctorError("--runs must be at least 1", slug="usage")
-    if verify:
-        has = jax_has_verify_option()
-        if has is False:
-            from cachedoctor.cache.jaxenv import installed_jax
-
-            raise CachedoctorError(
-                f"--verify needs JAX's {VERIFY_OPTION} option, which the installed JAX "
-                f"{installed_jax().jax_version} does not have (it is in jax 0.10.2 and later)",
-                slug="usage",
-            )
     note = progress or (lambda _msg: None)
     workdir = tempfile.mkdtemp(prefix="cachedoctor-check-")
     temporary = cache_dir is None
@@ -84,8 +63,7 @@ def run_check(
     log_file = log_path or os.path.join(workdir, "check.log")
     base = base_env if base_env is not None else os.environ
     results: list[RunResult] = []
-    mismatches: list[str] = []
-    before_verify = 0
+    fresh: FreshRun | None = None
     not_stored: set[str] = set()
     keep_files = keep
     try:
@@ -93,26 +71,20 @@ def run_check(
         seen = entry_keys(cache)
         with open(log_file, "ab") as log:
             for index in range(1, runs + 1):
-                last_verify = verify and index == runs
-                env = check_env(base, cache, observe=observe, verify=last_verify)
-                if last_verify:
-                    before_verify = len(seen)
-                label = f"run {index}/{runs}" + (" (--verify)" if last_verify else "")
+                env = check_env(base, cache, observe=observe)
+                label = f"run {index}/{runs}"
                 note(f"{label}: {shlex.join(argv)}")
                 log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
                 log.flush()
                 start = time.monotonic()
-                code, found, refused = run_once(argv, env, stdout, stderr, log)
+                code, refused = run_once(argv, env, stdout, stderr, log)
                 not_stored.update(refused)
                 seconds = time.monotonic() - start
                 log.write(f"=== {label} exited with {code} after {seconds:.1f} s\n".encode())
                 known = set(seen)
                 new = tuple(k for k in entry_keys(cache) if k not in known)
                 seen += new
-                results.append(RunResult(index, code, seconds, new, last_verify))
-                if last_verify and found:
-                    mismatches = found  # JAX raised CacheVerificationError: that is the finding
-                    break
+                results.append(RunResult(index, code, seconds, new))
                 if code != 0:
                     quiet_log = stdout is None and log_path is None
                     if quiet_log and not keep:  # its output is only there: keep the log alone
@@ -126,8 +98,10 @@ def run_check(
                     raise CommandFailedError(
                         f"{label} failed: `{shlex.join(argv)}` exited with {code} ({where})"
                     )
-            cold = cold_programs(argv, base, workdir, log, note) if verify else None
-        report = analyse(argv, cache, results, mismatches, cold, before_verify, observe)
+            if verify:
+                run = runs + 1
+                fresh = verify_run(argv, base, cache, workdir, log, note, run, observe)
+        report = analyse(argv, cache, results, fresh, observe)
     except OSError as exc:
         raise CachedoctorError(f"check: {exc.strerror or exc}: {exc.filename}", slug="io") from None
     finally:

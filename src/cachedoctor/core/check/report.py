@@ -1,4 +1,4 @@
-"""What ``check`` found: each run, the modules whose key is unstable, --verify's mismatches."""
+"""What ``check`` found: each run, the modules whose key is unstable, what --verify compared."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ class RunResult:
     returncode: int
     seconds: float
     new_keys: tuple[str, ...]  # entries that appeared during this run
-    verify: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,10 @@ class UnstableModule:
     stable_keys: int | None = None
     diff_verdict: str | None = None
     key_mode: str | None = None  # how the hook keys this module, and why (from its manifest)
+    # the two entries the verdicts rest on: an earlier entry and the first new one, and what
+    # pairs them (a module name can hold several programs)
+    pair: tuple[str, str] = ("", "")
+    pairing: str = ""
 
     @property
     def program_changes(self) -> bool:
@@ -66,8 +69,9 @@ class UnstableModule:
             "although run 1 had compiled it",
             f"verdict ({self.source}): {self.verdict}",
         ]
-        if self.source != "entries":
-            lines.append(f"entries: {self.entry_verdict}")
+        lines.append(
+            f"entries: {self.pair[0]} vs {self.pair[1]} ({self.pairing}): {self.entry_verdict}"
+        )
         for change in self.volatile:
             values = " → ".join(_short(v) for v in change.values)
             lines.append(f"volatile input {change.field}: {values}")
@@ -99,30 +103,63 @@ class ObserveStatus:
     detail: str
 
 
+class Outcome:
+    """What the verify run found for one key it looked up (``KeyCheck.outcome``)."""
+
+    SAME = "same-program"  # the cached entry holds the program a fresh compile gives
+    STALE = "stale"  # the cached entry holds another program: a cached run loads the wrong code
+    UNKNOWN = "unknown"  # one of the two could not be decoded: no evidence either way
+    NOT_CACHED = "not-in-cache"  # the key is not in the cache: a cached run compiles it afresh
+
+
 @dataclass(frozen=True)
-class Mismatch:
-    """A key whose cached executable JAX found different from a fresh compile (--verify)."""
+class KeyCheck:
+    """One key the verify run looked up: the cached entry vs the fresh compile under that key."""
 
     key: str
     module: str
-    stale: bool | None  # True: another program; False: same program, other bytes; None: unknown
+    outcome: str  # an Outcome value
+    cached_program: str | None  # program digest of the cached entry (None: absent/undecodable)
+    fresh_program: str | None  # program digest of the fresh compile
+    same_bytes: bool | None  # the two entries' executables byte for byte (None: not both there)
+    entries: str  # the pair the outcome rests on, one line (the same in text and JSON)
     detail: str
+
+    @property
+    def stale(self) -> bool | None:
+        """True: stale; None: unknown; False: not stale."""
+        if self.outcome == Outcome.STALE:
+            return True
+        return None if self.outcome == Outcome.UNKNOWN else False
 
 
 @dataclass(frozen=True)
 class VerifyResult:
-    run: int
-    entries_before: int  # entries present before the verified run
-    hit_modules: tuple[str, ...]  # modules of run 1 that got no new entry in the verified run
-    mismatches: tuple[Mismatch, ...]
-    complete: bool  # False: JAX stopped the command at the first mismatch
-    # modules of run 1 that an aborted verified run may never have reached: neither hit nor miss
+    """The verify run: CMD once more, reading the cache without trusting it (see check.py)."""
+
+    run: int  # its number, after the --runs runs
+    returncode: int
+    seconds: float
+    entries_before: int  # entries in the cache when it started
+    checks: tuple[KeyCheck, ...]  # every key it looked up and had compiled, by key
+    # modules with an entry after run 1 that it compiled under no key: never reached (or it
+    # failed before), never STALE; the reason says which
     not_checked: tuple[str, ...] = ()
+    reason: str = ""  # why not_checked modules were not checked
 
     @property
-    def stale(self) -> tuple[Mismatch, ...]:
-        """Mismatches that are (or may be) stale entries: they fail the check."""
-        return tuple(m for m in self.mismatches if m.stale is not False)
+    def complete(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def stale(self) -> tuple[KeyCheck, ...]:
+        """Keys whose cached entry is (or may be) stale: they fail the check."""
+        return tuple(c for c in self.checks if c.stale is not False)
+
+    @property
+    def verified_modules(self) -> tuple[str, ...]:
+        """Modules with a key whose cached entry holds the fresh compile's program."""
+        return tuple(sorted({c.module for c in self.checks if c.outcome == Outcome.SAME}))
 
 
 @dataclass(frozen=True)
@@ -168,7 +205,7 @@ class CheckReport:
             if not self.temporary:
                 why += f", or only hit entries already in {self.cache_dir} (use a fresh --dir)"
             return f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
-        checked_runs = n - 1 if self.verify and self.verify.not_checked else n
+        checked_runs = n
         compiled = count(len(self.compiled_in_run1), "module")
         if self.unstable:
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
@@ -189,11 +226,9 @@ class CheckReport:
             head = f"{compiled} compiled; one run cannot show instability"
         if self.verify and self.verify.not_checked:
             head += (
-                f"; run {self.verify.run} (--verify) stopped at the first mismatch, so "
-                f"{count(len(self.verify.not_checked), 'module')} "
-                f"{'was' if len(self.verify.not_checked) == 1 else 'were'} not checked: "
-                + ", ".join(self.verify.not_checked)
-                + " (run without --verify, or with more --runs, to check them)"
+                f"; {count(len(self.verify.not_checked), 'module')} "
+                f"{'was' if len(self.verify.not_checked) == 1 else 'were'} not checked by "
+                f"--verify ({self.verify.reason}): " + ", ".join(self.verify.not_checked)
             )
         if self.not_stored:
             head += (
@@ -211,8 +246,12 @@ class CheckReport:
             )
         if self.verify and self.verify.stale:
             head += f"; {len(self.verify.stale)} stale entries (--verify)"
-        elif self.verify and self.verify.mismatches:
-            head += "; --verify could not check every module (nondeterministic compilation)"
+        elif self.verify and self.verify.checks:
+            same = self.verify.verified_modules
+            head += (
+                f"; --verify: no stale entry ({count(len(same), 'module')} hold the program a "
+                "fresh compile gives)"
+            )
         return f"cachedoctor check: {head}"
 
 

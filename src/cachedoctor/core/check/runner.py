@@ -3,7 +3,7 @@
 Shared by ``demo``, ``check`` and the tests: each run is a new interpreter, as a real job's
 restart would be, so nothing is cached in memory between runs. ``check``'s runs of the user's
 command are teed to its log as they arrive, watching for JAX's own words about the cache
-(a verification mismatch, a module it refuses to store).
+(a module it refuses to store).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cachedoctor.cache import listdir
 from cachedoctor.core.check.report import CommandFailedError
 from cachedoctor.programs import program_path
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
+from cachedoctor.stablekeys.verify_run import VERIFY_FRESH_ENV
 
 
 @dataclass(frozen=True)
@@ -70,14 +71,7 @@ def run_program(
     return run_command(argv, program_env(cache_dir, extra_env))
 
 
-VERIFY_OPTION = "jax_compilation_cache_check_contents"
-
-
 BOOT_DIR = Path(__file__).resolve().parents[2] / "_check_boot"
-
-
-# JAX raises CacheVerificationError with this text when a cached executable differs.
-_MISMATCH = re.compile(rb"cache inconsistency for key ([\w.\-]+-[0-9a-f]{64})")
 
 
 # JAX's own words (jax_explain_cache_misses) for a module it refuses to store
@@ -87,9 +81,13 @@ _NOT_STORED = re.compile(
 
 
 def check_env(
-    base: Mapping[str, str], cache_dir: str, *, observe: bool, verify: bool
+    base: Mapping[str, str], cache_dir: str, *, observe: bool, verify_fresh: str | None = None
 ) -> dict[str, str]:
-    """The command's environment: this cache, every compilation cached, optional layers on."""
+    """The command's environment: this cache, every compilation cached, optional layers on.
+
+    ``verify_fresh``: the verify run's, which reads ``cache_dir`` and writes each fresh compile
+    to that folder (``stablekeys/verify_run.py``); its hook keys as the runs' (stable or JAX's).
+    """
     env = dict(base)
     env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -98,19 +96,19 @@ def check_env(
     env.setdefault("JAX_EXPLAIN_CACHE_MISSES", "1")  # JAX then says which modules it won't store
     if observe:
         env.setdefault(HOOK_ENV, "observe")  # a mode the user set (e.g. stable) is kept
+    if observe or verify_fresh:
         paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
-    if verify:
-        env[VERIFY_OPTION.upper()] = "1"
+    if verify_fresh:
+        env[VERIFY_FRESH_ENV] = verify_fresh
     return env
 
 
 class _Tee:
-    """Copies a child's stream to a sink and the log as it arrives; spots verify mismatches."""
+    """Copies a child's stream to a sink and the log as it arrives; spots modules not stored."""
 
     def __init__(self, sink: IO[bytes] | None, log: IO[bytes], lock: threading.Lock) -> None:
         self.sink, self.log, self.lock = sink, log, lock
-        self.mismatches: list[str] = []
         self.not_stored: list[str] = []
         self._tail = b""
 
@@ -126,10 +124,6 @@ class _Tee:
                         self.sink.write(chunk)
                         self.sink.flush()
             data = self._tail + chunk
-            for match in _MISMATCH.finditer(data):
-                key = match.group(1).decode()
-                if key not in self.mismatches:
-                    self.mismatches.append(key)
             for match in _NOT_STORED.finditer(data):
                 module = match.group(1).decode()
                 if module not in self.not_stored:
@@ -144,8 +138,8 @@ def run_once(
     stdout: IO[bytes] | None,
     stderr: IO[bytes] | None,
     log: IO[bytes],
-) -> tuple[int, list[str], list[str]]:
-    """Run the command once, teeing its output; (exit code, mismatch keys, modules not stored)."""
+) -> tuple[int, list[str]]:
+    """Run the command once, teeing its output; (exit code, modules JAX did not store)."""
     lock = threading.Lock()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -178,9 +172,7 @@ def run_once(
     finally:
         for t in threads:
             t.join(timeout=30)
-    found = tees[0].mismatches + [k for k in tees[1].mismatches if k not in tees[0].mismatches]
-    not_stored = sorted({*tees[0].not_stored, *tees[1].not_stored})
-    return code, found, not_stored
+    return code, sorted({*tees[0].not_stored, *tees[1].not_stored})
 
 
 def entry_keys(cache_dir: str) -> list[str]:
