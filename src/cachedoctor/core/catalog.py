@@ -95,7 +95,7 @@ CORRUPT = Case(
 )
 UNREADABLE = Case(
     K.UNREADABLE,
-    when="cachedoctor cannot read an entry's bytes (permissions, owner)",
+    when="cachedoctor cannot read an entry whole (its permissions or owner; over the decode cap)",
     severity=Severity.WARNING,
     evidence="the reader could not read the bytes ({problem})",
     advice="cachedoctor could not read its bytes, so it says nothing about them and never removes "
@@ -176,7 +176,13 @@ SUBCACHE_KERNEL = Case(
     K.SUBCACHE,
     when="the kernel cache file does not parse",
     severity=Severity.ERROR,
-    otherwise=((Severity.WARNING, "it parses, with problems"),),
+    otherwise=(
+        (
+            Severity.WARNING,
+            "the kernel cache file parses but is empty, repeats a kernel name or holds more "
+            "entries than are read",
+        ),
+    ),
     evidence="the kernel cache file, read and parsed",
     advice="XLA cannot reuse a damaged kernel cache; "
     "`cachedoctor prune --xla-subcaches --apply` removes it",
@@ -370,8 +376,9 @@ RULES: tuple[Rule, ...] = (
         K.UNREADABLE,
         Family.INTEGRITY,
         summary="an entry cachedoctor cannot read, so cannot judge",
-        what="An entry whose bytes cannot be read (its permissions, its owner): cachedoctor says "
-        "unknown instead of a verdict.",
+        what="An entry cachedoctor could not read whole (its permissions or owner, or "
+        "decompressed over the decode cap): it says unknown instead of a verdict, and never "
+        "calls it corrupt.",
         why="Nothing is known about it, so no command removes it; JAX may not read it either.",
         cases=(UNREADABLE,),
         example=Example(
@@ -434,7 +441,8 @@ RULES: tuple[Rule, ...] = (
         K.UNKNOWN_FILE,
         Family.INVENTORY,
         summary="files that are not part of a JAX cache",
-        what="Lists the files named as JAX never names its files.",
+        what="Lists the files named as JAX never names its files, and FIFOs, sockets and "
+        "devices (never opened).",
         why="They may not belong here; cachedoctor never touches them.",
         cases=(UNKNOWN_FILE,),
         example=Example(UNKNOWN_FILE, "1 file that is not part of a JAX cache"),
@@ -462,7 +470,8 @@ RULES: tuple[Rule, ...] = (
         "(host callbacks: `pure_callback`, `io_callback`, `jax.debug.print`, equinox checks in "
         "diffrax; under its minimum compile time or entry size; not process 0), its write "
         "failed, its LRU evicted it, something removed it, or `unknown` when no stats record "
-        "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give.",
+        "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give; "
+        "`cachedoctor check -- CMD` names host-callback modules from JAX's own log line.",
         why="Such a module recompiles in every run although the cache is on.",
         cases=(NOT_STORED,),
         example=Example(
