@@ -1,10 +1,12 @@
 """Keep the docs honest: what they claim about the code, checked against the code.
 
 python tools/check_docs.py          # fail on the first claim that is not true (all are listed)
-python tools/check_docs.py --write  # regenerate docs/commands.md
+python tools/check_docs.py --write  # regenerate docs/commands.md and docs/findings.md
 
 - docs/commands.md is generated from each command's --help; the README names every command and
   opens with the demo and the test command CI runs;
+- docs/findings.md is generated from the table of rules (core/catalog.py, by
+  tools/findings_doc.py), and every finding kind has exactly one rule there;
 - docs/architecture.md: every path and module it names in backticks exists (and the function or
   class named after it), each package's module list names exactly its modules, the registry's
   formats are the ones listed, no command imports a renderer other than the registry and the
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "cachedoctor"
 sys.path.insert(0, str(ROOT / "src"))
 
+import findings_doc  # noqa: E402  (beside this script)
 from cachedoctor.cli import COMMANDS, cli  # noqa: E402
 
 HEADER = """# Command reference
@@ -436,6 +439,7 @@ def problems() -> list[str]:
     text = ARCHITECTURE.read_text()
     found = [
         *readme_problems(),
+        *findings_doc.problems(),
         *named_path_problems(text, "architecture.md"),
         *package_list_problems(text),
         *registry_problems(text),
@@ -451,7 +455,8 @@ def main() -> int:
     if "--write" in sys.argv:
         target = ROOT / "docs" / "commands.md"
         target.write_text(render())
-        print(f"wrote {target}")
+        findings_doc.TARGET.write_text(findings_doc.render())
+        print(f"wrote {target} and {findings_doc.TARGET}")
         return 0
     errors = problems()
     for line in errors:

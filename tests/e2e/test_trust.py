@@ -473,8 +473,9 @@ def test_docs_name_what_exists() -> None:
     assert "cachedoctor-stats/archive/" not in commands
     assert "archive-<UTC time>.jsonl" in commands
     assert "(default: the current one)" not in commands
+    assert "(docs/findings.md)" in docs["README.md"]  # where every kind is, one section each
     for kind in FindingKind:
-        assert f"`{kind.value}`" in docs["README.md"], kind
+        assert f"### `{kind.value}`" in docs["findings.md"], kind
     proc = subprocess.run(
         [sys.executable, "-m", "cachedoctor.programs.seed"],
         capture_output=True,

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.usage import reasons
@@ -216,19 +217,14 @@ def never_hit_findings(
         if not row.never_hit or why is None or row.processes < min_processes:
             continue
         findings.append(
-            Finding(
-                kind=FindingKind.NEVER_HIT,
-                severity=Severity.WARNING,
+            catalog.NEVER_HIT.finding(
+                f"{row.module} asked the cache in {row.processes} processes and never hit "
+                f"({row.counters.compile_secs:.2f} s compiling): {why.summary}",
                 module=row.module,
-                message=(
-                    f"{row.module} asked the cache in {row.processes} processes and never hit "
-                    f"({row.counters.compile_secs:.2f} s compiling): {why.summary}"
-                ),
-                evidence=(
-                    f"stats records of {row.processes} processes: requests and no hit; "
-                    f"{why.kind.value}: {why.evidence}"
-                ),
-                advice=reasons.advice(why, row.module),
+                processes=str(row.processes),
+                reason=why.kind.value,
+                reason_evidence=why.evidence,
+                the_reasons_advice=reasons.advice(why, row.module),
             )
         )
     return findings

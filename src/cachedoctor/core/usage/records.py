@@ -11,7 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Finding
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import (
     CONFIG_NAMES,
@@ -218,16 +219,8 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             findings.append(
-                Finding(
-                    kind=FindingKind.STATS_RECORD,
-                    severity=Severity.WARNING,
-                    message=f"{path} is not a readable stats record ({reason}); it is left out",
-                    evidence="the file does not parse as a stats record",
-                    advice=(
-                        "a torn file from a killed process or a file that is not cachedoctor's: "
-                        "inspect it; `cachedoctor stats --zero --apply` archives it with the "
-                        "records and removes it"
-                    ),
+                catalog.STATS_RECORD_UNREADABLE.finding(
+                    f"{path} is not a readable stats record ({reason}); it is left out",
                     entries=(path,),
                 )
             )
@@ -235,37 +228,16 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
 
 
 def _broken(path: str, rule: str) -> Finding:
-    return Finding(
-        kind=FindingKind.STATS_RECORD,
-        severity=Severity.WARNING,
-        message=f"{path} breaks a rule of stats records ({rule}); it is left out of the totals",
-        evidence=(
-            "the record's numbers, checked against how the recorder counts them "
-            "(docs/stats.md: hits plus misses at most requests; no negative count or time)"
-        ),
-        advice=(
-            "the recorder never writes such a record: it was edited or written by another "
-            "tool; inspect it; `cachedoctor stats --zero --apply` archives it with the records "
-            "and removes it"
-        ),
+    return catalog.STATS_RECORD_BROKEN.finding(
+        f"{path} breaks a rule of stats records ({rule}); it is left out of the totals",
         entries=(path,),
     )
 
 
 def _foreign(path: str, is_dir: bool) -> Finding:
     what = "a folder" if is_dir else "a file"
-    return Finding(
-        kind=FindingKind.STATS_RECORD,
-        severity=Severity.WARNING,
-        message=(
-            f"{path} is not a stats record ({what} named neither as a record, *{RECORD_SUFFIX},"
-            f" nor as an archive of `stats --zero`, {ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}); "
-            "it is left out"
-        ),
-        evidence="the folder's listing: only records and the archives of `stats --zero` belong",
-        advice=(
-            "cachedoctor never reads it and `stats --zero` leaves it; move it out of "
-            f"{STATS_DIRNAME}/ (prune's size bound on the folder may remove it)"
-        ),
+    return catalog.STATS_RECORD_FOREIGN.finding(
+        f"{path} is not a stats record ({what} named neither as a record, *{RECORD_SUFFIX}, "
+        f"nor as an archive of `stats --zero`, {ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}); it is left out",
         entries=(path,),
     )

@@ -11,7 +11,8 @@ from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.cache.listdir import CacheListing, FileKind
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.core.scan.report import lru_evidence as listing_lru
 from cachedoctor.core.usage import reasons
 from cachedoctor.core.usage.records import Record
@@ -25,27 +26,18 @@ def subcache_findings(sub: subcaches.SubcacheReport | None) -> list[Finding]:
     findings = []
     if sub.autotune.exists and sub.autotune.problems:
         findings.append(
-            Finding(
-                kind=FindingKind.SUBCACHE,
-                severity=Severity.WARNING,
+            catalog.SUBCACHE_AUTOTUNE.finding(
+                "autotune sub-cache: " + "; ".join(sub.autotune.problems),
                 entries=(layout.AUTOTUNE_DIR,),
-                message="autotune sub-cache: " + "; ".join(sub.autotune.problems),
-                evidence="the autotune sub-cache's files, read and parsed",
-                advice=autotune_advice(sub.autotune),
+                what_clears_it=autotune_advice(sub.autotune),
             )
         )
     if sub.kernel_cache is not None and sub.kernel_cache.problems:
         findings.append(
-            Finding(
-                kind=FindingKind.SUBCACHE,
-                severity=Severity.ERROR if not sub.kernel_cache.parsed else Severity.WARNING,
+            catalog.SUBCACHE_KERNEL.finding(
+                "kernel cache: " + "; ".join(sub.kernel_cache.problems),
+                severity=None if not sub.kernel_cache.parsed else Severity.WARNING,
                 entries=(layout.KERNEL_CACHE_FILE,),
-                message="kernel cache: " + "; ".join(sub.kernel_cache.problems),
-                evidence="the kernel cache file, read and parsed",
-                advice=(
-                    "XLA cannot reuse a damaged kernel cache; "
-                    "`cachedoctor prune --xla-subcaches --apply` removes it"
-                ),
             )
         )
     return findings
@@ -135,17 +127,15 @@ def _not_stored(
     if len(explained) > _SHOWN:
         quoted += f"; and {len(explained) - _SHOWN} more modules"
     first = explained[0][1]
-    return Finding(
-        kind=FindingKind.NOT_STORED,
-        severity=Severity.INFO,
+    return catalog.NOT_STORED.finding(
+        f"{count(len(modules), 'module')} compiled with this cache without an entry "
+        f"({kind.value}: {first.summary}): " + ", ".join(modules),
         entries=tuple(k for m in modules for k in keys[m]),
         module=modules[0] if len(modules) == 1 else None,
-        message=(
-            f"{count(len(modules), 'module')} compiled with this cache without an entry "
-            f"({kind.value}: {first.summary}): " + ", ".join(modules)
+        each_modules_evidence=quoted,
+        the_reasons_advice=reasons.advice(
+            first, modules[0] if len(modules) == 1 else "each module"
         ),
-        advice=reasons.advice(first, modules[0] if len(modules) == 1 else "each module"),
-        evidence=f"key manifests (cachedoctor enable) without an entry of the same key; {quoted}",
     )
 
 
@@ -155,29 +145,18 @@ def mixtures(entries: list[EntryInfo]) -> list[Finding]:
     formats = Counter(e.format_label for e in ok)
     if len(formats) > 1:
         findings.append(
-            Finding(
-                kind=FindingKind.MIXED_VERSIONS,
-                severity=Severity.INFO,
-                message="entries in several JAX formats: "
+            catalog.MIXED_VERSIONS.finding(
+                "entries in several JAX formats: "
                 + ", ".join(f"{n}× {f}" for f, n in formats.most_common()),
-                evidence="each entry's payload layout (decoded)",
-                advice=(
-                    "entries from other JAX versions never hit after an upgrade; "
-                    "`cachedoctor prune --stale-jax` lists them"
-                ),
                 entries=tuple(e.key for e in ok if e.format_label != formats.most_common(1)[0][0]),
             )
         )
     platforms = Counter(e.platform for e in ok)
     if len(platforms) > 1:
         findings.append(
-            Finding(
-                kind=FindingKind.MIXED_PLATFORMS,
-                severity=Severity.INFO,
-                message="entries for several platforms: "
+            catalog.MIXED_PLATFORMS.finding(
+                "entries for several platforms: "
                 + ", ".join(f"{n}× {p}" for p, n in platforms.most_common()),
-                evidence="each entry's executable (decoded)",
-                advice="fine for a shared cache; size budgets count all of them",
             )
         )
     return findings
@@ -188,13 +167,8 @@ def unknown_files(listing: CacheListing) -> list[Finding]:
     if not unknown:
         return []
     return [
-        Finding(
-            kind=FindingKind.UNKNOWN_FILE,
-            severity=Severity.INFO,
+        catalog.UNKNOWN_FILE.finding(
+            count(len(unknown), "file that is", "files that are") + " not part of a JAX cache",
             entries=tuple(unknown),
-            message=count(len(unknown), "file that is", "files that are")
-            + " not part of a JAX cache",
-            evidence="the directory listing: names JAX never writes",
-            advice="cachedoctor never touches them; move them out if they do not belong here",
         )
     ]

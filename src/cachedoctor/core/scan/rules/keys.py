@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from cachedoctor.cache import reader
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import KeyModeUse
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ def duplicate_groups(entries: Iterable[EntryInfo]) -> list[list[EntryInfo]]:
     return out
 
 
-def unstable_key_evidence(group: list[EntryInfo]) -> str | None:
-    """What shows that a group's keys changed between runs, or None when nothing does.
+def unstable_key_evidence(group: list[EntryInfo]) -> dict[str, str] | None:
+    """What shows that a group's keys changed between runs (the entry, where in its HLO, what:
+    the fields of ``catalog.UNSTABLE_KEY``'s evidence), or None when nothing does.
 
     Only a key input that the stored HLO itself shows to change per process counts: a
     backend_config holding an address, or the output of a ``custom_partitioning`` op (its
@@ -46,11 +48,13 @@ def unstable_key_evidence(group: list[EntryInfo]) -> str | None:
     for e in sorted(group, key=lambda e: e.key):  # the same words for a copy of the cache
         for v in e.volatile:
             if v.category in reader.KEY_VOLATILE_CATEGORIES:
-                return f"stored HLO of {e.key}, {v.where}: {v.detail}"
+                return {"entry": e.key, "where": v.where, "detail": v.detail}
     return None
 
 
-def unstable_groups(entries: Iterable[EntryInfo]) -> list[tuple[list[EntryInfo], str]]:
+def unstable_groups(
+    entries: Iterable[EntryInfo],
+) -> list[tuple[list[EntryInfo], dict[str, str]]]:
     """Same-program groups with evidence that their key is unstable, and that evidence.
 
     Shared by ``scan`` (``unstable-key``) and ``prune --duplicates``: nothing else is removed.
@@ -94,22 +98,11 @@ def same_program_findings(
             findings.append(_unstable_key(module, how, group, evidence, by_key))
             continue
         findings.append(
-            Finding(
-                kind=FindingKind.SAME_PROGRAM,
-                severity=Severity.INFO,
+            catalog.SAME_PROGRAM.finding(
+                f"{module}: the same program under {len(group)} keys",
                 module=module,
                 entries=keys,
-                message=f"{module}: the same program under {len(group)} keys",
-                advice=(
-                    "usually harmless: JAX hashes the module before optimisation, so inputs "
-                    "that optimise to one program (a result name, a no-op convert, a static "
-                    "argument) get keys of their own, each hit run after run; "
-                    f"`cachedoctor diff --module {module}` shows what differs"
-                ),
-                evidence=(
-                    f"{how} (program digest); nothing stored shows a key input that changes "
-                    "between runs, so this is not evidence of an unstable key"
-                ),
+                how=how,
             )
         )
     return findings
@@ -134,7 +127,7 @@ def _unstable_key(
     module: str,
     how: str,
     group: list[EntryInfo],
-    evidence: str,
+    evidence: Mapping[str, str],
     by_key: Mapping[str, Manifest],
 ) -> Finding:
     """The ``unstable-key`` finding: what changes per run, and which keys manifests show runs
@@ -156,24 +149,17 @@ def _unstable_key(
         said.append(f"{other} whose observe-mode manifest shows no pointer in JAX's key")
     if bare:
         said.append(f"{bare} without a manifest (plain JAX's keys)")
-    use = "hooked runs hit their stable key; " if stable else ""
-    return Finding(
-        kind=FindingKind.UNSTABLE_KEY,
-        severity=Severity.WARNING,
+    return catalog.UNSTABLE_KEY.filled(
+        f"{module}: {len(group)} entries hold {how} under different keys, and a key input "
+        "changes from run to run",
+        {
+            **evidence,
+            "count": str(len(group)),
+            "by_manifest": ", ".join(said),
+            "hooked": "hooked runs hit their stable key; " if stable else "",
+        },
         module=module,
         entries=tuple(e.key for e in group),
-        message=(
-            f"{module}: {len(group)} entries hold {how} under different keys, and a key input "
-            "changes from run to run"
-        ),
-        advice=(
-            f"{use}a run whose key hashes that input (plain JAX without "
-            "jax_remove_custom_partitioning_ptr_from_cache_key) writes a new key each run and "
-            "never hits it; `cachedoctor prune --duplicates` lists the copies that records show "
-            f"no run looks up again; run `cachedoctor diff --module {module}` to see the input, "
-            "`cachedoctor enable` to give every run one key"
-        ),
-        evidence=f"{evidence}; of the {len(group)} entries: {', '.join(said)}",
     )
 
 
@@ -287,37 +273,19 @@ def _relocated(
     certainty = "will never" if hashed else "may never"
     modules = len({e.module for e, _ in pairs})
     spelled = jax_spelling(root)
-    return Finding(
-        kind=FindingKind.RELOCATED,
-        severity=Severity.WARNING,
+    return catalog.RELOCATED.finding(
+        f"{len(pairs)} entries ({modules} modules) were written for a cache spelled "
+        f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
+        f"{jax_info.jax_version or '?'} {certainty} hit them with the cache dir spelled {spelled}",
         entries=tuple(e.key for e, _ in pairs),
-        message=(
-            f"{len(pairs)} entries ({modules} modules) were written for a cache spelled "
-            f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
-            f"{jax_info.jax_version or '?'} {certainty} hit them with the cache dir spelled "
-            f"{spelled}"
-        ),
-        advice=(
-            f"JAX hits them only in runs that spell the cache dir {elsewhere[0]}: if yours do, "
-            f"scan it so (`cachedoctor scan {elsewhere[0]}`); else run JAX with "
-            f"JAX_COMPILATION_CACHE_DIR={elsewhere[0]} to use them, or let JAX recompile and free "
-            "the space with `cachedoctor prune --relocated --apply`; entries recorded with the "
-            "hook in observe mode (a key manifest each) can instead move to their stable key, "
-            "which does not hash the cache's path: `cachedoctor rekey --relocated --apply`, then "
-            "`cachedoctor enable`; `cachedoctor enable` makes new entries independent of the "
-            "cache's path"
-        ),
-        evidence=(
-            f"compile options stored in each entry name {option} under {', '.join(elsewhere)}; "
-            f"judged for the cache dir spelled {spelled} (as cachedoctor was given it), for which "
-            f"JAX builds {' or '.join(sorted(hits))}: JAX hashes the path as spelled, not the "
-            "directory it names, so a relative, `..` or symbolic-link spelling of one directory "
-            "is another key; "
-            + (
-                f"JAX {jax_info.jax_version} hashes that option into the key"
-                if hashed
-                else "whether this JAX hashes that option is unknown"
-            )
-            + "; no stable-key manifest (cachedoctor enable) covers these keys"
+        option=option,
+        elsewhere=", ".join(elsewhere),
+        stored=elsewhere[0],
+        spelled=spelled,
+        builds=" or ".join(sorted(hits)),
+        hashed=(
+            f"JAX {jax_info.jax_version} hashes that option into the key"
+            if hashed
+            else "whether this JAX hashes that option is unknown"
         ),
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from cachedoctor.core.findings import Finding, FindingKind, Severity
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Finding
 from cachedoctor.errors import count
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.stablekeys.processes import PER_PROCESS_COMPONENTS, per_process_keys
@@ -57,23 +58,10 @@ def _autotune_role_findings(manifests: list[Manifest]) -> list[Finding]:
     processes = ", ".join(str(p) for p in sorted(updating))
     modules = sorted(set().union(*updating.values()))
     return [
-        Finding(
-            kind=FindingKind.MULTI_PROCESS,
-            severity=Severity.WARNING,
-            message=(
-                f"process(es) {processes} of a jax.distributed job compiled with the autotune "
-                "sub-cache in UPDATE mode: every process writes it (JAX gives processes other "
-                f"than 0 READ), e.g. {', '.join(modules[:3])}"
-            ),
-            advice=(
-                "let `cachedoctor enable` set up the cache dir (it keeps JAX's roles when the "
-                "sub-cache is moved off a bucket), or give processes > 0 "
-                "--xla_gpu_experimental_autotune_cache_mode=read"
-            ),
-            evidence=(
-                "key manifests naming their process (process_index) and the autotune mode "
-                "their compile options carried (autotune_mode)"
-            ),
+        catalog.MULTI_PROCESS_AUTOTUNE.finding(
+            f"process(es) {processes} of a jax.distributed job compiled with the autotune "
+            "sub-cache in UPDATE mode: every process writes it (JAX gives processes other "
+            f"than 0 READ), e.g. {', '.join(modules[:3])}",
             entries=tuple(
                 m.key
                 for m in manifests
@@ -92,23 +80,11 @@ def _per_process_findings(manifests: list[Manifest]) -> list[Finding]:
     processes = sorted({k.process_index for k in found})
     shown = ", ".join(modules[:5]) + (", …" if len(modules) > 5 else "")
     return [
-        Finding(
-            kind=FindingKind.MULTI_PROCESS,
-            severity=Severity.INFO,
-            message=(
-                f"{count(len(modules), 'module has', 'modules have')} keys in process(es) "
-                f"{', '.join(map(str, processes))} that differ from process 0's only in "
-                f"{', '.join(fields)}: {shown}"
-            ),
-            advice=(
-                "; ".join(PER_PROCESS_COMPONENTS[f] for f in fields)
-                + ", and writes entries only from process 0: those processes recompile these "
-                "modules on every run, with or without cachedoctor; nothing in the cache to fix"
-            ),
-            evidence=(
-                "key manifests of process 0 and of the other processes: every key component "
-                "equal but those"
-            ),
+        catalog.MULTI_PROCESS_KEYS.finding(
+            f"{count(len(modules), 'module has', 'modules have')} keys in process(es) "
+            f"{', '.join(map(str, processes))} that differ from process 0's only in "
+            f"{', '.join(fields)}: {shown}",
             entries=tuple(k.key for k in found),
+            what_jax_hashes_per_process="; ".join(PER_PROCESS_COMPONENTS[f] for f in fields),
         )
     ]

@@ -1,0 +1,569 @@
+"""The finding kinds, one Rule each: family, cases (when, severity, evidence, advice), example.
+
+The rules of scan, stats and the stats records make their findings from these cases
+(``catalog.CORRUPT.finding(message, ...)``): the table holds the fixed words, the rule the data
+(a message names the module or the file; ``{fields}`` of evidence and advice are filled in).
+docs/findings.md is generated from RULES by ``python tools/check_docs.py --write``.
+"""
+
+from __future__ import annotations
+
+from cachedoctor.core.findings import Case, Example, Family, FindingKind, Rule, Severity
+from cachedoctor.layout import STATS_DIRNAME
+
+K = FindingKind
+
+# --- keys --------------------------------------------------------------------------------------
+
+UNSTABLE_KEY = Case(
+    K.UNSTABLE_KEY,
+    when="one program is stored under several keys, and its stored HLO shows a key input that "
+    "changes from run to run",
+    severity=Severity.WARNING,
+    evidence="stored HLO of {entry}, {where}: {detail}; of the {count} entries: {by_manifest}",
+    advice="{hooked}a run whose key hashes that input (plain JAX without "
+    "jax_remove_custom_partitioning_ptr_from_cache_key) writes a new key each run and never hits "
+    "it; `cachedoctor prune --duplicates` lists the copies that records show no run looks up "
+    "again; run `cachedoctor diff --module {module}` to see the input, `cachedoctor enable` to "
+    "give every run one key",
+)
+SAME_PROGRAM = Case(
+    K.SAME_PROGRAM,
+    when="one program is stored under several keys, and nothing stored shows a key input that "
+    "changes between runs",
+    severity=Severity.INFO,
+    evidence="{how} (program digest); nothing stored shows a key input that changes between "
+    "runs, so this is not evidence of an unstable key",
+    advice="usually harmless: JAX hashes the module before optimisation, so inputs that optimise "
+    "to one program (a result name, a no-op convert, a static argument) get keys of their own, "
+    "each hit run after run; `cachedoctor diff --module {module}` shows what differs",
+)
+RELOCATED = Case(
+    K.RELOCATED,
+    when="entries store a sub-cache path that is not the one JAX builds from the cache dir as "
+    "cachedoctor was given it, for an option JAX hashes into the key",
+    severity=Severity.WARNING,
+    evidence="compile options stored in each entry name {option} under {elsewhere}; judged for "
+    "the cache dir spelled {spelled} (as cachedoctor was given it), for which JAX builds "
+    "{builds}: JAX hashes the path as spelled, not the directory it names, so a relative, `..` "
+    "or symbolic-link spelling of one directory is another key; {hashed}; no stable-key "
+    "manifest (cachedoctor enable) covers these keys",
+    advice="JAX hits them only in runs that spell the cache dir {stored}: if yours do, scan it "
+    "so (`cachedoctor scan {stored}`); else run JAX with JAX_COMPILATION_CACHE_DIR={stored} to "
+    "use them, or let JAX recompile and free the space with "
+    "`cachedoctor prune --relocated --apply`; entries recorded with the hook in observe mode (a "
+    "key manifest each) can instead move to their stable key, which does not hash the cache's "
+    "path: `cachedoctor rekey --relocated --apply`, then `cachedoctor enable`; "
+    "`cachedoctor enable` makes new entries independent of the cache's path",
+)
+
+# --- integrity ---------------------------------------------------------------------------------
+
+MISSING_ATIME_LOCKED = Case(
+    K.MISSING_ATIME,
+    when="entries lack their -atime file and JAX's .lockfile is there",
+    severity=Severity.ERROR,
+    evidence="the listing: -cache files without -atime, and JAX's .lockfile",
+    advice="run `cachedoctor prune --repair --apply` to recreate the -atime files",
+)
+MISSING_ATIME_UNLOCKED = Case(
+    K.MISSING_ATIME,
+    when="entries lack their -atime file, other entries have one, and there is no .lockfile",
+    severity=Severity.WARNING,
+    evidence="the listing: -atime files beside other entries, none beside these, no .lockfile",
+    advice=MISSING_ATIME_LOCKED.advice,
+)
+ORPHAN_ATIME = Case(
+    K.ORPHAN,
+    when="-atime files have no entry",
+    severity=Severity.INFO,
+    evidence="the directory listing: no -cache file of the same key",
+    advice="harmless; `cachedoctor prune --orphans --apply` removes them",
+)
+ORPHAN_TEMP = Case(
+    K.ORPHAN,
+    when="temporary files of JAX's writers are left",
+    severity=Severity.INFO,
+    evidence="the directory listing: temporary file names of JAX's writers",
+    advice="left by interrupted writers; `cachedoctor prune --orphans --apply`",
+)
+CORRUPT = Case(
+    K.CORRUPT,
+    when="an entry does not decode",
+    severity=Severity.ERROR,
+    otherwise=((Severity.WARNING, "written under a minute ago: it may be a write in progress"),),
+    evidence="decoding the file: {problem}",
+    advice="JAX fails to load this entry and recompiles; `cachedoctor prune --corrupt --apply` "
+    "removes it",
+)
+UNREADABLE = Case(
+    K.UNREADABLE,
+    when="cachedoctor cannot read an entry whole (its permissions or owner; over the decode cap)",
+    severity=Severity.WARNING,
+    evidence="the reader could not read the bytes ({problem})",
+    advice="cachedoctor could not read its bytes, so it says nothing about them and never removes "
+    "it; fix its permissions (or owner) to have it checked",
+)
+
+# --- security ----------------------------------------------------------------------------------
+
+INSECURE_DIRECTORY_MODE = Case(
+    K.INSECURE,
+    when="the cache directory is writable by group or others (and not sticky)",
+    severity=Severity.ERROR,
+    evidence="the directory's mode {mode}",
+    advice="whoever can write the cache can run code in your JAX processes; `chmod go-w {root}`",
+)
+INSECURE_DIRECTORY_OWNER = Case(
+    K.INSECURE,
+    when="the cache directory is owned by another user",
+    severity=Severity.ERROR,
+    evidence="the directory's owner (lstat)",
+    advice="use a cache directory you own, or make sure its owner is trusted",
+)
+INSECURE_ENTRY_MODE = Case(
+    K.INSECURE,
+    when="entries are writable by group or others",
+    severity=Severity.ERROR,
+    evidence="the entries' modes (lstat)",
+    advice="`cachedoctor prune --repair --apply` removes group/other write bits",
+)
+INSECURE_ENTRY_OWNER = Case(
+    K.INSECURE,
+    when="entries are owned by another user",
+    severity=Severity.ERROR,
+    evidence="the entries' owners (lstat)",
+    advice="another user's entries run in your process: remove them or trust that user",
+)
+INSECURE_SYMLINK = Case(
+    K.INSECURE,
+    when="the cache directory holds symbolic links",
+    severity=Severity.WARNING,
+    evidence="the directory listing (lstat)",
+    advice="a link can make JAX load or overwrite a file outside the cache; remove it",
+)
+
+# --- inventory ---------------------------------------------------------------------------------
+
+MIXED_VERSIONS = Case(
+    K.MIXED_VERSIONS,
+    when="sound entries are in more than one JAX format",
+    severity=Severity.INFO,
+    evidence="each entry's payload layout (decoded)",
+    advice="entries from other JAX versions never hit after an upgrade; "
+    "`cachedoctor prune --stale-jax` lists them",
+)
+MIXED_PLATFORMS = Case(
+    K.MIXED_PLATFORMS,
+    when="sound entries are for more than one platform",
+    severity=Severity.INFO,
+    evidence="each entry's executable (decoded)",
+    advice="fine for a shared cache; size budgets count all of them",
+)
+UNKNOWN_FILE = Case(
+    K.UNKNOWN_FILE,
+    when="files are named as JAX never names its files",
+    severity=Severity.INFO,
+    evidence="the directory listing: names JAX never writes",
+    advice="cachedoctor never touches them; move them out if they do not belong here",
+)
+SUBCACHE_AUTOTUNE = Case(
+    K.SUBCACHE,
+    when="the autotune sub-cache has problems (files that do not parse, several GPU models, "
+    "leftovers in tmp/, files XLA does not name so)",
+    severity=Severity.WARNING,
+    evidence="the autotune sub-cache's files, read and parsed",
+    advice="{what_clears_it}",
+)
+SUBCACHE_KERNEL = Case(
+    K.SUBCACHE,
+    when="the kernel cache file does not parse",
+    severity=Severity.ERROR,
+    otherwise=(
+        (
+            Severity.WARNING,
+            "the kernel cache file parses but is empty, repeats a kernel name or holds more "
+            "entries than are read",
+        ),
+    ),
+    evidence="the kernel cache file, read and parsed",
+    advice="XLA cannot reuse a damaged kernel cache; "
+    "`cachedoctor prune --xla-subcaches --apply` removes it",
+)
+NOT_STORED = Case(
+    K.NOT_STORED,
+    when="key manifests of modules have no entry beside them; one finding per reason",
+    severity=Severity.INFO,
+    evidence="key manifests (cachedoctor enable) without an entry of the same key; "
+    "{each_modules_evidence}",
+    advice="{the_reasons_advice}",
+)
+
+# --- processes ---------------------------------------------------------------------------------
+
+MULTI_PROCESS_AUTOTUNE = Case(
+    K.MULTI_PROCESS,
+    when="a process other than 0 compiled with the autotune sub-cache in UPDATE mode",
+    severity=Severity.WARNING,
+    evidence="key manifests naming their process (process_index) and the autotune mode their "
+    "compile options carried (autotune_mode)",
+    advice="let `cachedoctor enable` set up the cache dir (it keeps JAX's roles when the "
+    "sub-cache is moved off a bucket), or give processes > 0 "
+    "--xla_gpu_experimental_autotune_cache_mode=read",
+)
+MULTI_PROCESS_KEYS = Case(
+    K.MULTI_PROCESS,
+    when="keys of processes > 0 differ from process 0's only in what JAX hashes per process",
+    severity=Severity.INFO,
+    evidence="key manifests of process 0 and of the other processes: every key component equal "
+    "but those",
+    advice="{what_jax_hashes_per_process}, and writes entries only from process 0: those "
+    "processes recompile these modules on every run, with or without cachedoctor; nothing in "
+    "the cache to fix",
+)
+
+# --- usage: the stats records ------------------------------------------------------------------
+
+NEVER_HIT = Case(
+    K.NEVER_HIT,
+    when="a module asked the cache in several processes and never hit",
+    severity=Severity.WARNING,
+    evidence="stats records of {processes} processes: requests and no hit; {reason}: "
+    "{reason_evidence}",
+    advice="{the_reasons_advice}",
+)
+STATS_RECORD_UNREADABLE = Case(
+    K.STATS_RECORD,
+    when="a record does not parse",
+    severity=Severity.WARNING,
+    evidence="the file does not parse as a stats record",
+    advice="a torn file from a killed process or a file that is not cachedoctor's: inspect it; "
+    "`cachedoctor stats --zero --apply` archives it with the records and removes it",
+)
+STATS_RECORD_BROKEN = Case(
+    K.STATS_RECORD,
+    when="a record breaks a rule its recorder keeps",
+    severity=Severity.WARNING,
+    evidence="the record's numbers, checked against how the recorder counts them (docs/stats.md: "
+    "hits plus misses at most requests; no negative count or time)",
+    advice="the recorder never writes such a record: it was edited or written by another tool; "
+    "inspect it; `cachedoctor stats --zero --apply` archives it with the records and removes it",
+)
+STATS_RECORD_FOREIGN = Case(
+    K.STATS_RECORD,
+    when="a file or folder is named neither as a record nor as an archive",
+    severity=Severity.WARNING,
+    evidence="the folder's listing: only records and the archives of `stats --zero` belong",
+    advice="cachedoctor never reads it and `stats --zero` leaves it; move it out of "
+    f"{STATS_DIRNAME}/ (prune's size bound on the folder may remove it)",
+)
+
+# --- the table ---------------------------------------------------------------------------------
+
+_KEY = "jit_f-5a884addedb531961ab1f3ef2709805539e2ee92c3fbbec0483975a552e5c977"
+_CACHE = "/data/jaxcache"
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        K.UNSTABLE_KEY,
+        Family.KEYS,
+        summary="one program under several keys, with evidence that a key input changes per run",
+        what="Groups the entries by their program (the stored HLO, modulo volatile fields) and "
+        "flags a group when the stored HLO itself shows an input of the key that changes from "
+        "process to process: a `backend_config` holding an address, or the output of a "
+        "`custom_partitioning` op (its `CustomSPMDPartitioning` config is a Python object "
+        "address that JAX hashes).",
+        why="JAX computes another key in every process, misses, recompiles and writes one more "
+        "entry each run: the cache costs disk and saves no compile time.",
+        cases=(UNSTABLE_KEY,),
+        example=Example(
+            UNSTABLE_KEY,
+            "jit_f: 3 entries hold identical executables under different keys, and a key input "
+            "changes from run to run",
+            (
+                ("entry", _KEY),
+                ("where", "wrapped_add_computation/add.0"),
+                (
+                    "detail",
+                    "source metadata names a custom_partitioning op, whose "
+                    "CustomSPMDPartitioning backend_config (a Python object address) JAX hashes "
+                    "into the key",
+                ),
+                ("count", "3"),
+                ("by_manifest", "3 without a manifest (plain JAX's keys)"),
+                ("hooked", ""),
+            ),
+            module="jit_f",
+        ),
+    ),
+    Rule(
+        K.SAME_PROGRAM,
+        Family.KEYS,
+        summary="one program under several keys, with no evidence of an unstable key",
+        what="The same grouping as `unstable-key`, for groups whose stored HLO shows no key input "
+        "that changes between runs.",
+        why="JAX hashes the module before optimisation: inputs that optimise to one program (a "
+        "result name, a no-op convert, a static argument) each keep a stable key that JAX hits. "
+        "It is information, not a fault; `prune --duplicates` keeps them.",
+        cases=(SAME_PROGRAM,),
+        example=Example(
+            SAME_PROGRAM,
+            "jit_step: the same program under 2 keys",
+            (("how", "identical executables"),),
+            module="jit_step",
+        ),
+    ),
+    Rule(
+        K.RELOCATED,
+        Family.KEYS,
+        summary="entries written for a cache dir spelled otherwise, which JAX never hits here",
+        what="Compares the sub-cache path each entry's compile options store "
+        "(`<cache dir>/xla_gpu_per_fusion_autotune_cache_dir` up to jax 0.10, the kernel-cache "
+        "file when on) with the string JAX builds from the cache dir *as you spelled it* to "
+        "cachedoctor (DIR, else `$JAX_COMPILATION_CACHE_DIR`, else `enable`'s dir). JAX compares "
+        "spellings, not directories: it drops a doubled or trailing slash and `.` parts and "
+        "nothing else, so a copy, a remount, a symbolic link, `..`, or a relative spelling of an "
+        "absolute one (or the reverse) is relocated. Not raised for a path JAX did not build "
+        "from the cache dir (set in `XLA_FLAGS`), with JAX's sub-caches off "
+        "(`JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none`: no path is stored), or for entries "
+        "under cachedoctor's stable keys (their manifests say so).",
+        why="The installed JAX hashes that path into the key: a run that spells the cache dir "
+        "this way never hits these entries, and recompiles them.",
+        cases=(RELOCATED,),
+        example=Example(
+            RELOCATED,
+            "7 entries (4 modules) were written for a cache spelled /old/jaxcache; their keys "
+            "hash xla_gpu_per_fusion_autotune_cache_dir and JAX 0.10.2 will never hit them with "
+            f"the cache dir spelled {_CACHE}",
+            (
+                ("option", "xla_gpu_per_fusion_autotune_cache_dir"),
+                ("elsewhere", "/old/jaxcache"),
+                ("stored", "/old/jaxcache"),
+                ("spelled", _CACHE),
+                ("builds", f"{_CACHE}/xla_gpu_per_fusion_autotune_cache_dir"),
+                ("hashed", "JAX 0.10.2 hashes that option into the key"),
+            ),
+        ),
+    ),
+    Rule(
+        K.MISSING_ATIME,
+        Family.INTEGRITY,
+        summary="entries without their -atime file while JAX's LRU eviction is on",
+        what="Looks for entries without a `-atime` file when the listing shows LRU eviction in "
+        "use: JAX's `.lockfile`, or `-atime` files beside other entries (JAX writes them only "
+        "with eviction on). `-atime` files of no entry are no evidence (`orphan`); the summary's "
+        "`LRU eviction` line counts the same evidence.",
+        why="JAX's eviction pass fails on an entry without its `-atime` file, and that stops all "
+        "cache writes.",
+        cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED),
+        example=Example(
+            MISSING_ATIME_LOCKED,
+            "8 entries have no -atime file while LRU eviction is in use (.lockfile present); "
+            "JAX's eviction pass fails on them and stops all cache writes",
+        ),
+    ),
+    Rule(
+        K.CORRUPT,
+        Family.INTEGRITY,
+        summary="an entry that does not decode",
+        what="Decodes every entry (compression, serialized executable, compile options, HLO) "
+        "and flags one that fails: cut short, a forged size, bytes of another format.",
+        why="JAX fails to load the entry and recompiles, each run.",
+        cases=(CORRUPT,),
+        example=Example(
+            CORRUPT,
+            f"{_KEY}: zstd frame declares 17046 bytes but holds 0 (file cut short, or a forged "
+            "size)",
+            (("problem", "truncated"),),
+            module="jit_f",
+        ),
+    ),
+    Rule(
+        K.UNREADABLE,
+        Family.INTEGRITY,
+        summary="an entry cachedoctor cannot read, so cannot judge",
+        what="An entry cachedoctor could not read whole (its permissions or owner, or "
+        "decompressed over the decode cap): it says unknown instead of a verdict, and never "
+        "calls it corrupt.",
+        why="Nothing is known about it, so no command removes it; JAX may not read it either.",
+        cases=(UNREADABLE,),
+        example=Example(
+            UNREADABLE,
+            f"{_KEY}: not checked: unreadable: Permission denied",
+            (("problem", "unreadable"),),
+            module="jit_f",
+        ),
+    ),
+    Rule(
+        K.ORPHAN,
+        Family.INTEGRITY,
+        summary="-atime files without an entry, leftover temporary files",
+        what="Lists `-atime` files whose entry is gone and temporary files JAX's writers leave "
+        "when interrupted.",
+        why="Harmless to JAX; they take space and an inode each.",
+        cases=(ORPHAN_ATIME, ORPHAN_TEMP),
+        example=Example(ORPHAN_ATIME, "1 -atime file has no entry"),
+    ),
+    Rule(
+        K.INSECURE,
+        Family.SECURITY,
+        summary="a cache others can write, entries of another user, symbolic links",
+        what="Reads the modes and owners (lstat, links not followed) of the cache directory and "
+        "its entries. Not raised for a bucket: who may write it is its access policy's business.",
+        why="An entry is code JAX loads and runs: whoever can write the cache can run code in "
+        "your JAX processes.",
+        cases=(
+            INSECURE_DIRECTORY_MODE,
+            INSECURE_DIRECTORY_OWNER,
+            INSECURE_ENTRY_MODE,
+            INSECURE_ENTRY_OWNER,
+            INSECURE_SYMLINK,
+        ),
+        example=Example(
+            INSECURE_DIRECTORY_MODE,
+            "the cache directory is writable by group and others",
+            (("mode", "drwxrwxrwx"), ("root", _CACHE)),
+        ),
+    ),
+    Rule(
+        K.MIXED_VERSIONS,
+        Family.INVENTORY,
+        summary="entries in several JAX formats",
+        what="Counts the sound entries by payload layout, which changes with JAX's version.",
+        why="Entries of another JAX version never hit after an upgrade; they only take space.",
+        cases=(MIXED_VERSIONS,),
+        example=Example(MIXED_VERSIONS, "entries in several JAX formats: 12× ifrt-v3, 3× pjrt"),
+    ),
+    Rule(
+        K.MIXED_PLATFORMS,
+        Family.INVENTORY,
+        summary="entries for several platforms (CPU and GPU) side by side",
+        what="Counts the sound entries by the platform of their executable.",
+        why="Fine for a shared cache; size budgets count all of them.",
+        cases=(MIXED_PLATFORMS,),
+        example=Example(MIXED_PLATFORMS, "entries for several platforms: 10× gpu, 4× cpu"),
+    ),
+    Rule(
+        K.UNKNOWN_FILE,
+        Family.INVENTORY,
+        summary="files that are not part of a JAX cache",
+        what="Lists the files named as JAX never names its files, and FIFOs, sockets and "
+        "devices (never opened).",
+        why="They may not belong here; cachedoctor never touches them.",
+        cases=(UNKNOWN_FILE,),
+        example=Example(UNKNOWN_FILE, "1 file that is not part of a JAX cache"),
+    ),
+    Rule(
+        K.SUBCACHE,
+        Family.INVENTORY,
+        summary="an XLA sub-cache with problems (kernel cache, autotune files)",
+        what="Reads and parses XLA's sub-caches in the cache dir: the kernel cache file and the "
+        "autotune sub-cache (its per-fusion files, `tmp/` leftovers, several GPU models).",
+        why="XLA cannot reuse a damaged sub-cache; it rebuilds it, so clearing it is safe.",
+        cases=(SUBCACHE_KERNEL, SUBCACHE_AUTOTUNE),
+        example=Example(
+            SUBCACHE_KERNEL,
+            "kernel cache: does not parse as CompilationCacheProto: unsupported wire type 7 at "
+            "byte 0",
+        ),
+    ),
+    Rule(
+        K.NOT_STORED,
+        Family.INVENTORY,
+        summary="modules compiled with this cache that have no entry, and why",
+        what="Key manifests (`cachedoctor enable`, observe or stable) of modules with no entry "
+        "beside them, one finding per reason, each module's evidence quoted: JAX refused it "
+        "(host callbacks: `pure_callback`, `io_callback`, `jax.debug.print`, equinox checks in "
+        "diffrax; under its minimum compile time or entry size; not process 0), its write "
+        "failed, its LRU evicted it, something removed it, or `unknown` when no stats record "
+        "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give; "
+        "`cachedoctor check -- CMD` names host-callback modules from JAX's own log line.",
+        why="Such a module recompiles in every run although the cache is on.",
+        cases=(NOT_STORED,),
+        example=Example(
+            NOT_STORED,
+            "3 modules compiled with this cache without an entry (host-callbacks: JAX does not "
+            "store a module with host callbacks (jax.debug.print, pure_callback, io_callback)): "
+            "jit_io, jit_printing, jit_pure",
+            (
+                (
+                    "each_modules_evidence",
+                    "jit_io: stats records: 1 of 1 misses compiled with host callbacks",
+                ),
+                (
+                    "the_reasons_advice",
+                    "each module recompiles every run: move the jax.debug.print / pure_callback "
+                    "/ io_callback out of the jitted function, or accept it",
+                ),
+            ),
+        ),
+    ),
+    Rule(
+        K.MULTI_PROCESS,
+        Family.PROCESSES,
+        summary="the processes of a jax.distributed job: autotune roles, per-process keys",
+        what="Reads the key manifests of a `jax.distributed` job (each names its process). Their "
+        "manifests without an entry are not called `not-stored`: JAX stores only from process 0.",
+        why="A process other than 0 that updates the autotune sub-cache races process 0 for it "
+        "(JAX gives the others READ); keys that differ per process are recompiled by those "
+        "processes every run, with or without cachedoctor.",
+        cases=(MULTI_PROCESS_AUTOTUNE, MULTI_PROCESS_KEYS),
+        example=Example(
+            MULTI_PROCESS_KEYS,
+            "1 module has keys in process(es) 1 that differ from process 0's only in "
+            "accelerator_config: jit_plain",
+            (
+                (
+                    "what_jax_hashes_per_process",
+                    "JAX hashes the topology of this process's own devices, on CPU their ids "
+                    "and process index",
+                ),
+            ),
+        ),
+    ),
+    Rule(
+        K.NEVER_HIT,
+        Family.USAGE,
+        summary="a module that asked the cache in several processes and never hit",
+        what="From the stats records the hook writes (`cachedoctor enable`): a module that "
+        "compiled in three or more processes and never hit, with the reason `stats` gives.",
+        why="Each of those processes paid the compile time the cache should have saved.",
+        cases=(NEVER_HIT,),
+        commands="stats, lint",
+        example=Example(
+            NEVER_HIT,
+            "jit_f asked the cache in 3 processes and never hit (0.36 s compiling): unstable key",
+            (
+                ("processes", "3"),
+                ("reason", "unstable-key"),
+                ("reason_evidence", "scan finding unstable-key"),
+                (
+                    "the_reasons_advice",
+                    "run `cachedoctor diff --module jit_f` to see what changes its key, "
+                    "`cachedoctor enable` for stable keys",
+                ),
+            ),
+            module="jit_f",
+        ),
+    ),
+    Rule(
+        K.STATS_RECORD,
+        Family.USAGE,
+        summary=f"a torn, foreign or rule-breaking file in {STATS_DIRNAME}/",
+        what=f"Checks each file in {STATS_DIRNAME}/: a record that does not parse, one that "
+        "breaks a rule its recorder keeps, a file named neither as a record nor as an archive. "
+        "Each is left out of the totals.",
+        why="The totals of `stats` and the reasons of `scan` and `lint` rest on the records: a "
+        "bad one is left out, and said so, rather than counted.",
+        cases=(STATS_RECORD_UNREADABLE, STATS_RECORD_BROKEN, STATS_RECORD_FOREIGN),
+        commands="stats, lint",
+        example=Example(
+            STATS_RECORD_UNREADABLE,
+            f"{STATS_DIRNAME}/20261202T015949-vm-5323-00424558.json is not a readable stats "
+            "record (Expecting property name enclosed in double quotes: line 1 column 2 (char "
+            "1)); it is left out",
+        ),
+    ),
+)
+
+BY_KIND = {rule.kind: rule for rule in RULES}

@@ -1,0 +1,113 @@
+"""The table of rules (core/catalog.py): one rule per finding kind, every case of it raised by
+some function of the package, no finding made outside it, and docs/findings.md generated from
+it. The code is read as Python compiles it (the names its functions load), not searched as text:
+a comment or a docstring that names a case does not count.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import cachedoctor
+from cachedoctor.core import catalog
+from cachedoctor.core.findings import Case, FindingKind, Severity
+from tests.support.caches import REPO
+
+PACKAGE = Path(cachedoctor.__file__).parent
+CASES = {name: value for name, value in vars(catalog).items() if isinstance(value, Case)}
+# Where a Finding may be built: the cases themselves, and the scan memo's decoder of findings
+# it stored (made by the cases when first scanned).
+BUILDS_FINDINGS = {"core/findings.py", "core/scan/memo.py"}
+
+
+def _functions(code: types.CodeType) -> Iterator[types.CodeType]:
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield const
+            yield from _functions(const)
+
+
+def names_loaded_by_functions() -> dict[str, set[str]]:
+    """Each module of the package (by path) -> the names its functions load (not its imports)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = compile(path.read_text(), str(path), "exec")
+        names: set[str] = set()
+        for function in _functions(module):
+            names |= set(function.co_names)
+        found[path.relative_to(PACKAGE).as_posix()] = names
+    return found
+
+
+def test_every_finding_kind_has_exactly_one_rule() -> None:
+    kinds = [rule.kind for rule in catalog.RULES]
+    assert sorted(kinds) == sorted(FindingKind), "a kind with no rule, or with two"
+    assert {rule.kind: rule for rule in catalog.RULES} == catalog.BY_KIND
+
+
+def test_every_case_is_in_its_rule_and_named_in_the_catalog() -> None:
+    """A case is one constant of core/catalog.py (so rules name it) and one case of one rule."""
+    listed = [case for rule in catalog.RULES for case in rule.cases]
+    assert len(listed) == len(set(map(id, listed))), "a case in two rules"
+    assert {id(c) for c in listed} == {id(c) for c in CASES.values()}
+    assert len({id(c) for c in CASES.values()}) == len(CASES), "a case under two names"
+    for rule in catalog.RULES:
+        assert all(case.kind is rule.kind for case in rule.cases)
+
+
+def test_every_case_is_raised_by_a_function_of_the_package() -> None:
+    loaded = names_loaded_by_functions()
+    del loaded["core/catalog.py"]
+    raised = set().union(*loaded.values())
+    unraised = sorted(set(CASES) - raised)
+    assert not unraised, f"cases of core/catalog.py no function raises: {unraised}"
+
+
+def test_findings_are_made_by_the_table_only() -> None:
+    """No function builds a Finding of its own words: it takes them from its case."""
+    loaded = names_loaded_by_functions()
+    builders = sorted(path for path, names in loaded.items() if "Finding" in names)
+    assert set(builders) <= BUILDS_FINDINGS, f"modules that build a Finding: {builders}"
+    assert "core/scan/memo.py" in builders  # the check sees a call where there is one
+
+
+def test_a_case_is_raised_only_at_its_severities() -> None:
+    young = catalog.CORRUPT.finding("k: cut short", problem="truncated", severity=Severity.WARNING)
+    assert (young.severity, young.evidence) == (Severity.WARNING, "decoding the file: truncated")
+    assert catalog.CORRUPT.finding("k", problem="truncated").severity is Severity.ERROR
+    with pytest.raises(ValueError, match="not a severity"):
+        catalog.CORRUPT.finding("k", problem="truncated", severity=Severity.INFO)
+    with pytest.raises(KeyError):  # a template field the rule did not fill
+        catalog.CORRUPT.finding("k")
+
+
+def test_each_example_fills_its_templates() -> None:
+    for rule in catalog.RULES:
+        example = rule.example
+        given = {name for name, _ in example.fill} | ({"module"} if example.module else set())
+        assert example.case.fields() <= given | {"module"}, rule.kind
+        finding = example.finding()
+        assert "{" not in finding.advice + finding.evidence, rule.kind
+
+
+def _findings_doc() -> types.ModuleType:
+    path = REPO / "tools" / "findings_doc.py"
+    spec = importlib.util.spec_from_file_location("findings_doc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_findings_md_is_generated_from_the_table() -> None:
+    doc = _findings_doc()
+    assert list(doc.problems()) == [], "run `python tools/check_docs.py --write`"
+    text = (REPO / "docs" / "findings.md").read_text()
+    for rule in catalog.RULES:
+        assert f"### `{rule.kind.value}`" in text
+        assert rule.example.finding().message in text  # the example, as scan prints it
