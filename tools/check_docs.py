@@ -43,6 +43,7 @@ SRC = ROOT / "src" / "cachedoctor"
 sys.path.insert(0, str(ROOT / "src"))
 
 import findings_doc  # noqa: E402  (beside this script)
+
 from cachedoctor.cli import COMMANDS, cli  # noqa: E402
 
 HEADER = """# Command reference
