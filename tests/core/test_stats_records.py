@@ -135,3 +135,55 @@ def test_a_module_whose_entries_do_not_decode_is_not_said_to_be_there(tmp_path: 
     (row,) = summarise(str(tmp_path), records, findings, scan).modules
     assert row.never_hit and row.reason is not None
     assert row.reason.startswith("undecodable (the cache holds 1 entry of it"), row.reason
+
+
+# --- per-key counts (issue 29: "stats records per key") -------------------------------------
+
+KEYED = {**GOOD, "keys": {"jit_g-aa": {"lookups": 2, "hits": 1, "writes": 0}}}
+
+
+@pytest.mark.parametrize(
+    ("keys", "rule"),
+    [
+        ({"jit_g-aa": {"lookups": 1, "hits": -1}}, "hits -1 is negative (key jit_g-aa)"),
+        ({"jit_g-aa": {"lookups": 1.5}}, "lookups 1.5 is not a whole number (key jit_g-aa)"),
+        ({"jit_g-aa": {"lookups": 1, "hits": 2}}, "key jit_g-aa: hits 2 > lookups 1"),
+        ({"jit_g-aa": {"lookups": 3, "hits": 2, "writes": 2}}, "hits + writes 4 > requests 3"),
+        ({"jit_g-aa": {"lookups": 4}}, "keys' lookups 4 > requests 3"),
+        ({"a": {"lookups": 2, "hits": 2}, "b": {"lookups": 1, "hits": 1}}, "keys' hits 3 > hits 2"),
+        ({"a": {"lookups": 1, "writes": 1}, "b": {"lookups": 1, "writes": 1}}, "writes 2 > writes"),
+        ({"jit_g-aa": {"hits": "1"}}, "counter 'hits' is not a number (key jit_g-aa)"),
+        ({"jit_g-aa": 3}, "key 'jit_g-aa': counts are not an object"),
+        (["jit_g-aa"], "keys are not an object"),
+    ],
+)
+def test_per_key_counts_that_break_a_rule_are_a_finding(
+    tmp_path: Path, keys: Any, rule: str
+) -> None:
+    write(tmp_path, "good.json", record(jit_g=KEYED))
+    write(tmp_path, "bad.json", record(jit_g={**GOOD, "keys": keys}))
+    found = problems(tmp_path)
+    assert list(found) == ["bad.json"], found
+    assert rule in found["bad.json"], found
+
+
+def test_per_key_counts_sum_over_records_that_ended_after_a_write(tmp_path: Path) -> None:
+    """Older records have no ``keys``; a key's hits count only in records that ended after
+    the given time (the entry's write)."""
+    from cachedoctor.core.usage.records import index_keys, key_use
+
+    write(tmp_path, "old.json", record(jit_g=GOOD))
+    write(tmp_path, "a.json", record(jit_g=KEYED))
+    later = {**record(jit_g=KEYED), "start": 1_800_000_100.0, "end": 1_800_000_101.0}
+    write(tmp_path, "b.json", later)
+    records, findings = read_records(open_store(tmp_path))
+    assert findings == [] and len(records) == 3
+    index = index_keys(records)
+    use = key_use(index, "jit_g-aa")
+    assert use is not None and (use.lookups, use.hits, use.processes) == (4, 2, 2)
+    assert use.last_hit_end == 1_800_000_101.0
+    assert "2 hits by 2 processes, last at 2027-01-15 08:01:41 UTC" in use.evidence
+    since = key_use(index, "jit_g-aa", ended_after=1_800_000_050.0)
+    assert since is not None and (since.hits, since.processes) == (1, 1)
+    assert key_use(index, "jit_g-aa", ended_after=1_800_000_200.0) is None
+    assert key_use(index, "jit_g-bb") is None

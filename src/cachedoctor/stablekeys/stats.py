@@ -40,6 +40,13 @@ A miss that fits none (a compile that raised) has no outcome. The record also ho
 settings in force at exit (``config``). To see the put, :func:`start` also wraps
 ``compilation_cache.put_executable_and_time`` (under its own marker: the hook wraps it too).
 
+Per key, a module also counts (``keys``, at most :data:`MAX_KEYS_PER_MODULE` keys; the rest only
+in the module's counters): ``lookups`` (JAX asked its cache for this key), ``hits`` (the lookup
+returned the executable) and ``writes`` (a miss whose outcome was ``writes``). The key comes from
+``compilation_cache.get_executable_and_time(cache_key, ...)``, which ``compiler._cache_read``
+calls with the key it looks up (the same call in 0.4.38 .. 0.12), wrapped under the same marker
+discipline as the put; a write's key is the put's.
+
 Recording never breaks or slows the program: memory is bounded (:data:`MAX_MODULES`), every
 error is swallowed after one stderr line, and the only I/O before exit is that one ``stat``
 after a write to a local cache.
@@ -82,6 +89,8 @@ def _wall() -> float:
 RECORD_FORMAT = "cachedoctor-stats/1"
 RECORD_SUFFIX = ".json"
 MAX_MODULES = 4096  # beyond this many module names, counts go to OTHER_MODULE
+MAX_KEYS_PER_MODULE = 16  # beyond this many keys of one module, only the module counts them
+KEY_COUNTS = ("lookups", "hits", "writes")  # per key, in a module's ``keys``
 OTHER_MODULE = "(other modules)"
 UNKNOWN_MODULE = "(unknown module)"  # an event outside compile_or_get_cached
 
@@ -133,6 +142,7 @@ class _Call:
     requested: bool = False
     hit: bool = False
     write_event: bool = False  # JAX sent cache_misses: it is about to put the entry
+    get_key: str | None = None  # JAX called get_executable_and_time with this key (a lookup)
     put_key: str | None = None  # JAX called put_executable_and_time with this key
     put_failed: bool = False  # ... and it raised
 
@@ -142,6 +152,7 @@ class _Recorder:
     mode: str
     started: float = field(default_factory=_wall)
     modules: dict[str, dict[str, float]] = field(default_factory=dict)
+    keys: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # module: key: n
     warned: bool = False
     written: str | None = None  # where the record went (for tests and `status`)
 
@@ -255,21 +266,51 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             return result
         finally:
             _local.call = outer
-            if call.requested and not call.hit:
+            if call.requested:
                 try:
-                    outcome = _outcome(call) if compiled else None
-                    with _lock:
-                        counters = _counters(call.module)
-                        counters["misses"] += 1
-                        counters["compile_secs"] += _monotonic() - start
-                        if outcome is not None:
-                            counters[outcome] += 1
+                    _finish(call, start, compiled)
                 except Exception as exc:
                     _warn_once(f"{type(exc).__name__}: {exc}")
 
     compile_or_get_cached.__cachedoctor_original__ = original  # type: ignore[attr-defined]
     compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
     return compile_or_get_cached
+
+
+def _finish(call: _Call, start: float, compiled: bool) -> None:
+    """Count a compile that asked the cache: a miss's outcome, and the key's lookup, hit or
+    write."""
+    outcome = None
+    if not call.hit:
+        outcome = _outcome(call) if compiled else None
+    with _lock:
+        if not call.hit:
+            counters = _counters(call.module)
+            counters["misses"] += 1
+            counters["compile_secs"] += _monotonic() - start
+            if outcome is not None:
+                counters[outcome] += 1
+        if call.get_key is not None:
+            _count_key(call.module, call.get_key, "lookups")
+            if call.hit:
+                _count_key(call.module, call.get_key, "hits")
+        if outcome == "writes" and call.put_key is not None:
+            _count_key(call.module, call.put_key, "writes")
+
+
+def _count_key(module: str, key: str, name: str) -> None:
+    """One more ``name`` for ``key`` in its module's ``keys`` (under the lock); a key beyond
+    :data:`MAX_KEYS_PER_MODULE` is left to the module's counters."""
+    assert _recorder is not None
+    if module not in _recorder.modules:
+        module = OTHER_MODULE  # as _counters filed it
+    keys = _recorder.keys.setdefault(module, {})
+    counts = keys.get(key)
+    if counts is None:
+        if len(keys) >= MAX_KEYS_PER_MODULE:
+            return
+        counts = keys[key] = dict.fromkeys(KEY_COUNTS, 0)
+    counts[name] += 1
 
 
 def _outcome(call: _Call) -> str | None:
@@ -336,6 +377,21 @@ def _wrap_put(original: Callable[..., Any]) -> Callable[..., Any]:
     return put_executable_and_time
 
 
+def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
+    """JAX's ``get_executable_and_time``, noting on this thread's call which key it looks up."""
+
+    def get_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _current()
+        if call is not None:
+            with contextlib.suppress(Exception):
+                call.get_key = str(cache_key)
+        return original(cache_key, *args, **kwargs)
+
+    get_executable_and_time.__cachedoctor_stats_original__ = original  # type: ignore[attr-defined]
+    get_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_executable_and_time
+
+
 def start(mode: str) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
     the listener API or ``compile_or_get_cached``."""
@@ -353,6 +409,9 @@ def start(mode: str) -> bool:
         put = compilation_cache.put_executable_and_time
         if getattr(put, "__cachedoctor_stats_original__", None) is None:
             compilation_cache.put_executable_and_time = _wrap_put(put)
+        get = getattr(compilation_cache, "get_executable_and_time", None)  # keys: optional
+        if get is not None and getattr(get, "__cachedoctor_stats_original__", None) is None:
+            compilation_cache.get_executable_and_time = _wrap_get(get)
         monitoring.register_event_listener(_on_event)
         monitoring.register_event_duration_secs_listener(_on_duration)
         _listening = True
@@ -391,7 +450,12 @@ def snapshot() -> dict[str, Any] | None:
     if recorder is None:
         return None
     with _lock:
-        modules = {name: dict(c) for name, c in recorder.modules.items()}
+        modules: dict[str, dict[str, Any]] = {}
+        for name, c in recorder.modules.items():
+            modules[name] = dict(c)
+            keys = recorder.keys.get(name)
+            if keys:
+                modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
     import jax
 
     return {

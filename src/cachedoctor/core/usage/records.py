@@ -17,6 +17,7 @@ from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import (
     CONFIG_NAMES,
     COUNTERS,
+    KEY_COUNTS,
     OUTCOMES,
     RECORD_FORMAT,
     RECORD_SUFFIX,
@@ -73,6 +74,15 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class KeyCounts:
+    """One key's counts in one record: JAX looked it up, got its executable, wrote it."""
+
+    lookups: int = 0
+    hits: int = 0
+    writes: int = 0  # a miss whose entry existed afterwards (the module's ``writes`` outcome)
+
+
+@dataclass(frozen=True)
 class Record:
     """One process's record."""
 
@@ -87,6 +97,8 @@ class Record:
     # the cache settings in force at the process's exit (stablekeys.stats.CONFIG_NAMES); empty
     # in records from before they were recorded
     config: dict[str, float] = field(default_factory=dict)
+    # per key, over all modules (at most 16 keys a module); empty in records from before keys
+    keys: dict[str, KeyCounts] = field(default_factory=dict)
 
     @property
     def day(self) -> str:
@@ -97,7 +109,7 @@ class Record:
 # numbers, none negative; compile and retrieval times are not negative; every number is finite;
 # a module's hits plus misses are at most its requests (JAX sends a hit only after a request,
 # and the recorder counts a miss only for a request without one). saved_secs may be negative.
-COUNTS = tuple(n for n in COUNTERS if not n.endswith("_secs"))  # whole numbers; the rest: s
+COUNTS = (*(n for n in COUNTERS if not n.endswith("_secs")), "lookups")  # whole; the rest: s
 NEVER_NEGATIVE = ("compile_secs", "retrieval_secs")  # saved_secs may be: JAX's own difference
 
 
@@ -162,6 +174,56 @@ def _counters(module: str, raw: object) -> Counters:
     return c
 
 
+def _keys(module: str, raw: object, c: Counters) -> dict[str, KeyCounts]:
+    """A module's ``keys``: each count whole and not negative, a key's hits at most its lookups,
+    its hits plus writes at most the module's requests, and the keys' sums at most the module's
+    own requests, hits and writes (each is counted in both, the key's only when it fits)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"module {module!r}: keys are not an object")
+    out: dict[str, KeyCounts] = {}
+    for key, counts in raw.items():
+        if not isinstance(counts, dict):
+            raise ValueError(f"module {module!r}: key {key!r}: counts are not an object")
+        values = {}
+        for name in KEY_COUNTS:
+            try:  # a count: whole, not negative
+                values[name] = int(_number(module, name, counts.get(name, 0)))
+            except RuleBroken as exc:
+                raise RuleBroken(f"{exc} (key {key})") from None
+            except ValueError as exc:
+                raise ValueError(f"{exc} (key {key})") from None
+        k = KeyCounts(**values)
+        if k.hits > k.lookups:
+            raise RuleBroken(f"module {module!r}: key {key}: hits {k.hits} > lookups {k.lookups}")
+        if k.hits + k.writes > c.requests:
+            raise RuleBroken(
+                f"module {module!r}: key {key}: hits + writes {k.hits + k.writes} > requests "
+                f"{c.requests}"
+            )
+        out[str(key)] = k
+    for name, total in (("lookups", c.requests), ("hits", c.hits), ("writes", c.writes)):
+        summed = sum(getattr(k, name) for k in out.values())
+        if summed > total:
+            what = "requests" if name == "lookups" else name
+            raise RuleBroken(f"module {module!r}: keys' {name} {summed} > {what} {total}")
+    return out
+
+
+def _modules(raw: dict[Any, Any]) -> tuple[dict[str, Counters], dict[str, KeyCounts]]:
+    modules: dict[str, Counters] = {}
+    keys: dict[str, KeyCounts] = {}
+    for name, counters in raw.items():
+        c = modules[str(name)] = _counters(str(name), counters)
+        for key, k in _keys(str(name), counters.get("keys"), c).items():
+            prior = keys.get(key, KeyCounts())
+            keys[key] = KeyCounts(
+                prior.lookups + k.lookups, prior.hits + k.hits, prior.writes + k.writes
+            )
+    return modules, keys
+
+
 def _config(raw: object) -> dict[str, float]:
     if not isinstance(raw, dict):
         return {}
@@ -186,6 +248,7 @@ def parse_record(file: str, data: bytes) -> Record:
     start, end = float(doc["start"]), float(doc["end"])
     if not (math.isfinite(start) and math.isfinite(end)):
         raise RuleBroken("start and end are not finite times")
+    counters, keys = _modules(modules)
     return Record(
         file=file,
         host=str(doc.get("host", "?")),
@@ -194,8 +257,9 @@ def parse_record(file: str, data: bytes) -> Record:
         end=end,
         jax=str(doc.get("jax", "")),
         hook=str(doc.get("hook", "")),
-        modules={str(name): _counters(str(name), c) for name, c in modules.items()},
+        modules=counters,
         config=_config(doc.get("config")),
+        keys=keys,
     )
 
 
@@ -225,6 +289,58 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
                 )
             )
     return records, findings
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """One key's counts summed over stats records (those of processes that ended after a time:
+    a hit by a process that ended before an entry was written was not of that entry)."""
+
+    key: str
+    lookups: int
+    hits: int
+    writes: int
+    processes: int  # records with a hit of the key
+    last_hit_end: float | None  # the latest end of a record with a hit (epoch seconds)
+
+    @property
+    def evidence(self) -> str:
+        """The records' word, quotable in a plan: hits, processes, when the last one ended."""
+        if not self.hits or self.last_hit_end is None:
+            return f"stats records: {self.lookups} lookups, no hit"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.last_hit_end))
+        hits = "1 hit" if self.hits == 1 else f"{self.hits} hits"
+        by = "1 process" if self.processes == 1 else f"{self.processes} processes"
+        return f"stats records: {hits} by {by}, last at {when}"
+
+
+KeyIndex = dict[str, tuple[tuple[float, KeyCounts], ...]]  # key: (record end, counts) each
+
+
+def index_keys(records: list[Record]) -> KeyIndex:
+    """Each key the records name, with every record's end time and counts of it."""
+    found: dict[str, list[tuple[float, KeyCounts]]] = {}
+    for r in records:
+        for key, counts in r.keys.items():
+            found.setdefault(key, []).append((r.end, counts))
+    return {key: tuple(seen) for key, seen in found.items()}
+
+
+def key_use(index: KeyIndex, key: str, ended_after: float | None = None) -> KeyUse | None:
+    """``key``'s counts summed over the records that name it and (when ``ended_after`` is
+    given) ended after that time; None when no such record names it."""
+    seen = [(end, k) for end, k in index.get(key, ()) if ended_after is None or end > ended_after]
+    if not seen:
+        return None
+    hit_ends = [end for end, k in seen if k.hits]
+    return KeyUse(
+        key=key,
+        lookups=sum(k.lookups for _, k in seen),
+        hits=sum(k.hits for _, k in seen),
+        writes=sum(k.writes for _, k in seen),
+        processes=len(hit_ends),
+        last_hit_end=max(hit_ends, default=None),
+    )
 
 
 def _broken(path: str, rule: str) -> Finding:
