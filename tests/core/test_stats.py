@@ -380,3 +380,46 @@ def test_status_reports_stats_only_recording(tmp_path: Path) -> None:
     }
     env["CACHEDOCTOR_HOOK"] = "off"
     assert "stats recording: no" in run("status").stdout
+
+
+KEYED_HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)' with key '([^']+)'")
+KEYED_WRITE_RE = re.compile(r"Writing (\S+) to persistent compilation cache with key '([^']+)'")
+
+
+@pytest.mark.slow
+def test_records_name_each_key_jax_hit_and_wrote(tmp_path: Path) -> None:
+    """Issue 29: per key, the records count what JAX's own log says of that key. With JAX's
+    pointer flag, the seed's custom_partitioning module has one key on every run: run 1 writes
+    it, run 2 hits it (stats-only recording: JAX's keys)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    flag = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
+    logs = []
+    for _ in range(2):
+        logs.append(run_recorded(cache, "stats", "seed", **flag))
+    written = dict(KEYED_WRITE_RE.findall(logs[0]))
+    hit = dict(KEYED_HIT_RE.findall(logs[1]))
+    assert "jit_f" in written and hit.get("jit_f") == written["jit_f"], logs[1][-2000:]
+    key = written["jit_f"]
+    records = sorted(
+        (json.loads(p.read_text()) for p in (cache / STATS_DIRNAME).glob("*.json")),
+        key=lambda r: r["start"],
+    )
+    assert len(records) == 2
+    first, second = (r["modules"]["jit_f"]["keys"] for r in records)
+    assert first == {key: {"lookups": 1, "hits": 0, "writes": 1}}
+    assert second == {key: {"lookups": 1, "hits": 1, "writes": 0}}
+    # every module: the keys the records name are those JAX logged
+    for log, record, pattern in (
+        (logs[0], records[0], KEYED_WRITE_RE),
+        (logs[1], records[1], KEYED_HIT_RE),
+    ):
+        logged = sorted(k for _, k in pattern.findall(log))
+        counted = "writes" if pattern is KEYED_WRITE_RE else "hits"
+        named = sorted(
+            k
+            for m in record["modules"].values()
+            for k, n in m.get("keys", {}).items()
+            if n[counted]
+        )
+        assert named == logged

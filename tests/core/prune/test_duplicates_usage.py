@@ -21,6 +21,7 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.layout import MANIFEST_DIRNAME
 from tests.support import hookrun
+from tests.support.buckets import running_servers
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ FLAG = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
 LRU = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30)}
 
 
-def run_seed(cache: Path, mode: str = "none", **extra: str) -> tuple[str | None, bool]:
+def run_seed(cache: Path | str, mode: str = "none", **extra: str) -> tuple[str | None, bool]:
     """One run of the seed program: (the jit_f key it wrote, or None), and whether jit_f hit."""
     before = set(hookrun.entries(cache, "jit_f"))
     env = hookrun.base_env(
@@ -44,7 +45,7 @@ def run_seed(cache: Path, mode: str = "none", **extra: str) -> tuple[str | None,
     return (written.pop() if written else None), "jit_f" not in run.misses
 
 
-def duplicates_plan(cache: Path) -> Plan:
+def duplicates_plan(cache: Path | str) -> Plan:
     return plan_prune(cache, PruneOptions(duplicates=True))
 
 
@@ -186,3 +187,32 @@ def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -
         assert "observe mode" in a.reason and "holds a custom_partitioning pointer" in a.reason
     apply(plan)
     assert run_seed(cache, "observe", **FLAG) == (None, True)
+
+
+@pytest.mark.remote
+def test_on_a_bucket_a_recorded_hit_keeps_the_flag_copy(tmp_path: Path) -> None:
+    """Issue 29: a bucket keeps no access time, so without -atime the copy flag runs hit and
+    the copy of a plain run, read by no one, looked alike (no manifest, beside the stable key)
+    and both went. The flag runs' stats records count a hit of their key: that copy is kept.
+
+    Every run goes through cachedoctor's start-up (``CACHEDOCTOR_HOOK``: stable, stats, off),
+    which keeps XLA's subcaches local for a bucket cache: a run without it names the bucket's
+    autotune folder in its compile options, a different program (the ``relocated`` rule's)."""
+    with running_servers() as servers:
+        url = servers.url("s3", f"perkey/{tmp_path.name}/cache")
+        stable, hit = run_seed(url, CACHEDOCTOR_HOOK="stable", **servers.env)
+        assert stable is not None and not hit
+        assert run_seed(url, CACHEDOCTOR_HOOK="stable", **servers.env) == (None, True)
+        recorded = {"CACHEDOCTOR_HOOK": "stats", **FLAG, **servers.env}
+        flagged, hit = run_seed(url, **recorded)
+        assert flagged is not None and not hit
+        assert run_seed(url, **recorded) == (None, True)  # JAX's log: the flag key hits
+        plain, hit = run_seed(url, CACHEDOCTOR_HOOK="off", **servers.env)
+        assert plain is not None and not hit
+
+        plan = duplicates_plan(url)
+        assert removed(plan) == {plain}, [(a.name, a.reason) for a in plan.actions]
+        assert "beside the stable key" in {a.name: a.reason for a in plan.actions}[plain]
+        assert apply(plan).count(Status.DONE) == 1
+        assert set(hookrun.entries(url, "jit_f")) == {stable, flagged}
+        assert run_seed(url, CACHEDOCTOR_HOOK="off", **FLAG, **servers.env) == (None, True)

@@ -40,12 +40,14 @@ from cachedoctor.core.scan.report import (
     real_problems,
 )
 from cachedoctor.core.scan.rules.keys import unstable_groups
+from cachedoctor.core.usage import records
 from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage import fsops, mounts
 from cachedoctor.storage.fsops import FileId, Stat, StoreDir
+from cachedoctor.storage.stores import open_store
 from cachedoctor.units import format_age, format_bytes
 from cachedoctor.xla import subcaches
 
@@ -120,6 +122,17 @@ BUCKET_NOTE = (
 )
 
 
+def _key_index(cd: Dir) -> records.KeyIndex:
+    """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
+    left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
+    try:
+        store = cd.store if isinstance(cd, StoreDir) and not cd.rel else open_store(cd.path)
+        found, _problems = records.read_records(store)
+    except (OSError, ValueError):
+        return {}
+    return records.index_keys(found)
+
+
 class PruneContext:
     """What every rule reads (the listing, manifests, options, clock, JAX) and what it adds to
     the plan (actions, skips, notes)."""
@@ -156,6 +169,7 @@ class PruneContext:
         self.lru_lockfile = lru.lockfile
         # access times are evidence only where the mount keeps them (None on a bucket)
         self.mount = None if cd.is_remote else mounts.mount_of(cd.path)
+        self.key_index = _key_index(cd)  # the stats records' per-key counts, read once
 
     def read_atime(self, name: str) -> int | None:
         if not isinstance(self.cd, StoreDir):
@@ -232,7 +246,8 @@ def collect_entries(ctx: PruneContext) -> dict[str, PlannedEntry]:
 
 
 def _use_of(ctx: PruneContext, e: PlannedEntry, st: Stat) -> EntryUse:
-    """The entry's use from its -atime, its access time and its manifest. Access times count
+    """The entry's use from its -atime, its access time, its manifest and the stats records'
+    hits of its key (by processes that ended after its write). Access times count
     only where cachedoctor's own reads leave them alone (O_NOATIME: root or the file's owner)."""
     accessed = getattr(st, "st_atime_ns", None)
     if accessed is not None and os.geteuid() not in (0, st.st_uid):
@@ -251,6 +266,7 @@ def _use_of(ctx: PruneContext, e: PlannedEntry, st: Stat) -> EntryUse:
         manifest=manifest,
         now_ns=int(ctx.now * 1e9),
         lru_in_use=ctx.lru_lockfile,
+        recorded=records.key_use(ctx.key_index, e.key, ended_after=st.st_mtime_ns / 1e9),
     )
 
 
@@ -459,8 +475,8 @@ def rule_duplicates(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None
         "--duplicates removes a copy of a program whose key changes between runs only on a "
         "record that no run looks it up again: its manifest shows a pointer in the key, it was "
         "never read while a later run wrote another key, or it has no manifest beside the "
-        "stable key hooked runs look up; a copy with a record of use (-atime, access time) or "
-        "a stable-key manifest is kept"
+        "stable key hooked runs look up; a copy with a record of use (-atime, access time, a "
+        "hit in a stats record) or a stable-key manifest is kept"
     )
 
 

@@ -4,14 +4,18 @@ Two records of a read exist, both JAX's: the ``-atime`` file its LRU rewrites on
 (only in processes that run with a size limit), and the file's access time, which a hit's read
 moves past the write on a ``relatime`` or ``strictatime`` mount (``storage/mounts``). A key
 manifest adds which keys processes compute: a ``stable`` one names the key hooked runs look up;
-a key that holds a per-process pointer is looked up by no later run. Nothing here guesses from
-file times alone: without a record, the answer is ``None`` and the evidence says why.
+a key that holds a per-process pointer is looked up by no later run. The processes' stats
+records (``cachedoctor-stats/``, :mod:`.records`) add a third record of a read, one that needs no
+access time (a bucket keeps none): a hit of the key, counted per key by a process that ended
+after the entry was written. Nothing here guesses from file times alone: without a record, the
+answer is ``None`` and the evidence says why.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cachedoctor.core.usage.records import KeyUse
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage.mounts import MountAtime
 from cachedoctor.units import format_age
@@ -30,7 +34,7 @@ class EntryUse:
     read_since_written: bool | None  # None: no record can tell
     evidence: str  # what the verdict above rests on, quotable in a plan or a finding
     last_use_ns: int | None  # the last read a record shows (-atime, access time); None: none
-    last_use_source: str | None  # "-atime" or "access time"
+    last_use_source: str | None  # "-atime", "access time" or "stats record"
     looked_up_by_hook: bool  # a stable-mode manifest: hooked runs compute this key
     pointer_key: str | None  # evidence that the key holds a per-process pointer, or None
 
@@ -45,13 +49,15 @@ def entry_use(
     manifest: Manifest | None,
     now_ns: int,
     lru_in_use: bool = False,
+    recorded: KeyUse | None = None,
 ) -> EntryUse:
     """One entry's use from its file times, its ``-atime`` content and its manifest.
 
     ``written_ns`` is the entry's ``st_mtime``; ``accessed_ns`` its ``st_atime`` (None on a
     bucket); ``mount`` the local mount it lives on (None: unknown or a bucket);
     ``lru_in_use``: JAX's ``.lockfile`` is there, so its LRU keeps ``-atime`` as the record of
-    use it evicts by."""
+    use it evicts by; ``recorded``: the stats records' counts of this key, from processes that
+    ended after ``written_ns`` (a hit there is a read since the write)."""
     read: bool | None = None
     evidence = ""
     last: int | None = None
@@ -75,6 +81,12 @@ def entry_use(
                 f"not read since it was written {ago} ago (access time not after the write, "
                 f"{mount.policy} mount)"
             )
+    if recorded is not None and recorded.hits and recorded.last_hit_end is not None:
+        if read is not True:
+            read, evidence = True, recorded.evidence
+        ended = int(recorded.last_hit_end * 1e9)
+        if last is None or ended > last:
+            last, source = ended, "stats record"
     if read is None and lru_in_use and lru_atime_ns is not None:
         read = False
         ago = format_age((now_ns - written_ns) / 1e9)
