@@ -9,7 +9,7 @@ import os
 import time
 
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.core.prune import rules
+from cachedoctor.core.prune import context, rules
 from cachedoctor.core.prune.actions import Op, Plan, Rule, open_dir
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.rules import plan_folder_bound
@@ -43,22 +43,22 @@ def plan_prune(
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
     with stores.one_line_errors(str(cache_dir)), open_dir(cache_dir) as cd:
-        ctx = rules.PruneContext(cd, options, now, jax_info, os.fspath(cache_dir), progress)
+        ctx = context.PruneContext(cd, options, now, jax_info, os.fspath(cache_dir), progress)
         return _plan(ctx)
 
 
-def _plan(ctx: rules.PruneContext) -> Plan:
+def _plan(ctx: context.PruneContext) -> Plan:
     """The rules in order: entry rules mark entries (a marked entry is removed whole), then the
     files beside the entries, then the stats folder's bound."""
     options = ctx.options
-    entries = rules.collect_entries(ctx)
+    entries = context.collect_entries(ctx)
     if options.module is not None:
         pattern = options.module
         entries = {k: e for k, e in entries.items() if fnmatch.fnmatchcase(e.module or "", pattern)}
         if not options.entry_rules:
             for e in entries.values():
                 e.rules.append((Rule.MODULE, f"module matches {pattern}"))
-    report = rules.decode_for_rules(ctx, entries)
+    report = context.decode_for_rules(ctx, entries)
     if report is not None:
         if options.corrupt:
             rules.rule_corrupt(ctx, entries, report)
@@ -73,7 +73,7 @@ def _plan(ctx: rules.PruneContext) -> Plan:
     if options.max_size is not None:
         rules.rule_max_size(entries, options.max_size)
     removed = {e.key for e in entries.values() if e.rules}
-    ctx.actions += [rules.remove_entry(entries[key]) for key in entries if key in removed]
+    ctx.actions += [context.remove_entry(entries[key]) for key in entries if key in removed]
     rules.orphan_atimes(ctx)
     if options.orphans:
         rules.rule_orphans(ctx)
