@@ -321,7 +321,9 @@ def test_counts_add_up_with_a_link_bad_files_and_an_orphan_atime(
     from tests.support.cli import invoke
 
     cache = copy_of(seed_cache)
-    assert not list(cache.glob("*-atime")) and not (cache / ".lockfile").exists()
+    assert not (cache / ".lockfile").exists()
+    for atime in cache.glob("*-atime"):  # jax 0.4.38 writes one beside every entry, LRU or not
+        atime.unlink()
     good = sorted(cache.glob("jit_g-*-cache"))[0]
     (cache / f"jit_link-{'4' * 64}-cache").symlink_to(good.name)
     (cache / f"jit_trunc-{'5' * 64}-cache").write_bytes(good.read_bytes()[:100])
