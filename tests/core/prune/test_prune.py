@@ -576,3 +576,23 @@ def test_atomic_writes_never_replace_and_never_follow(
     assert (cache / "taken").read_bytes() == b"theirs"
     assert (tmp_path / "victim").read_bytes() == b"outside"
     assert not [p for p in cache.iterdir() if fsops.is_own_temp(p.name)]
+
+
+def test_stats_records_are_read_only_for_selectors_that_weigh_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a bucket each record is a GET: --corrupt or --orphans must not pay for them."""
+    from cachedoctor.core.usage import records
+
+    reads: list[object] = []
+
+    def read_records(store: object) -> tuple[list[object], list[object]]:
+        reads.append(store)
+        return [], []
+
+    monkeypatch.setattr(records, "read_records", read_records)
+    plan_prune(tmp_path, PruneOptions(corrupt=True, orphans=True))
+    assert reads == []
+    plan_prune(tmp_path, PruneOptions(duplicates=True))
+    plan_prune(tmp_path, PruneOptions(older_than_s=60))
+    assert len(reads) == 2

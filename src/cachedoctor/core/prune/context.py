@@ -157,7 +157,11 @@ class PruneContext:
         self.lru_lockfile = lru.lockfile
         # access times are evidence only where the mount keeps them (None on a bucket)
         self.mount = None if cd.is_remote else mounts.mount_of(cd.path)
-        self.key_index = _key_index(cd)  # the stats records' per-key counts, read once
+        # the stats records' per-key counts, read once, and only for the selectors that weigh
+        # use (a bucket pays a listing and a GET per record for them)
+        weighs_use = options.duplicates or options.older_than_s is not None
+        weighs_use = weighs_use or options.max_size is not None
+        self.key_index = _key_index(cd) if weighs_use else {}
 
     def read_atime(self, name: str) -> int | None:
         if not isinstance(self.cd, StoreDir):
