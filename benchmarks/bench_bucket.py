@@ -73,10 +73,10 @@ def _s3_server() -> Iterator[tuple[str, Put]]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
-        from cachedoctor.storage import stores
+        from cachedoctor.storage import remote_store, stores
 
         store = stores.open_store("s3://bench/cache")
-        assert isinstance(store, stores.RemoteStore)
+        assert isinstance(store, remote_store.RemoteStore)
         store.fs.mkdir("bench")
         yield "s3://bench/cache", _upload
     finally:
@@ -155,13 +155,13 @@ def main() -> None:
     with _s3_server() if args.store == "s3" else _gcs_server() as (url, put):
         from cachedoctor.cache import listdir, reader
         from cachedoctor.core.scan.run import scan_directory
-        from cachedoctor.storage import stores
+        from cachedoctor.storage import remote_store, stores
 
         sources = sorted(p for p in Path(args.source).glob("*-cache") if p.is_file())
         if not sources:
             sys.exit(f"no entries in {args.source}")
         store = stores.open_store(url)
-        assert isinstance(store, stores.RemoteStore)
+        assert isinstance(store, remote_store.RemoteStore)
         blobs = {p: p.read_bytes() for p in sources}
         batch_size = 32 if args.store == "s3" else 2500
         start = time.perf_counter()

@@ -31,7 +31,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from cachedoctor.cache import decompress, listdir, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo, FieldDigest, Problem, Section
 from cachedoctor.storage.files import open_regular
-from cachedoctor.storage.stores import LocalStore
+from cachedoctor.storage.local_store import LocalStore
 
 SMALL = 64 << 10  # the reader keeps executable fields up to this size whole (SMALL_FIELD)
 # CompilationResultProto (xla/service/cpu/executable.proto): the fields the summary names

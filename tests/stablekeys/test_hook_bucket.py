@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cachedoctor.stablekeys import manifest
-from cachedoctor.storage.stores import bounded_map
+from cachedoctor.storage.retry import bounded_map
 from tests.support.buckets import Proxy, Servers, serve
 from tests.support.hookrun import Run, base_env, entries, run_program, run_recorded
 

@@ -19,14 +19,13 @@ from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
-from cachedoctor.storage.stores import (
-    DeleteOutcome,
-    IoStats,
-    LocalStore,
-    MissingExtraError,
+from cachedoctor.storage.local_store import LocalStore
+from cachedoctor.storage.model import DeleteOutcome, IoStats, MissingExtraError, StoreError
+from cachedoctor.storage.retry import (
     RetryPolicy,
-    StoreError,
+    bounded_map,
     call_with_retry,
+    telling_waits,
     transient_reason,
 )
 from cachedoctor.storage.urls import subcache_dir_for
@@ -75,7 +74,7 @@ def test_retry_counts_throttles_and_succeeds() -> None:
 def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI passes its stderr writer for the command (``telling_waits``); outside it (the
     API, the hook in a JAX process) nobody is told. Store threads are told too."""
-    monkeypatch.setattr(stores, "_waited", threading.Event())
+    monkeypatch.setattr("cachedoctor.storage.retry._waited", threading.Event())
 
     def flaky_once() -> Callable[[], str]:
         calls: list[Exception | str] = [ConnectionError("refused"), "ok"]
@@ -91,8 +90,8 @@ def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPat
     told: list[str] = []
     assert call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None) == "ok"
     assert told == []
-    with stores.telling_waits(told.append):
-        stores.bounded_map(
+    with telling_waits(told.append):
+        bounded_map(
             lambda _: call_with_retry(
                 flaky_once(), what="listing s3://b/p", policy=FAST, sleep=lambda s: None
             ),
@@ -101,7 +100,7 @@ def test_a_wait_is_told_once_and_only_to_who_asked(monkeypatch: pytest.MonkeyPat
         )
     assert len(told) == 1 and told[0].startswith("cachedoctor: waiting for listing s3://b/p")
     assert "(ConnectionError)" in told[0]
-    monkeypatch.setattr(stores, "_waited", threading.Event())
+    monkeypatch.setattr("cachedoctor.storage.retry._waited", threading.Event())
     call_with_retry(flaky_once(), what="x", policy=FAST, sleep=lambda s: None)
     assert len(told) == 1  # the block has ended
 
@@ -227,7 +226,7 @@ def test_local_create_only_writes_keep_the_first_file(tmp_path: Path) -> None:
             return None
         return f"writer {i} "
 
-    won = [w for w in stores.bounded_map(create, list(range(16)), 16) if w is not None]
+    won = [w for w in bounded_map(create, list(range(16)), 16) if w is not None]
     assert len(won) == 1
     assert (tmp_path / name).read_bytes() == won[0].encode() * 2000
     assert sorted(p.name for p in (tmp_path / "cachedoctor-manifests").iterdir()) == [

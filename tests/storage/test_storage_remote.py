@@ -28,8 +28,10 @@ from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.storage import stores, urls
-from cachedoctor.storage.stores import DeleteOutcome, RemoteStore, RetryPolicy
+from cachedoctor.storage import retry, stores, urls
+from cachedoctor.storage.model import DeleteOutcome
+from cachedoctor.storage.remote_store import RemoteStore
+from cachedoctor.storage.retry import RetryPolicy
 from tests.support.buckets import (
     Servers,
     running_servers,
@@ -353,7 +355,7 @@ def _create_concurrently(store: stores.Store, name: str, writers: int) -> list[s
             return "exists"
         return f"writer {i} "
 
-    return list(stores.bounded_map(create, list(range(writers)), writers))
+    return list(retry.bounded_map(create, list(range(writers)), writers))
 
 
 def test_create_only_writes_keep_the_first_object_on_s3(servers: Servers) -> None:

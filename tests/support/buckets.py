@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.storage import stores
-from cachedoctor.storage.stores import RemoteStore
+from cachedoctor.storage import remote_store, stores
+from cachedoctor.storage.remote_store import RemoteStore
 
 S3_BUCKET = "cachedoctor-s3"
 
@@ -230,7 +230,7 @@ def throttling_proxy(scheme: str, servers: Servers, every: int) -> Iterator[tupl
 
 
 def filesystem(scheme: str) -> Any:
-    return stores._make_filesystem(scheme)
+    return remote_store._make_filesystem(scheme)
 
 
 def upload(url: str, local: Path) -> None:

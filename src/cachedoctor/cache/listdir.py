@@ -22,7 +22,8 @@ from cachedoctor.layout import (
     LOCKFILE,
 )
 from cachedoctor.storage.files import open_regular
-from cachedoctor.storage.stores import Store, StoreItem
+from cachedoctor.storage.model import StoreItem
+from cachedoctor.storage.stores import Store
 
 _KEY_RE = re.compile(r"^(?:(?P<module>.+)-)?(?P<hash>[0-9a-f]{64})$")
 

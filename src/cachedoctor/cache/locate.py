@@ -9,7 +9,8 @@ from pathlib import Path
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.errors import AmbiguousEntryError, EntryNotFoundError, clip, path_error
-from cachedoctor.storage.stores import Store, StoreError, one_line_errors, open_store
+from cachedoctor.storage.model import StoreError
+from cachedoctor.storage.stores import Store, one_line_errors, open_store
 from cachedoctor.storage.urls import is_url
 
 

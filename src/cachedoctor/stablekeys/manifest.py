@@ -150,7 +150,7 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
     """The process's one store for a bucket cache dir; None for a local directory."""
     if not is_url(cache_dir):
         return None
-    from cachedoctor.storage import stores
+    from cachedoctor.storage import remote_store, retry, stores
 
     url = str(cache_dir).rstrip("/")
     with _STORES_LOCK:
@@ -159,7 +159,7 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
             _STORES[url] = (
                 stores.open_store(url)
                 if shared is None
-                else stores.RemoteStore(url, fs=shared, policy=stores.RetryPolicy(attempts=1))
+                else remote_store.RemoteStore(url, fs=shared, policy=retry.RetryPolicy(attempts=1))
             )
         return _STORES[url]
 

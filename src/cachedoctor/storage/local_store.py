@@ -1,0 +1,113 @@
+"""A cache directory on a local (or NFS/Lustre) filesystem, behind the ``Store`` protocol.
+
+The reader's own behaviour for a folder: ``os.scandir`` listings that skip entries JAX evicts
+meanwhile, no-follow opens, atomic writes (temp file, fsync, rename or hard link) and a delete
+that re-checks inode, size and mtime first. Separate from the bucket store because it shares
+none of its machinery (no fsspec, no retries): only the values in :mod:`.model`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO, TypeVar
+
+from cachedoctor.storage.files import atomic_file, open_regular
+from cachedoctor.storage.model import DeleteOutcome, DeleteResult, IoStats, StoreItem
+from cachedoctor.storage.retry import bounded_map
+
+T = TypeVar("T")
+
+
+def local_version(st: os.stat_result) -> str:
+    """What identifies one version of a local file for a conditional delete."""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+class LocalStore:
+    """A cache directory on a local (or NFS/Lustre) filesystem: the reader's own behaviour."""
+
+    is_local = True
+
+    def __init__(self, root: str, *, workers: int = 4) -> None:
+        self.root = root
+        self.url = root
+        self.workers = workers
+        self.stats = IoStats()
+
+    def url_of(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def _item(self, name: str, st: os.stat_result) -> StoreItem:
+        return StoreItem(
+            name=name,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            version=local_version(st),
+            is_dir=stat.S_ISDIR(st.st_mode),
+        )
+
+    def list(self, sub: str = "") -> builtins.list[StoreItem]:
+        """Names directly under the root, or under its folder ``sub`` (e.g. the manifests)."""
+        items = []
+        with os.scandir(self.url_of(sub) if sub else self.root) as it:
+            for de in it:
+                with contextlib.suppress(OSError):  # vanished: a concurrent JAX eviction
+                    items.append(self._item(de.name, de.stat(follow_symlinks=False)))
+        return sorted(items, key=lambda i: i.name)
+
+    def stat(self, name: str) -> StoreItem | None:
+        try:
+            return self._item(name, os.lstat(self.url_of(name)))
+        except FileNotFoundError:
+            return None
+
+    def open_read(self, name: str) -> BinaryIO:
+        return open_regular(self.url_of(name))
+
+    def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult:
+        """Unlink ``name`` if its inode, size and mtime are still those of the plan.
+
+        POSIX has no conditional unlink: the window is one lstat-to-unlink, and JAX never
+        rewrites an entry in place (it writes a new file), so a changed file is caught here.
+        """
+        path = self.url_of(name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
+        if version is not None and local_version(st) != version:
+            return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
+        return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
+
+    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
+        """Temp file in the same directory, fsync, rename: readers see old or new, never half.
+
+        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``). With
+        ``create``, FileExistsError when it exists (a hard link publishes it, never replacing).
+        """
+        target = self.url_of(name)
+        folder = os.path.dirname(target)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError as exc:  # a file where the folder should be (not "exists")
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", folder) from exc
+        with atomic_file(target, temp_prefix=".cachedoctor-tmp-", create=create) as fh:
+            fh.write(data)
+        with contextlib.suppress(OSError):
+            dfd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> builtins.list[Any]:
+        return bounded_map(fn, items, self.workers)
