@@ -13,7 +13,7 @@ from typing import BinaryIO
 import pytest
 import zstandard
 
-from cachedoctor.cache import decompress, listdir, reader
+from cachedoctor.cache import _payload, decompress, listdir, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import program_env, run_command
 from tests.support.sessioncache import SharedBuilds
@@ -100,7 +100,7 @@ def test_copies_are_walked_once(
     distinct = len({e.executable_digest for e in expected})
     assert distinct < len(paths) and expected[-1].compile_time_s == 12345
     walks = 0
-    real_walk = reader._walk_payload_buffer
+    real_walk = _payload._walk_payload_buffer
 
     def counting_walk(*args: object) -> None:
         nonlocal walks
