@@ -11,7 +11,7 @@ from rich.text import Text
 
 from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
 from cachedoctor.units import format_bytes
-from cachedoctor.xla.optionschema import FieldDiff
+from cachedoctor.xla.optiondiff import FieldDiff
 
 MAX_OPTION_ROWS = 25
 MAX_DIFF_LINES = 200

@@ -15,7 +15,7 @@ from cachedoctor.core.diff.report import (
 )
 from cachedoctor.formats import wire
 from cachedoctor.stablekeys.manifest import load_ir, load_manifest
-from cachedoctor.xla import optionschema
+from cachedoctor.xla import optiondiff, optionschema
 
 
 def _render_component(name: str, data: str | None) -> str | None:
@@ -36,16 +36,14 @@ def _render_component(name: str, data: str | None) -> str | None:
     return text if text.isprintable() else raw.hex()
 
 
-def _component_fields(
-    name: str, a: str | None, b: str | None
-) -> tuple[optionschema.FieldDiff, ...]:
+def _component_fields(name: str, a: str | None, b: str | None) -> tuple[optiondiff.FieldDiff, ...]:
     if name != "compile_options" or a is None or b is None:
         return ()
     import base64
 
     try:
         return tuple(
-            optionschema.diff_messages(
+            optiondiff.diff_messages(
                 base64.b64decode(a), base64.b64decode(b), optionschema.COMPILE_OPTIONS
             )
         )
