@@ -11,7 +11,7 @@ from rich.text import Text
 
 from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
 from cachedoctor.units import format_bytes
-from cachedoctor.xla.optionschema import FieldDiff
+from cachedoctor.xla.optiondiff import FieldDiff
 
 MAX_OPTION_ROWS = 25
 MAX_DIFF_LINES = 200
@@ -84,7 +84,14 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
         console.print()
         console.print(_side_line("A", report.a))
         console.print(_side_line("B", report.b))
+    _key_components(report, console)
+    _options_section(report, console)
+    _hlo_section(report, console)
+    _executable_section(report, console)
 
+
+def _key_components(report: DiffReport, console: Console) -> None:
+    """The key components in the hook's manifests, or a note saying why there are none."""
     m = report.manifest
     _heading(console, "key components")
     console.print(Text(m.note, style="" if m.available else "dim"))
@@ -139,6 +146,9 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
             console.print(Text("  recorded modules differ:", style="bold"))
             _unified(console, m.ir_diff)
 
+
+def _options_section(report: DiffReport, console: Console) -> None:
+    """Compile options, the executable's effective module config and the pjrt_ifrt header."""
     o = report.options
     _heading(console, "compile options")
     if not o.compile_options:
@@ -166,6 +176,9 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
         _options_table(console, o.ifrt_header, 10)
     console.print(Text(f"field names from {o.names_from}", style="dim"))
 
+
+def _hlo_section(report: DiffReport, console: Console) -> None:
+    """The canonical HLO, what normalisation removed, and jaxlib's HLO text."""
     h = report.hlo
     _heading(console, "HLO")
     if not h.available:
@@ -207,6 +220,9 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
             else:
                 console.print(Text("identical", style="green"))
 
+
+def _executable_section(report: DiffReport, console: Console) -> None:
+    """The executable's bytes: identical, or section by section."""
     e = report.executable
     _heading(console, "executable bytes")
     if e.identical:

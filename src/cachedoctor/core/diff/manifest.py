@@ -14,8 +14,8 @@ from cachedoctor.core.diff.report import (
     VolatileInput,
 )
 from cachedoctor.formats import wire
-from cachedoctor.stablekeys.manifest import load_ir, load_manifest
-from cachedoctor.xla import optionschema
+from cachedoctor.stablekeys.manifest import Manifest, load_ir, load_manifest
+from cachedoctor.xla import optiondiff, optionschema
 
 
 def _render_component(name: str, data: str | None) -> str | None:
@@ -36,16 +36,14 @@ def _render_component(name: str, data: str | None) -> str | None:
     return text if text.isprintable() else raw.hex()
 
 
-def _component_fields(
-    name: str, a: str | None, b: str | None
-) -> tuple[optionschema.FieldDiff, ...]:
+def _component_fields(name: str, a: str | None, b: str | None) -> tuple[optiondiff.FieldDiff, ...]:
     if name != "compile_options" or a is None or b is None:
         return ()
     import base64
 
     try:
         return tuple(
-            optionschema.diff_messages(
+            optiondiff.diff_messages(
                 base64.b64decode(a), base64.b64decode(b), optionschema.COMPILE_OPTIONS
             )
         )
@@ -70,15 +68,8 @@ def _ir_backend_configs(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSection:
-    try:
-        ma = load_manifest(a.cache_dir, a.key)
-        mb = load_manifest(b.cache_dir, b.key)
-    except (OSError, ValueError) as exc:
-        return ManifestSection(False, f"{NO_MANIFEST} (a manifest is unreadable: {exc})")
-    if ma is None or mb is None:
-        which = "either entry" if ma is None and mb is None else ("A" if ma is None else "B")
-        return ManifestSection(False, f"{NO_MANIFEST} (no manifest for {which})")
+def _components(ma: Manifest, mb: Manifest) -> list[ComponentDiff]:
+    """Each hashed key component of either manifest, in A's order then B's extra ones."""
     ca = {c["name"]: c for c in ma.components}
     cb = {c["name"]: c for c in mb.components}
     order = [c["name"] for c in ma.components] + [
@@ -105,6 +96,19 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
                 () if same else _component_fields(name, xa, yb),
             )
         )
+    return components
+
+
+def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSection:
+    try:
+        ma = load_manifest(a.cache_dir, a.key)
+        mb = load_manifest(b.cache_dir, b.key)
+    except (OSError, ValueError) as exc:
+        return ManifestSection(False, f"{NO_MANIFEST} (a manifest is unreadable: {exc})")
+    if ma is None or mb is None:
+        which = "either entry" if ma is None and mb is None else ("A" if ma is None else "B")
+        return ManifestSection(False, f"{NO_MANIFEST} (no manifest for {which})")
+    components = _components(ma, mb)
     va = {v["field"]: v for v in ma.volatile}
     vb = {v["field"]: v for v in mb.volatile}
     volatile = tuple(

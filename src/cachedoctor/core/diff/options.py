@@ -10,19 +10,19 @@ from collections.abc import Sequence
 from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.diff.report import OptionsSection
 from cachedoctor.formats import wire
-from cachedoctor.xla import compile_options, optionschema
+from cachedoctor.xla import compile_options, optiondiff, optionschema
 
 
 def options_section(a: EntryDetail, b: EntryDetail) -> OptionsSection:
     sch = optionschema.schema()
 
-    def diff(x: bytes | None, y: bytes | None, message: str) -> tuple[optionschema.FieldDiff, ...]:
+    def diff(x: bytes | None, y: bytes | None, message: str) -> tuple[optiondiff.FieldDiff, ...]:
         if x == y:
             return ()
         try:
-            return tuple(optionschema.diff_messages(x, y, message, sch))
+            return tuple(optiondiff.diff_messages(x, y, message, sch))
         except wire.WireError as exc:
-            return (optionschema.FieldDiff("(malformed)", (), str(exc), str(exc), False),)
+            return (optiondiff.FieldDiff("(malformed)", (), str(exc), str(exc), False),)
 
     return OptionsSection(
         compile_options=diff(a.compile_options, b.compile_options, optionschema.COMPILE_OPTIONS),
@@ -32,7 +32,7 @@ def options_section(a: EntryDetail, b: EntryDetail) -> OptionsSection:
     )
 
 
-def is_relocation(d: optionschema.FieldDiff) -> bool:
+def is_relocation(d: optiondiff.FieldDiff) -> bool:
     """A cache-dir-derived path that differs only above its last component."""
     number = compile_options.debug_field_number(d.numbers)
     if number not in compile_options.CACHE_PATH_FIELDS or not d.a or not d.b:
@@ -40,13 +40,13 @@ def is_relocation(d: optionschema.FieldDiff) -> bool:
     return os.path.basename(d.a.rstrip("/")) == os.path.basename(d.b.rstrip("/"))
 
 
-def is_volatile_option(d: optionschema.FieldDiff) -> bool:
+def is_volatile_option(d: optiondiff.FieldDiff) -> bool:
     return is_relocation(d) or (
         compile_options.debug_field_number(d.numbers) in compile_options.CLEARED_BY_JAX
     )
 
 
-def first_option(diffs: Sequence[optionschema.FieldDiff]) -> str:
+def first_option(diffs: Sequence[optiondiff.FieldDiff]) -> str:
     d = diffs[0]
     more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
     va = d.a if d.a is not None else "(unset)"

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from cachedoctor.plaindata import ToDict
-from cachedoctor.xla import optionschema
+from cachedoctor.xla import optiondiff
 
 DEFAULT_CONTEXT = 3
 
@@ -72,7 +72,7 @@ class ComponentDiff:
     b_digest: str | None
     a: str | None = None  # the recorded value, rendered, when small enough to be recorded
     b: str | None = None
-    fields: tuple[optionschema.FieldDiff, ...] = ()  # for compile_options: which fields
+    fields: tuple[optiondiff.FieldDiff, ...] = ()  # for compile_options: which fields
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,9 @@ class ManifestSection:
 
 @dataclass(frozen=True)
 class OptionsSection:
-    compile_options: tuple[optionschema.FieldDiff, ...]
-    module_config: tuple[optionschema.FieldDiff, ...]  # the executable's effective config
-    ifrt_header: tuple[optionschema.FieldDiff, ...]
+    compile_options: tuple[optiondiff.FieldDiff, ...]
+    module_config: tuple[optiondiff.FieldDiff, ...]  # the executable's effective config
+    ifrt_header: tuple[optiondiff.FieldDiff, ...]
     names_from: str
 
 
