@@ -9,7 +9,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
+from cachedoctor.core.diff.report import (
+    DiffReport,
+    EntrySide,
+    HloSection,
+    ManifestSection,
+    ModuleDiffReport,
+    OptionsSection,
+)
 from cachedoctor.units import format_bytes
 from cachedoctor.xla.optionschema import FieldDiff
 
@@ -71,6 +78,16 @@ def _unified(console: Console, lines: Sequence[str], limit: int = MAX_DIFF_LINES
 
 
 def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True) -> None:
+    """The verdict, then each section top down: key components, compile options, HLO and the
+    executable's bytes."""
+    _verdict(report, console, show_sides=show_sides)
+    _key_components(report.manifest, console)
+    _compile_options(report.options, console)
+    _hlo(report.hlo, console)
+    _executable(report, console)
+
+
+def _verdict(report: DiffReport, console: Console, *, show_sides: bool) -> None:
     v = report.verdict
     line = Text()
     line.append("verdict: ", style="bold")
@@ -85,7 +102,8 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
         console.print(_side_line("A", report.a))
         console.print(_side_line("B", report.b))
 
-    m = report.manifest
+
+def _key_components(m: ManifestSection, console: Console) -> None:
     _heading(console, "key components")
     console.print(Text(m.note, style="" if m.available else "dim"))
     if m.available:
@@ -139,7 +157,8 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
             console.print(Text("  recorded modules differ:", style="bold"))
             _unified(console, m.ir_diff)
 
-    o = report.options
+
+def _compile_options(o: OptionsSection, console: Console) -> None:
     _heading(console, "compile options")
     if not o.compile_options:
         console.print(Text("identical", style="green"))
@@ -166,7 +185,8 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
         _options_table(console, o.ifrt_header, 10)
     console.print(Text(f"field names from {o.names_from}", style="dim"))
 
-    h = report.hlo
+
+def _hlo(h: HloSection, console: Console) -> None:
     _heading(console, "HLO")
     if not h.available:
         console.print(Text(h.note or "not available", style="dim"))
@@ -207,6 +227,8 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
             else:
                 console.print(Text("identical", style="green"))
 
+
+def _executable(report: DiffReport, console: Console) -> None:
     e = report.executable
     _heading(console, "executable bytes")
     if e.identical:

@@ -14,7 +14,7 @@ from cachedoctor.core.diff.report import (
     VolatileInput,
 )
 from cachedoctor.formats import wire
-from cachedoctor.stablekeys.manifest import load_ir, load_manifest
+from cachedoctor.stablekeys.manifest import Manifest, load_ir, load_manifest
 from cachedoctor.xla import optionschema
 
 
@@ -71,6 +71,8 @@ def _ir_backend_configs(text: str) -> list[tuple[str, str]]:
 
 
 def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSection:
+    """The key components of both entries side by side, from the manifests the stable-key hook
+    recorded (unavailable, and why, when either has none)."""
     try:
         ma = load_manifest(a.cache_dir, a.key)
         mb = load_manifest(b.cache_dir, b.key)
@@ -79,6 +81,33 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
     if ma is None or mb is None:
         which = "either entry" if ma is None and mb is None else ("A" if ma is None else "B")
         return ManifestSection(False, f"{NO_MANIFEST} (no manifest for {which})")
+    versions = tuple(
+        (k, ma.versions.get(k), mb.versions.get(k))
+        for k in sorted(set(ma.versions) | set(mb.versions))
+        if ma.versions.get(k) != mb.versions.get(k)
+    )
+    ir_a = load_ir(a.cache_dir, a.key) if ma.has_ir else None
+    ir_b = load_ir(b.cache_dir, b.key) if mb.has_ir else None
+    ir_diff, configs = _ir_diff(ir_a, ir_b, context)
+    note = "manifests recorded by the stable-key hook"
+    if not (ir_a and ir_b):
+        note += " (no recorded module text: the hook ran without record_ir)"
+    return ManifestSection(
+        available=True,
+        note=note,
+        stable_keys=(ma.stable_key, mb.stable_key),
+        jax_keys=(ma.jax_key, mb.jax_key),
+        components=_component_diffs(ma, mb),
+        volatile=_volatile_inputs(ma, mb),
+        versions=versions,
+        ir_diff=ir_diff,
+        backend_configs=configs,
+    )
+
+
+def _component_diffs(ma: Manifest, mb: Manifest) -> tuple[ComponentDiff, ...]:
+    """Each component of either manifest (A's order, then B's others): same digest or not, both
+    values rendered, and the fields that differ."""
     ca = {c["name"]: c for c in ma.components}
     cb = {c["name"]: c for c in mb.components}
     order = [c["name"] for c in ma.components] + [
@@ -105,9 +134,14 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
                 () if same else _component_fields(name, xa, yb),
             )
         )
+    return tuple(components)
+
+
+def _volatile_inputs(ma: Manifest, mb: Manifest) -> tuple[VolatileInput, ...]:
+    """Each volatile input either manifest recorded, raw and canonical, by field name."""
     va = {v["field"]: v for v in ma.volatile}
     vb = {v["field"]: v for v in mb.volatile}
-    volatile = tuple(
+    return tuple(
         VolatileInput(
             f,
             va.get(f, {}).get("raw"),
@@ -117,41 +151,29 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
         )
         for f in sorted(set(va) | set(vb))
     )
-    versions = tuple(
-        (k, ma.versions.get(k), mb.versions.get(k))
-        for k in sorted(set(ma.versions) | set(mb.versions))
-        if ma.versions.get(k) != mb.versions.get(k)
-    )
-    ir_diff: tuple[str, ...] = ()
-    configs: list[tuple[str, str, str]] = []
-    ir_a = load_ir(a.cache_dir, a.key) if ma.has_ir else None
-    ir_b = load_ir(b.cache_dir, b.key) if mb.has_ir else None
-    if ir_a is not None and ir_b is not None:
-        ir_diff = tuple(
-            difflib.unified_diff(
-                ir_a.splitlines(),
-                ir_b.splitlines(),
-                "A (recorded module)",
-                "B (recorded module)",
-                n=context,
-                lineterm="",
-            )
+
+
+def _ir_diff(
+    ir_a: str | None, ir_b: str | None, context: int
+) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """The unified diff of the two recorded modules, and their backend configs paired (nothing
+    unless both were recorded)."""
+    if ir_a is None or ir_b is None:
+        return (), ()
+    ir_diff = tuple(
+        difflib.unified_diff(
+            ir_a.splitlines(),
+            ir_b.splitlines(),
+            "A (recorded module)",
+            "B (recorded module)",
+            n=context,
+            lineterm="",
         )
-        for (ta, xa_), (_tb, xb_) in zip(
-            _ir_backend_configs(ir_a), _ir_backend_configs(ir_b), strict=False
-        ):
-            configs.append((ta, xa_, xb_))
-    note = "manifests recorded by the stable-key hook"
-    if not (ir_a and ir_b):
-        note += " (no recorded module text: the hook ran without record_ir)"
-    return ManifestSection(
-        available=True,
-        note=note,
-        stable_keys=(ma.stable_key, mb.stable_key),
-        jax_keys=(ma.jax_key, mb.jax_key),
-        components=tuple(components),
-        volatile=volatile,
-        versions=versions,
-        ir_diff=ir_diff,
-        backend_configs=tuple(configs),
     )
+    configs = tuple(
+        (ta, xa, xb)
+        for (ta, xa), (_tb, xb) in zip(
+            _ir_backend_configs(ir_a), _ir_backend_configs(ir_b), strict=False
+        )
+    )
+    return ir_diff, configs
