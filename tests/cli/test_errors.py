@@ -53,7 +53,8 @@ def test_files_a_command_reads_writes_or_runs(tmp_path: Path) -> None:
     cache, a_dir = tmp_path / "cache", tmp_path / "a-dir"
     cache.mkdir()
     a_dir.mkdir()
-    missing = tmp_path / "missing"
+    missing, a_file = tmp_path / "missing", tmp_path / "a-file"
+    a_file.write_text("x")
     cases: list[tuple[list[str | Path], dict[str, str], str]] = [
         (
             ["lint", cache, "--baseline", missing],
@@ -82,6 +83,16 @@ def test_files_a_command_reads_writes_or_runs(tmp_path: Path) -> None:
         ),
         (["check", "--", missing], {}, f"command-not-found: no such command: {missing}"),
         (["check", "--", a_dir], {}, f"permission-denied: cannot run {a_dir}: permission denied"),
+        (
+            ["check", "--log", missing / "l.txt", "--", "true"],
+            {},
+            f"no-such-dir: cannot write {missing}/l.txt: no such directory: {missing}",
+        ),
+        (
+            ["check", "--dir", a_file / "sub", "--", "true"],
+            {},
+            f"not-a-dir: not a directory: {a_file}/sub",
+        ),
     ]
     for args, env, line in cases:
         argv = [str(a) for a in args]
