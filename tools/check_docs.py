@@ -17,7 +17,9 @@ python tools/check_docs.py --write  # regenerate docs/commands.md and docs/findi
   click or rich;
 - docs/json-schema.md: every command with a JSON output is in its table, each one that runs
   without a JAX-written cache prints a ``schema_version`` 1 on an empty cache, and the scan
-  document's fields, ENTRY and FINDING tables are the code's.
+  document's fields, ENTRY and FINDING tables are the code's;
+- docs/development.md's size rule: no function in src/ over 80 lines without ``long:`` and the
+  reason in its docstring (the generated xla/_optionnames.py aside).
 """
 
 from __future__ import annotations
@@ -436,6 +438,29 @@ def _scan_document_problems(cache: Path) -> Iterator[str]:
             yield f"json-schema.md's {table} table: missing {missing}, not fields {unknown}"
 
 
+MAX_FUNCTION_LINES = 80  # docs/development.md, "Size"
+LONG_MARKER = "long:"  # in a longer function's docstring, followed by why it stays whole
+GENERATED = {SRC / "xla" / "_optionnames.py"}
+
+
+def function_length_problems() -> Iterator[str]:
+    """No function in src/ is longer than MAX_FUNCTION_LINES (``def`` line to its last, the
+    docstring included) unless its docstring says ``long:`` and why."""
+    for path in sorted(SRC.rglob("*.py")):
+        if path in GENERATED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and LONG_MARKER not in (ast.get_docstring(node) or ""):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                yield (
+                    f"{where}: {node.name} is {lines} lines (over {MAX_FUNCTION_LINES}): split it, "
+                    f"or say why not after {LONG_MARKER!r} in its docstring"
+                )
+
+
 def problems() -> list[str]:
     text = ARCHITECTURE.read_text()
     found = [
@@ -448,6 +473,7 @@ def problems() -> list[str]:
         *cycle_problems(),
         *api_problems(),
         *schema_version_problems(),
+        *function_length_problems(),
     ]
     return found
 

@@ -57,6 +57,7 @@ from cachedoctor.cache.model import (
     Problem,
     updated,
 )
+from cachedoctor.errors import os_reason
 from cachedoctor.formats import wire
 from cachedoctor.layout import (
     CACHE_SUFFIX,
@@ -110,7 +111,7 @@ def decode_entry(
             fh = open_regular(path)
         except OSError as exc:
             kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
-            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+            msg = "is a symbolic link; not followed" if kind == "symlink" else os_reason(exc)
             problems.append(Problem(kind, str(msg)))
         else:
             with fh:
@@ -219,7 +220,7 @@ def _decode_open_file(
     except wire.WireError as exc:
         problems.append(Problem("protobuf", f"malformed protobuf: {exc}"))
     except OSError as exc:
-        problems.append(Problem("unreadable", exc.strerror or str(exc)))
+        problems.append(Problem("unreadable", os_reason(exc)))
     if dec is None:
         return replace(info, **found)
     if problems and problems[0].kind in ("protobuf", "truncated", "header"):

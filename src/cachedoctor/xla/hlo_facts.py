@@ -151,15 +151,10 @@ def scan_facts(module: bytes) -> ScanFacts:
     compare them on real modules). Python touches each instruction about three times (its
     opcode, and clearing its name and metadata); everything else is read only where the
     module's bytes show it can matter. The view is mutated while digesting: it is private.
+    The loops over instructions stay inline, with their methods bound to locals, for speed
+    (docs/performance.md, "scan_facts touches each instruction once").
     """
-    parse, decode_error, clear_field = _module_class()
-    try:
-        view = parse(module)
-    except decode_error:
-        # the pure walker names the offset of the damage; a module only protobuf refuses
-        # (nesting too deep, say) is refused all the same
-        hlo.summarize(module)
-        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+    view, clear_field = _parse_view(module)
     entry = view.entry_computation_name
     computations = view.computations
     # Gates: a field or value the bytes never contain needs no look per instruction.
@@ -213,20 +208,7 @@ def scan_facts(module: bytes) -> ScanFacts:
             params, result = _program_shape(comp.program_shape)
         comp.ClearField("name")
         comp.ClearField("program_shape")
-    opcode_counts = Counter(all_opcodes)
-    if not params and not result and view.HasField("host_program_shape"):
-        params, result = _program_shape(view.host_program_shape)
-    summary = hlo.HloSummary(
-        name=_text(view.name),
-        entry_computation=_text(entry),
-        computations=len(computations),
-        instructions=sum(opcode_counts.values()),
-        parameters=params,
-        result=result,
-        custom_calls=tuple(custom_calls),
-        opcodes=_most_common(opcode_counts),
-        source_files=_source_files(view),
-    )
+    summary = _summary(view, entry, len(computations), all_opcodes, custom_calls, params, result)
     for name in _MODULE_IDENTITY:
         view.ClearField(name)
     digest = hashlib.sha256(PROGRAM_DIGEST_VERSION)
@@ -234,6 +216,46 @@ def scan_facts(module: bytes) -> ScanFacts:
     digest.update(view.SerializeToString(deterministic=True))
     volatile.sort(key=lambda found: found[:3])
     return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile))
+
+
+def _parse_view(module: bytes) -> tuple[Any, Callable[[Any, str], None]]:
+    """The module parsed into the view, and the instructions' unbound ``ClearField``. Raises
+    WireError."""
+    parse, decode_error, clear_field = _module_class()
+    try:
+        return parse(module), clear_field
+    except decode_error:
+        # the pure walker names the offset of the damage; a module only protobuf refuses
+        # (nesting too deep, say) is refused all the same
+        hlo.summarize(module)
+        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+
+
+def _summary(
+    view: Any,
+    entry: bytes,
+    computations: int,
+    all_opcodes: list[bytes],
+    custom_calls: list[hlo.CustomCall],
+    params: tuple[str, ...],
+    result: str,
+) -> hlo.HloSummary:
+    """The module's summary from what the pass over its computations collected (the program
+    shape from the module's host shape when the entry computation has none)."""
+    opcode_counts = Counter(all_opcodes)
+    if not params and not result and view.HasField("host_program_shape"):
+        params, result = _program_shape(view.host_program_shape)
+    return hlo.HloSummary(
+        name=_text(view.name),
+        entry_computation=_text(entry),
+        computations=computations,
+        instructions=sum(opcode_counts.values()),
+        parameters=params,
+        result=result,
+        custom_calls=tuple(custom_calls),
+        opcodes=_most_common(opcode_counts),
+        source_files=_source_files(view),
+    )
 
 
 _SHAPES: dict[bytes, tuple[tuple[str, ...], str]] = {}

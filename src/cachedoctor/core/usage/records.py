@@ -13,6 +13,7 @@ from typing import Any
 
 from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
+from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import (
     CONFIG_NAMES,
@@ -281,7 +282,7 @@ def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
         except RuleBroken as exc:
             findings.append(_broken(path, str(exc)))
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = os_reason(exc) if isinstance(exc, OSError) else str(exc)
             findings.append(
                 catalog.STATS_RECORD_UNREADABLE.finding(
                     f"{path} is not a readable stats record ({reason}); it is left out",
