@@ -93,7 +93,8 @@ def _make_counters(values: Iterable[Any]) -> Counters:
 
 def values_of(c: Counters) -> tuple[Any, ...]:
     """A Counters' field values, in order (what :func:`total_of` adds up)."""
-    return _VALUES(c)  # type: ignore[no-any-return]
+    values: tuple[Any, ...] = _VALUES(c)
+    return values
 
 
 # each field: its getter from values_of, its zero, whether it is a count (ints, summed in C)
@@ -388,7 +389,8 @@ def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record],
     idx = record_index.load(store.url) if use_index else None
     served = {} if idx is None else idx.served(listed)
     fresh: dict[str, str] = {}  # name -> body, for the index
-    records, findings = [], []
+    records: list[Record] = []
+    findings: list[Finding] = []
     for item in listed:
         name, is_dir = item.name, item.is_dir
         path = f"{STATS_DIRNAME}/{name}"
@@ -403,7 +405,10 @@ def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record],
             got, body = _read_one(store, name, path)
             if body is not None:
                 fresh[name] = body
-        (records if isinstance(got, Record) else findings).append(got)  # type: ignore[arg-type]
+        if isinstance(got, Record):
+            records.append(got)
+        else:
+            findings.append(got)
     if idx is not None:
         idx.save(listed, fresh)
     return records, findings
