@@ -35,12 +35,12 @@ def to_plain(value: Any) -> Any:
 
 
 # How a scan decoded an entry (cache/tiers.py), not what it holds: not in the JSON documents.
-_TIER_FIELDS = ("program_signature", "hlo_deferred")
+ENTRY_FIELDS_NOT_SHOWN = ("program_signature", "hlo_deferred")
 
 
 def entry_dict(entry: EntryInfo) -> dict[str, Any]:
     data: dict[str, Any] = to_plain(entry)
-    for name in _TIER_FIELDS:
+    for name in ENTRY_FIELDS_NOT_SHOWN:
         del data[name]
     data["ok"] = entry.ok
     data["format"] = entry.format_label

@@ -256,15 +256,17 @@ def signature(module: bytes) -> str:
         scan_facts(module)  # raises the pure walker's WireError, with its offset
         raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
     entry = view.entry_computation_name
-    computations = view.computations
-    entry_flags = [comp.name == entry for comp in computations]
+    entry_flags: list[bool] = []
+    counts: list[int] = []
     shaped = False
-    for comp, is_entry in zip(computations, entry_flags, strict=True):
+    for comp in view.computations:  # one wrapper per computation, made once
+        is_entry = comp.name == entry
+        entry_flags.append(is_entry)
+        counts.append(len(comp.instructions))
         if is_entry and comp.HasField("program_shape"):
             shaped = _program_shape(comp.program_shape) != ((), "")
     if not shaped and view.HasField("host_program_shape"):
         _program_shape(view.host_program_shape)
-    counts = [len(comp.instructions) for comp in computations]
     return _signed(entry_flags, counts, view.host_program_shape)
 
 
