@@ -44,7 +44,7 @@ from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = "cachedoctor-index-v4"
+FORMAT = "cachedoctor-index-v5"
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20

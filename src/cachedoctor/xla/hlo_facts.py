@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from cachedoctor.xla import hlo
 
 # Bumped whenever what the program digest covers changes (it is part of every digest).
 PROGRAM_DIGEST_VERSION = b"cachedoctor-program-v2\0"
+# Bumped whenever what the program signature covers changes.
+SIGNATURE_VERSION = b"cachedoctor-signature-v1\0"
 
 _CUSTOM_PARTITIONING = b"custom_partitioning"
 # A volatile backend_config is address-like (``hlo._ADDRESS_LIKE``: whitespace, then 9-20 ASCII
@@ -63,6 +66,7 @@ class ScanFacts:
     summary: hlo.HloSummary
     program_digest: str
     volatile: tuple[hlo.VolatileField, ...]  # backend_config-pointer, custom-partitioning
+    signature: str  # ``signature(module)``: equal program digests have equal signatures
 
 
 # (number, name, type, repeated) of each declared field; types: "b" bytes, "i" int64, or a
@@ -157,6 +161,7 @@ def scan_facts(module: bytes) -> ScanFacts:
     view, clear_field = _parse_view(module)
     entry = view.entry_computation_name
     computations = view.computations
+    counts = [len(comp.instructions) for comp in computations]
     # Gates: a field or value the bytes never contain needs no look per instruction.
     look_for_partitioning = _CUSTOM_PARTITIONING in module
     has_custom_calls = b"custom-call" in module
@@ -209,13 +214,50 @@ def scan_facts(module: bytes) -> ScanFacts:
         comp.ClearField("name")
         comp.ClearField("program_shape")
     summary = _summary(view, entry, len(computations), all_opcodes, custom_calls, params, result)
+    signed = _signed(entry_flags, counts, view.host_program_shape)
     for name in _MODULE_IDENTITY:
         view.ClearField(name)
     digest = hashlib.sha256(PROGRAM_DIGEST_VERSION)
     digest.update(bytes(entry_flags))
     digest.update(view.SerializeToString(deterministic=True))
     volatile.sort(key=lambda found: found[:3])
-    return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile))
+    return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile), signed)
+
+
+def signature(module: bytes) -> str:
+    """The program signature: a digest of what a first look at the module shows (which
+    computations are the entry, each computation's number of instructions, the host program
+    shape), all of which the program digest covers, so two modules with different signatures
+    hold different programs. Raises WireError exactly where ``scan_facts`` does (the same
+    parse, the same program shapes read), so a module it accepts yields the same problems
+    either way. One C parse and a step per computation, none per instruction."""
+    parse, decode_error, _ = _module_class()
+    try:
+        view = parse(module)
+    except decode_error:
+        scan_facts(module)  # raises the pure walker's WireError, with its offset
+        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+    entry = view.entry_computation_name
+    entry_flags: list[bool] = []
+    counts: list[int] = []
+    shaped = False
+    for comp in view.computations:  # one wrapper per computation, made once
+        is_entry = comp.name == entry
+        entry_flags.append(is_entry)
+        counts.append(len(comp.instructions))
+        if is_entry and comp.HasField("program_shape"):
+            shaped = _program_shape(comp.program_shape) != ((), "")
+    if not shaped and view.HasField("host_program_shape"):
+        _program_shape(view.host_program_shape)
+    return _signed(entry_flags, counts, view.host_program_shape)
+
+
+def _signed(entry_flags: list[bool], counts: list[int], host_shape: bytes) -> str:
+    digest = hashlib.sha256(SIGNATURE_VERSION)
+    digest.update(bytes(entry_flags))
+    digest.update(array("q", counts).tobytes())
+    digest.update(host_shape)
+    return digest.hexdigest()
 
 
 def _parse_view(module: bytes) -> tuple[Any, Callable[[Any, str], None]]:
