@@ -11,6 +11,7 @@ JAX's.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sqlite3
@@ -18,13 +19,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from cachedoctor import layout
 from cachedoctor.cache import index, listdir, parallel, reader
+from cachedoctor.core.scan import run
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.render.formats import render_to_string, renderer, scan_parts
+from cachedoctor.render.jsonout import iter_scan_json
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow  # every test here uses a cache JAX wrote
 
+NOW = 2_000_000_000.0  # every file of the fixture is older than a minute at this "now"
 PARTS = {"modules", "entries", "findings", "files"}
 _SCANNED_AT = re.compile(r'\n  "scanned_at": [0-9.e+]+,\n')
 
@@ -166,3 +173,24 @@ def test_no_text_is_kept_while_the_memo_is_not(
     monkeypatch.setattr(index, "RACY_S", 1e10)  # every file "just written": no memo is kept
     assert scan_json(cache) == plain
     assert kept_parts(cache) == set()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_the_kept_text_as_bytes_or_as_text_is_the_document(
+    cache: Path, encoding: str, decodes: list[str]
+) -> None:
+    """The JSON writer writes kept text as bytes under a stream that writes ASCII as it is, and
+    as text elsewhere (another encoding, a ``StringIO``): the same document either way."""
+    plain = "".join(iter_scan_json(scan_directory(cache, now=NOW, use_index=False)))
+    first = run.scan_json(cache, scan_parts(), now=NOW)
+    decodes.clear()
+    again = run.scan_json(cache, scan_parts(), now=NOW)
+    assert first.kept is not None and again.kept is not None and decodes == []
+    assert again.report.entries is None and again.report.other_files is None
+    assert "".join(iter_scan_json(again)) == plain
+    assert render_to_string(again, "json") == plain + "\n"
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding=encoding)
+    renderer("json").render(again, Console(file=stream))
+    stream.flush()
+    assert raw.getvalue().decode(encoding) == plain + "\n"

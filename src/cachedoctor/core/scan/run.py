@@ -161,7 +161,8 @@ class _Scan:
         return self._finished(memo, whole)
 
     def _finished(self, memo: scanmemo.Memo, report: ScanReport) -> _Outcome:
-        """A report made or served whole: as this scan asks for it (kept ``memo.kept``)."""
+        """A report made (and kept by ``memo.kept``) or served whole, as this scan asks for
+        it: without entries for the text report, with them or with their kept JSON text."""
         if self.writers is not None:
             kept = memo.keep_text(report, self.writers)
             if kept is None:
