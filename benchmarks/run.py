@@ -195,12 +195,11 @@ def alternating(
         r["workers_maxrss_mb"] = max(x["workers_maxrss_mb"] for x in got)
         r["rc"] = got[-1].get("rc")
         out.append(r)
-    pairs = [y["seconds"] / x["seconds"] for x, y in zip(runs["a"], runs["b"], strict=True)]
-    out[1]["per_pair_ratio"] = {
-        "median": statistics.median(pairs),
-        "min": min(pairs),
-        "max": max(pairs),
-    }
+    for key, field in (("per_pair_ratio", "seconds"), ("per_pair_cpu_ratio", "cpu_s")):
+        pairs = [y[field] / x[field] for x, y in zip(runs["a"], runs["b"], strict=True)]
+        out[1][key] = {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)}
+    for r, got in zip(out, (runs["a"], runs["b"]), strict=True):
+        r["cpu_median_s"] = statistics.median(x["cpu_s"] for x in got)
     return out[0], out[1]
 
 
@@ -533,12 +532,14 @@ def markdown(results: Result) -> str:
                 f"{r['max_s'] * 1000:,.0f} ms | {ratio} | {r['wall_median_s'] * 1000:,.0f} ms "
                 f"| {rss} |"
             )
-        pair = res["commands"].get("scan --json (repeated)", {}).get("per_pair_ratio")
-        if pair:
+        json_again = res["commands"].get("scan --json (repeated)", {})
+        pair, cpu = json_again.get("per_pair_ratio"), json_again.get("per_pair_cpu_ratio")
+        if pair and cpu:
             lines.append("")
             lines.append(
-                f"Repeated `scan --json` / repeated `scan`, run by turns: median "
-                f"{pair['median']:.2f} (per pair {pair['min']:.2f}–{pair['max']:.2f})."
+                f"Repeated `scan --json` / repeated `scan`, run by turns: wall time median "
+                f"{pair['median']:.2f} (per pair {pair['min']:.2f}–{pair['max']:.2f}), CPU time "
+                f"median {cpu['median']:.2f} ({cpu['min']:.2f}–{cpu['max']:.2f})."
             )
         lines.append("")
     dist = results.get("distinct")
