@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--repeated-only", action="store_true", help="only the repeated scan")
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
-    d = generate.ensure_corpus((args.size,))["caches"][str(args.size)]["path"]  # type: ignore[index]
+    d = generate.ensure_corpus((args.size,), distinct_sizes=None)["caches"][str(args.size)]["path"]  # type: ignore[index]
     run.floor_read(d)  # warm the page cache
     variants: dict[str, str | None] = {"this": None}
     if args.baseline:

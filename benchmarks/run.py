@@ -176,6 +176,33 @@ def repeat_child(
     return out
 
 
+def alternating(
+    a: tuple[str, dict[str, Any]], b: tuple[str, dict[str, Any]], reps: int
+) -> tuple[Result, Result]:
+    """``repeat_child`` of two operations run by turns (ab, ba, ab...), so that load on a
+    shared machine falls on both alike; ``b`` also gets the ratio b / a of each pair."""
+    runs: dict[str, list[Result]] = {"a": [], "b": []}
+    for rep in range(reps):
+        for which in ("a", "b") if rep % 2 == 0 else ("b", "a"):
+            op, args = a if which == "a" else b
+            runs[which].append(child(op, args))
+    out = []
+    for which in ("a", "b"):
+        got = runs[which]
+        r = _stats([x["seconds"] for x in got])
+        r["wall_median_s"] = statistics.median(x["wall_s"] for x in got)
+        r["maxrss_mb"] = max(x["maxrss_mb"] for x in got)
+        r["workers_maxrss_mb"] = max(x["workers_maxrss_mb"] for x in got)
+        r["rc"] = got[-1].get("rc")
+        out.append(r)
+    for key, field in (("per_pair_ratio", "seconds"), ("per_pair_cpu_ratio", "cpu_s")):
+        pairs = [y[field] / x[field] for x, y in zip(runs["a"], runs["b"], strict=True)]
+        out[1][key] = {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)}
+    for r, got in zip(out, (runs["a"], runs["b"]), strict=True):
+        r["cpu_median_s"] = statistics.median(x["cpu_s"] for x in got)
+    return out[0], out[1]
+
+
 def drop_index(d: str) -> None:
     """Remove whatever scan index exists for ``d`` (first-scan measurements start cold)."""
     shutil.rmtree(os.path.join(d, "cachedoctor-index"), ignore_errors=True)
@@ -265,7 +292,10 @@ def bench_cache(d: str, reps: int, cmds: set[str], goals_only: bool = False) -> 
             "cli", {"argv": ["scan", d, "--json"]}, reps, before=lambda: drop_index(d)
         )
     child("cli", {"argv": ["scan", d]})  # leaves the index behind, if there is one
-    c["scan (repeated)"] = repeat_child("cli", {"argv": ["scan", d]}, reps)
+    child("cli", {"argv": ["scan", d, "--json"]})  # and the JSON text beside the scan memo
+    c["scan (repeated)"], c["scan --json (repeated)"] = alternating(
+        ("cli", {"argv": ["scan", d]}), ("cli", {"argv": ["scan", d, "--json"]}), reps
+    )
     if not goals_only:
         _other_commands(d, reps, cmds, c)
     for name, r in c.items():
@@ -309,6 +339,7 @@ FLOOR_OF = {
     "scan": "R",
     "scan --json": "R",
     "scan (repeated)": "L",
+    "scan --json (repeated)": "L",
     "deep grouping": "D",
     "deep grouping (1 process)": "D",
     "prune --max-size (dry run)": "L",
@@ -345,6 +376,17 @@ def targets(results: Result, cores: int) -> list[Result]:
                     f"deep grouping ≤ 1.2 × D / {cores} cores (10k)",
                     cmd["deep grouping"]["median_s"],
                     1.2 * D / cores,
+                )
+            )
+    for size, res in results["caches"].items():  # issue 26
+        cmd = res["commands"]
+        if "scan --json (repeated)" in cmd:
+            text = cmd["scan (repeated)"]["median_s"]
+            out.append(
+                _target(
+                    f"repeated scan --json ≤ 1.2 × repeated scan ({int(size) // 1000}k)",
+                    cmd["scan --json (repeated)"]["median_s"],
+                    1.2 * text,
                 )
             )
     mem = results.get("memory")
@@ -489,6 +531,15 @@ def markdown(results: Result) -> str:
                 f"| {name} | {r['median_s'] * 1000:,.0f} ms | {r['min_s'] * 1000:,.0f}–"
                 f"{r['max_s'] * 1000:,.0f} ms | {ratio} | {r['wall_median_s'] * 1000:,.0f} ms "
                 f"| {rss} |"
+            )
+        json_again = res["commands"].get("scan --json (repeated)", {})
+        pair, cpu = json_again.get("per_pair_ratio"), json_again.get("per_pair_cpu_ratio")
+        if pair and cpu:
+            lines.append("")
+            lines.append(
+                f"Repeated `scan --json` / repeated `scan`, run by turns: wall time median "
+                f"{pair['median']:.2f} (per pair {pair['min']:.2f}–{pair['max']:.2f}), CPU time "
+                f"median {cpu['median']:.2f} ({cpu['min']:.2f}–{cpu['max']:.2f})."
             )
         lines.append("")
     dist = results.get("distinct")

@@ -27,7 +27,9 @@ from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
-from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.scan.run import scan_directory, scan_json
+from cachedoctor.render.formats import scan_parts
+from cachedoctor.render.jsonout import iter_scan_json
 from cachedoctor.storage import retry, stores, urls
 from cachedoctor.storage.model import DeleteOutcome
 from cachedoctor.storage.remote_store import RemoteStore
@@ -173,6 +175,10 @@ def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
     again = scan_directory(url, now=later)
     assert any(again is r for r in memo_served) and not any(first is r for r in memo_served)
     assert again == first == scan_directory(url, now=later, use_index=False)
+    document = "".join(iter_scan_json(first))
+    for _ in range(2):  # the text of the JSON document kept beside the memo, then written
+        kept = scan_json(url, scan_parts(), now=later)
+        assert kept.kept is not None and "".join(iter_scan_json(kept)) == document
     store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))

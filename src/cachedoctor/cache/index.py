@@ -20,7 +20,8 @@ Format: an ``sqlite3`` database of plain rows (JSON field values, no pickle: rea
 can never run code, and needs no allow-list kept in step with the dataclasses). Each row carries
 a checksum; a row that fails it or does not decode is decoded again from the cache, alone. An
 index written by other code (the fingerprint hashes every module that shapes a decoded entry),
-for other options or another cache, or owned by someone else, is ignored and rewritten.
+for other options or another cache, or owned by someone else, is ignored and rewritten. The
+same file holds the scan memo's tables (``memo``, ``memo_text``: ``memostore.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = "cachedoctor-index-v5"
+FORMAT = "cachedoctor-index-v6"
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -62,6 +63,9 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE TABLE IF NOT EXISTS memo (
   k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB
+);
+CREATE TABLE IF NOT EXISTS memo_text (
+  k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body BLOB NOT NULL, checksum BLOB
 );
 """
 
@@ -365,7 +369,7 @@ def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
     """The index for ``cache`` (a directory or a bucket URL), open for ``serve``, or an empty
     one when there is none we can use. Its rows are not read here."""
     remote = "://" in cache
-    db = _open_checked(cache, options)
+    db = open_checked(cache, options)
     if db is None:
         return ScanIndex(cache, options, index_path(cache), remote=remote)
     try:
@@ -376,7 +380,7 @@ def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
     return ScanIndex(cache, options, index_path(cache), True, remote, _db=db)
 
 
-def _open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection | None:
+def open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection | None:
     """The index file of ``cache``, open, when it is ours, of this code and these options."""
     if not enabled():
         return None
@@ -395,33 +399,6 @@ def _open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection
         pass
     db.close()
     return None
-
-
-def read_memo(cache: str, options: tuple[object, ...], inputs: str) -> str | None:
-    """The body stored by ``write_memo`` for exactly these ``inputs`` (a digest of everything
-    the body was made from), or None."""
-    db = _open_checked(cache, options)
-    if db is None:
-        return None
-    try:
-        with contextlib.closing(db):
-            row = db.execute("SELECT inputs, body, checksum FROM memo WHERE k = 'scan'").fetchone()
-    except sqlite3.Error:
-        return None
-    if row is None or row[0] != inputs or not isinstance(row[1], str):
-        return None
-    return row[1] if row[2] == _memo_checksum(inputs, row[1]) else None
-
-
-def write_memo(cache: str, options: tuple[object, ...], inputs: str, body: str) -> None:
-    """Keep ``body`` for the next scan that sees the same ``inputs``; only into an index this
-    scan could use (the scan writes it first), and failures are ignored (only a shortcut)."""
-    db = _open_checked(cache, options)
-    if db is None:
-        return
-    with contextlib.suppress(sqlite3.Error), contextlib.closing(db), db:
-        row = (inputs, body, _memo_checksum(inputs, body))
-        db.execute("INSERT OR REPLACE INTO memo VALUES ('scan', ?, ?, ?)", row)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -443,11 +420,6 @@ def _header(cache: str, options: tuple[object, ...]) -> dict[str, str]:
 def _checksum(name: str, ident: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
     text = "\0".join((ident, scalars, parts, hlo_id or ""))
     return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
-
-
-def _memo_checksum(inputs: str, body: str) -> bytes:
-    data = (inputs + "\0" + body).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _hlo_id(body: str) -> str:

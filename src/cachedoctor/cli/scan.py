@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
 from cachedoctor.cli.params import complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
-from cachedoctor.core.scan.report import ProgressCallback, ScanReport
-from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.scan.report import JsonScan, ProgressCallback, ScanReport
+from cachedoctor.core.scan.run import scan_directory, scan_json
 from cachedoctor.errors import ExitCode, count, path_error
 from cachedoctor.render.console import stdout_console
-from cachedoctor.render.formats import renderer
+from cachedoctor.render.formats import renderer, scan_parts
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.urls import is_url
 from cachedoctor.units import format_bytes
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.stores import Store
 
 
 @click.command()
@@ -68,26 +72,40 @@ def scan(
     try:
         with progress_bar(not as_json, "scanning") as progress:
             if is_url(cache_dir):
-                report = _scan_bucket(cache_dir, progress, as_json)
+                shown = _scan_bucket(cache_dir, progress, as_json)
             else:
-                report = scan_directory(cache_dir, progress=progress, entries=as_json)
+                shown = _scanned(cache_dir, progress, as_json)
     except OSError as exc:
         raise path_error(exc, cache_dir) from None
+    report = shown.report if isinstance(shown, JsonScan) else shown
     not_a_cache(report)
-    report = report.without(ignored)
+    shown = shown.without(ignored)
     fmt = "json" if as_json else "text"
-    renderer(fmt, max_modules=max_modules).render(report, stdout_console())
-    failed = report.fails(Severity.parse(fail_on))
+    renderer(fmt, max_modules=max_modules).render(shown, stdout_console())
+    failed = report.fails(Severity.parse(fail_on), ignored)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
 
-def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> ScanReport:
+def _scanned(
+    cache_dir: str | Store, progress: ProgressCallback | None, as_json: bool
+) -> ScanReport | JsonScan:
+    """The text report needs no entries; the JSON document has them all, as kept text when the
+    scan memo holds it (``scan_json``)."""
+    if as_json:
+        return scan_json(cache_dir, scan_parts(), progress=progress)
+    return scan_directory(cache_dir, progress=progress, entries=False)
+
+
+def _scan_bucket(
+    url: str, progress: ProgressCallback | None, as_json: bool
+) -> ScanReport | JsonScan:
     """Scan a bucket prefix; the request and retry counts go to stderr."""
     from cachedoctor.storage.stores import open_store
 
     store = open_store(url)
     start = time.monotonic()
-    report = scan_directory(store, progress=progress, entries=entries)
+    shown = _scanned(store, progress, as_json)
+    report = shown.report if isinstance(shown, JsonScan) else shown
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
@@ -98,4 +116,4 @@ def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> 
         + f", {time.monotonic() - start:.2f} s",
         err=True,
     )
-    return report
+    return shown

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.findings import Finding
     from cachedoctor.core.lint import LintReport
     from cachedoctor.core.prune.actions import ApplyReport, Plan
-    from cachedoctor.core.scan.report import ScanReport
+    from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
     from cachedoctor.core.stats import StatsReport, ZeroReport
     from cachedoctor.stablekeys.activation import StatusReport
 
@@ -91,6 +91,7 @@ class ReportKind:
 
 
 SCAN = ReportKind("cachedoctor.core.scan.report", "ScanReport")
+SCAN_JSON = ReportKind("cachedoctor.core.scan.report", "JsonScan")
 LINT = ReportKind("cachedoctor.core.lint", "LintReport")
 CHECK = ReportKind("cachedoctor.core.check.report", "CheckReport")
 DIFF = ReportKind("cachedoctor.core.diff.report", "DiffReport")
@@ -101,7 +102,7 @@ STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
 PLAN = ReportKind(__name__, "PlanReport")
 SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
-KINDS = (SCAN, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, PLAN, SHOW, FINDINGS)
+KINDS = (SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, PLAN, SHOW, FINDINGS)
 
 
 @dataclass(frozen=True)
@@ -170,10 +171,12 @@ def _write(console: Console, text: str) -> None:
 # --- text ------------------------------------------------------------------------------------
 
 
-def _scan_text(report: ScanReport, console: Console, options: Options) -> None:
+def _scan_text(report: ScanReport | JsonScan, console: Console, options: Options) -> None:
+    from cachedoctor.core.scan.report import JsonScan
     from cachedoctor.render.table import render_scan
 
-    render_scan(report, console, max_modules=options.max_modules)
+    scan = report.report if isinstance(report, JsonScan) else report  # its text is the report's
+    render_scan(scan, console, max_modules=options.max_modules)
 
 
 def _lint_text(report: LintReport, console: Console, options: Options) -> None:
@@ -238,6 +241,7 @@ def _findings_text(report: FindingList, console: Console, options: Options) -> N
 
 TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     SCAN: _scan_text,
+    SCAN_JSON: _scan_text,
     LINT: _lint_text,
     CHECK: _check_text,
     PLAN: _plan_text,
@@ -263,14 +267,51 @@ def _json(document: Callable[[Any], dict[str, Any]]) -> Writer:
     return write
 
 
-def _scan_json(report: ScanReport, console: Console, options: Options) -> None:
-    """Streamed, one entry at a time: a 50k-entry document is never held whole."""
-    from cachedoctor.render.jsonout import iter_scan_json
+def scan_parts() -> PartWriters:
+    """How the json format writes the long parts of a scan document: the text ``scan_json``
+    keeps beside the scan memo for ``scan --json``."""
+    from cachedoctor.render.jsonout import SCAN_PARTS
 
-    for piece in iter_scan_json(report):
-        console.file.write(piece)
-    console.file.write("\n")
-    console.file.flush()
+    return SCAN_PARTS
+
+
+def _scan_json(report: ScanReport | JsonScan, console: Console, options: Options) -> None:
+    """Streamed, one entry (or one piece of kept text) at a time: a 50k-entry document is
+    never held whole."""
+    from cachedoctor.render.jsonout import iter_scan_pieces
+
+    out = console.file
+    raw = _ascii_bytes_sink(out)
+    text = True  # what was written last: the text stream's buffer is flushed before bytes
+    for piece in iter_scan_pieces(report):
+        if isinstance(piece, str):
+            out.write(piece)
+            text = True
+        elif raw is None:
+            out.write(piece.decode("ascii"))
+        else:  # kept text, 29 MB for cache-10k: spare decoding it and encoding it again
+            if text:
+                out.flush()
+                text = False
+            raw.write(piece)
+    out.write("\n")
+    out.flush()
+
+
+def _ascii_bytes_sink(out: Any) -> Any:
+    """The byte stream under the text stream ``out`` when ASCII written there lands as it is
+    (a UTF-8 or ASCII encoding, no newline translation), else None."""
+    import codecs
+    import os
+
+    raw, encoding = getattr(out, "buffer", None), getattr(out, "encoding", None)
+    if raw is None or not isinstance(encoding, str) or os.linesep != "\n":
+        return None
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return None
+    return raw if name in ("utf-8", "ascii") else None
 
 
 def _lint_document(report: LintReport) -> dict[str, Any]:
@@ -323,6 +364,7 @@ def _show_document(report: ShowReport) -> dict[str, Any]:
 
 JSON_WRITERS: Mapping[ReportKind, Writer] = {
     SCAN: _scan_json,
+    SCAN_JSON: _scan_json,
     LINT: _json(_lint_document),
     CHECK: _json(_check_document),
     PLAN: _json(_plan_document),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from cachedoctor._version import __version__
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.findings import Finding
-from cachedoctor.core.scan.report import SCHEMA_VERSION, ScanReport
+from cachedoctor.core.scan.report import SCHEMA_VERSION, JsonScan, PartWriters, ScanReport
 
 
 def to_plain(value: Any) -> Any:
@@ -57,14 +58,26 @@ def scan_document(report: ScanReport) -> dict[str, Any]:
     return {key: _whole(value) for key, value in _scan_fields(report)}
 
 
-def iter_scan_json(report: ScanReport) -> Iterator[str]:
+def iter_scan_json(scan: ScanReport | JsonScan) -> Iterator[str]:
     """``dumps(scan_document(report))`` in pieces, one top-level field, and one element of the
     long arrays (entries, findings, files), at a time: the same text, without holding the whole
-    document or any of its long arrays in memory (50k entries hold 50k -atime files)."""
+    document or any of its long arrays in memory (50k entries hold 50k -atime files). The
+    parts a ``JsonScan`` holds the text of (kept with the scan memo, made by ``SCAN_PARTS``)
+    are that text."""
+    for piece in iter_scan_pieces(scan):
+        yield piece if isinstance(piece, str) else piece.decode("ascii")
+
+
+def iter_scan_pieces(scan: ScanReport | JsonScan) -> Iterator[str | bytes]:
+    """``iter_scan_json`` with the kept text as the ASCII bytes it is stored as."""
+    report, kept = (scan.report, scan.kept) if isinstance(scan, JsonScan) else (scan, None)
+    names = () if kept is None else kept.names
     yield "{"
-    for n, (key, value) in enumerate(_scan_fields(report)):
+    for n, (key, value) in enumerate(_scan_fields(report, kept is None)):
         yield ("," if n else "") + "\n  " + json.dumps(key) + ": "
-        if isinstance(value, _Stream):
+        if kept is not None and key in names:
+            yield from kept.ascii(key)
+        elif isinstance(value, _Stream):
             yield from _iter_array(value)
         else:
             yield _indented(dumps(value), 1)
@@ -99,9 +112,10 @@ def _indented(text: str, depth: int) -> str:
     return text.replace("\n", "\n" + "  " * depth)
 
 
-def _scan_fields(report: ScanReport) -> list[tuple[str, Any]]:
-    """The scan document's fields in order, its long arrays as ``_Stream``s."""
-    entries, other_files = report.loaded_entries()
+def _scan_fields(report: ScanReport, loaded: bool = True) -> list[tuple[str, Any]]:
+    """The scan document's fields in order, its long arrays as ``_Stream``s (of nothing, when
+    not ``loaded``: their text comes from elsewhere)."""
+    entries, other_files = report.loaded_entries() if loaded else ((), ())
     return [
         ("schema_version", SCHEMA_VERSION),
         ("tool", {"name": "cachedoctor", "version": __version__}),
@@ -117,12 +131,27 @@ def _scan_fields(report: ScanReport) -> list[tuple[str, Any]]:
                 "subcaches": dict(report.summary.subcaches),
             },
         ),
-        ("modules", to_plain(report.modules)),
+        ("modules", _Stream(report.modules, to_plain)),  # the same text as the whole list
         ("entries", _Stream(entries, entry_dict)),
         ("findings", _Stream(report.findings, finding_dict)),
         ("subcaches", to_plain(report.subcaches)),
         ("files", _Stream(other_files, _file_dict)),
     ]
+
+
+def _part(name: str, report: ScanReport) -> Iterator[str]:
+    """The text of the long array ``name`` of the report's document, as ``iter_scan_json``
+    writes it."""
+    stream = dict(_scan_fields(report))[name]
+    assert isinstance(stream, _Stream)
+    return _iter_array(stream)
+
+
+# The long parts of the scan document whose text ``scan_json`` keeps beside the scan memo, and
+# ``iter_scan_json`` then writes as it is. Each is one of the document's streamed arrays.
+SCAN_PARTS: PartWriters = {
+    name: functools.partial(_part, name) for name in ("modules", "entries", "findings", "files")
+}
 
 
 def _file_dict(item: DirItem) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import cast
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir, parallel, reader
+from cachedoctor.cache import index, listdir, memostore, parallel, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.core.findings import FindingKind, Severity
 from cachedoctor.core.scan import memo as scanmemo
@@ -269,7 +269,7 @@ def test_a_memo_of_another_shape_is_not_served(cache: Path) -> None:
     )
     assert inputs is not None
     for body in ("[]", '{"scanned_at": 0}', '{"scanned_at": 0, "counts": [1, 2]}', "{"):
-        index.write_memo(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,), inputs, body)
+        memostore.write_memo(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,), inputs, body)
         assert not served(scanned(cache))  # and the scan keeps a good one again
         assert served(scanned(cache))
 

@@ -19,9 +19,11 @@ one timestamp tick; a bucket object's generation/ETag changes with every write).
 only forward in time (a clock set back misses), and only while no young truncated entry it holds
 has come of age (``scan.judged_by_age_until``: its verdict changes then). Its entries and
 other files are not stored: a caller that asks for them (``scan_directory(entries=True)``:
-``--json``, ``check``, the API) gets them read from the index (the same rows a scan without the
-memo serves) before the report is returned; the text report, ``lint`` and ``stats`` do not ask,
-and read nothing more.
+``check``, the API) gets them read from the index (the same rows a scan without the memo
+serves) before the report is returned; the text report, ``lint`` and ``stats`` do not ask, and
+read nothing more. ``scan --json`` (``scan_json``) asks for the text of its document's long
+parts instead (entries, files, modules, findings): kept beside the memo the first time it is
+asked (``memostore.py``), then served as it is, no entry read.
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir
+from cachedoctor.cache import index, listdir, memostore
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot, Member
+from cachedoctor.cache.memostore import KeptText
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.scan.report import (
     KeyModeUse,
     ModuleStats,
+    PartWriters,
     ScanReport,
     ScanSummary,
     judged_by_age_until,
@@ -65,13 +69,37 @@ class Memo:
     def served(self, now: float, rest: Rest | None) -> ScanReport | None:
         if self.inputs is None:
             return None
-        body = index.read_memo(self.cache, (self.max_decompressed,), self.inputs)
+        body = memostore.read_memo(self.cache, (self.max_decompressed,), self.inputs)
         return None if body is None else served(body, now, rest)
 
     def kept(self, report: ScanReport) -> ScanReport:
         if self.inputs is not None and keeps(report):
-            index.write_memo(self.cache, (self.max_decompressed,), self.inputs, dump(report))
+            memostore.write_memo(self.cache, (self.max_decompressed,), self.inputs, dump(report))
         return report
+
+    def kept_text(self, writers: PartWriters) -> KeptText | None:
+        """The document text kept beside the served report (call only after ``served`` served
+        one: it is good for exactly its inputs), or None."""
+        if self.inputs is None:
+            return None
+        options = (self.max_decompressed,)
+        return memostore.read_text(self.cache, options, self.inputs, tuple(writers))
+
+    def keep_text(self, report: ScanReport, writers: PartWriters) -> KeptText | None:
+        """The document text ``writers`` make of the report (its entries loaded), kept beside
+        its memo (after ``kept`` or ``served``); None when the memo does not keep the report or
+        the text could not be kept (no index: the caller writes the entries, as without)."""
+        if self.inputs is None or not keeps(report) or not index.enabled():
+            return None
+        parts = []
+        for name, write in writers.items():
+            body = memostore.compressed(write(report))
+            if body is None:
+                return None
+            parts.append((name, body))
+        kept = KeptText(tuple(parts))
+        options = (self.max_decompressed,)
+        return kept if memostore.write_text(self.cache, options, self.inputs, kept) else None
 
 
 # --- what a report rests on ----------------------------------------------------------------------

@@ -7,12 +7,13 @@ module imports no rule and does no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cachedoctor.cache import model
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
+from cachedoctor.cache.memostore import KeptText
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.plaindata import ToDict
@@ -110,6 +111,33 @@ class ScanReport(ToDict):
 
 
 ProgressCallback = Callable[[int, int], None]
+
+
+# How a renderer writes the long parts of its scan document (``render/jsonout.SCAN_PARTS``):
+# by name, a function from a report with its entries to that part's text, in pieces.
+# ``scan_json`` keeps the text beside the scan memo, and a served scan hands it back instead of
+# the entries.
+PartWriters = Mapping[str, Callable[["ScanReport"], Iterable[str]]]
+
+
+@dataclass(frozen=True)
+class JsonScan:
+    """What ``scan_json`` returns: the report, and the text of its document's long parts as
+    the writers made it (kept with the memo, checked when read). With ``kept`` the report's
+    ``entries`` and ``other_files`` are None; without (no memo kept: no index, files written in
+    the last seconds, XLA sub-caches) the report holds them."""
+
+    report: ScanReport
+    kept: KeptText | None = None
+
+    def without(self, kinds: Iterable[str]) -> JsonScan:
+        """As ``ScanReport.without``: the findings of ``kinds`` left out (``--ignore``), and
+        then not their kept text."""
+        report = self.report.without(kinds)
+        kept = self.kept
+        if kept is not None and len(report.findings) != len(self.report.findings):
+            kept = kept.without("findings")
+        return JsonScan(report, kept)
 
 
 @dataclass(frozen=True)

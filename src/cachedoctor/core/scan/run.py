@@ -20,10 +20,11 @@ from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
+from cachedoctor.cache.memostore import KeptText
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
-from cachedoctor.core.scan.report import ProgressCallback, ScanReport
+from cachedoctor.core.scan.report import JsonScan, PartWriters, ProgressCallback, ScanReport
 from cachedoctor.core.usage.records import Record
 from cachedoctor.storage import stores, urls
 from cachedoctor.xla import subcaches
@@ -59,20 +60,47 @@ def scan_directory(
     ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
     which nothing changed comes whole from the scan memo (``memo.py``).
     """
-    jax_info = jax_info or installed_jax()
-    now = time.time() if now is None else now
-    tiers = entries if all_tiers is None else all_tiers
-    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries, tiers)
-    if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
-        cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
-    with _cyclic_gc_paused():
-        if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
-            store = (
-                cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
-            )
-            with stores.one_line_errors(store.url):
-                return scan.bucket(store)
-        return scan.local(os.fspath(cache_dir), workers)
+    scan = _Scan(
+        jax_info or installed_jax(),
+        time.time() if now is None else now,
+        max_decompressed,
+        use_index,
+        progress,
+        entries,
+        entries if all_tiers is None else all_tiers,
+    )
+    return scan.run(cache_dir, workers)[0]
+
+
+def scan_json(
+    cache_dir: str | os.PathLike[str] | stores.Store,
+    writers: PartWriters,
+    *,
+    progress: ProgressCallback | None = None,
+    max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
+    jax_info: JaxInfo | None = None,
+    now: float | None = None,
+    use_index: bool = True,
+    workers: int | None = None,
+) -> JsonScan:
+    """``scan_directory`` for a document that holds every entry (``scan --json``): the text of
+    its long parts (entries, files...) as ``writers`` make it, kept beside the scan memo and
+    served with it (``memostore.py``), so that a repeated scan of an unchanged cache reads no
+    entry. Where no memo is kept, the report with its entries instead (``JsonScan``)."""
+    scan = _Scan(
+        jax_info or installed_jax(),
+        time.time() if now is None else now,
+        max_decompressed,
+        use_index,
+        progress,
+        True,
+        True,  # every tier: the document shows every entry's HLO facts
+        writers,
+    )
+    return JsonScan(*scan.run(cache_dir, workers))
+
+
+_Outcome = tuple[ScanReport, KeptText | None]  # the report, and its kept document text
 
 
 @contextlib.contextmanager
@@ -98,7 +126,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
 class _Scan:
     """One scan's settings, and its two paths: a local directory and a bucket. Each first asks
     the scan memo (``memo``) for the report of an unchanged cache; its entries and other
-    files are then read (without progress) only when ``with_entries``."""
+    files are then read (without progress) only when ``with_entries``, and not even then when
+    ``writers`` is given and the memo holds their JSON text."""
 
     jax_info: JaxInfo
     now: float
@@ -107,22 +136,58 @@ class _Scan:
     progress: ProgressCallback | None
     with_entries: bool
     all_tiers: bool
+    writers: PartWriters | None = None  # scan_json: keep and serve the document text
 
-    def _rest(self, read: scanmemo.Rest) -> scanmemo.Rest | None:
-        return read if self.with_entries else None
+    def run(
+        self, cache_dir: str | os.PathLike[str] | stores.Store, workers: int | None
+    ) -> _Outcome:
+        if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
+            cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+        with _cyclic_gc_paused():
+            if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
+                store = (
+                    cache_dir
+                    if isinstance(cache_dir, stores.Store)
+                    else stores.open_store(cache_dir)
+                )
+                with stores.one_line_errors(store.url):
+                    return self.bucket(store)
+            return self.local(os.fspath(cache_dir), workers)
 
-    def _finished(self, report: ScanReport) -> ScanReport:
-        if self.with_entries:
-            return report
-        return dataclasses.replace(report, entries=None, other_files=None)
+    def _served(self, memo: scanmemo.Memo, rest: scanmemo.Rest) -> _Outcome | None:
+        """The memo's report, with what this scan asks for, or None when it serves none."""
+        if self.writers is None:
+            report = memo.served(self.now, rest if self.with_entries else None)
+            return None if report is None else (report, None)
+        report = memo.served(self.now, None)
+        if report is None:
+            return None
+        kept = memo.kept_text(self.writers)
+        if kept is not None:
+            return report, kept
+        entries, others = rest()  # kept by a scan that did not ask for them: keep them now
+        whole = dataclasses.replace(report, entries=tuple(entries), other_files=tuple(others))
+        return self._finished(memo, whole)
 
-    def local(self, root: str, workers: int | None) -> ScanReport:
+    def _finished(self, memo: scanmemo.Memo, report: ScanReport) -> _Outcome:
+        """A report made (and kept by ``memo.kept``) or served whole, as this scan asks for
+        it: without entries for the text report, with them or with their kept JSON text."""
+        if self.writers is not None:
+            kept = memo.keep_text(report, self.writers)
+            if kept is None:
+                return report, None
+        elif self.with_entries:
+            return report, None
+        else:
+            kept = None
+        return dataclasses.replace(report, entries=None, other_files=None), kept
+
+    def local(self, root: str, workers: int | None) -> _Outcome:
         snapshot = listdir.read_dir(root)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
-        rest = functools.partial(self._local_rest, snapshot, workers)
-        served = memo.served(self.now, self._rest(rest))
+        served = self._served(memo, functools.partial(self._local_rest, snapshot, workers))
         if served is not None:
             return served
         listing = listdir.listing_of(snapshot)
@@ -137,7 +202,7 @@ class _Scan:
         report = build_report(
             listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
         )
-        return self._finished(memo.kept(report))
+        return self._finished(memo, memo.kept(report))
 
     def _local_entries(
         self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
@@ -167,7 +232,7 @@ class _Scan:
         listing = listdir.listing_of(snapshot)
         return self._local_entries(listing, workers, None), other_files(listing)
 
-    def bucket(self, store: stores.Store) -> ScanReport:
+    def bucket(self, store: stores.Store) -> _Outcome:
         listing = listdir.list_cache(store)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.bucket_inputs(listing, *args) if self.use_index else None
@@ -184,7 +249,7 @@ class _Scan:
                     self.all_tiers,
                 )
 
-        served = memo.served(self.now, self._rest(lambda: (decoded(None), other_files(listing))))
+        served = self._served(memo, lambda: (decoded(None), other_files(listing)))
         if served is not None:
             return served
         entries = decoded(self.progress)
@@ -193,7 +258,7 @@ class _Scan:
         report = build_report(
             listing, entries, self.jax_info, self.now, manifests=manifests, records=records
         )
-        return self._finished(memo.kept(report))
+        return self._finished(memo, memo.kept(report))
 
 
 def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
