@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TypeVar
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import reader, travel
 from cachedoctor.cache.listdir import CacheListing, DirItem
 from cachedoctor.cache.model import EntryInfo
 
@@ -33,6 +33,7 @@ MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this pr
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None]  # path, key
+Decoded = tuple[EntryInfo, str | None]  # an entry, and the digest of its bytes when asked for
 T = TypeVar("T")
 
 
@@ -47,12 +48,17 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _decode_batch(jobs: Sequence[Job], max_decompressed: int) -> list[EntryInfo]:
-    out = []
+def _decode_batch(jobs: Sequence[Job], max_decompressed: int, digested: bool) -> list[Decoded]:
+    """Each job's entry; with ``digested``, also the digest of the bytes it was decoded from
+    (``travel.decode_digested``: the same read)."""
+    out: list[Decoded] = []
     for path, key in jobs:
+        if digested:
+            out.append(travel.decode_digested(path, key, max_decompressed))
+            continue
         info = reader.decode_entry(path, key=key, max_decompressed=max_decompressed)
         assert isinstance(info, EntryInfo)
-        out.append(info)
+        out.append((info, None))
     return out
 
 
@@ -99,6 +105,31 @@ def decode_items(
 
     ``progress(n)`` is called with the number of entries finished since the last call.
     """
+    for info, _ in _decode_items(listing, items, max_decompressed, workers, progress, False):
+        yield info
+
+
+def decode_items_digested(
+    listing: CacheListing,
+    items: Sequence[DirItem],
+    *,
+    max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Decoded]:
+    """``decode_items``, each entry with the digest of the bytes it was decoded from (None
+    when unknown), for the scan index (``travel.py``)."""
+    return _decode_items(listing, items, max_decompressed, workers, progress, True)
+
+
+def _decode_items(
+    listing: CacheListing,
+    items: Sequence[DirItem],
+    max_decompressed: int,
+    workers: int | None,
+    progress: Callable[[int], None] | None,
+    digested: bool,
+) -> Iterator[Decoded]:
 
     base = str(Path(listing.root))  # str(listing.path(item)), without a Path per entry
 
@@ -111,14 +142,16 @@ def decode_items(
     small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
     if workers == 1 or small or len(items) <= 1:
         jobs = [job(n) for n in range(len(items))]
-        yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
+        yield from _serial(_batches(jobs, sizes), max_decompressed, progress, digested)
         return
     # Copies of one executable (unstable keys) have the same module and size: send them to the
     # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
     order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
     batches = _batches(order, [sizes[n] for n in order], parts=8 * workers)
-    found: list[EntryInfo | None] = [None] * len(items)
-    decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
+    found: list[Decoded | None] = [None] * len(items)
+    decoded = _pooled(
+        batches, job, max_decompressed, min(workers, len(batches)), progress, digested
+    )
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
@@ -141,10 +174,11 @@ def _serial(
     batches: Sequence[Sequence[Job]],
     max_decompressed: int,
     progress: Callable[[int], None] | None,
-) -> Iterator[EntryInfo]:
+    digested: bool,
+) -> Iterator[Decoded]:
     for batch in batches:
         for job in batch:
-            yield from _decode_batch([job], max_decompressed)
+            yield from _decode_batch([job], max_decompressed, digested)
             if progress is not None:
                 progress(1)
 
@@ -155,23 +189,25 @@ def _pooled(
     max_decompressed: int,
     workers: int,
     progress: Callable[[int], None] | None,
-) -> Iterator[EntryInfo]:
+    digested: bool,
+) -> Iterator[Decoded]:
     done = 0
     try:
         pool = ProcessPoolExecutor(  # a forked worker inherits a scan's paused collector
             max_workers=workers, mp_context=_context(), initializer=gc.enable
         )
     except (OSError, ValueError, NotImplementedError):
-        yield from _serial([[job(n) for n in b] for b in batches], max_decompressed, progress)
+        jobs = [[job(n) for n in b] for b in batches]
+        yield from _serial(jobs, max_decompressed, progress, digested)
         return
     broken = False
     try:
-        pending: deque[Future[list[EntryInfo]]] = deque()
+        pending: deque[Future[list[Decoded]]] = deque()
         submitted = 0
         while done < len(batches):
             while submitted < len(batches) and len(pending) < 2 * workers:
                 jobs = [job(n) for n in batches[submitted]]  # made when sent: never all at once
-                pending.append(pool.submit(_decode_batch, jobs, max_decompressed))
+                pending.append(pool.submit(_decode_batch, jobs, max_decompressed, digested))
                 submitted += 1
             result = pending.popleft().result()
             done += 1
@@ -188,7 +224,7 @@ def _pooled(
     if broken:
         # a worker died (killed, out of memory): finish here, from the first unfinished batch
         left = [[job(n) for n in batch] for batch in batches[done:]]
-        yield from _serial(left, max_decompressed, progress)
+        yield from _serial(left, max_decompressed, progress, digested)
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:

@@ -134,20 +134,22 @@ class _Scan:
     def _local_entries(
         self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
     ) -> list[EntryInfo]:
-        from cachedoctor.cache import parallel
+        from cachedoctor.cache import parallel, travel
 
+        path_of = _local_path_of(listing)
         return _decode_entries(
             listing,
-            lambda todo, advance: parallel.decode_items(
+            lambda todo, advance: parallel.decode_items_digested(
                 listing,
                 todo,
                 max_decompressed=self.max_decompressed,
                 workers=workers,
                 progress=advance,
             ),
-            _local_path_of(listing),
+            path_of,
             progress,
             self.max_decompressed if self.use_index else None,
+            lambda item: travel.file_digest(path_of(item), item.size),
         )
 
     def _local_rest(
@@ -194,7 +196,10 @@ def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
     return lambda item: os.path.join(base, item.name)
 
 
-Decoder = Callable[[list[DirItem], Callable[[int], None] | None], Iterable[EntryInfo]]
+# decodes entries, each with the digest of its bytes when known (local files)
+Decoder = Callable[
+    [list[DirItem], Callable[[int], None] | None], Iterable[tuple[EntryInfo, str | None]]
+]
 
 
 def _decode_from_store(
@@ -202,12 +207,14 @@ def _decode_from_store(
     max_decompressed: int,
     todo: list[DirItem],
     advance: Callable[[int], None] | None,
-) -> list[EntryInfo]:
-    """Decode objects concurrently through the store, reporting one step per object."""
+) -> list[tuple[EntryInfo, str | None]]:
+    """Decode objects concurrently through the store, reporting one step per object (no
+    digests: an object is known by its generation or ETag)."""
     step = None if advance is None else (lambda _done, _total: advance(1))
-    return reader.decode_store_entries(
+    decoded = reader.decode_store_entries(
         store, todo, progress=step, max_decompressed=max_decompressed
     )
+    return [(info, None) for info in decoded]
 
 
 def _decode_entries(
@@ -216,15 +223,19 @@ def _decode_entries(
     path_of: Callable[[DirItem], str],
     progress: ProgressCallback | None,
     index_options: int | None,
+    digest_of: Callable[[DirItem], str | None] | None = None,
 ) -> list[EntryInfo]:
     """Every entry of the listing, in order: from the index (when ``index_options`` is given)
-    when unchanged, else decoded by ``decode`` (which reports its progress by increments)."""
+    when unchanged (by identity, or by ``digest_of`` the bytes of a local file), else decoded
+    by ``decode`` (which reports its progress by increments)."""
     from cachedoctor.cache import index as index_mod
 
     items = listing.entries
-    idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
+    idx = None
+    if index_options is not None:
+        idx = index_mod.load(listing.root, (index_options,), entries=bool(items))
     strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
-    served = {} if idx is None else idx.serve(items, path_of, strings)
+    served = {} if idx is None else idx.serve(items, path_of, strings, digest_of)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -252,11 +263,14 @@ def _decode_entries(
             progress(done, len(items))
 
     decoded = decode([items[n] for n in todo], advance if progress is not None else None)
-    for n, info in zip(todo, decoded, strict=True):
+    digests: dict[str, str | None] = {}
+    for n, (info, digest) in zip(todo, decoded, strict=True):
         found[n] = model.share_strings(info, strings, items[n].key)
+        digests[items[n].name] = digest
     entries = [e for e in found if e is not None]
     if idx is not None:
-        idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
+        fresh = {items[n].name: found[n] for n in todo}
+        idx.update(items, fresh, time.time(), digests)  # type: ignore[arg-type]
         idx.save()
     return entries
 
