@@ -67,6 +67,8 @@ DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
 BUSY_TIMEOUT_S = 2.0  # another scan writing the same index: wait this long, then go without
 
 Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:version" for an object
+# starts hashing the files of these items, returns what waits for their digests (in order)
+StartDigests = Callable[[list[DirItem]], Callable[[], list[str | None]]]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -201,8 +203,7 @@ class ScanIndex:
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
     _changed: dict[str, tuple[DirItem, EntryInfo, str | None]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
-    # rows served by their digest: name -> the file's item, and the row's digest and values
-    _moved: dict[str, tuple[DirItem, str, str, str, str | None]] = field(default_factory=dict)
+    _moved: dict[str, DirItem] = field(default_factory=dict)  # rows served by their digest
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
     @property
@@ -219,58 +220,72 @@ class ScanIndex:
         items: Iterable[DirItem],
         path_of: Callable[[DirItem], str],
         strings: dict[str, str],
-        digest_of: Callable[[DirItem], str | None] | None = None,
+        digests_of: StartDigests | None = None,
     ) -> dict[str, EntryInfo]:
         """The stored result of every item whose file or object is unchanged, by name, each
         reported at ``path_of(item)``, its strings shared through ``strings`` (as
         ``model.share_strings`` does for decoded entries: once per distinct shared text here).
-        A row whose identity does not hold here (another place, a new inode or mtime) is served
-        only when ``digest_of(item)`` (the file's bytes, read once) is the row's digest.
-        Rows of names no longer listed are dropped at ``save``."""
+
+        A row whose identity does not hold here (another place, a new inode or mtime) but whose
+        size does is served only when its file's bytes hash to the row's digest:
+        ``digests_of(items)`` starts hashing those files (on other cores) while the rows are
+        decoded here, and returns what gives their digests, in order; a row whose digest
+        differs is then dropped, and its entry decoded. Rows of names no longer listed are
+        dropped at ``save``."""
         db, self._db = self._db, None
         if db is None:
             return {}
         current = {item.name: item for item in items}
         served: dict[str, EntryInfo] = {}
+        check: dict[str, tuple[DirItem, str]] = {}
+        waiting: Callable[[], list[str | None]] | None = None
         try:
             with contextlib.closing(db):
+                check = self._to_check(db, current, digests_of is not None)
+                if check and digests_of is not None:
+                    waiting = digests_of([item for item, _ in check.values()])
                 hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
                 for raw_name, *row in db.execute(f"SELECT {_COLUMNS} FROM entries"):
                     name = os.fsdecode(raw_name)
                     item = current.get(name)
                     if item is None:
-                        self._removed.add(name)
-                    elif self._holds(name, row, item, digest_of):
+                        continue
+                    held = self.place_ok and row[0] == identity(item, self.remote)
+                    if held or name in check:
                         info = self._decode(name, row, hlo_rows, item, path_of(item), strings)
                         if info is not None:
                             served[name] = info
-                        else:
-                            self._moved.pop(name, None)
         except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
             self.loaded = False  # decode everything and write a fresh index
             self._removed.clear()
-            self._moved.clear()
-            return {}
+            served.clear()
+        finally:
+            found = [] if waiting is None else waiting()
+        for (name, (item, digest)), got in zip(check.items() if found else (), found, strict=True):
+            if got == digest and name in served:
+                self._moved[name] = item  # the same bytes at a new identity
+            else:
+                served.pop(name, None)  # changed (or unreadable): decoded again
         return served
 
-    def _holds(
-        self,
-        name: str,
-        row: list[Any],
-        item: DirItem,
-        digest_of: Callable[[DirItem], str | None] | None,
-    ) -> bool:
-        """Whether the row describes the file as it is: by its identity, in the place the row
-        was written; else by the digest of its bytes (the row is then marked moved)."""
-        ident, digest = row[0], row[1]
-        if self.place_ok and ident == identity(item, self.remote):
-            return True
-        if digest is None or digest_of is None or not isinstance(ident, str):
-            return False
-        if ident.partition(":")[0] != str(item.size) or digest_of(item) != digest:
-            return False
-        self._moved[name] = (item, digest, *row[2:5])
-        return True
+    def _to_check(
+        self, db: sqlite3.Connection, current: dict[str, DirItem], by_digest: bool
+    ) -> dict[str, tuple[DirItem, str]]:
+        """The rows to serve only by the digest of their file's bytes: a row whose identity
+        does not hold, of a file of the same size (name -> the item and the row's digest).
+        Rows of names no longer listed are marked removed."""
+        check: dict[str, tuple[DirItem, str]] = {}
+        for raw_name, ident, digest in db.execute("SELECT name, identity, digest FROM entries"):
+            name = os.fsdecode(raw_name)
+            item = current.get(name)
+            if item is None:
+                self._removed.add(name)
+            elif self.place_ok and ident == identity(item, self.remote):
+                continue
+            elif by_digest and isinstance(digest, str) and isinstance(ident, str):
+                if ident.partition(":")[0] == str(item.size):
+                    check[name] = (item, digest)
+        return check
 
     def _decode(
         self,
@@ -282,8 +297,8 @@ class ScanIndex:
         strings: dict[str, str],
     ) -> EntryInfo | None:
         """The row's entry, or None when the row is damaged or of another shape."""
-        ident, digest, scalars, parts, hlo_id, checksum = row
-        if checksum != _checksum(name, ident, digest, scalars, parts, hlo_id):
+        _ident, _digest, scalars, parts, hlo_id, checksum = row
+        if checksum != _checksum(name, scalars, parts, hlo_id):
             return None
         try:
             summary = None
@@ -333,11 +348,11 @@ class ScanIndex:
                 continue
             self._changed[name] = (item, info, None if digests is None else digests.get(name))
             self._removed.discard(name)
-        for name, (item, *_) in self._moved.items():
+        for name, item in self._moved.items():
             if not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns:
                 # a file written just now may still change within one timestamp tick: keep
                 # only its size, so that it is hashed again next time
-                self._moved[name] = (dataclasses.replace(item, mtime_ns=-1), *_)
+                self._moved[name] = dataclasses.replace(item, mtime_ns=-1)
 
     def save(self) -> None:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
@@ -365,10 +380,7 @@ class ScanIndex:
                     "DELETE FROM entries WHERE name = ?", [(os.fsencode(n),) for n in self._removed]
                 )
                 self._insert(db)
-                db.executemany(
-                    "UPDATE entries SET identity = ?, checksum = ? WHERE name = ? AND digest = ?",
-                    self._moved_rows(),
-                )
+                db.executemany("UPDATE entries SET identity = ? WHERE name = ?", self._moved_rows())
                 if not self.place_ok:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('place', ?)", (self.place,))
                 if self._removed:
@@ -395,12 +407,12 @@ class ScanIndex:
                 db.close()
 
     def _moved_rows(self) -> Iterator[tuple[object, ...]]:
-        """(identity, checksum, name, digest) of each row served by its digest: its identity
-        here (only its size for a file written just now), its checksum made anew."""
-        for name, (item, digest, scalars, parts, hlo_id) in self._moved.items():
+        """(identity, name) of each row served by its digest: its identity here (only its size
+        for a file written just now). A damaged identity or digest only misses (the checksum
+        covers what a row serves, not what finds it)."""
+        for name, item in self._moved.items():
             ident = identity(item, self.remote) if item.mtime_ns >= 0 else f"{item.size}:"
-            checksum = _checksum(name, ident, digest, scalars, parts, hlo_id)
-            yield (ident, checksum, os.fsencode(name), digest)
+            yield (ident, os.fsencode(name))
 
     def _insert(self, db: sqlite3.Connection) -> None:
         """Write the changed rows, each made when sqlite asks for it (never all held at once),
@@ -433,7 +445,7 @@ class ScanIndex:
                     text = _dumps([*objects, *shared])
                     known_parts = part_texts[memo_key] = (objects, text)
                 parts = known_parts[1]
-                checksum = _checksum(name, ident, digest, scalars, parts, hlo_id)
+                checksum = _checksum(name, scalars, parts, hlo_id)
                 yield (os.fsencode(name), ident, digest, scalars, parts, hlo_id, checksum)
 
         db.executemany(f"INSERT OR REPLACE INTO entries ({_COLUMNS}) VALUES ({_SLOTS})", rows())
@@ -536,10 +548,10 @@ def _header(cache: str, options: tuple[object, ...], path: Path) -> dict[str, st
     }
 
 
-def _checksum(
-    name: str, ident: str, digest: str | None, scalars: str, parts: str, hlo_id: str | None
-) -> bytes:
-    text = "\0".join((ident, digest or "", scalars, parts, hlo_id or ""))
+def _checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
+    """What catches a damaged row's values. Not its identity nor digest: damaged, those only
+    fail to match the file, which is then decoded."""
+    text = "\0".join((scalars, parts, hlo_id or ""))
     return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
 
 

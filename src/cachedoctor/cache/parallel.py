@@ -159,6 +159,44 @@ def _decode_items(
         yield result
 
 
+def start_digests(
+    paths: Sequence[str], sizes: Sequence[int], *, workers: int | None = None
+) -> Callable[[], list[str | None]]:
+    """Start hashing the files at ``paths`` (``travel.file_digest``, each expected ``sizes``
+    long) on other processes, while this one goes on (the scan index decodes its rows); the
+    function returned waits for the digests, in order. Few files, one worker or no pool: they
+    are hashed in this process when asked for."""
+    workers = default_workers() if workers is None else max(1, workers)
+    jobs = list(zip(paths, sizes, strict=True))
+
+    def here() -> list[str | None]:
+        return _digest_batch(jobs)
+
+    if workers == 1 or (len(jobs) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES):
+        return here
+    # this process decodes the index's rows meanwhile: leave it a core
+    batches = _batches(jobs, sizes, parts=max(1, workers - 1))
+    try:
+        pool = ProcessPoolExecutor(max_workers=max(1, workers - 1), mp_context=_context())
+        futures = [pool.submit(_digest_batch, batch) for batch in batches]
+    except (OSError, ValueError, NotImplementedError, RuntimeError):
+        return here
+
+    def wait() -> list[str | None]:
+        try:
+            return [d for f in futures for d in f.result()]
+        except (BrokenProcessPool, OSError):
+            return here()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return wait
+
+
+def _digest_batch(jobs: Sequence[tuple[str, int]]) -> list[str | None]:
+    return [travel.file_digest(path, size) for path, size in jobs]
+
+
 def _module_of(key: str | None) -> str:
     return (key or "").rpartition("-")[0]
 

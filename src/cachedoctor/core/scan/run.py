@@ -134,7 +134,7 @@ class _Scan:
     def _local_entries(
         self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
     ) -> list[EntryInfo]:
-        from cachedoctor.cache import parallel, travel
+        from cachedoctor.cache import parallel
 
         path_of = _local_path_of(listing)
         return _decode_entries(
@@ -149,7 +149,9 @@ class _Scan:
             path_of,
             progress,
             self.max_decompressed if self.use_index else None,
-            lambda item: travel.file_digest(path_of(item), item.size),
+            lambda todo: parallel.start_digests(
+                [path_of(i) for i in todo], [i.size for i in todo], workers=workers
+            ),
         )
 
     def _local_rest(
@@ -223,10 +225,11 @@ def _decode_entries(
     path_of: Callable[[DirItem], str],
     progress: ProgressCallback | None,
     index_options: int | None,
-    digest_of: Callable[[DirItem], str | None] | None = None,
+    digests_of: Callable[[list[DirItem]], Callable[[], list[str | None]]] | None = None,
 ) -> list[EntryInfo]:
     """Every entry of the listing, in order: from the index (when ``index_options`` is given)
-    when unchanged (by identity, or by ``digest_of`` the bytes of a local file), else decoded
+    when unchanged (by identity, or by the digests of a local file's bytes that ``digests_of``
+    starts), else decoded
     by ``decode`` (which reports its progress by increments)."""
     from cachedoctor.cache import index as index_mod
 
@@ -235,7 +238,7 @@ def _decode_entries(
     if index_options is not None:
         idx = index_mod.load(listing.root, (index_options,), entries=bool(items))
     strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
-    served = {} if idx is None else idx.serve(items, path_of, strings, digest_of)
+    served = {} if idx is None else idx.serve(items, path_of, strings, digests_of)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
