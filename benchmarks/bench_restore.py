@@ -11,7 +11,7 @@ alternating repetitions, each in a fresh interpreter (``_child.py``, the command
   decoded, on all cores);
 
 and the floors on the restored copy in this process: **L** (list and ``lstat`` every file) and
-**R** (read every byte of every entry). The target is travel ≤ 2 × (L + R). ``--hash`` also
+**R** (read every byte of every entry). The target is travel <= 2 x (L + R). ``--hash`` also
 times XXH3-128 against BLAKE2b over the corpus's entry bytes in memory (the digest's choice).
 
     python benchmarks/bench_restore.py [--corpus cache-10k,dist-10k] [--reps 5] [--hash]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, parallel, reader
-from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
 from tests.support.caches import entries_of

@@ -101,7 +101,12 @@ def test_restored_copy_is_served_from_its_index(
     # the rows now know the copy's files: the next scan hashes nothing
     hashed: list[str] = []
     real = travel.file_digest
-    monkeypatch.setattr(travel, "file_digest", lambda p, s: hashed.append(p) or real(p, s))
+
+    def counting(path: str, size: int) -> str | None:
+        hashed.append(path)
+        return real(path, size)
+
+    monkeypatch.setattr(travel, "file_digest", counting)
     assert report(copy) == expected
     assert decodes == [] and hashed == []
     # and the CLI, in a fresh process: the same document as without any index
@@ -168,7 +173,7 @@ def test_jax_lru_eviction_evicts_only_entries(evict_cache: Path, tmp_path: Path)
     env = {**EVICT, "JAX_COMPILATION_CACHE_MAX_SIZE": str(sum(sizes.values()))}
     env |= {"CACHEDOCTOR_PLAIN_SIZE": "256", "JAX_LOGGING_LEVEL": "DEBUG"}
 
-    def evict(cache: Path) -> tuple[list[str], list[str]]:
+    def evict(cache: Path) -> tuple[list[str], tuple[list[str], int]]:
         (run,) = make_cache(cache, [("plain", env)])
         assert "persistent compilation cache entry" not in run.stderr, run.stderr[-3000:]
         evicted = sorted(re.findall(r"Evicting cache entry '([^']+)'", run.stderr))

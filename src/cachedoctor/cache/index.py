@@ -282,9 +282,13 @@ class ScanIndex:
                 self._removed.add(name)
             elif self.place_ok and ident == identity(item, self.remote):
                 continue
-            elif by_digest and isinstance(digest, str) and isinstance(ident, str):
-                if ident.partition(":")[0] == str(item.size):
-                    check[name] = (item, digest)
+            elif (
+                by_digest
+                and isinstance(digest, str)
+                and isinstance(ident, str)
+                and ident.partition(":")[0] == str(item.size)
+            ):
+                check[name] = (item, digest)
         return check
 
     def _decode(

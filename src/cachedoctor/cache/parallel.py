@@ -235,8 +235,8 @@ def _pooled(
             max_workers=workers, mp_context=_context(), initializer=gc.enable
         )
     except (OSError, ValueError, NotImplementedError):
-        jobs = [[job(n) for n in b] for b in batches]
-        yield from _serial(jobs, max_decompressed, progress, digested)
+        every = [[job(n) for n in b] for b in batches]
+        yield from _serial(every, max_decompressed, progress, digested)
         return
     broken = False
     try:

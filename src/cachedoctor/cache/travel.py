@@ -19,8 +19,10 @@ a restore changes nothing there) keep theirs. ``CACHEDOCTOR_NO_INDEX=1`` turns i
 What sees the folder:
 
 - JAX's LRU eviction does not: it globs ``*-cache`` in the cache directory, not below it
-  (``jax/_src/lru_cache.py``, ``LRUCache._evict_if_needed``: ``self.path.glob(f"*{_CACHE_SUFFIX}")``,
-  jax 0.4.38 to 0.10.2), and the folder's name does not end in ``-cache``.
+  (``jax/_src/lru_cache.py``, ``LRUCache._evict_if_needed``, line 178 in jax 0.10.2:
+  ``for cache_path in self.path.glob(f"*{_CACHE_SUFFIX}")``; the same in 0.4.38), and the
+  folder's name does not end in ``-cache`` (a name that did would be stat'ed as an entry and
+  its ``-atime`` read: JAX's write then fails, tests/cache/test_travel.py saw it).
 - cachedoctor's own listing does not (``listdir.read_dir``): a scan with the index reports what a
   scan without it does, ``prune`` never names the folder (it is not in the listing, so neither
   foreign nor counted in ``--max-size``), and the scan memo does not see the index's own writes.
@@ -64,6 +66,7 @@ except ImportError:  # a declared dependency; without it, rows carry BLAKE2b dig
         return hashlib.blake2b(digest_size=16)
 
     DIGEST_NAME = "blake2b-128"
+
 
 def in_cache_enabled() -> bool:
     return os.environ.get(IN_CACHE_ENV, "").strip().lower() not in ("0", "false", "no", "off")
@@ -162,10 +165,7 @@ def decode_digested(
     try:
         with open_regular(path) as fh:
             st = os.fstat(fh.fileno())
-            if st.st_size > WHOLE_READ_MAX:
-                data = None
-            else:
-                data = fh.read(st.st_size + 1)
+            data = None if st.st_size > WHOLE_READ_MAX else fh.read(st.st_size + 1)
     except OSError:
         data, st = None, None
     if data is None or st is None or len(data) != st.st_size:
