@@ -36,6 +36,10 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CACHEDOCTOR_CONFIG", str(tmp_path / "cachedoctor-config.toml"))
     # the scan index lives in the user cache dir: keep each test's index its own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    # ...and never inside a cache (cache/travel.py): the session's shared caches must not
+    # change (shared_builds), nor one test's index serve another's scan of them. The tests of
+    # the index that travels (tests/cache/test_index.py, test_travel.py) turn it back on.
+    monkeypatch.setenv("CACHEDOCTOR_INDEX_IN_CACHE", "0")
     # a bucket's store is kept per process, and an in-process hook makes it JAX's own fsspec
     # instance (cached by fsspec, bound to the endpoint of its day): a later test's servers
     # listen elsewhere (a module fixture set up again on this worker), so each test starts anew

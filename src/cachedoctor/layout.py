@@ -16,6 +16,11 @@ CACHEDOCTOR_PREFIX = "cachedoctor"
 MANIFEST_DIRNAME = "cachedoctor-manifests"  # one key manifest per entry, written by the hook
 MANIFEST_SUFFIX = ".json"
 STATS_DIRNAME = "cachedoctor-stats"  # one record per process, written at exit (stablekeys/stats)
+# the scan index, when it travels with the cache (cache/travel.py); never listed as a member.
+# Never a name ending in CACHE_SUFFIX: JAX's LRU eviction counts and evicts what matches
+# `self.path.glob(f"*{_CACHE_SUFFIX}")` (jax/_src/lru_cache.py:178 in jax 0.10.2, :176 in 0.4.38)
+INDEX_DIRNAME = "cachedoctor-index"
+INDEX_FILENAME = "index.sqlite"
 MANIFEST_IR_SUFFIX = ".mlir.gz"
 OWN_LOCKFILE = ".cachedoctor-lock"
 TEMP_PREFIX = ".cachedoctor-tmp-"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, parallel, reader
+from cachedoctor.cache import index, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
 from tests.support.caches import entries_of
@@ -28,6 +28,7 @@ NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compare
 def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(travel.IN_CACHE_ENV, raising=False)  # each cache here is a copy
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
 
 
@@ -51,7 +52,12 @@ def test_second_scan_decodes_nothing_and_reports_the_same(cache: Path, decodes: 
     assert report(cache) == plain
     assert decodes == []
     assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
-    assert not any(p.name.startswith("cachedoctor") for p in cache.iterdir())  # scan is read-only
+    # the index travels with the cache, in a folder of its own that no listing shows
+    assert index.index_path(cache) == cache.resolve() / "cachedoctor-index" / "index.sqlite"
+    assert [p.name for p in cache.iterdir() if p.name.startswith("cachedoctor")] == [
+        "cachedoctor-index"
+    ]
+    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "cachedoctor").exists()
 
 
 def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> None:
@@ -162,7 +168,7 @@ def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], s
         db = sqlite3.connect(_index_file(cache))
         with db:
             for name, *row, _ in db.execute("SELECT * FROM entries WHERE rowid = 1"):
-                good = index._checksum(os.fsdecode(name), *row)
+                good = index._checksum(os.fsdecode(name), *row[2:])
                 db.execute("UPDATE entries SET checksum = ? WHERE rowid = 1", (good,))
         db.close()
         assert loaded.loaded
@@ -252,6 +258,7 @@ def test_disabled_by_environment(
 
 
 def test_index_folder_is_bounded(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(travel.IN_CACHE_ENV, "0")  # the user cache dir's folder of indexes
     report(cache)
     root = index.index_root()
     for n in range(5):

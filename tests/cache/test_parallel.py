@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import listdir, parallel, reader
-from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
 from tests.support.caches import entries_of
@@ -32,8 +31,8 @@ _REAL_SERIAL = parallel._serial
 
 
 def _dying(
-    jobs: Sequence[parallel.Job], max_decompressed: int, defer_hlo: bool = False
-) -> list[EntryInfo]:
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
+) -> list[parallel.Decoded]:
     """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
 
     A pool worker knows its parent under every start method; a forkserver worker re-imports this
@@ -41,7 +40,7 @@ def _dying(
     """
     if multiprocessing.parent_process() is not None:
         os._exit(9)
-    return _REAL_DECODE_BATCH(jobs, max_decompressed, defer_hlo)
+    return _REAL_DECODE_BATCH(jobs, max_decompressed, digested, defer_hlo)
 
 
 @pytest.fixture
@@ -110,16 +109,16 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
 
 
 def _collector_state(
-    jobs: Sequence[parallel.Job], max_decompressed: int, defer_hlo: bool = False
-) -> list[EntryInfo]:
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
+) -> list[parallel.Decoded]:
     """Decode, and say in each entry's module whether this process collects cyclic garbage."""
     import dataclasses
     import gc
 
     state = f"gc-{gc.isenabled()}-in-{'worker' if multiprocessing.parent_process() else 'main'}"
     return [
-        dataclasses.replace(e, module=state)
-        for e in _REAL_DECODE_BATCH(jobs, max_decompressed, defer_hlo)
+        (dataclasses.replace(e, module=state), d)
+        for e, d in _REAL_DECODE_BATCH(jobs, max_decompressed, digested, defer_hlo)
     ]
 
 

@@ -9,12 +9,25 @@ stored (a write may still be in flight within one timestamp tick). A bucket obje
 its size, mtime and generation (GCS) or ETag (S3), which change with every write. Entries that
 could not be read are never stored.
 
-Where: ``<user cache dir>/index/<sha256 of the cache's real path or URL>.sqlite``, the user cache
-dir being the one ``platformdirs`` names (``${XDG_CACHE_HOME:-~/.cache}/cachedoctor`` on
-Linux), never inside the JAX cache directory. A scan stays read-only on the cache: it may be
-shared with other users or hosts, mounted read-only, or watched by tests and sync tools, and
-JAX's LRU eviction must never see our files. The least recently written index files go when the
-folder outgrows ``MAX_TOTAL_BYTES``.
+A local row also carries the digest of the entry file's bytes (``travel.py``: XXH3-128, taken
+from the read that decoded it). The identity is trusted only in the place the index was written
+(the cache directory's real path, device and inode: ``travel.place``); anywhere else, or when
+the identity differs, a row of the same name and size is served only when the file's bytes hash
+to its digest (one read, no decode), and its identity is then brought up to date. A restored
+copy of a cache (new path, inodes, mtimes) is so served from its index.
+
+Where (``locate``): inside a local cache that is this user's and writable, in
+``<cache>/cachedoctor-index/index.sqlite``, so that the index travels with the cache (CI caches,
+copies; ``travel.py`` says when a scan writes there and what never sees the folder); else, and
+for buckets, in ``<user cache dir>/index/<sha256 of the cache's real path or URL>.sqlite``, the
+user cache dir being the one ``platformdirs`` names (``${XDG_CACHE_HOME:-~/.cache}/cachedoctor``
+on Linux). The least recently written index files there go when the folder outgrows
+``MAX_TOTAL_BYTES``.
+
+Two scans at once: a new index is written beside the old one and renamed over it (atomic); an
+update is one sqlite transaction (rollback journal, ``BUSY_TIMEOUT_S``, then it goes without:
+the index is only a shortcut). No WAL: its shared-memory file needs a local file system, and a
+JAX cache is often on NFS.
 
 Format: an ``sqlite3`` database of plain rows (JSON field values, no pickle: reading an index
 can never run code, and needs no allow-list kept in step with the dataclasses). Each row carries
@@ -40,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachedoctor import layout
+from cachedoctor.cache import travel
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
@@ -53,13 +68,15 @@ DISABLE_ENV = "CACHEDOCTOR_NO_INDEX"
 BUSY_TIMEOUT_S = 2.0  # another scan writing the same index: wait this long, then go without
 
 Identity = str  # "size:mtime_ns:inode:ctime_ns" for a file, "size:mtime_ns:version" for an object
+# starts hashing the files of these items, returns what waits for their digests (in order)
+StartDigests = Callable[[list[DirItem]], Callable[[], list[str | None]]]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
-  name BLOB PRIMARY KEY, identity TEXT NOT NULL, scalars TEXT NOT NULL, parts TEXT NOT NULL,
-  hlo TEXT, checksum BLOB
+  name BLOB PRIMARY KEY, identity TEXT NOT NULL, digest TEXT, scalars TEXT NOT NULL,
+  parts TEXT NOT NULL, hlo TEXT, checksum BLOB
 );
 CREATE TABLE IF NOT EXISTS memo (
   k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB
@@ -82,16 +99,35 @@ def cache_id(cache: str | os.PathLike[str]) -> str:
     return text.rstrip("/") if "://" in text else os.path.realpath(text)
 
 
-def index_path(cache: str | os.PathLike[str]) -> Path:
+def fallback_path(cache: str | os.PathLike[str]) -> Path:
+    """The index of ``cache`` in the user cache dir (buckets, read-only and others' caches)."""
     digest = hashlib.sha256(os.fsencode(cache_id(cache))).hexdigest()[:32]
     return index_root() / (digest + SUFFIX)
 
 
+def _travels(cache: str | os.PathLike[str]) -> bool:
+    text = os.fspath(cache)
+    return "://" not in text and travel.usable(text)
+
+
+def index_path(cache: str | os.PathLike[str], *, entries: bool = False) -> Path:
+    """Where the index of ``cache`` is read and written now: inside the cache when it may
+    travel with it (``travel.usable``) and either holds one already or the scan found
+    ``entries`` (a folder without entries gets nothing written into it), else in the user
+    cache dir."""
+    if _travels(cache):
+        path = travel.index_file(os.fspath(cache))
+        if entries or os.path.lexists(path):
+            return path
+    return fallback_path(cache)
+
+
 def side_path(cache: str | os.PathLike[str], part: str) -> Path:
     """Where a table kept beside the scan index lives (the stats records' index,
-    ``core/usage/record_index.py``): its own file next to the scan's, of the same digest, so
-    that a scan rewriting its file whole (other options, other code) never drops it."""
-    path = index_path(cache)
+    ``cache/record_index.py``): its own file next to the user-cache-dir index, of the same
+    digest, so that a scan rewriting its file whole (other options, other code) never drops it.
+    It stays in the user cache dir: only the scan index travels with the cache."""
+    path = fallback_path(cache)
     return path.with_name(f"{path.stem}.{part}{SUFFIX}")
 
 
@@ -100,7 +136,9 @@ SIDE_PARTS = ("records",)  # the side files there are (see side_path)
 
 def index_locations(cache: str | os.PathLike[str]) -> list[Path]:
     """Every place an index for ``cache`` may live (for tools that want it gone)."""
-    paths = [index_path(cache), *(side_path(cache, part) for part in SIDE_PARTS)]
+    paths = [fallback_path(cache), *(side_path(cache, part) for part in SIDE_PARTS)]
+    if "://" not in os.fspath(cache):
+        paths.insert(0, travel.index_file(os.fspath(cache)))
     return [p for path in paths for p in (path, path.with_name(path.name + "-journal"))]
 
 
@@ -175,10 +213,13 @@ class ScanIndex:
     path: Path
     loaded: bool = False
     remote: bool = False  # a bucket: objects are known by generation/ETag, never racy
+    place: str = ""  # where file identities are valid now (travel.place)
+    place_ok: bool = False  # the index's rows were written in this place: identities hold
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
-    _changed: dict[str, tuple[DirItem, EntryInfo]] = field(default_factory=dict)
+    _changed: dict[str, tuple[DirItem, EntryInfo, str | None]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
+    _moved: dict[str, DirItem] = field(default_factory=dict)  # rows served by their digest
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
     @property
@@ -195,33 +236,76 @@ class ScanIndex:
         items: Iterable[DirItem],
         path_of: Callable[[DirItem], str],
         strings: dict[str, str],
+        digests_of: StartDigests | None = None,
     ) -> dict[str, EntryInfo]:
         """The stored result of every item whose file or object is unchanged, by name, each
         reported at ``path_of(item)``, its strings shared through ``strings`` (as
         ``model.share_strings`` does for decoded entries: once per distinct shared text here).
-        Rows of names no longer listed are dropped at ``save``."""
+
+        A row whose identity does not hold here (another place, a new inode or mtime) but whose
+        size does is served only when its file's bytes hash to the row's digest:
+        ``digests_of(items)`` starts hashing those files (on other cores) while the rows are
+        decoded here, and returns what gives their digests, in order; a row whose digest
+        differs is then dropped, and its entry decoded. Rows of names no longer listed are
+        dropped at ``save``."""
         db, self._db = self._db, None
         if db is None:
             return {}
         current = {item.name: item for item in items}
         served: dict[str, EntryInfo] = {}
+        check: dict[str, tuple[DirItem, str]] = {}
+        waiting: Callable[[], list[str | None]] | None = None
         try:
             with contextlib.closing(db):
+                check = self._to_check(db, current, digests_of is not None)
+                if check and digests_of is not None:
+                    waiting = digests_of([item for item, _ in check.values()])
                 hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
-                for raw_name, *row in db.execute("SELECT * FROM entries"):
+                for raw_name, *row in db.execute(f"SELECT {_COLUMNS} FROM entries"):
                     name = os.fsdecode(raw_name)
                     item = current.get(name)
                     if item is None:
-                        self._removed.add(name)
-                    elif row[0] == identity(item, self.remote):
+                        continue
+                    held = self.place_ok and row[0] == identity(item, self.remote)
+                    if held or name in check:
                         info = self._decode(name, row, hlo_rows, item, path_of(item), strings)
                         if info is not None:
                             served[name] = info
         except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
             self.loaded = False  # decode everything and write a fresh index
             self._removed.clear()
-            return {}
+            served.clear()
+        finally:
+            found = [] if waiting is None else waiting()
+        for (name, (item, digest)), got in zip(check.items() if found else (), found, strict=True):
+            if got == digest and name in served:
+                self._moved[name] = item  # the same bytes at a new identity
+            else:
+                served.pop(name, None)  # changed (or unreadable): decoded again
         return served
+
+    def _to_check(
+        self, db: sqlite3.Connection, current: dict[str, DirItem], by_digest: bool
+    ) -> dict[str, tuple[DirItem, str]]:
+        """The rows to serve only by the digest of their file's bytes: a row whose identity
+        does not hold, of a file of the same size (name -> the item and the row's digest).
+        Rows of names no longer listed are marked removed."""
+        check: dict[str, tuple[DirItem, str]] = {}
+        for raw_name, ident, digest in db.execute("SELECT name, identity, digest FROM entries"):
+            name = os.fsdecode(raw_name)
+            item = current.get(name)
+            if item is None:
+                self._removed.add(name)
+            elif self.place_ok and ident == identity(item, self.remote):
+                continue
+            elif (
+                by_digest
+                and isinstance(digest, str)
+                and isinstance(ident, str)
+                and ident.partition(":")[0] == str(item.size)
+            ):
+                check[name] = (item, digest)
+        return check
 
     def _decode(
         self,
@@ -233,8 +317,8 @@ class ScanIndex:
         strings: dict[str, str],
     ) -> EntryInfo | None:
         """The row's entry, or None when the row is damaged or of another shape."""
-        ident, scalars, parts, hlo_id, checksum = row
-        if checksum != _checksum(name, ident, scalars, parts, hlo_id):
+        _ident, _digest, scalars, parts, hlo_id, checksum = row
+        if checksum != _checksum(name, scalars, parts, hlo_id):
             return None
         try:
             summary = None
@@ -256,13 +340,21 @@ class ScanIndex:
         if values[_KEY] == item.key:
             values[_KEY] = item.key  # one string for the entry's key (model.share_strings)
         values[_PATH] = path  # the same cache reached by another spelling of its path
+        values[_MTIME] = item.mtime_ns  # a row served by its digest: a copy's own mtime
         compression = values[_COMPRESSION]
         if compression is not None:
             values[_COMPRESSION] = strings.setdefault(compression, compression)
         return _entry(values, compound, summary)
 
-    def update(self, items: Iterable[DirItem], decoded: dict[str, EntryInfo], now: float) -> None:
-        """Mark the decoded entries to store (when storable) or to drop from the index."""
+    def update(
+        self,
+        items: Iterable[DirItem],
+        decoded: dict[str, EntryInfo],
+        now: float,
+        digests: dict[str, str | None] | None = None,
+    ) -> None:
+        """Mark the decoded entries to store (when storable) or to drop from the index, each
+        with the digest of the bytes it was decoded from (``digests``, when known)."""
         current = {i.name: i for i in items}
         racy_ns = int((now - RACY_S) * 1e9)
         for name, info in decoded.items():
@@ -274,12 +366,19 @@ class ScanIndex:
                 self._changed.pop(name, None)
                 self._removed.add(name)
                 continue
-            self._changed[name] = (item, info)
+            self._changed[name] = (item, info, None if digests is None else digests.get(name))
             self._removed.discard(name)
+        for name, item in self._moved.items():
+            if not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns:
+                # a file written just now may still change within one timestamp tick: keep
+                # only its size, so that it is hashed again next time
+                self._moved[name] = dataclasses.replace(item, mtime_ns=-1)
 
     def save(self) -> None:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
-        if not enabled() or not (self._changed or self._removed or not self.loaded):
+        if not enabled():
+            return
+        if not (self._changed or self._removed or self._moved or not self.loaded):
             return
         with contextlib.suppress(OSError, sqlite3.Error):
             if self.loaded:
@@ -288,6 +387,7 @@ class ScanIndex:
                 self._save_whole()
             self._changed.clear()
             self._removed.clear()
+            self._moved.clear()
             self.loaded = True
             _tidy(self.path.parent, keep=self.path)
 
@@ -300,6 +400,9 @@ class ScanIndex:
                     "DELETE FROM entries WHERE name = ?", [(os.fsencode(n),) for n in self._removed]
                 )
                 self._insert(db)
+                db.executemany("UPDATE entries SET identity = ? WHERE name = ?", self._moved_rows())
+                if not self.place_ok:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('place', ?)", (self.place,))
                 if self._removed:
                     db.execute(
                         "DELETE FROM hlo WHERE id NOT IN "
@@ -316,12 +419,20 @@ class ScanIndex:
             try:
                 with db:
                     db.executescript(_SCHEMA)
-                    db.executemany(
-                        "INSERT INTO meta VALUES (?, ?)", _header(self.cache, self.options).items()
-                    )
+                    header = _header(self.cache, self.options, self.path)
+                    db.executemany("INSERT INTO meta VALUES (?, ?)", header.items())
+                    db.execute("INSERT INTO meta VALUES ('place', ?)", (self.place,))
                     self._insert(db)  # not loaded: every row is new
             finally:
                 db.close()
+
+    def _moved_rows(self) -> Iterator[tuple[object, ...]]:
+        """(identity, name) of each row served by its digest: its identity here (only its size
+        for a file written just now). A damaged identity or digest only misses (the checksum
+        covers what a row serves, not what finds it)."""
+        for name, item in self._moved.items():
+            ident = identity(item, self.remote) if item.mtime_ns >= 0 else f"{item.size}:"
+            yield (ident, os.fsencode(name))
 
     def _insert(self, db: sqlite3.Connection) -> None:
         """Write the changed rows, each made when sqlite asks for it (never all held at once),
@@ -333,7 +444,7 @@ class ScanIndex:
         part_texts: dict[tuple[int, ...], tuple[tuple[object, ...], str]] = {}
 
         def rows() -> Iterator[tuple[object, ...]]:
-            for name, (item, info) in self._changed.items():
+            for name, (item, info, digest) in self._changed.items():
                 ident = identity(item, self.remote)
                 hlo_id = None
                 if info.hlo is not None:
@@ -354,10 +465,10 @@ class ScanIndex:
                     text = _dumps([*objects, *shared])
                     known_parts = part_texts[memo_key] = (objects, text)
                 parts = known_parts[1]
-                checksum = _checksum(name, ident, scalars, parts, hlo_id)
-                yield (os.fsencode(name), ident, scalars, parts, hlo_id, checksum)
+                checksum = _checksum(name, scalars, parts, hlo_id)
+                yield (os.fsencode(name), ident, digest, scalars, parts, hlo_id, checksum)
 
-        db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows())
+        db.executemany(f"INSERT OR REPLACE INTO entries ({_COLUMNS}) VALUES ({_SLOTS})", rows())
         db.executemany("INSERT OR REPLACE INTO hlo VALUES (?, ?)", bodies.items())
 
 
@@ -365,26 +476,34 @@ def _storable(info: EntryInfo) -> bool:
     return not any(p.kind in ("unreadable", "symlink") for p in info.problems)
 
 
-def load(cache: str, options: tuple[object, ...] = ()) -> ScanIndex:
+def load(cache: str, options: tuple[object, ...] = (), *, entries: bool = True) -> ScanIndex:
     """The index for ``cache`` (a directory or a bucket URL), open for ``serve``, or an empty
-    one when there is none we can use. Its rows are not read here."""
+    one when there is none we can use. Its rows are not read here. ``entries``: the scan found
+    entries (``index_path``: only then may a new index be written into the cache)."""
     remote = "://" in cache
-    db = open_checked(cache, options)
+    path = index_path(cache, entries=entries)
+    here = cache_id(cache) if remote else travel.place(cache)
+    empty = ScanIndex(cache, options, path, remote=remote, place=here)
+    db = open_checked(cache, options, path)
     if db is None:
-        return ScanIndex(cache, options, index_path(cache), remote=remote)
+        return empty
     try:
         db.execute("SELECT count(*) FROM entries").fetchone()  # visits every page: truncated?
+        row = db.execute("SELECT v FROM meta WHERE k = 'place'").fetchone()
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         db.close()
-        return ScanIndex(cache, options, index_path(cache), remote=remote)
-    return ScanIndex(cache, options, index_path(cache), True, remote, _db=db)
+        return empty
+    same_place = row is not None and row[0] == here and bool(here)
+    return ScanIndex(cache, options, path, True, remote, here, same_place, _db=db)
 
 
-def open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection | None:
+def open_checked(
+    cache: str, options: tuple[object, ...], path: Path | None = None
+) -> sqlite3.Connection | None:
     """The index file of ``cache``, open, when it is ours, of this code and these options."""
     if not enabled():
         return None
-    path = index_path(cache)
+    path = index_path(cache) if path is None else path
     try:
         st = os.lstat(path)
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
@@ -393,7 +512,8 @@ def open_checked(cache: str, options: tuple[object, ...]) -> sqlite3.Connection 
     except (OSError, sqlite3.Error):
         return None
     try:
-        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache, options):
+        meta = dict(db.execute("SELECT k, v FROM meta"))
+        if all(meta.get(k) == v for k, v in _header(cache, options, path).items()):
             return db
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         pass
@@ -407,18 +527,24 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _header(cache: str, options: tuple[object, ...]) -> dict[str, str]:
+def _header(cache: str, options: tuple[object, ...], path: Path) -> dict[str, str]:
+    """What an index must say of itself to be used: this format, code and options, and the
+    cache it describes (one that travels describes the folder it is in, wherever that is)."""
+    travelling = path.parent.name == layout.INDEX_DIRNAME and path.name == layout.INDEX_FILENAME
     return {
         "format": FORMAT,
         "code": code_fingerprint().hex(),
         "fields": ",".join(_FIELDS),
-        "cache": cache_id(cache),
+        "cache": "" if travelling else cache_id(cache),
         "options": json.dumps(list(options)),
+        "digest": travel.DIGEST_NAME,
     }
 
 
-def _checksum(name: str, ident: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
-    text = "\0".join((ident, scalars, parts, hlo_id or ""))
+def _checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
+    """What catches a damaged row's values. Not its identity nor digest: damaged, those only
+    fail to match the file, which is then decoded."""
+    text = "\0".join((scalars, parts, hlo_id or ""))
     return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
 
 
@@ -493,7 +619,11 @@ _SHARED_VALUES = operator.attrgetter(*_SHARED_SCALARS)
 _SETTERS = tuple(
     getattr(EntryInfo, f).__set__ for f in (*_OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo")
 )
-_KEY, _PATH, _COMPRESSION = (_OWN_SCALARS.index(f) for f in ("key", "path", "compression"))
+_KEY, _PATH, _MTIME, _COMPRESSION = (
+    _OWN_SCALARS.index(f) for f in ("key", "path", "mtime_ns", "compression")
+)
+_COLUMNS = "name, identity, digest, scalars, parts, hlo, checksum"
+_SLOTS = ", ".join("?" * len(_COLUMNS.split(", ")))
 
 
 def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:

@@ -18,6 +18,7 @@ from cachedoctor.layout import (
     AUTOTUNE_DIR,
     CACHE_SUFFIX,
     CACHEDOCTOR_PREFIX,
+    INDEX_DIRNAME,
     KERNEL_CACHE_FILE,
     LOCKFILE,
 )
@@ -170,7 +171,9 @@ class DirSnapshot:
 def read_dir(root: str | os.PathLike[str]) -> DirSnapshot:
     """``lstat`` every name in ``root`` (links not followed). Raises OSError when the directory
     itself cannot be read; a name that vanishes before its ``lstat`` is left out (a concurrent
-    JAX eviction)."""
+    JAX eviction), and so is the scan index's folder (``layout.INDEX_DIRNAME``, a directory:
+    derived data, not part of the cache; a scan that writes it must report what a scan that
+    does not would, and the scan memo must not see its own writes)."""
     root_path = Path(root)
     root_stat = root_path.stat()
     if not stat.S_ISDIR(root_stat.st_mode):
@@ -181,6 +184,8 @@ def read_dir(root: str | os.PathLike[str]) -> DirSnapshot:
             try:
                 st = de.stat(follow_symlinks=False)
             except OSError:
+                continue
+            if de.name == INDEX_DIRNAME and stat.S_ISDIR(st.st_mode):
                 continue
             members.append(
                 (
@@ -284,7 +289,10 @@ def store_item(si: StoreItem) -> DirItem:
 
 
 def _list_store(store: Store) -> CacheListing:
-    items = sorted((store_item(si) for si in store.list()), key=lambda i: i.name)
+    """A bucket's listing; a ``cachedoctor-index/`` folder uploaded with a local cache is left
+    out, as ``read_dir`` leaves it out (a bucket's own index is in the user cache dir)."""
+    listed = (si for si in store.list() if not (si.is_dir and si.name == INDEX_DIRNAME))
+    items = sorted((store_item(si) for si in listed), key=lambda i: i.name)
     return CacheListing(store.url, tuple(items), stat.S_IFDIR, -1, remote=not store.is_local)
 
 

@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TypeVar
 
-from cachedoctor.cache import reader
+from cachedoctor.cache import reader, travel
 from cachedoctor.cache.listdir import CacheListing, DirItem
 from cachedoctor.cache.model import EntryInfo
 
@@ -34,6 +34,7 @@ MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this pr
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None]  # path, key
+Decoded = tuple[EntryInfo, str | None]  # an entry, and the digest of its bytes when asked for
 T = TypeVar("T")
 
 
@@ -49,15 +50,21 @@ def default_workers() -> int:
 
 
 def _decode_batch(
-    jobs: Sequence[Job], max_decompressed: int, defer_hlo: bool = False
-) -> list[EntryInfo]:
-    out = []
+    jobs: Sequence[Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
+) -> list[Decoded]:
+    """Each job's entry; with ``digested``, also the digest of the bytes it was decoded from
+    (``travel.decode_digested``: the same read); with ``defer_hlo``, the first tier only
+    (``reader.decode_entry``)."""
+    out: list[Decoded] = []
     for path, key in jobs:
+        if digested:
+            out.append(travel.decode_digested(path, key, max_decompressed, defer_hlo))
+            continue
         info = reader.decode_entry(
             path, key=key, max_decompressed=max_decompressed, defer_hlo=defer_hlo
         )
         assert isinstance(info, EntryInfo)
-        out.append(info)
+        out.append((info, None))
     return out
 
 
@@ -106,10 +113,37 @@ def decode_items(
     ``progress(n)`` is called with the number of entries finished since the last call.
     ``defer_hlo``: the first tier only (``reader.decode_entry``).
     """
-    decode = functools.partial(
-        _decode_batch, max_decompressed=max_decompressed, defer_hlo=defer_hlo
-    )
+    decoded = _decode_items(listing, items, max_decompressed, workers, progress, False, defer_hlo)
+    for info, _ in decoded:
+        yield info
 
+
+def decode_items_digested(
+    listing: CacheListing,
+    items: Sequence[DirItem],
+    *,
+    max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    defer_hlo: bool = False,
+) -> Iterator[Decoded]:
+    """``decode_items``, each entry with the digest of the bytes it was decoded from (None
+    when unknown), for the scan index (``travel.py``)."""
+    return _decode_items(listing, items, max_decompressed, workers, progress, True, defer_hlo)
+
+
+def _decode_items(
+    listing: CacheListing,
+    items: Sequence[DirItem],
+    max_decompressed: int,
+    workers: int | None,
+    progress: Callable[[int], None] | None,
+    digested: bool,
+    defer_hlo: bool,
+) -> Iterator[Decoded]:
+    decode = functools.partial(
+        _decode_batch, max_decompressed=max_decompressed, digested=digested, defer_hlo=defer_hlo
+    )
     base = str(Path(listing.root))  # str(listing.path(item)), without a Path per entry
 
     def job(n: int) -> Job:
@@ -127,13 +161,51 @@ def decode_items(
     # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
     order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
     batches = _batches(order, [sizes[n] for n in order], parts=8 * workers)
-    found: list[EntryInfo | None] = [None] * len(items)
+    found: list[Decoded | None] = [None] * len(items)
     decoded = _pooled(batches, job, decode, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
         assert result is not None
         yield result
+
+
+def start_digests(
+    paths: Sequence[str], sizes: Sequence[int], *, workers: int | None = None
+) -> Callable[[], list[str | None]]:
+    """Start hashing the files at ``paths`` (``travel.file_digest``, each expected ``sizes``
+    long) on other processes, while this one goes on (the scan index decodes its rows); the
+    function returned waits for the digests, in order. Few files, one worker or no pool: they
+    are hashed in this process when asked for."""
+    workers = default_workers() if workers is None else max(1, workers)
+    jobs = list(zip(paths, sizes, strict=True))
+
+    def here() -> list[str | None]:
+        return _digest_batch(jobs)
+
+    if workers == 1 or (len(jobs) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES):
+        return here
+    # this process decodes the index's rows meanwhile: leave it a core
+    batches = _batches(jobs, sizes, parts=max(1, workers - 1))
+    try:
+        pool = ProcessPoolExecutor(max_workers=max(1, workers - 1), mp_context=_context())
+        futures = [pool.submit(_digest_batch, batch) for batch in batches]
+    except (OSError, ValueError, NotImplementedError, RuntimeError):
+        return here
+
+    def wait() -> list[str | None]:
+        try:
+            return [d for f in futures for d in f.result()]
+        except (BrokenProcessPool, OSError):
+            return here()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return wait
+
+
+def _digest_batch(jobs: Sequence[tuple[str, int]]) -> list[str | None]:
+    return [travel.file_digest(path, size) for path, size in jobs]
 
 
 def _module_of(key: str | None) -> str:
@@ -147,14 +219,14 @@ def decode_entries(
     return decode_items(listing, listing.entries, workers=workers, **kwargs)  # type: ignore[arg-type]
 
 
-Decode = Callable[[Sequence[Job]], list[EntryInfo]]
+Decode = Callable[[Sequence[Job]], list[Decoded]]
 
 
 def _serial(
     batches: Sequence[Sequence[Job]],
     decode: Decode,
     progress: Callable[[int], None] | None,
-) -> Iterator[EntryInfo]:
+) -> Iterator[Decoded]:
     for batch in batches:
         for job in batch:
             yield from decode([job])
@@ -168,7 +240,7 @@ def _pooled(
     decode: Decode,
     workers: int,
     progress: Callable[[int], None] | None,
-) -> Iterator[EntryInfo]:
+) -> Iterator[Decoded]:
     done = 0
     try:
         pool = ProcessPoolExecutor(  # a forked worker inherits a scan's paused collector
@@ -179,7 +251,7 @@ def _pooled(
         return
     broken = False
     try:
-        pending: deque[Future[list[EntryInfo]]] = deque()
+        pending: deque[Future[list[Decoded]]] = deque()
         submitted = 0
         while done < len(batches):
             while submitted < len(batches) and len(pending) < 2 * workers:

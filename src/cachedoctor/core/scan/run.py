@@ -209,9 +209,10 @@ class _Scan:
     ) -> list[EntryInfo]:
         from cachedoctor.cache import parallel
 
+        path_of = _local_path_of(listing)
         return _decode_entries(
             listing,
-            lambda todo, advance, defer: parallel.decode_items(
+            lambda todo, advance, defer: parallel.decode_items_digested(
                 listing,
                 todo,
                 max_decompressed=self.max_decompressed,
@@ -219,10 +220,13 @@ class _Scan:
                 progress=advance,
                 defer_hlo=defer,
             ),
-            _local_path_of(listing),
+            path_of,
             progress,
             self.max_decompressed if self.use_index else None,
             self.all_tiers,
+            lambda todo: parallel.start_digests(
+                [path_of(i) for i in todo], [i.size for i in todo], workers=workers
+            ),
         )
 
     def _local_rest(
@@ -270,8 +274,11 @@ def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
     return lambda item: os.path.join(base, item.name)
 
 
-# (items, progress by increments, defer_hlo) -> their entries, in order
-Decoder = Callable[[list[DirItem], Callable[[int], None] | None, bool], Iterable[EntryInfo]]
+# (items, progress by increments, defer_hlo) -> their entries, in order, each with the digest
+# of its bytes when known (local files)
+Decoder = Callable[
+    [list[DirItem], Callable[[int], None] | None, bool], Iterable[tuple[EntryInfo, str | None]]
+]
 
 
 def _decode_from_store(
@@ -280,12 +287,14 @@ def _decode_from_store(
     todo: list[DirItem],
     advance: Callable[[int], None] | None,
     defer_hlo: bool,
-) -> list[EntryInfo]:
-    """Decode objects concurrently through the store, reporting one step per object."""
+) -> list[tuple[EntryInfo, str | None]]:
+    """Decode objects concurrently through the store, reporting one step per object (no
+    digests: an object is known by its generation or ETag)."""
     step = None if advance is None else (lambda _done, _total: advance(1))
-    return reader.decode_store_entries(
+    decoded = reader.decode_store_entries(
         store, todo, progress=step, max_decompressed=max_decompressed, defer_hlo=defer_hlo
     )
+    return [(info, None) for info in decoded]
 
 
 def _decode_entries(
@@ -295,17 +304,21 @@ def _decode_entries(
     progress: ProgressCallback | None,
     index_options: int | None,
     all_tiers: bool = True,
+    digests_of: Callable[[list[DirItem]], Callable[[], list[str | None]]] | None = None,
 ) -> list[EntryInfo]:
     """Every entry of the listing, in order: from the index (when ``index_options`` is given)
-    when unchanged, else decoded by ``decode`` (which reports its progress by increments).
+    when unchanged (by identity, or by the digests of a local file's bytes that ``digests_of``
+    starts), else decoded by ``decode`` (which reports its progress by increments).
     Without ``all_tiers``, the HLO facts only where a verdict needs them (``cache/tiers.py``);
     with it, an index row that lacks them is decoded again."""
     from cachedoctor.cache import index as index_mod
 
     items = listing.entries
-    idx = None if index_options is None else index_mod.load(listing.root, (index_options,))
+    idx = None
+    if index_options is not None:
+        idx = index_mod.load(listing.root, (index_options,), entries=bool(items))
     strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
-    served = {} if idx is None else idx.serve(items, path_of, strings)
+    served = {} if idx is None else idx.serve(items, path_of, strings, digests_of)
     found: list[EntryInfo | None] = [None] * len(items)
     todo: list[int] = []
     for n, item in enumerate(items):
@@ -337,31 +350,39 @@ def _decode_entries(
     decoded = decode(
         [items[n] for n in todo], advance if progress is not None else None, not all_tiers
     )
-    for n, info in zip(todo, decoded, strict=True):
+    digests: dict[str, str | None] = {}
+    for n, (info, digest) in zip(todo, decoded, strict=True):
         found[n] = model.share_strings(info, strings, items[n].key)
+        digests[items[n].name] = digest
     entries = [e for e in found if e is not None]
     changed = set(todo)
     if not all_tiers:
-        changed.update(_tied_completed(entries, items, decode, strings))
+        changed.update(_tied_completed(entries, items, decode, strings, digests))
     if idx is not None:
-        idx.update(items, {items[n].name: entries[n] for n in changed}, time.time())
+        fresh = {items[n].name: entries[n] for n in changed}
+        idx.update(items, fresh, time.time(), digests)
         idx.save()
     return entries
 
 
 def _tied_completed(
-    entries: list[EntryInfo], items: list[DirItem], decode: Decoder, strings: dict[str, str]
+    entries: list[EntryInfo],
+    items: list[DirItem],
+    decode: Decoder,
+    strings: dict[str, str],
+    digests: dict[str, str | None],
 ) -> list[int]:
     """Every tier for the entries a verdict needs them of (``tiers.tied``), decoded again in
-    place; their positions."""
+    place (their digests into ``digests``); their positions."""
     from cachedoctor.cache import tiers
 
     def again(positions: list[int]) -> list[EntryInfo]:
         decoded = decode([items[n] for n in positions], None, False)
-        return [
-            model.share_strings(e, strings, items[n].key)
-            for n, e in zip(positions, decoded, strict=True)
-        ]
+        out = []
+        for n, (e, digest) in zip(positions, decoded, strict=True):
+            digests[items[n].name] = digest
+            out.append(model.share_strings(e, strings, items[n].key))
+        return out
 
     return tiers.complete(entries, tiers.tied(entries), again)
 

@@ -1,0 +1,192 @@
+"""The scan index that travels with the cache: where it lives, and what identifies an entry's bytes.
+
+A CI runner restores the JAX cache (``actions/cache``, a tarball, ``cp -r``) at a new path, with
+new inodes, mtimes and ctimes, and an empty user cache dir: an index kept in the user cache dir,
+its rows known by each file's ``(size, mtime_ns, inode, ctime_ns)``, is never found there, nor
+would one of its rows be trusted. So the index of a local cache is kept inside it, in
+``<cache>/cachedoctor-index/index.sqlite`` (``layout.INDEX_DIRNAME``), beside the key
+manifests and stats records, and each row also carries a content digest of the entry file's
+bytes (XXH3-128 of the compressed file, ``digest``): a row whose file has another identity is
+served only when the file's bytes hash to the row's digest, read once by the scan.
+
+When a scan writes into the cache (``usable``): the cache directory is ours (owned by this
+user) and writable, and the folder is absent or a directory of ours (never a link), and the
+scan found at least one entry (a folder named by mistake, an empty cache: nothing written).
+``CACHEDOCTOR_INDEX_IN_CACHE=0`` keeps the index in the user cache dir, where a read-only cache,
+another user's cache and a bucket (``gs://``, ``s3://``: objects are known by generation or ETag,
+a restore changes nothing there) keep theirs. ``CACHEDOCTOR_NO_INDEX=1`` turns indexing off.
+
+What sees the folder:
+
+- JAX's LRU eviction does not: it globs ``*-cache`` in the cache directory, not below it
+  (``jax/_src/lru_cache.py``, ``LRUCache._evict_if_needed``, line 178 in jax 0.10.2:
+  ``for cache_path in self.path.glob(f"*{_CACHE_SUFFIX}")``; the same in 0.4.38), and the
+  folder's name does not end in ``-cache`` (a name that did would be stat'ed as an entry and
+  its ``-atime`` read: JAX's write then fails, tests/cache/test_travel.py saw it).
+- cachedoctor's own listing does not (``listdir.read_dir``): a scan with the index reports what a
+  scan without it does, ``prune`` never names the folder (it is not in the listing, so neither
+  foreign nor counted in ``--max-size``), and the scan memo does not see the index's own writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+from pathlib import Path
+from typing import Protocol
+
+from cachedoctor import layout
+from cachedoctor.cache import reader
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.storage.files import open_regular
+
+IN_CACHE_ENV = "CACHEDOCTOR_INDEX_IN_CACHE"  # "0": keep the index in the user cache dir
+WHOLE_READ_MAX = 64 << 20  # entry files up to this size are read whole, then hashed and decoded
+_CHUNK = 1 << 20
+
+
+class _Hasher(Protocol):
+    def update(self, data: bytes | memoryview, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+try:
+    import xxhash
+
+    def new_hasher() -> _Hasher:
+        return xxhash.xxh3_128()
+
+    DIGEST_NAME = "xxh3-128"
+except ImportError:  # a declared dependency; without it, rows carry BLAKE2b digests instead
+    import hashlib
+
+    def new_hasher() -> _Hasher:
+        return hashlib.blake2b(digest_size=16)
+
+    DIGEST_NAME = "blake2b-128"
+
+
+def in_cache_enabled() -> bool:
+    return os.environ.get(IN_CACHE_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def index_file(cache_root: str) -> Path:
+    """Where the index of ``cache_root`` is kept when it travels with the cache."""
+    return Path(os.path.realpath(cache_root)) / layout.INDEX_DIRNAME / layout.INDEX_FILENAME
+
+
+def usable(cache_root: str) -> bool:
+    """Whether the index may be read from and written into ``cache_root`` itself: the
+    directory is this user's and writable, the folder absent or a directory of this user's."""
+    if not in_cache_enabled():
+        return False
+    root = os.path.realpath(cache_root)
+    me = os.getuid()
+    try:
+        st = os.stat(root)
+        if st.st_uid != me or not stat.S_ISDIR(st.st_mode):
+            return False
+        if not os.access(root, os.W_OK | os.X_OK):
+            return False
+        folder = os.lstat(os.path.join(root, layout.INDEX_DIRNAME))
+    except FileNotFoundError:
+        return True  # no folder yet: the first save creates it
+    except OSError:
+        return False
+    return stat.S_ISDIR(folder.st_mode) and folder.st_uid == me
+
+
+def place(cache_root: str) -> str:
+    """What a file's ``(size, mtime_ns, inode, ctime_ns)`` identity is only valid within: the
+    cache directory's real path, device and inode. A restored copy has another place, so its
+    rows are served only by their digests (a fresh file system may hand out the same inode
+    numbers again)."""
+    root = os.path.realpath(cache_root)
+    try:
+        st = os.stat(root)
+    except OSError:
+        return ""
+    return f"{root}\0{st.st_dev}\0{st.st_ino}"
+
+
+def file_digest(path: str, size: int) -> str | None:
+    """The digest of the bytes of the entry file at ``path`` (links not followed, nothing but a
+    regular file read), or None when it cannot be read or is no longer ``size`` bytes long (a
+    write in progress)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS | _NOATIME)
+    except PermissionError:  # O_NOATIME: only for the file's owner
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h = new_hasher()
+        buf = _buffer(size)
+        total = 0
+        while n := os.readv(fd, [buf]):
+            h.update(buf[:n])
+            total += n
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return h.hexdigest() if total == size else None
+
+
+# one file read at a time into one buffer per process: no allocation per entry (cf. R's floor)
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_NOATIME = getattr(os, "O_NOATIME", 0)  # a scan leaves access times (usage evidence) as they are
+_BUFFER: list[memoryview] = []
+
+
+def _buffer(size: int) -> memoryview:
+    """This process's read buffer: room for a whole entry of ``size`` bytes and one more (the
+    end of the file seen in one read), up to ``_CHUNK``."""
+    want = min(size + 1, _CHUNK)
+    if not _BUFFER or len(_BUFFER[0]) < want:
+        _BUFFER[:] = [memoryview(bytearray(max(want, 64 << 10)))]
+    return _BUFFER[0]
+
+
+def decode_digested(
+    path: str, key: str | None, max_decompressed: int, defer_hlo: bool = False
+) -> tuple[EntryInfo, str | None]:
+    """``reader.decode_entry`` of a local file, and the digest of the bytes it decoded, from one
+    read: the file is read whole (up to ``WHOLE_READ_MAX``), hashed, and decoded from memory.
+    A bigger file is decoded from disk, then hashed in a second pass; a file that cannot be
+    opened or read is decoded from its path (the reader names the problem), without digest."""
+    try:
+        with open_regular(path) as fh:
+            st = os.fstat(fh.fileno())
+            data = None if st.st_size > WHOLE_READ_MAX else fh.read(st.st_size + 1)
+    except OSError:
+        data, st = None, None
+    if data is None or st is None or len(data) != st.st_size:
+        info = reader.decode_entry(
+            path, key=key, max_decompressed=max_decompressed, defer_hlo=defer_hlo
+        )
+        assert isinstance(info, EntryInfo)
+        if st is None or info.problems:
+            return info, None
+        return info, file_digest(path, info.size) if info.size == st.st_size else None
+    h = new_hasher()
+    h.update(data)
+    with contextlib.closing(io.BytesIO(data)) as fileobj:
+        info = reader.decode_entry(
+            path,
+            key=key,
+            max_decompressed=max_decompressed,
+            defer_hlo=defer_hlo,
+            fileobj=fileobj,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+        )
+    assert isinstance(info, EntryInfo)
+    return info, h.hexdigest()
