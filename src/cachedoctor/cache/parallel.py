@@ -5,7 +5,8 @@ threads do not help; processes do. Entries are sent in batches of about ``BATCH_
 ``BATCH_ENTRIES``), at most two batches per worker are in flight, and results come back in the
 order of the input, so the report is the same as a serial decode's. Small jobs are decoded in
 this process: starting workers costs more than it saves. If the pool cannot start or a worker
-dies, the remaining entries are decoded here.
+dies, the remaining entries are decoded here. Given an executor (``executors.py``: a pool of the
+caller's, a Dask cluster), the same batches go to it instead, whatever the job's size.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TypeVar
@@ -74,7 +75,7 @@ def _batches(jobs: Sequence[T], sizes: Sequence[int], parts: int = 1) -> list[li
     return batches
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def mp_context() -> multiprocessing.context.BaseContext:
     # fork starts workers in milliseconds with the reader already imported; but forking a
     # process that runs other threads (JAX's, when cachedoctor is used from a JAX program) can
     # deadlock the child, so then, and off Linux, use forkserver/spawn
@@ -94,8 +95,10 @@ def decode_items(
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    executor: Executor | None = None,
 ) -> Iterator[EntryInfo]:
-    """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes.
+    """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes, or on
+    ``executor`` when one is given (every worker must see the folder at the same path).
 
     ``progress(n)`` is called with the number of entries finished since the last call.
     """
@@ -109,21 +112,40 @@ def decode_items(
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
     small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
-    if workers == 1 or small or len(items) <= 1:
+    if executor is None and (workers == 1 or small or len(items) <= 1):
         jobs = [job(n) for n in range(len(items))]
         yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
         return
-    # Copies of one executable (unstable keys) have the same module and size: send them to the
-    # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
-    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
-    batches = _batches(order, [sizes[n] for n in order], parts=8 * workers)
+    if executor is not None:
+        from cachedoctor.cache import executors
+
+        workers = executors.width(executor)
+    order, batches = grouped_batches(items, 8 * workers)
     found: list[EntryInfo | None] = [None] * len(items)
-    decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
+    decoded: Iterator[EntryInfo]
+    if executor is not None:
+        calls = [([job(n) for n in batch], max_decompressed) for batch in batches]
+        step = None if progress is None else (lambda done: progress(len(done)))
+        decoded = (
+            e for done in executors.in_order(executor, _decode_batch, calls, step) for e in done
+        )
+    else:
+        decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
         assert result is not None
         yield result
+
+
+def grouped_batches(items: Sequence[DirItem], parts: int) -> tuple[list[int], list[list[int]]]:
+    """The items' indices in batches (at least ``parts`` when there are enough), and the order
+    they were batched in. Copies of one executable (unstable keys) have the same module and
+    size: they go to the same batch, so one worker's memo decodes their HLO once
+    (reader.hlo_facts)."""
+    sizes = [i.size for i in items]
+    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
+    return order, _batches(order, [sizes[n] for n in order], parts=parts)
 
 
 def _module_of(key: str | None) -> str:
@@ -159,7 +181,7 @@ def _pooled(
     done = 0
     try:
         pool = ProcessPoolExecutor(  # a forked worker inherits a scan's paused collector
-            max_workers=workers, mp_context=_context(), initializer=gc.enable
+            max_workers=workers, mp_context=mp_context(), initializer=gc.enable
         )
     except (OSError, ValueError, NotImplementedError):
         yield from _serial([[job(n) for n in b] for b in batches], max_decompressed, progress)

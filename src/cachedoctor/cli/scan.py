@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Executor
 
 import click
 
+from cachedoctor.cache.executors import ExecutorChoice, open_executor
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.cli.params import complete_dir, complete_kind
+from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory
@@ -37,6 +39,14 @@ from cachedoctor.units import format_bytes
     help="Ignore findings of KIND (repeatable).",
 )
 @click.option(
+    "--executor",
+    type=EXECUTOR,
+    default="local",
+    show_default=True,
+    metavar="WHERE",
+    help=EXECUTOR_HELP,
+)
+@click.option(
     "--max-modules",
     default=25,
     show_default=True,
@@ -50,6 +60,7 @@ def scan(
     as_json: bool,
     fail_on: str,
     ignore: tuple[str, ...],
+    executor: ExecutorChoice,
     max_modules: int,
 ) -> None:
     """Summarise a cache directory and report findings.
@@ -57,6 +68,8 @@ def scan(
     DIR may be a gs://bucket/prefix or s3://bucket/prefix (the gcs or s3 extra: in a clone,
     pip install '.[gcs]' or '.[s3]'). It defaults to $JAX_COMPILATION_CACHE_DIR, then to the
     directory set by `cachedoctor enable`. --ignore KIND leaves a kind of finding out.
+    --executor decodes the entries elsewhere (every worker must read DIR at the same path or
+    URL); the report is the same.
 
     Exit status: 0 no finding at --fail-on or above, 1 there is one, 2 usage or I/O error, or DIR
     does not look like a JAX cache (files, but no entry, -atime file or sub-cache).
@@ -66,11 +79,13 @@ def scan(
     ignored = parse_kinds(ignore)
     cache_dir = resolve_cache_dir(directory)
     try:
-        with progress_bar(not as_json, "scanning") as progress:
+        with open_executor(executor) as pool, progress_bar(not as_json, "scanning") as progress:
             if is_url(cache_dir):
-                report = _scan_bucket(cache_dir, progress, as_json)
+                report = _scan_bucket(cache_dir, progress, as_json, pool, executor)
             else:
-                report = scan_directory(cache_dir, progress=progress, entries=as_json)
+                report = scan_directory(
+                    cache_dir, progress=progress, entries=as_json, executor=pool
+                )
     except OSError as exc:
         raise path_error(exc, cache_dir) from None
     not_a_cache(report)
@@ -81,19 +96,26 @@ def scan(
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
 
-def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> ScanReport:
+def _scan_bucket(
+    url: str,
+    progress: ProgressCallback | None,
+    entries: bool,
+    pool: Executor | None,
+    choice: ExecutorChoice,
+) -> ScanReport:
     """Scan a bucket prefix; the request and retry counts go to stderr."""
     from cachedoctor.storage.stores import open_store
 
     store = open_store(url)
     start = time.monotonic()
-    report = scan_directory(store, progress=progress, entries=entries)
+    report = scan_directory(store, progress=progress, entries=entries, executor=pool)
+    where = f"{getattr(store, 'workers', 1)} workers" if pool is None else choice.label
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
         f"{store.url}: {count(report.summary.entries, 'entry', 'entries')}, "
         f"{format_bytes(stats.bytes_read)} read "
-        f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
+        f"on {where}, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
         + f", {time.monotonic() - start:.2f} s",
         err=True,

@@ -13,6 +13,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def scan_directory(
     use_index: bool = True,
     workers: int | None = None,
     entries: bool = True,
+    executor: Executor | None = None,
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
 
@@ -52,10 +54,14 @@ def scan_directory(
     unchanged entries come from the scan index (``index.py``); the rest are decoded on
     ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
     which nothing changed comes whole from the scan memo (``memo.py``).
+
+    ``executor`` (a ``concurrent.futures.Executor``: a thread or process pool, a Dask client's
+    ``get_executor()``) decodes the entries to read instead, in chunks, results in listing order
+    (``cache/executors.py``): the report is the same.
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
-    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries)
+    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries, executor)
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
     with _cyclic_gc_paused():
@@ -99,6 +105,7 @@ class _Scan:
     use_index: bool
     progress: ProgressCallback | None
     with_entries: bool
+    executor: Executor | None = None
 
     def _rest(self, read: scanmemo.Rest) -> scanmemo.Rest | None:
         return read if self.with_entries else None
@@ -144,6 +151,7 @@ class _Scan:
                 max_decompressed=self.max_decompressed,
                 workers=workers,
                 progress=advance,
+                executor=self.executor,
             ),
             _local_path_of(listing),
             progress,
@@ -167,7 +175,9 @@ class _Scan:
             with stores.one_line_errors(store.url):
                 return _decode_entries(
                     listing,
-                    functools.partial(_decode_from_store, store, self.max_decompressed),
+                    functools.partial(
+                        _decode_from_store, store, self.max_decompressed, self.executor
+                    ),
                     lambda item: store.url_of(item.name),
                     progress,
                     self.max_decompressed if self.use_index else None,
@@ -200,10 +210,18 @@ Decoder = Callable[[list[DirItem], Callable[[int], None] | None], Iterable[Entry
 def _decode_from_store(
     store: stores.Store,
     max_decompressed: int,
+    executor: Executor | None,
     todo: list[DirItem],
     advance: Callable[[int], None] | None,
 ) -> list[EntryInfo]:
-    """Decode objects concurrently through the store, reporting one step per object."""
+    """Decode objects concurrently through the store (or in chunks on ``executor``, each
+    worker reading through the same store), reporting one step per object."""
+    if executor is not None:
+        from cachedoctor.cache import executors
+
+        return executors.decode_store_items(
+            store, todo, executor, max_decompressed=max_decompressed, progress=advance
+        )
     step = None if advance is None else (lambda _done, _total: advance(1))
     return reader.decode_store_entries(
         store, todo, progress=step, max_decompressed=max_decompressed
