@@ -22,8 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 import cachedoctor
-from cachedoctor.cache import executors
-from cachedoctor.cache.executors import ExecutorChoice, ExecutorError, parse_executor
+from cachedoctor.cache import executors, parallel
+from cachedoctor.cache.executors import ExecutorChoice, parse_executor
+from cachedoctor.cache.parallel import ExecutorError
 from cachedoctor.cli import cli
 from cachedoctor.storage import stores
 from tests.support.caches import cli_env
@@ -74,7 +75,7 @@ def test_results_come_back_in_the_order_of_the_calls() -> None:
 
     with ThreadPoolExecutor(4) as pool:
         seen: list[int] = []
-        out = list(executors.in_order(pool, slow_first, [(n,) for n in range(8)], seen.append))
+        out = list(parallel.in_order(pool, slow_first, [(n,) for n in range(8)], seen.append))
     assert out == seen == list(range(8))
 
 
@@ -82,7 +83,7 @@ def test_a_failing_executor_is_one_line() -> None:
     pool = ThreadPoolExecutor(1)
     pool.shutdown()
     with pytest.raises(ExecutorError, match="the executor failed: RuntimeError: cannot schedule"):
-        list(executors.in_order(pool, str, [(1,)]))
+        list(parallel.in_order(pool, str, [(1,)]))
 
 
 def test_api_refuses_what_is_not_an_executor(tmp_path: Path) -> None:

@@ -18,28 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.cache.parallel import ExecutorError, grouped_batches, in_order, mp_context, width
 from cachedoctor.storage import stores
-
-R = TypeVar("R")
 
 DASK_EXTRA = "pip install 'cachedoctor[dask]' ('.[dask]' in a clone of cachedoctor)"
 CONNECT_TIMEOUT_S = 10
 FORMS = "local, processes:N, dask://HOST:PORT or tcp://HOST:PORT"
-
-
-class ExecutorError(CachedoctorError):
-    """The executor named cannot be had, or failed while decoding."""
-
-    slug = "executor"
 
 
 @dataclass(frozen=True)
@@ -87,8 +78,6 @@ def open_executor(choice: ExecutorChoice) -> Iterator[Executor | None]:
         import gc
         from concurrent.futures import ProcessPoolExecutor
 
-        from cachedoctor.cache.parallel import mp_context
-
         assert choice.workers is not None
         pool = ProcessPoolExecutor(choice.workers, mp_context=mp_context(), initializer=gc.enable)
         with pool:
@@ -113,49 +102,6 @@ def _dask_client(address: str) -> Iterator[Any]:
         yield client
     finally:
         client.close()
-
-
-def width(executor: Executor) -> int:
-    """How many chunks ``executor`` runs at once: a pool's size, a Dask cluster's threads."""
-    size = getattr(executor, "_max_workers", None)
-    if isinstance(size, int) and size > 0:
-        return size
-    client = getattr(executor, "_client", None)  # dask.distributed's ClientExecutor
-    if client is not None:
-        with contextlib.suppress(Exception):
-            threads: dict[str, int] = client.nthreads()
-            return max(1, sum(threads.values()))
-    return 4
-
-
-def in_order(
-    executor: Executor,
-    fn: Callable[..., R],
-    calls: Sequence[tuple[Any, ...]],
-    progress: Callable[[R], None] | None = None,
-) -> Iterator[R]:
-    """``fn(*args)`` for each of ``calls`` on ``executor``, at most two per worker in flight,
-    results in the order of ``calls``. A failure of the executor (a lost worker, a closed
-    cluster) is an ``ExecutorError``; the calls not yet finished are cancelled."""
-    window = 2 * width(executor)
-    pending: deque[Future[R]] = deque()
-    submitted = 0
-    try:
-        while submitted < len(calls) or pending:
-            while submitted < len(calls) and len(pending) < window:
-                pending.append(executor.submit(fn, *calls[submitted]))
-                submitted += 1
-            result = pending.popleft().result()
-            if progress is not None:
-                progress(result)
-            yield result
-    except CachedoctorError:
-        raise
-    except Exception as exc:
-        raise ExecutorError(f"the executor failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        for future in pending:
-            future.cancel()
 
 
 Counts = tuple[int, int, int, dict[str, int]]  # storage.model.IoStats.counts()
@@ -184,8 +130,6 @@ def decode_store_items(
 ) -> list[EntryInfo]:
     """Every item of a bucket listing decoded on ``executor``, in the order of ``items``; the
     workers' request counts are added to ``store.stats``."""
-    from cachedoctor.cache.parallel import grouped_batches
-
     spec = stores.spec_of(store)
     order, chunks = grouped_batches(items, 8 * width(executor))
     calls = [(spec, [items[n] for n in chunk], max_decompressed) for chunk in chunks]

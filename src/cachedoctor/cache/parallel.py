@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cachedoctor.cache import reader
 from cachedoctor.cache.listdir import CacheListing, DirItem
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.errors import CachedoctorError
 
 BATCH_BYTES = 8 << 20
 BATCH_ENTRIES = 256
@@ -35,6 +36,56 @@ WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None]  # path, key
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ExecutorError(CachedoctorError):
+    """The executor named cannot be had, or failed while decoding."""
+
+    slug = "executor"
+
+
+def width(executor: Executor) -> int:
+    """How many chunks ``executor`` runs at once: a pool's size, a Dask cluster's threads."""
+    size = getattr(executor, "_max_workers", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    client = getattr(executor, "_client", None)  # dask.distributed's ClientExecutor
+    if client is not None:
+        with contextlib.suppress(Exception):
+            threads: dict[str, int] = client.nthreads()
+            return max(1, sum(threads.values()))
+    return 4
+
+
+def in_order(
+    executor: Executor,
+    fn: Callable[..., R],
+    calls: Sequence[tuple[Any, ...]],
+    progress: Callable[[R], None] | None = None,
+) -> Iterator[R]:
+    """``fn(*args)`` for each of ``calls`` on ``executor``, at most two per worker in flight,
+    results in the order of ``calls``. A failure of the executor (a lost worker, a closed
+    cluster) is an ``ExecutorError``; the calls not yet finished are cancelled."""
+    window = 2 * width(executor)
+    pending: deque[Future[R]] = deque()
+    submitted = 0
+    try:
+        while submitted < len(calls) or pending:
+            while submitted < len(calls) and len(pending) < window:
+                pending.append(executor.submit(fn, *calls[submitted]))
+                submitted += 1
+            result = pending.popleft().result()
+            if progress is not None:
+                progress(result)
+            yield result
+    except CachedoctorError:
+        raise
+    except Exception as exc:
+        raise ExecutorError(f"the executor failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def default_workers() -> int:
@@ -117,18 +168,14 @@ def decode_items(
         yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
         return
     if executor is not None:
-        from cachedoctor.cache import executors
-
-        workers = executors.width(executor)
+        workers = width(executor)
     order, batches = grouped_batches(items, 8 * workers)
     found: list[EntryInfo | None] = [None] * len(items)
     decoded: Iterator[EntryInfo]
     if executor is not None:
         calls = [([job(n) for n in batch], max_decompressed) for batch in batches]
         step = None if progress is None else (lambda done: progress(len(done)))
-        decoded = (
-            e for done in executors.in_order(executor, _decode_batch, calls, step) for e in done
-        )
+        decoded = (e for done in in_order(executor, _decode_batch, calls, step) for e in done)
     else:
         decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
