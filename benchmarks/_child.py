@@ -43,9 +43,16 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
         from cachedoctor.cli import COMMANDS
 
         importlib.import_module(f"cachedoctor.cli.{COMMANDS[argv[0]][0]}")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu()
     rc = _quiet_cli(argv)
-    return {"seconds": time.perf_counter() - t0, "rc": rc}
+    return {"seconds": time.perf_counter() - t0, "cpu_s": _cpu() - cpu0, "rc": rc}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of the children it reaped (pool workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def op_deep(args: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,9 @@ python tools/check_docs.py --write  # regenerate docs/commands.md and docs/findi
   click or rich;
 - docs/json-schema.md: every command with a JSON output is in its table, each one that runs
   without a JAX-written cache prints a ``schema_version`` 1 on an empty cache, and the scan
-  document's fields, ENTRY and FINDING tables are the code's.
+  document's fields, ENTRY and FINDING tables are the code's;
+- docs/development.md's size rule: no function in src/ over 80 lines without ``long:`` and the
+  reason in its docstring (the generated xla/_optionnames.py aside).
 """
 
 from __future__ import annotations
@@ -413,7 +415,7 @@ def _scan_document_problems(cache: Path) -> Iterator[str]:
     from cachedoctor.cache.model import EntryInfo
     from cachedoctor.core.findings import Finding
     from cachedoctor.core.scan.run import scan_directory
-    from cachedoctor.render.jsonout import scan_document
+    from cachedoctor.render.jsonout import ENTRY_FIELDS_NOT_SHOWN, scan_document
 
     text = SCHEMA_DOC.read_text()
     document = scan_document(scan_directory(str(cache), use_index=False))
@@ -427,13 +429,37 @@ def _scan_document_problems(cache: Path) -> Iterator[str]:
     if list(shown.get("summary", {})) != list(document["summary"]):
         yield f"json-schema.md's summary fields are not {list(document['summary'])}"
     for table, cls, extra in (("ENTRY", EntryInfo, {"ok", "format"}), ("FINDING", Finding, set())):
+        hidden = set(ENTRY_FIELDS_NOT_SHOWN) if cls is EntryInfo else set()
         section = text.split(f"### {table}\n", 1)[-1].split("\n#", 1)[0]
         documented = set(re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", section, re.M))
         names = {n for cell in documented for n in re.findall(r"`(\w+)`", cell)}
-        real = {f.name for f in dataclasses.fields(cls)} | extra
+        real = ({f.name for f in dataclasses.fields(cls)} | extra) - hidden
         if names != real:
             missing, unknown = sorted(real - names), sorted(names - real)
             yield f"json-schema.md's {table} table: missing {missing}, not fields {unknown}"
+
+
+MAX_FUNCTION_LINES = 80  # docs/development.md, "Size"
+LONG_MARKER = "long:"  # in a longer function's docstring, followed by why it stays whole
+GENERATED = {SRC / "xla" / "_optionnames.py"}
+
+
+def function_length_problems() -> Iterator[str]:
+    """No function in src/ is longer than MAX_FUNCTION_LINES (``def`` line to its last, the
+    docstring included) unless its docstring says ``long:`` and why."""
+    for path in sorted(SRC.rglob("*.py")):
+        if path in GENERATED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and LONG_MARKER not in (ast.get_docstring(node) or ""):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                yield (
+                    f"{where}: {node.name} is {lines} lines (over {MAX_FUNCTION_LINES}): split it, "
+                    f"or say why not after {LONG_MARKER!r} in its docstring"
+                )
 
 
 def problems() -> list[str]:
@@ -448,6 +474,7 @@ def problems() -> list[str]:
         *cycle_problems(),
         *api_problems(),
         *schema_version_problems(),
+        *function_length_problems(),
     ]
     return found
 

@@ -55,12 +55,6 @@ def _optional_str(value: object, name: str) -> str | None:
     raise _usage(f"{name}: expected a str or None, not {value!r:.60}")
 
 
-def _flag(value: object, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _usage(f"{name}: expected True or False, not {value!r:.60}")
-
-
 def _executor(value: object) -> Executor | None:
     from concurrent.futures import Executor
 
@@ -190,27 +184,21 @@ def prune_plan(
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
     from cachedoctor.errors import path_error
-    from cachedoctor.units import parse_duration, parse_size
 
     try:
-        size = None if max_size is None else parse_size(max_size)
+        options = PruneOptions.from_selectors(
+            older_than=older_than,
+            max_size=max_size,
+            duplicates=duplicates,
+            corrupt=corrupt,
+            orphans=orphans,
+            relocated=relocated,
+            stale_jax=stale_jax,
+            module=module,
+            xla_subcaches=xla_subcaches,
+        )
     except ValueError as exc:
-        raise _usage(f"max_size: {exc}") from None
-    try:
-        age = None if older_than is None else parse_duration(older_than)
-    except ValueError as exc:
-        raise _usage(f"older_than: {exc}") from None
-    options = PruneOptions(
-        older_than_s=age,
-        max_size=size,
-        duplicates=_flag(duplicates, "duplicates"),
-        corrupt=_flag(corrupt, "corrupt"),
-        orphans=_flag(orphans, "orphans"),
-        relocated=_flag(relocated, "relocated"),
-        stale_jax=_flag(stale_jax, "stale_jax"),
-        module=_optional_str(module, "module"),
-        xla_subcaches=_flag(xla_subcaches, "xla_subcaches"),
-    )
+        raise _usage(str(exc)) from None
     where = _dir(cache_dir)
     try:
         return plan_prune(where, options)

@@ -31,7 +31,9 @@ _REAL_DECODE_BATCH = parallel._decode_batch
 _REAL_SERIAL = parallel._serial
 
 
-def _dying(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
+def _dying(
+    jobs: Sequence[parallel.Job], max_decompressed: int, defer_hlo: bool = False
+) -> list[EntryInfo]:
     """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
 
     A pool worker knows its parent under every start method; a forkserver worker re-imports this
@@ -39,7 +41,7 @@ def _dying(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInf
     """
     if multiprocessing.parent_process() is not None:
         os._exit(9)
-    return _REAL_DECODE_BATCH(jobs, max_decompressed)
+    return _REAL_DECODE_BATCH(jobs, max_decompressed, defer_hlo)
 
 
 @pytest.fixture
@@ -107,14 +109,17 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert parallel.default_workers() == len(os.sched_getaffinity(0))
 
 
-def _collector_state(jobs: Sequence[parallel.Job], max_decompressed: int) -> list[EntryInfo]:
+def _collector_state(
+    jobs: Sequence[parallel.Job], max_decompressed: int, defer_hlo: bool = False
+) -> list[EntryInfo]:
     """Decode, and say in each entry's module whether this process collects cyclic garbage."""
     import dataclasses
     import gc
 
     state = f"gc-{gc.isenabled()}-in-{'worker' if multiprocessing.parent_process() else 'main'}"
     return [
-        dataclasses.replace(e, module=state) for e in _REAL_DECODE_BATCH(jobs, max_decompressed)
+        dataclasses.replace(e, module=state)
+        for e in _REAL_DECODE_BATCH(jobs, max_decompressed, defer_hlo)
     ]
 
 

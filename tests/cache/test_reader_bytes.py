@@ -473,7 +473,7 @@ def test_a_vanished_entry_is_unreadable(tmp_path: Path) -> None:
     path = tmp_path / ("jit_gone-" + "6" * 64 + "-cache")
     info = reader.decode_entry(path)
     assert isinstance(info, EntryInfo)
-    assert info.problems == (Problem("unreadable", os.strerror(errno.ENOENT)),)
+    assert info.problems == (Problem("unreadable", "no such file or directory"),)  # os_reason
     assert (info.key, info.module) == ("jit_gone-" + "6" * 64, "jit_gone")
     assert (info.size, info.mtime_ns, info.volatile) == (0, 0, ())
     stray = reader.decode_entry(tmp_path / "leftover-cache")  # not a key: no module

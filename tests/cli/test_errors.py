@@ -43,3 +43,62 @@ def test_one_slug_per_condition_in_every_command(tmp_path: Path, where: str, slu
         assert len(lines) == 1 and "internal-error" not in lines[0], (argv, proc.stderr)
         said[" ".join(args[:1])] = lines[0].split(":")[1].strip()
     assert set(said.values()) == {slug}, said
+
+
+@pytest.mark.slow
+def test_files_a_command_reads_writes_or_runs(tmp_path: Path) -> None:
+    """The same conditions on the files around the cache (a baseline, a report, the config file,
+    the command ``check`` runs): one line, its condition's slug, exit 2 (issue 24)."""
+    assert SCRIPT, "the cachedoctor console script is not installed in this environment"
+    cache, a_dir = tmp_path / "cache", tmp_path / "a-dir"
+    cache.mkdir()
+    a_dir.mkdir()
+    missing, a_file = tmp_path / "missing", tmp_path / "a-file"
+    a_file.write_text("x")
+    cases: list[tuple[list[str | Path], dict[str, str], str]] = [
+        (
+            ["lint", cache, "--baseline", missing],
+            {},
+            f"no-such-file: no such baseline file: {missing}",
+        ),
+        (
+            ["lint", cache, "--baseline", a_dir],
+            {},
+            f"is-a-dir: cannot read baseline {a_dir}: it is",
+        ),
+        (
+            ["lint", cache, "-o", missing / "r.txt"],
+            {},
+            f"no-such-dir: cannot write {missing}/r.txt",
+        ),
+        (
+            ["lint", cache, "--write-baseline", a_dir],
+            {},
+            f"is-a-dir: cannot write baseline {a_dir}",
+        ),
+        (
+            ["status"],
+            {"CACHEDOCTOR_CONFIG": str(a_dir)},
+            f"is-a-dir: cannot read config file {a_dir}",
+        ),
+        (["check", "--", missing], {}, f"command-not-found: no such command: {missing}"),
+        (["check", "--", a_dir], {}, f"permission-denied: cannot run {a_dir}: permission denied"),
+        (
+            ["check", "--log", missing / "l.txt", "--", "true"],
+            {},
+            f"no-such-dir: cannot write {missing}/l.txt: no such directory: {missing}",
+        ),
+        (
+            ["check", "--dir", a_file / "sub", "--", "true"],
+            {},
+            f"not-a-dir: not a directory: {a_file}/sub",
+        ),
+    ]
+    for args, env, line in cases:
+        argv = [str(a) for a in args]
+        proc = subprocess.run(
+            [SCRIPT, *argv], capture_output=True, text=True, env={**cli_env(), **env}, timeout=120
+        )
+        said = [x for x in proc.stderr.splitlines() if not x.startswith("cachedoctor check: run")]
+        assert proc.returncode == 2 and len(said) == 1, (argv, proc.stderr)
+        assert said[0].startswith(f"cachedoctor: {line}"), (argv, said[0])

@@ -206,6 +206,7 @@ def test_durations_and_sizes_take_numbers_too(seed_cache: Path) -> None:
     by_number = cachedoctor.prune_plan(seed_cache, older_than=86400 * 14, max_size=10**9)
     by_text = cachedoctor.prune_plan(seed_cache, older_than="2w", max_size="1GB")
     assert by_number.to_dict()["actions"] == by_text.to_dict()["actions"]
+    assert by_text.selectors == ("older-than 2w", "max-size 1GB")  # spelled as given
     since = cachedoctor.stats(seed_cache, since=1796075058).since
     assert since == cachedoctor.stats(seed_cache, since="1796075058").since == 1796075058.0
 

@@ -11,7 +11,8 @@ and nothing else:
 - the installed jax and jaxlib versions, the host name;
 - dates and clock times; durations (a number before ``s``, ``ms`` or ``min``); numbers with a
   fraction (sizes such as ``7.3 KiB`` keep their unit, seconds in tables); byte counts
-  (``18974 bytes``): entry sizes differ between CPUs;
+  (``18974 bytes``): entry sizes differ between CPUs; whole seconds in a table's last column
+  headed ``compile s`` (a compile on a loaded machine rounds to 1 s instead of 0 s);
 - hashes: each 64-digit hex key hash becomes ``<K1>``, ``<K2>``… in order of first appearance,
   a shorter hex prefix of one the same label, any other run of 8 or more hex digits
   with a digit in it (a digest prefix, a per-run pointer) ``<X1>``…;
@@ -83,8 +84,24 @@ def scrub(text: str, paths: Mapping[str, str]) -> str:
     text = _AGE.sub("<AGE>", text)
     text = _DURATION.sub(lambda m: "<T>" + (" " if " " in m.group(0) else "") + m.group(2), text)
     text = _FRACTION.sub("<N>", text)
-    lines = (_RULES.sub(r"\1\1\1", _SPACES.sub("  ", line)).rstrip() for line in text.split("\n"))
-    return "\n".join(lines)
+    lines = [_RULES.sub(r"\1\1\1", _SPACES.sub("  ", line)).rstrip() for line in text.split("\n")]
+    return "\n".join(_compile_seconds(lines))
+
+
+def _compile_seconds(lines: list[str]) -> list[str]:
+    """The whole seconds of a ``compile s`` column (the last one) as ``<T>``: how long XLA took
+    depends on the machine's load, not on what the cache holds."""
+    out: list[str] = []
+    in_table = False
+    for line in lines:
+        if line.rstrip().endswith("compile s"):
+            in_table = True
+        elif in_table and "│" in line:
+            line = re.sub(r"│  \d+$", "│  <T>", line)
+        elif in_table and not line.startswith("━"):
+            in_table = False
+        out.append(line)
+    return out
 
 
 def _labelled_hashes(text: str) -> str:

@@ -13,6 +13,7 @@ modules import it (the leading underscore says so).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cachedoctor.cache.decompress import DecodeFailure
@@ -149,17 +150,24 @@ def _infer_platform(walk: _Walk) -> str:
             return "gpu"
         if "cpu" in client:
             return "cpu"
-    numbers = {n for n, _ in walk.small} | {n for n, _, _ in walk.sections}
-    heads = [(n, bytes(d[:64])) for n, d in walk.small] + [(n, h) for n, _, h in walk.sections]
-    for n, head in heads:
-        if head.startswith(b"\x7fELF") and len(head) >= 20:
+    for n, head in _heads(walk):  # in order, until the first that tells (a CPU executable
+        if head.startswith(b"\x7fELF") and len(head) >= 20:  # holds thousands of fields)
             machine = int.from_bytes(head[18:20], "little")
             return "gpu" if machine == 190 else "cpu"  # EM_CUDA = 190
         if n == 3 and head.lstrip().startswith((b"//", b".version")):
             return "gpu"
+    numbers = {n for n, _ in walk.small} | {n for n, _, _ in walk.sections}
     if 9 in numbers or 7 in numbers:
         return "cpu"
     return "unknown"
+
+
+def _heads(walk: _Walk) -> Iterator[tuple[int, bytes]]:
+    """Each small field's and section's number and first 64 bytes, small fields first."""
+    for n, d in walk.small:
+        yield n, bytes(d[:64])
+    for n, _, h in walk.sections:
+        yield n, h
 
 
 def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) -> list[Section]:

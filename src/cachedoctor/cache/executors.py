@@ -108,7 +108,7 @@ Counts = tuple[int, int, int, dict[str, int]]  # storage.model.IoStats.counts()
 
 
 def decode_store_chunk(
-    spec: stores.StoreSpec, items: Sequence[DirItem], max_decompressed: int
+    spec: stores.StoreSpec, items: Sequence[DirItem], max_decompressed: int, defer_hlo: bool
 ) -> tuple[list[EntryInfo], Counts]:
     """Run by a worker: one chunk of a bucket's entries, read through the store ``spec`` names
     (concurrently, bounded by its pool), with the requests it took."""
@@ -116,7 +116,9 @@ def decode_store_chunk(
 
     store = stores.reopen(spec)
     with stores.one_line_errors(store.url):
-        found = reader.decode_store_entries(store, items, max_decompressed=max_decompressed)
+        found = reader.decode_store_entries(
+            store, items, max_decompressed=max_decompressed, defer_hlo=defer_hlo
+        )
     return found, store.stats.counts()
 
 
@@ -126,13 +128,14 @@ def decode_store_items(
     executor: Executor,
     *,
     max_decompressed: int,
+    defer_hlo: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> list[EntryInfo]:
     """Every item of a bucket listing decoded on ``executor``, in the order of ``items``; the
     workers' request counts are added to ``store.stats``."""
     spec = stores.spec_of(store)
     order, chunks = grouped_batches(items, 8 * width(executor))
-    calls = [(spec, [items[n] for n in chunk], max_decompressed) for chunk in chunks]
+    calls = [(spec, [items[n] for n in chunk], max_decompressed, defer_hlo) for chunk in chunks]
 
     def finished(result: tuple[list[EntryInfo], Counts]) -> None:
         store.stats.merge(result[1])

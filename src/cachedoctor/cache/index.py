@@ -44,7 +44,7 @@ from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
-FORMAT = "cachedoctor-index-v4"
+FORMAT = "cachedoctor-index-v5"
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -83,10 +83,21 @@ def index_path(cache: str | os.PathLike[str]) -> Path:
     return index_root() / (digest + SUFFIX)
 
 
+def side_path(cache: str | os.PathLike[str], part: str) -> Path:
+    """Where a table kept beside the scan index lives (the stats records' index,
+    ``core/usage/record_index.py``): its own file next to the scan's, of the same digest, so
+    that a scan rewriting its file whole (other options, other code) never drops it."""
+    path = index_path(cache)
+    return path.with_name(f"{path.stem}.{part}{SUFFIX}")
+
+
+SIDE_PARTS = ("records",)  # the side files there are (see side_path)
+
+
 def index_locations(cache: str | os.PathLike[str]) -> list[Path]:
     """Every place an index for ``cache`` may live (for tools that want it gone)."""
-    path = index_path(cache)
-    return [path, path.with_name(path.name + "-journal")]
+    paths = [index_path(cache), *(side_path(cache, part) for part in SIDE_PARTS)]
+    return [p for path in paths for p in (path, path.with_name(path.name + "-journal"))]
 
 
 def enabled() -> bool:

@@ -22,7 +22,7 @@ def locate_entry(ref: str, cache_dir: str | None) -> Path:
     except FileNotFoundError:
         st = None
     except OSError as exc:  # a name too long for the file system, a folder we cannot enter
-        raise EntryNotFoundError(f"cannot use {clip(ref)!r}: {exc.strerror or exc}") from None
+        raise path_error(exc, ref, what="file", verb="use", cls=EntryNotFoundError) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise EntryNotFoundError(
             f"{clip(ref)} is a directory, not an entry: `cachedoctor scan {clip(ref)}` "
@@ -90,5 +90,5 @@ def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, listdir.Dir
     except FileNotFoundError as exc:
         raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
     except OSError as exc:
-        raise StoreError(f"cannot read {cache_dir}: {exc.strerror or exc}") from exc
+        raise path_error(exc, cache_dir, cls=StoreError) from exc
     return store, match_entry(ref, listing)

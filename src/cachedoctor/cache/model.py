@@ -105,6 +105,11 @@ class EntryInfo:
     program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
     problems: tuple[Problem, ...] = ()
+    # The tiers (cache/tiers.py); neither is written to JSON. A first-tier decode leaves
+    # ``hlo``, ``program_digest`` and ``volatile`` out (``hlo_deferred``); the signature is
+    # always computed: equal program digests imply equal signatures.
+    program_signature: str | None = None
+    hlo_deferred: bool = False
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ caller's, a Dask cluster), the same batches go to it instead, whatever the job's
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import multiprocessing
 import os
@@ -99,10 +100,14 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _decode_batch(jobs: Sequence[Job], max_decompressed: int) -> list[EntryInfo]:
+def _decode_batch(
+    jobs: Sequence[Job], max_decompressed: int, defer_hlo: bool = False
+) -> list[EntryInfo]:
     out = []
     for path, key in jobs:
-        info = reader.decode_entry(path, key=key, max_decompressed=max_decompressed)
+        info = reader.decode_entry(
+            path, key=key, max_decompressed=max_decompressed, defer_hlo=defer_hlo
+        )
         assert isinstance(info, EntryInfo)
         out.append(info)
     return out
@@ -146,13 +151,18 @@ def decode_items(
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    defer_hlo: bool = False,
     executor: Executor | None = None,
 ) -> Iterator[EntryInfo]:
     """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes, or on
     ``executor`` when one is given (every worker must see the folder at the same path).
 
     ``progress(n)`` is called with the number of entries finished since the last call.
+    ``defer_hlo``: the first tier only (``reader.decode_entry``).
     """
+    decode = functools.partial(
+        _decode_batch, max_decompressed=max_decompressed, defer_hlo=defer_hlo
+    )
 
     base = str(Path(listing.root))  # str(listing.path(item)), without a Path per entry
 
@@ -165,7 +175,7 @@ def decode_items(
     small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
     if executor is None and (workers == 1 or small or len(items) <= 1):
         jobs = [job(n) for n in range(len(items))]
-        yield from _serial(_batches(jobs, sizes), max_decompressed, progress)
+        yield from _serial(_batches(jobs, sizes), decode, progress)
         return
     if executor is not None:
         workers = width(executor)
@@ -173,11 +183,11 @@ def decode_items(
     found: list[EntryInfo | None] = [None] * len(items)
     decoded: Iterator[EntryInfo]
     if executor is not None:
-        calls = [([job(n) for n in batch], max_decompressed) for batch in batches]
+        calls = [([job(n) for n in batch],) for batch in batches]
         step = None if progress is None else (lambda done: progress(len(done)))
-        decoded = (e for done in in_order(executor, _decode_batch, calls, step) for e in done)
+        decoded = (e for done in in_order(executor, decode, calls, step) for e in done)
     else:
-        decoded = _pooled(batches, job, max_decompressed, min(workers, len(batches)), progress)
+        decoded = _pooled(batches, job, decode, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
@@ -206,14 +216,17 @@ def decode_entries(
     return decode_items(listing, listing.entries, workers=workers, **kwargs)  # type: ignore[arg-type]
 
 
+Decode = Callable[[Sequence[Job]], list[EntryInfo]]
+
+
 def _serial(
     batches: Sequence[Sequence[Job]],
-    max_decompressed: int,
+    decode: Decode,
     progress: Callable[[int], None] | None,
 ) -> Iterator[EntryInfo]:
     for batch in batches:
         for job in batch:
-            yield from _decode_batch([job], max_decompressed)
+            yield from decode([job])
             if progress is not None:
                 progress(1)
 
@@ -221,7 +234,7 @@ def _serial(
 def _pooled(
     batches: Sequence[Sequence[int]],
     job: Callable[[int], Job],
-    max_decompressed: int,
+    decode: Decode,
     workers: int,
     progress: Callable[[int], None] | None,
 ) -> Iterator[EntryInfo]:
@@ -231,7 +244,7 @@ def _pooled(
             max_workers=workers, mp_context=mp_context(), initializer=gc.enable
         )
     except (OSError, ValueError, NotImplementedError):
-        yield from _serial([[job(n) for n in b] for b in batches], max_decompressed, progress)
+        yield from _serial([[job(n) for n in b] for b in batches], decode, progress)
         return
     broken = False
     try:
@@ -240,7 +253,7 @@ def _pooled(
         while done < len(batches):
             while submitted < len(batches) and len(pending) < 2 * workers:
                 jobs = [job(n) for n in batches[submitted]]  # made when sent: never all at once
-                pending.append(pool.submit(_decode_batch, jobs, max_decompressed))
+                pending.append(pool.submit(decode, jobs))
                 submitted += 1
             result = pending.popleft().result()
             done += 1
@@ -257,7 +270,7 @@ def _pooled(
     if broken:
         # a worker died (killed, out of memory): finish here, from the first unfinished batch
         left = [[job(n) for n in batch] for batch in batches[done:]]
-        yield from _serial(left, max_decompressed, progress)
+        yield from _serial(left, decode, progress)
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:

@@ -57,6 +57,7 @@ from cachedoctor.cache.model import (
     Problem,
     updated,
 )
+from cachedoctor.errors import os_reason
 from cachedoctor.formats import wire
 from cachedoctor.layout import (
     CACHE_SUFFIX,
@@ -82,12 +83,17 @@ def decode_entry(
     fileobj: BinaryIO | None = None,
     size: int = 0,
     mtime_ns: int = 0,
+    defer_hlo: bool = False,
 ) -> EntryInfo | EntryDetail:
     """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``.
 
     With ``fileobj`` (an open, seekable binary file: an object in a bucket), ``path`` is only
     the name to report and ``size``/``mtime_ns`` come from the caller's listing; the caller
     closes it.
+
+    ``defer_hlo``: the first tier only (see ``tiers.py``): the HLO module's summary, program
+    digest and volatile fields are left out (``hlo_deferred``) and only its signature is
+    computed. A detail decode ignores it.
     """
     path = os.fspath(path)
     name = path.rstrip("/").rsplit("/", 1)[-1] if fileobj is not None else os.path.basename(path)
@@ -97,11 +103,12 @@ def decode_entry(
         key = parsed[0] if parsed else base
     parsed_key = parse_key(key)
     module = parsed_key[1] if parsed_key else None
+    defer_hlo = defer_hlo and not detail
     walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
     problems: list[Problem] = []
     if fileobj is not None:
-        whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed)
+        whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed, defer_hlo)
         if whole is not None:
             return whole
         info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
@@ -110,7 +117,7 @@ def decode_entry(
             fh = open_regular(path)
         except OSError as exc:
             kind = "symlink" if exc.errno == errno.ELOOP else "unreadable"
-            msg = "is a symbolic link; not followed" if kind == "symlink" else exc.strerror
+            msg = "is a symbolic link; not followed" if kind == "symlink" else os_reason(exc)
             problems.append(Problem(kind, str(msg)))
         else:
             with fh:
@@ -118,11 +125,11 @@ def decode_entry(
                 info = EntryInfo(
                     key=key, module=module, path=path, size=st.st_size, mtime_ns=st.st_mtime_ns
                 )
-                whole = None if detail else _decode_in_memory(fh, info, max_decompressed)
+                whole = None if detail else _decode_in_memory(fh, info, max_decompressed, defer_hlo)
                 if whole is not None:
                     return whole
                 info = _decode_open_file(fh, info, walk, problems, max_decompressed)
-    info = _finish(info, walk, problems)
+    info = _finish(info, walk, problems, defer_hlo)
     if not detail:
         return info
     return EntryDetail(
@@ -140,7 +147,9 @@ _PAYLOAD_MEMO: dict[str, EntryInfo] = {}
 _PAYLOAD_MEMO_MAX = 4096
 
 
-def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | None:
+def _decode_in_memory(
+    fh: BinaryIO, info: EntryInfo, cap: int, defer_hlo: bool = False
+) -> EntryInfo | None:
     """Decode an entry decompressed whole into memory, or None to let the stream decoder do it.
 
     The digest of the payload is known before the walk, so an executable already decoded in
@@ -149,6 +158,10 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     shows is a function of its bytes. A payload the walk cannot finish (damaged bytes) is
     decoded again by the stream decoder, which names the problem and where; problems found
     after the walk (a malformed HLO module) are the same from either decoder and are returned.
+    A payload decoded with all tiers serves a first-tier decode too, not the other way round;
+    a second entry of a payload decoded with the first tier only gets every tier, from the
+    bytes in hand: copies of a payload under one module tie (``tiers.py``), so their facts
+    will be needed, and one walk here spares decoding them again later.
     """
     whole = decompress_whole(fh, cap)
     if whole is None or len(whole[0]) < 5:
@@ -156,6 +169,8 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
     raw, compression, digest = whole
     per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big"), "compression": compression}
     known = _PAYLOAD_MEMO.get(digest)
+    if known is not None and known.hlo_deferred:
+        known, defer_hlo = None, False
     if known is not None:
         return updated(
             known,
@@ -178,7 +193,7 @@ def _decode_in_memory(fh: BinaryIO, info: EntryInfo, cap: int) -> EntryInfo | No
         executable_digest=digest,
         **per_entry,  # type: ignore[arg-type]
     )
-    info = _finish(info, walk, problems)
+    info = _finish(info, walk, problems, defer_hlo)
     if info.problems:
         return info  # not memoised: only clean decodes are served to copies
     if len(_PAYLOAD_MEMO) >= _PAYLOAD_MEMO_MAX:
@@ -219,7 +234,7 @@ def _decode_open_file(
     except wire.WireError as exc:
         problems.append(Problem("protobuf", f"malformed protobuf: {exc}"))
     except OSError as exc:
-        problems.append(Problem("unreadable", exc.strerror or str(exc)))
+        problems.append(Problem("unreadable", os_reason(exc)))
     if dec is None:
         return replace(info, **found)
     if problems and problems[0].kind in ("protobuf", "truncated", "header"):
@@ -277,19 +292,29 @@ def options_facts(options: bytes) -> tuple[dict[str, object], bytes]:
     return dict(found[0]), found[1]
 
 
-def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
+def _finish(
+    info: EntryInfo, walk: _Walk, problems: list[Problem], defer_hlo: bool = False
+) -> EntryInfo:
     fields: dict[str, object] = dict(walk.fields)
     platform = "gpu" if walk.gpu_executable is not None else _infer_platform(walk)
     sections = _interpret_executable(walk, platform, fields)
     gpu_summary = _gpu_summary(walk) if platform == "gpu" else None
     summary = None
+    deferred = False
     program = hashlib.sha256(platform.encode())
+    signed = hashlib.sha256(platform.encode())
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
-    if walk.hlo_module is not None:
+    module = walk.hlo_module
+    if module is not None:
         try:
-            facts = hlo_facts(walk.hlo_module)
-            summary, volatile = facts.summary, facts.volatile
-            program.update(facts.program_digest.encode())
+            if defer_hlo:
+                signed.update(hlo_facts_mod.signature(module).encode())
+                deferred = True
+            else:
+                facts = hlo_facts(module)
+                summary, volatile = facts.summary, facts.volatile
+                program.update(facts.program_digest.encode())
+                signed.update(facts.signature.encode())
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
     elif not problems and "opaque_executable" not in fields:
@@ -299,6 +324,7 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
             decoded, canonical = options_facts(walk.compile_options)
             fields.update(decoded)
             program.update(canonical)
+            signed.update(canonical)
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"compile options are malformed: {exc}"))
     known = {f.name for f in dataclasses.fields(EntryInfo)}
@@ -315,6 +341,10 @@ def _finish(info: EntryInfo, walk: _Walk, problems: list[Problem]) -> EntryInfo:
         program_digest=program.hexdigest() if summary is not None and not problems else None,
         volatile=volatile,
         problems=tuple(problems),
+        program_signature=(
+            signed.hexdigest() if (summary is not None or deferred) and not problems else None
+        ),
+        hlo_deferred=deferred and not problems,
     )
 
 

@@ -113,28 +113,11 @@ def prune(
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
 
-    selectors = []
-    for flag, value in (
-        ("older-than", as_typed(ctx, "older_than")),
-        ("max-size", as_typed(ctx, "max_size")),
-        ("module", module),
-    ):
-        if value is not None:
-            selectors.append(f"{flag} {value}")
-    for flag, on in (
-        ("duplicates", duplicates),
-        ("corrupt", corrupt),
-        ("orphans", orphans),
-        ("relocated", relocated),
-        ("stale-jax", stale_jax),
-        ("xla-subcaches", xla_subcaches),
-        ("repair", repair),
-    ):
-        if on:
-            selectors.append(flag)
-    options = PruneOptions(
-        older_than_s=older_than,
-        max_size=max_size,
+    # click's types have checked each value with units.py's grammar; the options read the
+    # spelling the user typed (the plan reports it), as the API's do
+    options = PruneOptions.from_selectors(
+        older_than=as_typed(ctx, "older_than"),
+        max_size=as_typed(ctx, "max_size"),
         duplicates=duplicates,
         corrupt=corrupt,
         orphans=orphans,
@@ -143,8 +126,7 @@ def prune(
         module=module,
         xla_subcaches=xla_subcaches,
         repair=repair,
-        stale_after_s=stale_after,
-        selectors=tuple(selectors),
+        stale_after=as_typed(ctx, "stale_after") or stale_after,
     )
     cache_dir = resolve_cache_dir(directory)
     open_cache_dir(cache_dir)

@@ -389,7 +389,7 @@ RULES: tuple[Rule, ...] = (
         cases=(UNREADABLE,),
         example=Example(
             UNREADABLE,
-            f"{_KEY}: not checked: unreadable: Permission denied",
+            f"{_KEY}: not checked: unreadable: permission denied",
             (("problem", "unreadable"),),
             module="jit_f",
         ),

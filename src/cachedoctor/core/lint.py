@@ -28,6 +28,7 @@ from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count, path_error
+from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.files import open_regular, write_atomic
 
 BASELINE_SCHEMA_VERSION = 1
@@ -120,10 +121,8 @@ def load_baseline(path: str | os.PathLike[str]) -> frozenset[str]:
     try:
         with open_regular(path) as fh:  # a FIFO or a folder is refused, never waited on
             raw = fh.read().decode("utf-8")
-    except FileNotFoundError:
-        raise BaselineError(f"no such baseline file: {path}") from None
     except OSError as exc:
-        raise BaselineError(f"cannot read baseline {path}: {exc.strerror or exc}") from None
+        raise path_error(exc, path, what="baseline", cls=BaselineError) from None
     except UnicodeDecodeError:
         raise BaselineError(f"{path}: not a cachedoctor lint baseline (binary data)") from None
     try:
@@ -174,7 +173,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     try:
         write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
-        raise CachedoctorError(f"cannot write {path}: {exc.strerror or exc}", slug="io") from None
+        raise path_error(exc, path, what="baseline", verb="write") from None
 
 
 def judge(
@@ -235,8 +234,7 @@ def lint_directory(
     try:
         from_records = record_findings(scan)
     except OSError as exc:
-        message = f"cannot read the stats records of {cache_dir}: {exc.strerror or exc}"
-        raise CachedoctorError(message, slug="io") from None
+        raise path_error(exc, os.path.join(cache_dir, STATS_DIRNAME)) from None
     scan = dataclasses.replace(scan, findings=scan.findings + tuple(from_records))
     return judge(
         scan, fail_on=fail_on, ignore=ignore, baseline=baseline, baseline_path=baseline_path

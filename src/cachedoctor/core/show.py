@@ -6,7 +6,7 @@ import os
 
 from cachedoctor.cache import reader
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.errors import CachedoctorError, clip
+from cachedoctor.errors import CachedoctorError, path_error
 from cachedoctor.storage.files import atomic_file, new_file_mode, open_regular
 from cachedoctor.storage.stores import Store
 
@@ -26,9 +26,7 @@ def extract_to_file(
     try:
         source = store.open_read(item.name) if store and item else open_regular(entry_path)
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot read {clip(entry_path)}: {exc.strerror or exc}", slug="io"
-        ) from None
+        raise path_error(exc, entry_path, what="file") from None
     try:
         with source, atomic_file(target, mode=new_file_mode(), create=True) as out:
             return reader.extract_payload(entry_path, out, fileobj=source)
@@ -37,6 +35,4 @@ def extract_to_file(
     except FileExistsError:
         raise CachedoctorError(f"{target} exists; not overwriting it", slug="exists") from None
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot write {clip(target)}: {exc.strerror or exc}", slug="io"
-        ) from None
+        raise path_error(exc, target, what="file", verb="write") from None

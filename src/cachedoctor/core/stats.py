@@ -31,10 +31,15 @@ from cachedoctor.core.usage.records import (
     Record,
     read_records,
     record_files,
+    total,
+    total_of,
+    total_of_columns,
+    values_of,
 )
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store, open_store
 
+_REQUESTS = [f.name for f in dataclasses.fields(Counters)].index("requests")
 NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
 
 
@@ -121,10 +126,14 @@ class ZeroReport:
 
 
 def _evidence(
-    module: str, counters: Counters, processes: int, records: list[Record], scan: ScanReport | None
+    module: str,
+    counters: Counters,
+    processes: int,
+    settings: dict[str, tuple[float, ...]],
+    scan: ScanReport | None,
 ) -> ModuleEvidence:
-    """What ``reasons.explain`` weighs for a module, as ``scan`` gathers it (rules/inventory)."""
-    settings = reasons.settings_of(records)
+    """What ``reasons.explain`` weighs for a module, as ``scan`` gathers it (rules/inventory);
+    ``settings``: the records' (``reasons.settings_of``)."""
     if scan is None:
         return ModuleEvidence(module, counters, processes, settings)
     summary = scan.summary
@@ -145,15 +154,20 @@ def _evidence(
     )
 
 
-def _groups(records: Iterable[Record], key: Any) -> tuple[Group, ...]:
-    counters: dict[str, Counters] = defaultdict(Counters)
+def _groups(
+    records: list[Record], tables: list[list[tuple[Any, ...]]], key: Any
+) -> tuple[Group, ...]:
+    """The records by ``key`` (a group only of records with modules), each group's counters
+    summed in record order (``tables``: each record's counters by field, as
+    ``records.total_of_columns`` takes them)."""
+    counters: dict[str, list[list[tuple[Any, ...]]]] = defaultdict(list)
     processes: dict[str, int] = defaultdict(int)
-    for r in records:
+    for r, table in zip(records, tables, strict=True):
         name = key(r)
         processes[name] += 1
-        for c in r.modules.values():
-            counters[name] = counters[name] + c
-    return tuple(Group(n, processes[n], counters[n]) for n in sorted(counters))
+        if table:
+            counters[name].append(table)
+    return tuple(Group(n, processes[n], total_of_columns(counters[n])) for n in sorted(counters))
 
 
 def summarise(
@@ -174,28 +188,33 @@ def summarise(
             for r in records
             if _matching(r.modules, module)
         ]
-    by_module: dict[str, Counters] = defaultdict(Counters)
-    processes: dict[str, int] = defaultdict(int)
-    for r in records:
-        for name, c in r.modules.items():
-            by_module[name] = by_module[name] + c
-            processes[name] += 1 if c.requests else 0
+    per_record = [list(map(values_of, r.modules.values())) for r in records]
+    each: dict[str, list[tuple[Any, ...]]] = defaultdict(list)  # each module's, in record order
+    for r, values in zip(records, per_record, strict=True):
+        for name, v in zip(r.modules, values, strict=True):
+            each[name].append(v)
+    by_module = {name: total_of(vs) for name, vs in each.items()}
+    tables = [list(zip(*values, strict=True)) for values in per_record]
+    processes = {name: sum(1 for v in vs if v[_REQUESTS]) for name, vs in each.items()}
     rows = []
+    settings = None
     for name, c in by_module.items():
         never = c.requests > 0 and c.hits == 0
         why = None
         if never:
-            why = reasons.explain(_evidence(name, c, processes[name], records, scan))
+            settings = reasons.settings_of(records) if settings is None else settings
+            evidence = _evidence(name, c, processes[name], settings, scan)
+            why = reasons.explain(evidence)
         rows.append(ModuleRow(name, processes[name], c, never, why))
     rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
-    totals = sum(by_module.values(), Counters())
+    totals = total(by_module.values())
     return StatsReport(
         cache_dir=cache_dir,
         processes=len(records),
         totals=totals,
         modules=tuple(rows),
-        days=_groups(records, lambda r: r.day),
-        hosts=_groups(records, lambda r: r.host),
+        days=_groups(records, tables, lambda r: r.day),
+        hosts=_groups(records, tables, lambda r: r.host),
         findings=tuple(problems) + tuple(never_hit_findings(rows)),
         since=since,
         module_filter=module,

@@ -151,16 +151,14 @@ def write_report(path: str, report: Any, name: str) -> None:
     """Write the report in format ``name`` to the file ``path``, whole or not at all (the one
     atomic write, ``storage/files``; the mode ``open()`` would give); a failure is a one-line
     ``CachedoctorError``."""
-    from cachedoctor.errors import CachedoctorError, clip
+    from cachedoctor.errors import path_error
     from cachedoctor.storage.files import new_file_mode, write_atomic
 
     data = render_to_string(report, name).encode("utf-8")
     try:
         write_atomic(path, data, mode=new_file_mode())
     except OSError as exc:
-        raise CachedoctorError(
-            f"cannot write {clip(path)}: {exc.strerror or exc}", slug="io"
-        ) from None
+        raise path_error(exc, path, what="file", verb="write") from None
 
 
 def _write(console: Console, text: str) -> None:

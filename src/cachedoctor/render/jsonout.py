@@ -34,8 +34,14 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+# How a scan decoded an entry (cache/tiers.py), not what it holds: not in the JSON documents.
+ENTRY_FIELDS_NOT_SHOWN = ("program_signature", "hlo_deferred")
+
+
 def entry_dict(entry: EntryInfo) -> dict[str, Any]:
     data: dict[str, Any] = to_plain(entry)
+    for name in ENTRY_FIELDS_NOT_SHOWN:
+        del data[name]
     data["ok"] = entry.ok
     data["format"] = entry.format_label
     return data

@@ -47,7 +47,6 @@ def render_plan(
     plan: Plan, console: Console, *, result: ApplyReport | None = None, limit: int = 200
 ) -> None:
     """The plan (dry run) or what applying it did, then skipped items and notes."""
-    outcome = {id(o.action): o for o in result.outcomes} if result else {}
     title = f"{plan.command} {plan.cache_dir}"
     if plan.selectors:
         title += f"  [{', '.join(plan.selectors)}]"
@@ -55,41 +54,7 @@ def render_plan(
     if not plan.actions:
         console.print(Text("nothing to do", style="green"))
     else:
-        shown = plan.actions[:limit]
-        with_size = any(a.bytes for a in shown)
-        with_used = any(a.last_used_ns is not None for a in shown)
-        table = Table(show_edge=False, title_justify="left")
-        if result is not None:
-            table.add_column("result")
-        table.add_column("action", no_wrap=True)
-        table.add_column("entry / file", overflow="fold")
-        table.add_column("rule", overflow="fold")
-        if with_size:
-            table.add_column("size", justify="right", no_wrap=True)
-        if with_used:
-            table.add_column("last used (UTC)", no_wrap=True)
-        table.add_column("why", overflow="fold", min_width=24)
-        for a in shown:
-            name = short(a.name)
-            if a.op is Op.MOVE_ENTRY and a.new_key:
-                name += "\n→ " + short(a.new_key)
-            cells = [_OP_VERB[a.op], name, ",".join(r.value for r in a.rules)]
-            if with_size:
-                cells.append(format_bytes(a.bytes) if a.bytes else "")
-            if with_used:
-                cells.append(_last_used(a))
-            cells.append(short(a.reason))
-            if result is not None:
-                o = outcome.get(id(a))
-                status = Text(o.status.value, style=_STATUS_STYLE[o.status]) if o else Text("-")
-                if o and o.detail and o.status is not Status.DONE:
-                    status.append(f" ({short(o.detail)})")
-                table.add_row(status, *cells)
-            else:
-                table.add_row(*cells)
-        if len(plan.actions) > limit:
-            table.caption = f"{len(plan.actions) - limit} more actions (use --json)"
-        print_table(console, table)
+        _actions_table(plan, console, result, limit)
     for c in plan.conflicts:
         console.print(Text(f"conflict  {short(c.name)}: {short(c.reason)}", style="bold red"))
     if plan.skipped:
@@ -98,9 +63,54 @@ def render_plan(
             console.print(f"  {short(s.name)}: {short(s.reason)}", markup=False, highlight=False)
     for note in plan.notes:
         console.print(Text(f"note: {note}", style="dim"))
-    entries = plan.entries_to_remove
     if not plan.actions:
         return  # "nothing to do" was said above
+    _summary(plan, console, result)
+
+
+def _actions_table(plan: Plan, console: Console, result: ApplyReport | None, limit: int) -> None:
+    """The first ``limit`` actions, each with its outcome when the plan was applied."""
+    outcome = {id(o.action): o for o in result.outcomes} if result else {}
+    shown = plan.actions[:limit]
+    with_size = any(a.bytes for a in shown)
+    with_used = any(a.last_used_ns is not None for a in shown)
+    table = Table(show_edge=False, title_justify="left")
+    if result is not None:
+        table.add_column("result")
+    table.add_column("action", no_wrap=True)
+    table.add_column("entry / file", overflow="fold")
+    table.add_column("rule", overflow="fold")
+    if with_size:
+        table.add_column("size", justify="right", no_wrap=True)
+    if with_used:
+        table.add_column("last used (UTC)", no_wrap=True)
+    table.add_column("why", overflow="fold", min_width=24)
+    for a in shown:
+        name = short(a.name)
+        if a.op is Op.MOVE_ENTRY and a.new_key:
+            name += "\n→ " + short(a.new_key)
+        cells = [_OP_VERB[a.op], name, ",".join(r.value for r in a.rules)]
+        if with_size:
+            cells.append(format_bytes(a.bytes) if a.bytes else "")
+        if with_used:
+            cells.append(_last_used(a))
+        cells.append(short(a.reason))
+        if result is not None:
+            o = outcome.get(id(a))
+            status = Text(o.status.value, style=_STATUS_STYLE[o.status]) if o else Text("-")
+            if o and o.detail and o.status is not Status.DONE:
+                status.append(f" ({short(o.detail)})")
+            table.add_row(status, *cells)
+        else:
+            table.add_row(*cells)
+    if len(plan.actions) > limit:
+        table.caption = f"{len(plan.actions) - limit} more actions (use --json)"
+    print_table(console, table)
+
+
+def _summary(plan: Plan, console: Console, result: ApplyReport | None) -> None:
+    """The last line: what the dry run would do, or what applying it did."""
+    entries = plan.entries_to_remove
     if result is None:
         if plan.command == "rekey":
             moves = sum(1 for a in plan.actions if a.op is Op.MOVE_ENTRY)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachedoctor.errors import path_error
 from cachedoctor.stablekeys import settings
 from cachedoctor.stablekeys.settings import ConfigError
 
@@ -278,7 +279,8 @@ def _check_dir_usable(cache_dir: str) -> None:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            raise ConfigError(f"cannot use {cache_dir}: {p}: {exc.strerror or exc}") from None
+            under = "" if p == Path(cache_dir) else f"the cache directory {cache_dir} is under it"
+            raise path_error(exc, p, verb="use", cls=ConfigError, hint=under) from None
         if not stat.S_ISDIR(st.st_mode):
             raise ConfigError(f"cannot use {cache_dir}: {p} is not a directory")
         if not os.access(p, os.X_OK):
@@ -319,7 +321,7 @@ def enable(values: dict[str, Any]) -> EnableReport:
             Path(cache_dir).mkdir(parents=True, mode=0o755)
             created = True
         except OSError as exc:
-            raise ConfigError(f"cannot create {cache_dir}: {exc.strerror}") from exc
+            raise path_error(exc, cache_dir, verb="create", cls=ConfigError) from exc
     created_dirs += _missing_dirs(path.parent)
     values = {**values, "created_dirs": os.pathsep.join(dict.fromkeys(map(str, created_dirs)))}
     if not values["created_dirs"]:
@@ -327,8 +329,9 @@ def enable(values: dict[str, Any]) -> EnableReport:
     try:
         settings.save(values, path)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot write {path}: {exc.strerror} (set {settings.CONFIG_ENV} to another file)"
+        hint = f"set {settings.CONFIG_ENV} to another file"
+        raise path_error(
+            exc, path, what="config file", verb="write", cls=ConfigError, hint=hint
         ) from exc
     return EnableReport(path, values, warnings, created, local_subcaches(values))
 
@@ -360,7 +363,7 @@ def disable() -> DisableReport:
     try:
         path.unlink()
     except OSError as exc:
-        raise ConfigError(f"cannot remove {path}: {exc.strerror}") from exc
+        raise path_error(exc, path, what="config file", verb="remove", cls=ConfigError) from exc
     removed.append(path)
     for folder in sorted((Path(p) for p in created.split(os.pathsep) if p), reverse=True):
         try:

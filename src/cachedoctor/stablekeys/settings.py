@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.errors import CachedoctorError, NoCacheDirError
+from cachedoctor.errors import CachedoctorError, NoCacheDirError, path_error
 from cachedoctor.storage.files import write_atomic
 
 CONFIG_ENV = "CACHEDOCTOR_CONFIG"
@@ -108,7 +108,7 @@ def load(path: Path | None = None, *, check: bool = True) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        raise path_error(exc, path, what="config file", cls=ConfigError) from None
     import tomllib  # only now: activation by CACHEDOCTOR_HOOK alone has no file to parse
 
     try:

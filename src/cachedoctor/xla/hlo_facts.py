@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from cachedoctor.xla import hlo
 
 # Bumped whenever what the program digest covers changes (it is part of every digest).
 PROGRAM_DIGEST_VERSION = b"cachedoctor-program-v2\0"
+# Bumped whenever what the program signature covers changes.
+SIGNATURE_VERSION = b"cachedoctor-signature-v1\0"
 
 _CUSTOM_PARTITIONING = b"custom_partitioning"
 # A volatile backend_config is address-like (``hlo._ADDRESS_LIKE``: whitespace, then 9-20 ASCII
@@ -63,6 +66,7 @@ class ScanFacts:
     summary: hlo.HloSummary
     program_digest: str
     volatile: tuple[hlo.VolatileField, ...]  # backend_config-pointer, custom-partitioning
+    signature: str  # ``signature(module)``: equal program digests have equal signatures
 
 
 # (number, name, type, repeated) of each declared field; types: "b" bytes, "i" int64, or a
@@ -151,17 +155,13 @@ def scan_facts(module: bytes) -> ScanFacts:
     compare them on real modules). Python touches each instruction about three times (its
     opcode, and clearing its name and metadata); everything else is read only where the
     module's bytes show it can matter. The view is mutated while digesting: it is private.
+    The loops over instructions stay inline, with their methods bound to locals, for speed
+    (docs/performance.md, "scan_facts touches each instruction once").
     """
-    parse, decode_error, clear_field = _module_class()
-    try:
-        view = parse(module)
-    except decode_error:
-        # the pure walker names the offset of the damage; a module only protobuf refuses
-        # (nesting too deep, say) is refused all the same
-        hlo.summarize(module)
-        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+    view, clear_field = _parse_view(module)
     entry = view.entry_computation_name
     computations = view.computations
+    counts = [len(comp.instructions) for comp in computations]
     # Gates: a field or value the bytes never contain needs no look per instruction.
     look_for_partitioning = _CUSTOM_PARTITIONING in module
     has_custom_calls = b"custom-call" in module
@@ -213,13 +213,84 @@ def scan_facts(module: bytes) -> ScanFacts:
             params, result = _program_shape(comp.program_shape)
         comp.ClearField("name")
         comp.ClearField("program_shape")
+    summary = _summary(view, entry, len(computations), all_opcodes, custom_calls, params, result)
+    signed = _signed(entry_flags, counts, view.host_program_shape)
+    for name in _MODULE_IDENTITY:
+        view.ClearField(name)
+    digest = hashlib.sha256(PROGRAM_DIGEST_VERSION)
+    digest.update(bytes(entry_flags))
+    digest.update(view.SerializeToString(deterministic=True))
+    volatile.sort(key=lambda found: found[:3])
+    return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile), signed)
+
+
+def signature(module: bytes) -> str:
+    """The program signature: a digest of what a first look at the module shows (which
+    computations are the entry, each computation's number of instructions, the host program
+    shape), all of which the program digest covers, so two modules with different signatures
+    hold different programs. Raises WireError exactly where ``scan_facts`` does (the same
+    parse, the same program shapes read), so a module it accepts yields the same problems
+    either way. One C parse and a step per computation, none per instruction."""
+    parse, decode_error, _ = _module_class()
+    try:
+        view = parse(module)
+    except decode_error:
+        scan_facts(module)  # raises the pure walker's WireError, with its offset
+        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+    entry = view.entry_computation_name
+    entry_flags: list[bool] = []
+    counts: list[int] = []
+    shaped = False
+    for comp in view.computations:  # one wrapper per computation, made once
+        is_entry = comp.name == entry
+        entry_flags.append(is_entry)
+        counts.append(len(comp.instructions))
+        if is_entry and comp.HasField("program_shape"):
+            shaped = _program_shape(comp.program_shape) != ((), "")
+    if not shaped and view.HasField("host_program_shape"):
+        _program_shape(view.host_program_shape)
+    return _signed(entry_flags, counts, view.host_program_shape)
+
+
+def _signed(entry_flags: list[bool], counts: list[int], host_shape: bytes) -> str:
+    digest = hashlib.sha256(SIGNATURE_VERSION)
+    digest.update(bytes(entry_flags))
+    digest.update(array("q", counts).tobytes())
+    digest.update(host_shape)
+    return digest.hexdigest()
+
+
+def _parse_view(module: bytes) -> tuple[Any, Callable[[Any, str], None]]:
+    """The module parsed into the view, and the instructions' unbound ``ClearField``. Raises
+    WireError."""
+    parse, decode_error, clear_field = _module_class()
+    try:
+        return parse(module), clear_field
+    except decode_error:
+        # the pure walker names the offset of the damage; a module only protobuf refuses
+        # (nesting too deep, say) is refused all the same
+        hlo.summarize(module)
+        raise wire.WireError("HLO module does not parse as HloModuleProto", 0) from None
+
+
+def _summary(
+    view: Any,
+    entry: bytes,
+    computations: int,
+    all_opcodes: list[bytes],
+    custom_calls: list[hlo.CustomCall],
+    params: tuple[str, ...],
+    result: str,
+) -> hlo.HloSummary:
+    """The module's summary from what the pass over its computations collected (the program
+    shape from the module's host shape when the entry computation has none)."""
     opcode_counts = Counter(all_opcodes)
     if not params and not result and view.HasField("host_program_shape"):
         params, result = _program_shape(view.host_program_shape)
-    summary = hlo.HloSummary(
+    return hlo.HloSummary(
         name=_text(view.name),
         entry_computation=_text(entry),
-        computations=len(computations),
+        computations=computations,
         instructions=sum(opcode_counts.values()),
         parameters=params,
         result=result,
@@ -227,13 +298,6 @@ def scan_facts(module: bytes) -> ScanFacts:
         opcodes=_most_common(opcode_counts),
         source_files=_source_files(view),
     )
-    for name in _MODULE_IDENTITY:
-        view.ClearField(name)
-    digest = hashlib.sha256(PROGRAM_DIGEST_VERSION)
-    digest.update(bytes(entry_flags))
-    digest.update(view.SerializeToString(deterministic=True))
-    volatile.sort(key=lambda found: found[:3])
-    return ScanFacts(summary, digest.hexdigest(), tuple(v for *_, v in volatile))
 
 
 _SHAPES: dict[bytes, tuple[tuple[str, ...], str]] = {}

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachedoctor.errors import os_reason
 from cachedoctor.formats import textproto
 from cachedoctor.formats.errors import FormatError
 from cachedoctor.formats.wire import (
@@ -208,7 +209,7 @@ def read_autotune_file(path: Path, *, max_bytes: int = MAX_AUTOTUNE_FILE_BYTES) 
         with path.open("rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
-        problems.append(f"cannot read: {exc.strerror or exc}")
+        problems.append(f"cannot read: {os_reason(exc)}")
         return AutotuneEntry(path.name, 0, name_ok, None, tuple(problems))
     result = None
     if not raw.strip():
@@ -240,7 +241,7 @@ def scan_autotune_dir(
     try:
         children = sorted(os.scandir(path), key=lambda e: e.name)
     except OSError as exc:
-        problems.append(f"cannot list: {exc.strerror or exc}")
+        problems.append(f"cannot list: {os_reason(exc)}")
         children = []
     for child in children:
         if len(entries) >= max_files:
@@ -260,7 +261,7 @@ def scan_autotune_dir(
                 total += child.stat(follow_symlinks=False).st_size
                 continue
         except OSError as exc:
-            problems.append(f"{child.name}: {exc.strerror or exc}")
+            problems.append(f"{child.name}: {os_reason(exc)}")
             continue
         entry = read_autotune_file(Path(child.path), max_bytes=max_file_bytes)
         entries.append(entry)
@@ -374,7 +375,7 @@ def read_kernel_cache(path: Path, *, max_entries: int = MAX_KERNEL_ENTRIES) -> K
         size = path.stat().st_size
         fh = path.open("rb")
     except OSError as exc:
-        return KernelCacheReport(path, 0, False, None, (), 0, (f"cannot read: {exc.strerror}",))
+        return KernelCacheReport(path, 0, False, None, (), 0, (f"cannot read: {os_reason(exc)}",))
     with fh:
         return _kernel_cache(ByteStream(fh), path, size, max_entries)
 

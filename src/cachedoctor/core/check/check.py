@@ -28,7 +28,7 @@ from cachedoctor.core.check.analysis import analyse
 from cachedoctor.core.check.report import CheckReport, CommandFailedError, Progress, RunResult
 from cachedoctor.core.check.runner import check_env, entry_keys, run_once
 from cachedoctor.core.check.verify import FreshRun, verify_run
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import CachedoctorError, path_error
 
 
 def run_check(
@@ -74,13 +74,8 @@ def run_check(
                 env = check_env(base, cache, observe=observe)
                 label = f"run {index}/{runs}"
                 note(f"{label}: {shlex.join(argv)}")
-                log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
-                log.flush()
-                start = time.monotonic()
-                code, refused = run_once(argv, env, stdout, stderr, log)
+                code, refused, seconds = _logged_run(argv, label, env, stdout, stderr, log)
                 not_stored.update(refused)
-                seconds = time.monotonic() - start
-                log.write(f"=== {label} exited with {code} after {seconds:.1f} s\n".encode())
                 known = set(seen)
                 new = tuple(k for k in entry_keys(cache) if k not in known)
                 seen += new
@@ -90,20 +85,13 @@ def run_check(
                     if quiet_log and not keep:  # its output is only there: keep the log alone
                         shutil.rmtree(os.path.join(workdir, "cache"), ignore_errors=True)
                         keep_files = True
-                    where = (
-                        f"output only in the log: {log_file}"
-                        if quiet_log
-                        else "output above" + ("" if keep else "; --keep keeps cache and log")
-                    )
-                    raise CommandFailedError(
-                        f"{label} failed: `{shlex.join(argv)}` exited with {code} ({where})"
-                    )
+                    raise _run_failed(label, argv, code, log_file, quiet_log=quiet_log, keep=keep)
             if verify:
                 run = runs + 1
                 fresh = verify_run(argv, base, cache, workdir, log, note, run, observe)
         report = analyse(argv, cache, results, fresh, observe)
     except OSError as exc:
-        raise CachedoctorError(f"check: {exc.strerror or exc}: {exc.filename}", slug="io") from None
+        raise _io_error(exc, cache, log_file) from None
     finally:
         if not keep_files:
             shutil.rmtree(workdir, ignore_errors=True)  # temp cache and default log
@@ -114,3 +102,42 @@ def run_check(
         kept=keep_files,
         log_path=log_file if os.path.exists(log_file) else None,
     )
+
+
+def _logged_run(
+    argv: Sequence[str],
+    label: str,
+    env: Mapping[str, str],
+    stdout: IO[bytes] | None,
+    stderr: IO[bytes] | None,
+    log: IO[bytes],
+) -> tuple[int, list[str], float]:
+    """One run, between its two lines in the log: (exit code, modules not stored, seconds)."""
+    log.write(f"=== cachedoctor check {label}: {shlex.join(argv)}\n".encode())
+    log.flush()
+    start = time.monotonic()
+    code, refused = run_once(argv, env, stdout, stderr, log)
+    seconds = time.monotonic() - start
+    log.write(f"=== {label} exited with {code} after {seconds:.1f} s\n".encode())
+    return code, refused, seconds
+
+
+def _run_failed(
+    label: str, argv: Sequence[str], code: int, log_file: str, *, quiet_log: bool, keep: bool
+) -> CommandFailedError:
+    """The error of a run that exited non-zero, saying where its output is."""
+    where = (
+        f"output only in the log: {log_file}"
+        if quiet_log
+        else "output above" + ("" if keep else "; --keep keeps cache and log")
+    )
+    return CommandFailedError(f"{label} failed: `{shlex.join(argv)}` exited with {code} ({where})")
+
+
+def _io_error(exc: OSError, cache: str, log_file: str) -> CachedoctorError:
+    """The one-line error of an ``OSError`` on check's own files: writing the log (a missing
+    folder is ``no-such-dir``), or making and listing the cache."""
+    name = exc.filename if isinstance(exc.filename, str) else None
+    if name is not None and os.path.abspath(name) == os.path.abspath(log_file):
+        return path_error(exc, log_file, what="file", verb="write")
+    return path_error(exc, name or cache, verb="use")

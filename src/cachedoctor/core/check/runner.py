@@ -22,6 +22,7 @@ from typing import IO
 
 from cachedoctor.cache import listdir
 from cachedoctor.core.check.report import CommandFailedError
+from cachedoctor.errors import path_error
 from cachedoctor.programs import program_path
 from cachedoctor.stablekeys.settings import HOOK_ENV  # the hook's activation variable
 from cachedoctor.stablekeys.verify_run import VERIFY_FRESH_ENV
@@ -148,9 +149,7 @@ def run_once(
     except OSError as exc:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        raise CommandFailedError(
-            f"cannot run {argv[0]!r}: {exc.strerror or exc}", slug="command-not-found"
-        ) from None
+        raise path_error(exc, argv[0], what="command", verb="run", cls=CommandFailedError) from None
     os.close(out_w)
     os.close(err_w)
     tees = (_Tee(stdout, log, lock), _Tee(stderr, log, lock))

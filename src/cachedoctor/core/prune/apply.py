@@ -20,7 +20,7 @@ from cachedoctor.core.prune.actions import (
     open_dir,
     remove_companions,
 )
-from cachedoctor.errors import CachedoctorError
+from cachedoctor.errors import CachedoctorError, os_reason
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import fsops, stores
 from cachedoctor.storage.fsops import CacheDir, StoreDir
@@ -50,7 +50,7 @@ def apply(
             except fsops.LockTimeout as exc:
                 outcome = Outcome(action, Status.FAILED, str(exc))
             except OSError as exc:
-                outcome = Outcome(action, Status.FAILED, f"{exc.strerror or exc}")
+                outcome = Outcome(action, Status.FAILED, os_reason(exc))
             outcomes.append(outcome)
             if progress is not None:
                 progress(outcome)
@@ -66,7 +66,7 @@ def _apply_remote(cd: StoreDir, plan: Plan, progress: Progress | None) -> list[O
         try:
             outcome = _APPLY[action.op](cd, action)
         except OSError as exc:
-            outcome = Outcome(action, Status.FAILED, f"{exc.strerror or exc}")
+            outcome = Outcome(action, Status.FAILED, os_reason(exc))
         except CachedoctorError as exc:  # throttled past the retry budget
             outcome = Outcome(action, Status.FAILED, str(exc))
         if progress is not None:

@@ -191,6 +191,16 @@ class PruneContext:
         return [m.data for m in self.manifests if not m.is_symlink]
 
 
+@dataclass
+class PlanState:
+    """What a rule hands the rules after it (``rules.RULES``): the entries in scope (``--module``
+    narrows them), scan's report once they are decoded, and the keys planned for removal."""
+
+    entries: dict[str, PlannedEntry]
+    report: ScanReport | None = None
+    removed: set[str] = field(default_factory=set)
+
+
 # --- entries and the rules that mark them -------------------------------------------------------
 
 
@@ -262,13 +272,9 @@ def _use_of(ctx: PruneContext, e: PlannedEntry, st: Stat) -> EntryUse:
     )
 
 
-def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> ScanReport | None:
-    """Decode entries and build scan's report, so rules reuse scan's findings verbatim.
-
-    Only ``--corrupt``, ``--relocated``, ``--stale-jax`` and ``--duplicates`` need it."""
-    o = ctx.options
-    if not (o.duplicates or o.corrupt or o.relocated or o.stale_jax):
-        return None
+def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> ScanReport:
+    """Decode entries and build scan's report, so rules reuse scan's findings verbatim (only
+    for the rules that need it: ``rules.PruneRule.decodes``)."""
     infos: list[EntryInfo] = []
     if isinstance(ctx.cd, StoreDir):  # concurrent ranged reads, the same decoder
         decoded = reader.decode_store_entries(

@@ -1,8 +1,18 @@
-"""What the user asked ``prune`` to remove: the selectors, parsed once for the CLI and the API."""
+"""What the user asked ``prune`` to remove: the selectors, parsed once for the CLI and the API.
+
+:meth:`PruneOptions.from_selectors` is the one constructor both edges call: it takes the values as
+the user gave them (``"2w"``, ``"10GB"``, or a number from Python), reads them with ``units.py``'s
+grammar (the one place a duration or a size becomes a number), checks the flags' types, and
+records the user's spelling for the plan's report.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from cachedoctor import units
 
 DEFAULT_STALE_AFTER_S = 24 * 3600  # temp files, manifests without entry (a compile may take hours)
 
@@ -24,6 +34,61 @@ class PruneOptions:
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     selectors: tuple[str, ...] = ()  # the user's spelling, for the report
 
+    @classmethod
+    def from_selectors(
+        cls,
+        *,
+        older_than: str | float | None = None,
+        max_size: str | int | None = None,
+        duplicates: object = False,
+        corrupt: object = False,
+        orphans: object = False,
+        relocated: object = False,
+        stale_jax: object = False,
+        module: object = None,
+        xla_subcaches: object = False,
+        repair: object = False,
+        stale_after: str | float = DEFAULT_STALE_AFTER_S,
+    ) -> PruneOptions:
+        """The options from the values as the user gave them: ``older_than`` and
+        ``stale_after`` a duration (``"30d"``, ``"2w"`` or seconds), ``max_size`` a size
+        (``"50GB"``, ``"800MiB"`` or bytes), ``module`` a glob, the flags True or False.
+
+        Raises ValueError naming the argument (``max_size: not a size: 'lots' (…)``)."""
+        size = None if max_size is None else _read(units.parse_size, max_size, "max_size")
+        age = None if older_than is None else _read(units.parse_duration, older_than, "older_than")
+        on = {
+            name: _flag(value, name)
+            for name, value in (
+                ("duplicates", duplicates),
+                ("corrupt", corrupt),
+                ("orphans", orphans),
+                ("relocated", relocated),
+                ("stale_jax", stale_jax),
+                ("xla_subcaches", xla_subcaches),
+                ("repair", repair),
+            )
+        }
+        if module is not None and not isinstance(module, str):
+            raise ValueError(f"module: expected a str or None, not {module!r:.60}")
+        valued = (("older-than", older_than), ("max-size", max_size), ("module", module))
+        spelled = [f"{flag} {value}" for flag, value in valued if value is not None]
+        spelled += [name.replace("_", "-") for name, flag_on in on.items() if flag_on]
+        return cls(
+            older_than_s=age,
+            max_size=None if size is None else int(size),
+            duplicates=on["duplicates"],
+            corrupt=on["corrupt"],
+            orphans=on["orphans"],
+            relocated=on["relocated"],
+            stale_jax=on["stale_jax"],
+            module=module,
+            xla_subcaches=on["xla_subcaches"],
+            repair=on["repair"],
+            stale_after_s=_read(units.parse_duration, stale_after, "stale_after"),
+            selectors=tuple(spelled),
+        )
+
     @property
     def entry_rules(self) -> bool:
         return any(
@@ -42,3 +107,17 @@ class PruneOptions:
         return self.entry_rules or any(
             (self.orphans, self.module is not None, self.xla_subcaches, self.repair)
         )
+
+
+def _flag(value: object, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{name}: expected True or False, not {value!r:.60}")
+
+
+def _read(parse: Callable[[Any], float], value: object, name: str) -> float:
+    """``units``' reading of what the user gave; its ValueError names the argument."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None

@@ -1,18 +1,17 @@
 """Core of ``cachedoctor prune``: the plan of what to remove, from the rules run in order over
-one ``PruneContext`` (``rules.py``). Planning never changes the cache; ``apply.py`` does.
+one ``PruneContext`` (``rules.RULES``). Planning never changes the cache; ``apply.py`` does.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
-from cachedoctor.core.prune import context, rules
-from cachedoctor.core.prune.actions import Op, Plan, Rule, open_dir
+from cachedoctor.core.prune import context
+from cachedoctor.core.prune.actions import Op, Plan, open_dir
 from cachedoctor.core.prune.options import PruneOptions
-from cachedoctor.core.prune.rules import plan_folder_bound
+from cachedoctor.core.prune.rules import RULES
 from cachedoctor.core.scan.report import ProgressCallback
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage import stores, urls
@@ -48,42 +47,12 @@ def plan_prune(
 
 
 def _plan(ctx: context.PruneContext) -> Plan:
-    """The rules in order: entry rules mark entries (a marked entry is removed whole), then the
-    files beside the entries, then the stats folder's bound."""
+    """Every selected rule of ``rules.RULES``, in its order, over the cache's entries."""
     options = ctx.options
-    entries = context.collect_entries(ctx)
-    if options.module is not None:
-        pattern = options.module
-        entries = {k: e for k, e in entries.items() if fnmatch.fnmatchcase(e.module or "", pattern)}
-        if not options.entry_rules:
-            for e in entries.values():
-                e.rules.append((Rule.MODULE, f"module matches {pattern}"))
-    report = context.decode_for_rules(ctx, entries)
-    if report is not None:
-        if options.corrupt:
-            rules.rule_corrupt(ctx, entries, report)
-        if options.relocated:
-            rules.rule_relocated(ctx, entries, report)
-        if options.stale_jax:
-            rules.rule_stale_jax(ctx, entries)
-    if options.older_than_s is not None:
-        rules.rule_older_than(ctx, entries, options.older_than_s)
-    if options.duplicates:
-        rules.rule_duplicates(ctx, entries)
-    if options.max_size is not None:
-        rules.rule_max_size(entries, options.max_size)
-    removed = {e.key for e in entries.values() if e.rules}
-    ctx.actions += [context.remove_entry(entries[key]) for key in entries if key in removed]
-    rules.orphan_atimes(ctx)
-    if options.orphans:
-        rules.rule_orphans(ctx)
-    if options.repair:
-        rules.rule_repair(ctx, entries, removed)
-    rules.rule_xla_subcaches(ctx)
-    rules.report_foreign(ctx)
-    stats_actions, stats_note = plan_folder_bound(ctx.cd)
-    ctx.actions += stats_actions
-    ctx.notes += [stats_note] if stats_note else []
+    state = context.PlanState(context.collect_entries(ctx))
+    for rule in RULES:
+        if rule.selected(options):
+            rule.apply(ctx, state)
     ctx.actions.sort(key=lambda a: (list(Op).index(a.op), a.name))
     return Plan(
         command="prune",

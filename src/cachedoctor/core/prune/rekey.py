@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from cachedoctor import layout
@@ -103,10 +103,7 @@ def plan_rekey(
     hasher = hasher or default_hasher()
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
-    actions: list[Action] = []
-    skipped: list[Skip] = []
-    conflicts: list[Skip] = []
-    current = 0
+    planned = _Planned()
     with open_cache(cache_dir) as cd:
         listing = listdir.list_cache(cd.path)
         eviction = lru_evidence(listing).in_use
@@ -116,121 +113,139 @@ def plan_rekey(
             if relocated
             else set()
         )
-        folder = MANIFEST_DIRNAME
-        targets: dict[str, tuple[str, FileId]] = {}  # new key -> planned source key, its file
         for n, m in enumerate(manifests):
             if progress is not None:
                 progress(n, len(manifests))
-            label = f"{folder}/{m.file}"
-            if m.is_symlink:
-                skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))
-                continue
-            if m.data is None:
-                skipped.append(Skip(label, "not a readable manifest", Rule.REKEY))
-                continue
-            if m.data.get("key") != m.key:
-                skipped.append(
-                    Skip(label, f"records key {m.data.get('key')!r}, not its file name", Rule.REKEY)
-                )
-                continue
-            adopting = m.key in adoptable
-            if m.data.get("mode") != "stable" and not adopting:
-                skipped.append(
-                    Skip(
-                        m.key,
-                        f"{m.data.get('mode')}-mode manifest: JAX finds this entry by its "
-                        "own key, so it stays",
-                        Rule.REKEY,
-                    )
-                )
-                continue
-            src = cd.regular(m.key + layout.CACHE_SUFFIX)
-            if src is None:
-                leftover = _interrupted_move(cd, m, hasher, folder)
-                if leftover is not None:
-                    actions.append(leftover)
-                else:
-                    skipped.append(
-                        Skip(m.key, "manifest without entry (prune --orphans)", Rule.REKEY)
-                    )
-                continue
-            try:
-                new = hasher.recompute(m.data)
-            except ValueError as exc:
-                skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Rule.REKEY))
-                continue
-            if new == m.key:
-                current += 1
-                continue
-            parsed = listdir.parse_key(m.key)
-            base = Action(
-                op=Op.MOVE_ENTRY,
-                name=m.key,
-                rules=(Rule.REKEY,),
-                reason=(
-                    "relocated: JAX's key hashes another cache path; to the stable key"
-                    if adopting
-                    else f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}"
-                ),
-                module=parsed[1] if parsed else None,
-                files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
-                new_key=new,
+            _plan_manifest(cd, m, hasher, m.key in adoptable, planned)
+    return Plan(
+        command="rekey",
+        cache_dir=cd.path,
+        created_at=now,
+        selectors=(),
+        actions=tuple(planned.actions),
+        skipped=tuple(planned.skipped),
+        conflicts=tuple(planned.conflicts),
+        notes=tuple(_notes(hasher, planned.current, len(adoptable) if relocated else None)),
+        eviction_in_use=eviction,
+        jax_version=jax_info.jax_version,
+        jaxlib_version=jax_info.jaxlib_version,
+    )
+
+
+@dataclass
+class _Planned:
+    """What the manifests examined so far add to the plan."""
+
+    actions: list[Action] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    conflicts: list[Skip] = field(default_factory=list)
+    current: int = 0  # entries already under their current key
+    targets: dict[str, tuple[str, FileId]] = field(default_factory=dict)  # new key -> source, file
+
+
+def _plan_manifest(
+    cd: CacheDir, m: ManifestFile, hasher: KeyHasher, adopting: bool, planned: _Planned
+) -> None:
+    """One manifest's part of the plan: skipped (and why), already current, or a move."""
+    label = f"{MANIFEST_DIRNAME}/{m.file}"
+    if m.is_symlink:
+        planned.skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))
+        return
+    if m.data is None:
+        planned.skipped.append(Skip(label, "not a readable manifest", Rule.REKEY))
+        return
+    if m.data.get("key") != m.key:
+        why = f"records key {m.data.get('key')!r}, not its file name"
+        planned.skipped.append(Skip(label, why, Rule.REKEY))
+        return
+    if m.data.get("mode") != "stable" and not adopting:
+        why = (
+            f"{m.data.get('mode')}-mode manifest: JAX finds this entry by its own key, so it stays"
+        )
+        planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+        return
+    src = cd.regular(m.key + layout.CACHE_SUFFIX)
+    if src is None:
+        leftover = _interrupted_move(cd, m, hasher, MANIFEST_DIRNAME)
+        if leftover is not None:
+            planned.actions.append(leftover)
+        else:
+            why = "manifest without entry (prune --orphans)"
+            planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+        return
+    try:
+        new = hasher.recompute(m.data)
+    except ValueError as exc:
+        planned.skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Rule.REKEY))
+        return
+    if new == m.key:
+        planned.current += 1
+        return
+    reason = (
+        "relocated: JAX's key hashes another cache path; to the stable key"
+        if adopting
+        else f"hasher v{m.data.get('hasher_version', '?')} → v{hasher.version}"
+    )
+    _plan_move(cd, m, new, src, reason, planned)
+
+
+def _plan_move(
+    cd: CacheDir, m: ManifestFile, new: str, src: os.stat_result, reason: str, planned: _Planned
+) -> None:
+    """Move ``m``'s entry to ``new``; when another entry holds (or will hold) ``new``, drop ours
+    as a duplicate if both hold the same executable, else keep both as a conflict."""
+    parsed = listdir.parse_key(m.key)
+    base = Action(
+        op=Op.MOVE_ENTRY,
+        name=m.key,
+        rules=(Rule.REKEY,),
+        reason=reason,
+        module=parsed[1] if parsed else None,
+        files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
+        new_key=new,
+    )
+    # who holds (or will hold, after an earlier move) the new key, and its file
+    holder = planned.targets.get(new)
+    if holder is None:
+        target = cd.regular(new + layout.CACHE_SUFFIX)
+        if target is not None:
+            holder = (new, FileId.of(new + layout.CACHE_SUFFIX, target))
+    if holder is None:
+        planned.targets[new] = (m.key, base.files[0])
+        planned.actions.append(base)
+        return
+    ours = _digest(cd, m.key)
+    if ours is not None and ours == _digest(cd, holder[0]):
+        atime = cd.regular(m.key + layout.ATIME_SUFFIX)
+        planned.actions.append(
+            replace(
+                base,
+                op=Op.DROP_DUPLICATE,
+                reason=f"{new} already holds the same executable",
+                bytes=src.st_size + (atime.st_size if atime else 0) + m.size,
+                files=(base.files[0], holder[1]),
             )
-            # who holds (or will hold, after an earlier move) the new key, and its file
-            holder = targets.get(new)
-            if holder is None:
-                target = cd.regular(new + layout.CACHE_SUFFIX)
-                if target is not None:
-                    holder = (new, FileId.of(new + layout.CACHE_SUFFIX, target))
-            if holder is None:
-                targets[new] = (m.key, base.files[0])
-                actions.append(base)
-                continue
-            ours = _digest(cd, m.key)
-            if ours is not None and ours == _digest(cd, holder[0]):
-                atime = cd.regular(m.key + layout.ATIME_SUFFIX)
-                actions.append(
-                    replace(
-                        base,
-                        op=Op.DROP_DUPLICATE,
-                        reason=f"{new} already holds the same executable",
-                        bytes=src.st_size + (atime.st_size if atime else 0) + m.size,
-                        files=(base.files[0], holder[1]),
-                    )
-                )
-            else:
-                conflicts.append(
-                    Skip(
-                        m.key,
-                        f"new key {new} already holds a different executable; both kept",
-                        Rule.REKEY,
-                    )
-                )
+        )
+    else:
+        why = f"new key {new} already holds a different executable; both kept"
+        planned.conflicts.append(Skip(m.key, why, Rule.REKEY))
+
+
+def _notes(hasher: KeyHasher, current: int, adopted: int | None) -> list[str]:
+    """The plan's notes; ``adopted``: how many relocated entries move (None: not asked)."""
     notes = [
         f"stable hasher v{hasher.version}; {current} manifest-bearing entries already under "
         "their current key",
         "rekey recomputes the combination of the recorded component digests; a different key "
         "policy (other components) needs a new compile with the hook enabled",
     ]
-    if relocated:
+    if adopted is not None:
         notes.append(
-            f"--relocated: {len(adoptable)} relocated entries carry an observe-mode manifest and "
+            f"--relocated: {adopted} relocated entries carry an observe-mode manifest and "
             "move to their stable key (`cachedoctor enable` makes JAX use it); relocated entries "
             "without a manifest cannot be re-keyed offline (their key needs the module)"
         )
-    return Plan(
-        command="rekey",
-        cache_dir=cd.path,
-        created_at=now,
-        selectors=(),
-        actions=tuple(actions),
-        skipped=tuple(skipped),
-        conflicts=tuple(conflicts),
-        notes=tuple(notes),
-        eviction_in_use=eviction,
-        jax_version=jax_info.jax_version,
-        jaxlib_version=jax_info.jaxlib_version,
-    )
+    return notes
 
 
 def _relocated_keys(

@@ -1,9 +1,11 @@
-"""``prune``'s rules, one function each, over a shared :class:`PruneContext`.
+"""``prune``'s rules: one interface, :class:`PruneRule`, and one ordered list, :data:`RULES`.
 
-:func:`cachedoctor.core.prune.planner.plan_prune` runs them in order: collect the entries, decode
-them when a rule needs scan's findings, mark entries (each rule appends its rule and reason to
-``PlannedEntry.rules``), then plan the other files. Rules only read the cache; they add actions,
-skips and notes to the context.
+:func:`cachedoctor.core.prune.planner.plan_prune` collects the entries and runs every selected
+rule of ``RULES`` in order over one :class:`PruneContext` and one :class:`PlanState`: narrow the
+entries to ``--module``, decode them when a rule needs scan's findings, mark entries (each rule
+appends its rule and reason to ``PlannedEntry.rules``), plan the marked entries' removal, then
+the files beside the entries (``beside.py``) and the stats folder's bound. Rules only read the
+cache; they add actions, skips and notes to the context.
 """
 
 from __future__ import annotations
@@ -11,50 +13,80 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-import stat
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from cachedoctor import layout
-from cachedoctor.cache import listdir
-from cachedoctor.cache.listdir import FileKind
 from cachedoctor.core.findings import FindingKind, Severity
-from cachedoctor.core.prune.actions import (
-    WRITE_BITS,
-    Action,
-    Dir,
-    Op,
-    Rule,
-    Skip,
-)
-from cachedoctor.core.scan.build import tree_size
-from cachedoctor.core.scan.report import (
-    ScanReport,
-    real_problems,
-)
-from cachedoctor.core.scan.rules.keys import unstable_groups
-from cachedoctor.errors import count
-from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
-from cachedoctor.storage import fsops
-from cachedoctor.storage.fsops import FileId
-from cachedoctor.units import format_age, format_bytes
-from cachedoctor.xla import subcaches
-
-if TYPE_CHECKING:
-    pass
+from cachedoctor.core.prune import beside, context
+from cachedoctor.core.prune.actions import Rule, Skip
 from cachedoctor.core.prune.context import (
-    ORPHAN_ATIME_GRACE_S,
     PlannedEntry,
+    PlanState,
     PruneContext,
     expected_format,
     last_use,
 )
-from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.core.prune.options import PruneOptions
+from cachedoctor.core.scan.report import ScanReport, real_problems
+from cachedoctor.core.scan.rules.keys import unstable_groups
+from cachedoctor.units import format_age
 
 
-def rule_corrupt(ctx: PruneContext, entries: dict[str, PlannedEntry], report: ScanReport) -> None:
+@dataclass(frozen=True)
+class PruneRule:
+    """One step of a plan: ``apply`` runs when ``selected`` says the options ask for it."""
+
+    name: str  # the selector's spelling (a ``Rule`` value), else what the step does
+    selected: Callable[[PruneOptions], bool]
+    apply: Callable[[PruneContext, PlanState], None]
+    decodes: bool = False  # needs the entries decoded and scan's report (``PlanState.report``)
+
+
+def _always(options: PruneOptions) -> bool:
+    return True
+
+
+def _decoded(state: PlanState) -> ScanReport:
+    if state.report is None:  # RULES puts "decode" before every rule that decodes
+        raise AssertionError("a rule that reads scan's report ran before the entries were decoded")
+    return state.report
+
+
+# --- the steps before and after the entry rules -------------------------------------------------
+
+
+def rule_module(ctx: PruneContext, state: PlanState) -> None:
+    """``--module``: with other rules, limits them to the modules matching the glob; alone,
+    selects those modules' entries."""
+    pattern = ctx.options.module or ""
+    entries = state.entries
+    state.entries = {
+        k: e for k, e in entries.items() if fnmatch.fnmatchcase(e.module or "", pattern)
+    }
+    if not ctx.options.entry_rules:
+        for e in state.entries.values():
+            e.rules.append((Rule.MODULE, f"module matches {pattern}"))
+
+
+def decode(ctx: PruneContext, state: PlanState) -> None:
+    state.report = context.decode_for_rules(ctx, state.entries)
+
+
+def remove_marked(ctx: PruneContext, state: PlanState) -> None:
+    """A marked entry is removed whole (``context.remove_entry``)."""
+    marked = [e for e in state.entries.values() if e.rules]
+    state.removed = {e.key for e in marked}
+    ctx.actions += [context.remove_entry(e) for e in marked]
+
+
+# --- the rules that mark entries ----------------------------------------------------------------
+
+
+def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
     """``--corrupt``: exactly scan's ``corrupt`` errors (the decoder's evidence); a truncation
     under a minute old and unreadable files are skipped, as scan says."""
-    for f in report.findings:
+    entries = state.entries
+    for f in _decoded(state).findings:
         if f.kind is FindingKind.UNREADABLE:  # scan says the same: never removed
             ctx.skipped.extend(
                 Skip(k, f.message.partition(": ")[2], Rule.CORRUPT)
@@ -80,14 +112,15 @@ def rule_corrupt(ctx: PruneContext, entries: dict[str, PlannedEntry], report: Sc
             entries[key].rules.append((Rule.CORRUPT, f"{problem.kind}: {problem.message}"))
 
 
-def rule_relocated(ctx: PruneContext, entries: dict[str, PlannedEntry], report: ScanReport) -> None:
+def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
     """``--relocated``: exactly scan's ``relocated`` finding (compile options naming a cache path
     other than the one JAX builds from the directory as spelled here, in an option JAX hashes,
     with no stable-key manifest)."""
     from cachedoctor.storage.urls import jax_spelling
 
+    entries = state.entries
     spelled = jax_spelling(ctx.as_given)
-    found = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
+    found = [f for f in _decoded(state).findings if f.kind is FindingKind.RELOCATED]
     if found:
         ctx.notes.append(
             f"--relocated is judged for the cache dir spelled {spelled}, as given: JAX hashes the "
@@ -111,7 +144,7 @@ def rule_relocated(ctx: PruneContext, entries: dict[str, PlannedEntry], report: 
                 )
 
 
-def rule_stale_jax(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
+def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
     """``--stale-jax``: the jaxlib a manifest records, else the entry's payload layout, against
     the installed jaxlib."""
     installed = ctx.jax.jaxlib_version
@@ -119,7 +152,7 @@ def rule_stale_jax(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
         ctx.notes.append("--stale-jax: jaxlib is not installed here, so nothing is stale")
         return
     want = expected_format(installed)
-    for e in entries.values():
+    for e in state.entries.values():
         if e.manifest is not None and e.manifest.jaxlib:
             if e.manifest.jaxlib != installed:
                 e.rules.append(
@@ -148,23 +181,22 @@ def rule_stale_jax(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
     )
 
 
-def rule_older_than(
-    ctx: PruneContext, entries: dict[str, PlannedEntry], older_than_s: float
-) -> None:
+def rule_older_than(ctx: PruneContext, state: PlanState) -> None:
     """``--older-than``: the last use a record shows (JAX's ``-atime``, or a read's access
     time), else the file time."""
-    limit_ns = (ctx.now - older_than_s) * 1e9
-    for e in entries.values():
+    limit_ns = (ctx.now - (ctx.options.older_than_s or 0.0)) * 1e9
+    for e in state.entries.values():
         last, source = last_use(e)
         if last < limit_ns:
             age = ctx.now - last / 1e9
             e.rules.append((Rule.OLDER_THAN, f"last used {format_age(age)} ago ({source})"))
 
 
-def rule_duplicates(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> None:
+def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
     """``--duplicates``: in scan's unstable-key groups (the stored HLO shows a per-run key
     input), remove only the entries that records show no process will look up again; an entry
     with a record of use, or a stable-key manifest, is always kept (``core/usage/lookups``)."""
+    entries = state.entries
     infos = [e.info for e in entries.values() if e.info is not None]
     for group, _evidence in unstable_groups(infos):
         members = [entries[i.key] for i in group]
@@ -222,10 +254,12 @@ def _not_looked_up(m: PlannedEntry, group: list[PlannedEntry]) -> str | None:
     return None
 
 
-def rule_max_size(entries: dict[str, PlannedEntry], budget: int) -> None:
-    """JAX's ``_evict_if_needed``: pop the smallest (atime, key) until the total fits."""
+def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
+    """``--max-size``, as JAX's ``_evict_if_needed``: pop the smallest (atime, key) of the
+    entries no other rule marked until the total fits."""
+    budget = ctx.options.max_size or 0
     remaining = sorted(
-        (e for e in entries.values() if not e.rules), key=lambda e: (e.last_used_ns, e.key)
+        (e for e in state.entries.values() if not e.rules), key=lambda e: (e.last_used_ns, e.key)
     )
     total = sum(e.item.size for e in remaining)
     for e in remaining:
@@ -240,324 +274,30 @@ def rule_max_size(entries: dict[str, PlannedEntry], budget: int) -> None:
         total -= e.item.size
 
 
-# --- the files beside the entries ---------------------------------------------------------------
+# --- the one ordered list -----------------------------------------------------------------------
 
-
-def orphan_atimes(ctx: PruneContext) -> None:
-    """``-atime`` files whose entry is gone: JAX ignores them, every run removes them.
-
-    They are what an interrupted removal leaves (the ``-cache`` file goes first), so the
-    next run finishes the job whatever its selectors; ``--module`` still limits it.
-    """
-    entry_keys = {i.key for i in ctx.listing.entries}
-    for item in ctx.listing.of_kind(FileKind.ATIME):
-        if item.key in entry_keys:
-            continue
-        parsed = listdir.parse_key(item.key or "")
-        module = parsed[1] if parsed else None
-        if ctx.options.module is not None and not fnmatch.fnmatchcase(
-            module or "", ctx.options.module
-        ):
-            continue
-        st = ctx.cd.regular(item.name)
-        if st is None:
-            continue
-        if ctx.age_s(st.st_mtime_ns) < ORPHAN_ATIME_GRACE_S:
-            ctx.skipped.append(
-                Skip(item.name, "-atime without entry, but under a minute old", Rule.ORPHANS)
-            )
-            continue
-        ctx.remove_file(item.name, st, Rule.ORPHANS, "-atime file without its entry")
-
-
-def rule_orphans(ctx: PruneContext) -> None:
-    """``--orphans``: stale temporary files, manifests and module text without their entry, and
-    interrupted manifest writes, each older than ``--stale-after`` (a write may be in progress)."""
-    entry_keys = {i.key for i in ctx.listing.entries}
-    stale_temps(ctx, Rule.ORPHANS)
-    folder_name = MANIFEST_DIRNAME
-    folder = ctx.cd.subdir(folder_name)
-    if folder is None:
-        return
-    with folder:
-        for m in ctx.manifests:
-            if m.key in entry_keys or m.is_symlink:
-                continue
-            st = folder.regular(m.file)
-            if st is None:
-                continue
-            age = ctx.age_s(st.st_mtime_ns)
-            if age < ctx.options.stale_after_s:
-                ctx.skipped.append(
-                    Skip(
-                        f"{folder_name}/{m.file}",
-                        f"manifest without entry, only "
-                        f"{format_age(age)} old (the hook writes it before JAX compiles)",
-                        Rule.ORPHANS,
-                    )
-                )
-                continue
-            ctx.remove_file(m.file, st, Rule.ORPHANS, "manifest without its entry", folder_name)
-            ir = folder.regular(m.key + MANIFEST_IR_SUFFIX)
-            if ir is not None:
-                ctx.remove_file(
-                    m.key + MANIFEST_IR_SUFFIX,
-                    ir,
-                    Rule.ORPHANS,
-                    "module text of a manifest without entry",
-                    folder_name,
-                )
-        manifest_keys = {m.key for m in ctx.manifests}
-        for item in ctx.manifest_others:
-            st = folder.regular(item.name)
-            if st is None:
-                continue
-            stale = ctx.age_s(st.st_mtime_ns) >= ctx.options.stale_after_s
-            if item.name.startswith(".") and item.name.endswith(".tmp") and stale:
-                ctx.remove_file(
-                    item.name, st, Rule.ORPHANS, "interrupted manifest write", folder_name
-                )
-            elif (
-                item.name.endswith(MANIFEST_IR_SUFFIX)
-                and stale
-                and (
-                    item.name[: -len(MANIFEST_IR_SUFFIX)] not in manifest_keys
-                    and item.name[: -len(MANIFEST_IR_SUFFIX)] not in entry_keys
-                )
-            ):
-                ctx.remove_file(
-                    item.name,
-                    st,
-                    Rule.ORPHANS,
-                    "module text without manifest or entry",
-                    folder_name,
-                )
-
-
-def stale_temps(ctx: PruneContext, rule: Rule) -> None:
-    """JAX's and cachedoctor's temporary files older than ``--stale-after``."""
-    for item in ctx.listing.items:
-        own = item.kind is FileKind.CACHEDOCTOR and fsops.is_own_temp(item.name)
-        if item.kind is not FileKind.TEMP and not own:
-            continue
-        st = ctx.cd.regular(item.name)
-        if st is None:
-            continue
-        age = ctx.age_s(st.st_mtime_ns)
-        limit = ctx.options.stale_after_s
-        if age < limit:
-            ctx.skipped.append(
-                Skip(
-                    item.name,
-                    f"temporary file only {format_age(age)} old (a write may be in progress)",
-                    rule,
-                )
-            )
-            continue
-        who = "cachedoctor" if own else "JAX"
-        ctx.remove_file(item.name, st, rule, f"{who} temporary file, {format_age(age)} old")
-
-
-def rule_repair(ctx: PruneContext, entries: dict[str, PlannedEntry], removed: set[str]) -> None:
-    """``--repair``: missing ``-atime`` files while eviction is in use (recreated from the
-    mtime), group/other write bits on files the user owns, stale temporary files."""
-    if not ctx.eviction_in_use:
-        ctx.notes.append(
-            "--repair: LRU eviction is not in use (no entry has an -atime file, no .lockfile), "
-            "so missing -atime files are not recreated"
-        )
-    me = os.getuid()
-    for e in entries.values():
-        if e.key in removed:
-            continue
-        if ctx.eviction_in_use and e.atime_item is None:
-            ctx.actions.append(
-                Action(
-                    op=Op.RECREATE_ATIME,
-                    name=e.key,
-                    rules=(Rule.REPAIR,),
-                    reason="missing while eviction is on (jax-ml/jax#39880); "
-                    "from the entry's mtime",
-                    module=e.module,
-                    last_used_ns=e.item.mtime_ns,
-                    files=(e.cache_id,),
-                )
-            )
-        for item, fid in ((e.item, e.cache_id), (e.atime_item, e.atime_id)):
-            if item is None or fid is None or not item.mode & WRITE_BITS:
-                continue
-            if item.uid != me:
-                ctx.skipped.append(
-                    Skip(
-                        item.name,
-                        f"writable by group/others but owned by uid {item.uid}",
-                        Rule.REPAIR,
-                    )
-                )
-                continue
-            ctx.actions.append(
-                Action(
-                    op=Op.FIX_MODE,
-                    name=item.name,
-                    rules=(Rule.REPAIR,),
-                    reason=f"{stat.filemode(item.mode)}: writable by group/others",
-                    module=e.module,
-                    files=(fid,),
-                )
-            )
-    if not ctx.options.orphans:
-        stale_temps(ctx, Rule.REPAIR)
-    if ctx.eviction_in_use:
-        blockers = [
-            i.name
-            for i in ctx.listing.items
-            if i.name.endswith(layout.CACHE_SUFFIX)
-            and (i.is_symlink or i.kind is not FileKind.ENTRY)
-            and ctx.cd.lstat(i.name[: -len(layout.CACHE_SUFFIX)] + layout.ATIME_SUFFIX) is None
-        ]
-        if blockers:
-            ctx.notes.append(
-                "--repair: JAX's eviction (jax <= 0.10) fails on names that match "
-                f"'*-cache' without an -atime file: {', '.join(blockers)}; cachedoctor never "
-                "removes links or files it does not recognise, so move them out yourself"
-            )
-
-
-def rule_xla_subcaches(ctx: PruneContext) -> None:
-    """``--xla-subcaches``: XLA's autotune and kernel sub-caches, by their names; without the
-    flag, a note of their size."""
-    subs = [
-        i
-        for i in ctx.listing.items
-        if i.kind in (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE)
-    ]
-    if not subs:
-        return
-    if not ctx.options.xla_subcaches:
-        total = sum(
-            tree_size(ctx.listing.path(i))
-            if i.is_dir and not ctx.listing.remote
-            else i.size  # a bucket's listing gives a prefix's total
-            for i in subs
-        )
-        ctx.notes.append(
-            f"XLA sub-caches ({', '.join(i.name for i in subs)}, {format_bytes(total)}) are not "
-            "touched without --xla-subcaches"
-        )
-        return
-    for item in subs:
-        if item.is_symlink:
-            ctx.skipped.append(Skip(item.name, "symbolic link: never followed or removed"))
-        elif item.kind is FileKind.KERNEL_SUBCACHE and not item.is_dir:
-            st = ctx.cd.regular(item.name)
-            if st is not None:
-                ctx.remove_file(item.name, st, Rule.XLA_SUBCACHES, "XLA kernel cache file")
-        elif item.kind is FileKind.AUTOTUNE_SUBCACHE and item.is_dir:
-            _autotune_dir(ctx, item.name)
-        else:
-            ctx.skipped.append(Skip(item.name, "unexpected sub-cache layout; not touched"))
-
-
-def _autotune_dir(ctx: PruneContext, name: str) -> None:
-    """Autotune results by XLA's file name pattern, and interrupted autotune writes."""
-    folder = ctx.cd.subdir(name)
-    if folder is None:
-        return
-    with folder:
-        for child in folder.listdir():
-            st = folder.lstat(child)
-            if st is None:
-                continue
-            rel = f"{name}/{child}"
-            if stat.S_ISLNK(st.st_mode):
-                ctx.skipped.append(Skip(rel, "symbolic link: never followed or removed"))
-            elif stat.S_ISREG(st.st_mode) and subcaches.is_autotune_file_name(child):
-                ctx.remove_file(child, st, Rule.XLA_SUBCACHES, "per-fusion autotune result", name)
-            elif child == "tmp" and stat.S_ISDIR(st.st_mode):
-                tmp = folder.subdir("tmp")
-                if tmp is None:
-                    continue
-                with tmp:
-                    for t in tmp.listdir():
-                        tst = tmp.regular(t)
-                        if (
-                            tst is not None
-                            and subcaches.is_autotune_tmp_name(t)
-                            and (ctx.age_s(tst.st_mtime_ns) >= ctx.options.stale_after_s)
-                        ):
-                            ctx.remove_file(
-                                t,
-                                tst,
-                                Rule.XLA_SUBCACHES,
-                                "interrupted autotune write",
-                                f"{rel}",
-                            )
-            else:
-                ctx.skipped.append(Skip(rel, "not recognised: never removed"))
-
-
-def report_foreign(ctx: PruneContext) -> None:
-    """Links and unrecognised files: reported as skipped, never removed."""
-    for item in ctx.listing.items:
-        if item.kind is FileKind.ENTRY:
-            continue  # entry links are reported in _entries
-        if item.is_symlink:
-            ctx.skipped.append(Skip(item.name, "symbolic link: never followed or removed"))
-        elif item.kind is FileKind.UNKNOWN:
-            what = "folder" if item.is_dir else "file"
-            ctx.skipped.append(Skip(item.name, f"{what} not recognised: never removed"))
-    for m in ctx.manifests:
-        if m.is_symlink:
-            ctx.skipped.append(
-                Skip(f"{MANIFEST_DIRNAME}/{m.file}", "symbolic link: never followed")
-            )
-    for item in ctx.manifest_others:
-        if item.is_symlink:
-            ctx.skipped.append(
-                Skip(f"{MANIFEST_DIRNAME}/{item.name}", "symbolic link: never followed")
-            )
-
-
-MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest files go first)
-
-
-def plan_folder_bound(
-    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
-) -> tuple[list[Action], str | None]:
-    """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
-    the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""
-    folder = cd.subdir(STATS_DIRNAME)
-    if folder is None:
-        return [], None
-    with folder:
-        files = []
-        for name in folder.listdir():
-            st = folder.regular(name)
-            if st is not None:
-                files.append((st.st_mtime_ns, name, st))
-    total = sum(st.st_size for _, _, st in files)
-    actions = []
-    over = total - max_bytes
-    for _, name, st in sorted(files, key=lambda f: (f[0], f[1])):
-        if over <= 0:
-            break
-        over -= st.st_size
-        actions.append(
-            Action(
-                op=Op.REMOVE_FILE,
-                name=f"{STATS_DIRNAME}/{name}",
-                rules=(Rule.STATS_BOUND,),
-                reason=(
-                    f"oldest stats file while {STATS_DIRNAME}/ is over {format_bytes(max_bytes)}"
-                ),
-                bytes=st.st_size,
-                files=(FileId.of(name, st),),
-                folder=STATS_DIRNAME,
-            )
-        )
-    note = (
-        f"{STATS_DIRNAME}/: {count(len(files), 'file')}, {format_bytes(total)} (kept under "
-        f"{format_bytes(max_bytes)}; "
-        "`cachedoctor stats --zero` archives the records)"
-    )
-    return actions, note
+# The order is the plan's: first the scope (--module narrows the entries every later rule sees;
+# the entries are decoded only then, and only for the rules that read the decode). Then the entry
+# rules mark entries: an entry's first mark is the rule that "took" it, and --max-size comes last
+# because it evicts only among the entries no other rule took. Then the marked entries become
+# removals, and only then the files beside them: -atime files whose entry is gone, --orphans,
+# --repair (which leaves the removed entries alone), XLA's sub-caches, the files never removed;
+# last, the stats folder's bound.
+RULES: tuple[PruneRule, ...] = (
+    PruneRule("module", lambda o: o.module is not None, rule_module),
+    PruneRule("decode", lambda o: any(r.decodes and r.selected(o) for r in RULES), decode),
+    PruneRule("corrupt", lambda o: o.corrupt, rule_corrupt, decodes=True),
+    PruneRule("relocated", lambda o: o.relocated, rule_relocated, decodes=True),
+    PruneRule("stale-jax", lambda o: o.stale_jax, rule_stale_jax, decodes=True),
+    PruneRule("older-than", lambda o: o.older_than_s is not None, rule_older_than),
+    PruneRule("duplicates", lambda o: o.duplicates, rule_duplicates, decodes=True),
+    PruneRule("max-size", lambda o: o.max_size is not None, rule_max_size),
+    PruneRule("remove-marked", _always, remove_marked),
+    PruneRule("orphan-atimes", _always, beside.orphan_atimes),
+    PruneRule("orphans", lambda o: o.orphans, beside.rule_orphans),
+    PruneRule("repair", lambda o: o.repair, beside.rule_repair),
+    PruneRule("xla-subcaches", lambda o: o.xla_subcaches, beside.rule_xla_subcaches),
+    PruneRule("xla-subcaches-note", lambda o: not o.xla_subcaches, beside.note_xla_subcaches),
+    PruneRule("foreign", _always, beside.report_foreign),
+    PruneRule("stats-bound", _always, beside.rule_stats_bound),
+)

@@ -40,6 +40,7 @@ def scan_directory(
     use_index: bool = True,
     workers: int | None = None,
     entries: bool = True,
+    all_tiers: bool | None = None,
     executor: Executor | None = None,
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
@@ -48,6 +49,11 @@ def scan_directory(
     callers that use only the summary, modules and findings (the text report, ``lint``,
     ``stats``), whose repeated scan of an unchanged cache then reads only the listing and the
     memo.
+
+    ``all_tiers`` (default: ``entries``): decode every entry's HLO facts (summary, program
+    digest, volatile fields). Otherwise they are decoded only where a verdict needs them, in a
+    module with several entries whose program signatures tie (``cache/tiers.py``): the report's
+    summary, modules and findings are the same either way.
 
     A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
     entries decoded concurrently (a bounded pool) by the same reader. A local directory's
@@ -61,7 +67,8 @@ def scan_directory(
     """
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
-    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries, executor)
+    tiers = entries if all_tiers is None else all_tiers
+    scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries, tiers, executor)
     if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
         cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
     with _cyclic_gc_paused():
@@ -105,6 +112,7 @@ class _Scan:
     use_index: bool
     progress: ProgressCallback | None
     with_entries: bool
+    all_tiers: bool
     executor: Executor | None = None
 
     def _rest(self, read: scanmemo.Rest) -> scanmemo.Rest | None:
@@ -145,17 +153,19 @@ class _Scan:
 
         return _decode_entries(
             listing,
-            lambda todo, advance: parallel.decode_items(
+            lambda todo, advance, defer: parallel.decode_items(
                 listing,
                 todo,
                 max_decompressed=self.max_decompressed,
                 workers=workers,
                 progress=advance,
+                defer_hlo=defer,
                 executor=self.executor,
             ),
             _local_path_of(listing),
             progress,
             self.max_decompressed if self.use_index else None,
+            self.all_tiers,
         )
 
     def _local_rest(
@@ -181,6 +191,7 @@ class _Scan:
                     lambda item: store.url_of(item.name),
                     progress,
                     self.max_decompressed if self.use_index else None,
+                    self.all_tiers,
                 )
 
         served = memo.served(self.now, self._rest(lambda: (decoded(None), other_files(listing))))
@@ -204,7 +215,8 @@ def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
     return lambda item: os.path.join(base, item.name)
 
 
-Decoder = Callable[[list[DirItem], Callable[[int], None] | None], Iterable[EntryInfo]]
+# (items, progress by increments, defer_hlo) -> their entries, in order
+Decoder = Callable[[list[DirItem], Callable[[int], None] | None, bool], Iterable[EntryInfo]]
 
 
 def _decode_from_store(
@@ -213,6 +225,7 @@ def _decode_from_store(
     executor: Executor | None,
     todo: list[DirItem],
     advance: Callable[[int], None] | None,
+    defer_hlo: bool,
 ) -> list[EntryInfo]:
     """Decode objects concurrently through the store (or in chunks on ``executor``, each
     worker reading through the same store), reporting one step per object."""
@@ -220,11 +233,16 @@ def _decode_from_store(
         from cachedoctor.cache import executors
 
         return executors.decode_store_items(
-            store, todo, executor, max_decompressed=max_decompressed, progress=advance
+            store,
+            todo,
+            executor,
+            max_decompressed=max_decompressed,
+            defer_hlo=defer_hlo,
+            progress=advance,
         )
     step = None if advance is None else (lambda _done, _total: advance(1))
     return reader.decode_store_entries(
-        store, todo, progress=step, max_decompressed=max_decompressed
+        store, todo, progress=step, max_decompressed=max_decompressed, defer_hlo=defer_hlo
     )
 
 
@@ -234,9 +252,12 @@ def _decode_entries(
     path_of: Callable[[DirItem], str],
     progress: ProgressCallback | None,
     index_options: int | None,
+    all_tiers: bool = True,
 ) -> list[EntryInfo]:
     """Every entry of the listing, in order: from the index (when ``index_options`` is given)
-    when unchanged, else decoded by ``decode`` (which reports its progress by increments)."""
+    when unchanged, else decoded by ``decode`` (which reports its progress by increments).
+    Without ``all_tiers``, the HLO facts only where a verdict needs them (``cache/tiers.py``);
+    with it, an index row that lacks them is decoded again."""
     from cachedoctor.cache import index as index_mod
 
     items = listing.entries
@@ -255,7 +276,9 @@ def _decode_entries(
                 mtime_ns=item.mtime_ns,
                 problems=(model.Problem("symlink", "is a symbolic link; not followed"),),
             )
-        elif (hit := served.pop(item.name, None)) is not None:
+        elif (hit := served.pop(item.name, None)) is not None and (
+            not all_tiers or not hit.hlo_deferred
+        ):
             found[n] = hit
         else:
             todo.append(n)
@@ -269,14 +292,36 @@ def _decode_entries(
         if progress is not None:
             progress(done, len(items))
 
-    decoded = decode([items[n] for n in todo], advance if progress is not None else None)
+    decoded = decode(
+        [items[n] for n in todo], advance if progress is not None else None, not all_tiers
+    )
     for n, info in zip(todo, decoded, strict=True):
         found[n] = model.share_strings(info, strings, items[n].key)
     entries = [e for e in found if e is not None]
+    changed = set(todo)
+    if not all_tiers:
+        changed.update(_tied_completed(entries, items, decode, strings))
     if idx is not None:
-        idx.update(items, {items[n].name: found[n] for n in todo}, time.time())  # type: ignore[misc]
+        idx.update(items, {items[n].name: entries[n] for n in changed}, time.time())
         idx.save()
     return entries
+
+
+def _tied_completed(
+    entries: list[EntryInfo], items: list[DirItem], decode: Decoder, strings: dict[str, str]
+) -> list[int]:
+    """Every tier for the entries a verdict needs them of (``tiers.tied``), decoded again in
+    place; their positions."""
+    from cachedoctor.cache import tiers
+
+    def again(positions: list[int]) -> list[EntryInfo]:
+        decoded = decode([items[n] for n in positions], None, False)
+        return [
+            model.share_strings(e, strings, items[n].key)
+            for n, e in zip(positions, decoded, strict=True)
+        ]
+
+    return tiers.complete(entries, tiers.tied(entries), again)
 
 
 def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, object]]:

@@ -5,14 +5,20 @@ A torn or foreign file is a finding, never an error.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
+import operator
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from cachedoctor.cache import record_index
 from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
+from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import (
     CONFIG_NAMES,
@@ -65,12 +71,66 @@ class Counters:
         return self.writes - self.unchecked_writes
 
     def __add__(self, other: Counters) -> Counters:
-        return Counters(
-            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Counters)}
-        )
+        return _make_counters(map(operator.add, _VALUES(self), _VALUES(other)))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "hit_rate": self.hit_rate}
+
+
+_FIELDS = tuple(f.name for f in fields(Counters))
+_VALUES = operator.attrgetter(*_FIELDS)  # a Counters' field values, in order
+_ZERO = _VALUES(Counters())
+_DEFAULTS = dict(zip(_FIELDS, _ZERO, strict=True))
+assert all(getattr(Counters, n) == v for n, v in _DEFAULTS.items())  # class attributes: defaults
+
+
+def _make_counters(values: Iterable[Any]) -> Counters:
+    """A Counters of its field values in order, without ``__init__`` (frozen: a setattr per
+    field; thousands of records hold hundreds of thousands of them)."""
+    c = object.__new__(Counters)
+    c.__dict__.update(zip(_FIELDS, values, strict=True))
+    return c
+
+
+def values_of(c: Counters) -> tuple[Any, ...]:
+    """A Counters' field values, in order (what :func:`total_of` adds up)."""
+    values: tuple[Any, ...] = _VALUES(c)
+    return values
+
+
+# each field: its getter from values_of, its zero, whether it is a count (ints, summed in C)
+_COLUMNS = tuple((operator.itemgetter(n), zero, type(zero) is int) for n, zero in enumerate(_ZERO))
+
+
+def total_of(rows: Iterable[tuple[Any, ...]]) -> Counters:
+    """``Counters() + c1 + c2 + ...`` of the counters whose :func:`values_of` are ``rows``:
+    each field summed in that order, one pass per field (the counts are ints, whose sum does not
+    depend on the order; the times are added left to right, as ``+`` adds them: the same
+    floats)."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    return _make_counters(
+        sum(map(column, rows)) if whole else functools.reduce(operator.add, map(column, rows), zero)
+        for column, zero, whole in _COLUMNS
+    )
+
+
+def total_of_columns(tables: Iterable[list[tuple[Any, ...]]]) -> Counters:
+    """:func:`total_of` of the rows of several tables (each a record's counters, as
+    ``list(zip(*rows))``: one tuple per field; an empty table has none) in order: the counts
+    summed per table first (ints: the same sum), the times added left to right over all rows."""
+    tables = [t for t in tables if t]
+    chain = itertools.chain.from_iterable
+    return _make_counters(
+        sum(sum(t[n]) for t in tables)
+        if whole
+        else functools.reduce(operator.add, chain(t[n] for t in tables), zero)
+        for n, (_, zero, whole) in enumerate(_COLUMNS)
+    )
+
+
+def total(counters: Iterable[Counters]) -> Counters:
+    """``Counters() + c1 + c2 + ...`` (see :func:`total_of`)."""
+    return total_of(map(_VALUES, counters))
 
 
 @dataclass(frozen=True)
@@ -80,6 +140,27 @@ class KeyCounts:
     lookups: int = 0
     hits: int = 0
     writes: int = 0  # a miss whose entry existed afterwards (the module's ``writes`` outcome)
+
+
+_KEY = operator.attrgetter(*KEY_COUNTS)
+
+
+_KEY_COUNTS_MEMO: dict[tuple[int, ...], KeyCounts] = {}  # a few small counts: each made once
+
+
+def _make_key_counts(values: Iterable[int]) -> KeyCounts:
+    """One shared KeyCounts per distinct counts (frozen: sharing is safe; a record names up to
+    16 keys a module, most with counts like (1, 1, 0))."""
+    counts = tuple(values)
+    k = _KEY_COUNTS_MEMO.get(counts)
+    if k is None:
+        if len(counts) != len(KEY_COUNTS):
+            raise ValueError("key counts of another shape")
+        k = object.__new__(KeyCounts)
+        k.__dict__.update(zip(KEY_COUNTS, counts, strict=True))
+        if len(_KEY_COUNTS_MEMO) < 4096:
+            _KEY_COUNTS_MEMO[counts] = k
+    return k
 
 
 @dataclass(frozen=True)
@@ -154,16 +235,45 @@ def _number(module: str, name: str, value: object) -> float:
     return value
 
 
+_COUNT_NAMES = tuple(n for n in COUNTERS if n in COUNTS)
+_TIME_NAMES = tuple(n for n in COUNTERS if n not in COUNTS)
+_TIME_NEVER_NEGATIVE = tuple(n in NEVER_NEGATIVE for n in _TIME_NAMES)
+_OLDER_OUTCOMES = tuple(n for n in OUTCOMES if n != "writes")  # absent from older records
+
+
+def _plain(counts: list[Any], times: list[Any] | None = None) -> bool:
+    """Whether the values keep every rule of :func:`_number` as they are (counts ints, not
+    negative; times finite, those in NEVER_NEGATIVE not negative), checked a list at once:
+    False sends them through ``_number``, which says which rule one breaks."""
+    if not set(map(type, counts)) <= {int} or (counts and min(counts) < 0):
+        return False
+    if times is None:  # a key's counts: no times
+        return True
+    if not set(map(type, times)) <= {int, float} or not math.isfinite(sum(times)):
+        return False  # a sum of finite numbers is finite unless it overflows: then the slow way
+    return all(v >= 0 for v, never in zip(times, _TIME_NEVER_NEGATIVE, strict=True) if never)
+
+
 def _counters(module: str, raw: object) -> Counters:
     if not isinstance(raw, dict):
         raise ValueError(f"module {module!r}: counters are not an object")
-    values: dict[str, Any] = {}
-    for name in COUNTERS:
-        value = _number(module, name, raw.get(name, 0))
-        values[name] = int(value) if name in COUNTS else value
-    if not any(name in raw for name in OUTCOMES if name != "writes"):
+    counts = [raw.get(name, 0) for name in _COUNT_NAMES]
+    times = [raw.get(name, 0) for name in _TIME_NAMES]
+    values: dict[str, Any]
+    if _plain(counts, times):
+        values = dict(zip(_COUNT_NAMES, counts, strict=True))
+        values["unchecked_writes"] = 0
+        values.update(zip(_TIME_NAMES, times, strict=True))
+    else:
+        pairs = zip(_COUNT_NAMES, counts, strict=True)
+        values = {name: int(_number(module, name, v)) for name, v in pairs}
+        values["unchecked_writes"] = 0
+        pairs = zip(_TIME_NAMES, times, strict=True)
+        values.update((name, _number(module, name, v)) for name, v in pairs)
+    if not any(name in raw for name in _OLDER_OUTCOMES):
         values["unchecked_writes"] = values["writes"]  # an older record: the write event
-    c = Counters(**values)
+    c = object.__new__(Counters)  # every field set, in order: Counters.__init__ without its cost
+    c.__dict__.update(values)
     for part, value in (("hits", c.hits), ("misses", c.misses)):
         if value > c.requests:
             raise RuleBroken(f"module {module!r}: {part} {value} > requests {c.requests}")
@@ -172,6 +282,18 @@ def _counters(module: str, raw: object) -> Counters:
             f"module {module!r}: hits + misses {c.hits + c.misses} > requests {c.requests}"
         )
     return c
+
+
+def _key_counts(module: str, key: object, counts: dict[Any, Any]) -> KeyCounts:
+    values = [counts.get(name, 0) for name in KEY_COUNTS]
+    if not _plain(values):
+        try:  # a count: whole, not negative
+            values = [int(_number(module, n, v)) for n, v in zip(KEY_COUNTS, values, strict=True)]
+        except RuleBroken as exc:
+            raise RuleBroken(f"{exc} (key {key})") from None
+        except ValueError as exc:
+            raise ValueError(f"{exc} (key {key})") from None
+    return _make_key_counts(values)
 
 
 def _keys(module: str, raw: object, c: Counters) -> dict[str, KeyCounts]:
@@ -186,15 +308,7 @@ def _keys(module: str, raw: object, c: Counters) -> dict[str, KeyCounts]:
     for key, counts in raw.items():
         if not isinstance(counts, dict):
             raise ValueError(f"module {module!r}: key {key!r}: counts are not an object")
-        values = {}
-        for name in KEY_COUNTS:
-            try:  # a count: whole, not negative
-                values[name] = int(_number(module, name, counts.get(name, 0)))
-            except RuleBroken as exc:
-                raise RuleBroken(f"{exc} (key {key})") from None
-            except ValueError as exc:
-                raise ValueError(f"{exc} (key {key})") from None
-        k = KeyCounts(**values)
+        k = _key_counts(module, key, counts)
         if k.hits > k.lookups:
             raise RuleBroken(f"module {module!r}: key {key}: hits {k.hits} > lookups {k.lookups}")
         if k.hits + k.writes > c.requests:
@@ -203,11 +317,11 @@ def _keys(module: str, raw: object, c: Counters) -> dict[str, KeyCounts]:
                 f"{c.requests}"
             )
         out[str(key)] = k
-    for name, total in (("lookups", c.requests), ("hits", c.hits), ("writes", c.writes)):
+    for name, limit in (("lookups", c.requests), ("hits", c.hits), ("writes", c.writes)):
         summed = sum(getattr(k, name) for k in out.values())
-        if summed > total:
+        if summed > limit:
             what = "requests" if name == "lookups" else name
-            raise RuleBroken(f"module {module!r}: keys' {name} {summed} > {what} {total}")
+            raise RuleBroken(f"module {module!r}: keys' {name} {summed} > {what} {limit}")
     return out
 
 
@@ -217,10 +331,10 @@ def _modules(raw: dict[Any, Any]) -> tuple[dict[str, Counters], dict[str, KeyCou
     for name, counters in raw.items():
         c = modules[str(name)] = _counters(str(name), counters)
         for key, k in _keys(str(name), counters.get("keys"), c).items():
-            prior = keys.get(key, KeyCounts())
-            keys[key] = KeyCounts(
-                prior.lookups + k.lookups, prior.hits + k.hits, prior.writes + k.writes
-            )
+            prior = keys.get(key)  # a key under two module names: once summed
+            if prior is not None:
+                k = _make_key_counts(map(operator.add, _KEY(prior), _KEY(k)))
+            keys[key] = k
     return modules, keys
 
 
@@ -263,32 +377,119 @@ def parse_record(file: str, data: bytes) -> Record:
     )
 
 
-def read_records(store: Store) -> tuple[list[Record], list[Finding]]:
+def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record], list[Finding]]:
     """Every record in ``cachedoctor-stats/``; each file that is not a sound record (torn,
-    foreign, or breaking a rule its recorder keeps) is a finding and is left out."""
-    records, findings = [], []
-    for name, is_dir in _listed(store):
+    foreign, or breaking a rule its recorder keeps) is a finding and is left out.
+
+    Each record file is read and checked once: what that gave is kept in the records index
+    (``cache/record_index.py``), from which a later call takes every file unchanged since."""
+    try:
+        listed = record_index.list_folder(store, STATS_DIRNAME, time.time())
+    except FileNotFoundError:
+        return [], []
+    idx = record_index.load(store.url) if use_index else None
+    served = {} if idx is None else idx.served(listed)
+    fresh: dict[str, str] = {}  # name -> body, for the index
+    records: list[Record] = []
+    findings: list[Finding] = []
+    for item in listed:
+        name, is_dir = item.name, item.is_dir
         path = f"{STATS_DIRNAME}/{name}"
         if not _belongs(name, is_dir):
             findings.append(_foreign(path, is_dir))
             continue
         if not _is_record_name(name, is_dir):
             continue
-        try:
-            with store.open_read(path) as fh:
-                data = fh.read(MAX_RECORD_BYTES + 1)
-            records.append(parse_record(name, data))
-        except RuleBroken as exc:
-            findings.append(_broken(path, str(exc)))
-        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            findings.append(
-                catalog.STATS_RECORD_UNREADABLE.finding(
-                    f"{path} is not a readable stats record ({reason}); it is left out",
-                    entries=(path,),
-                )
-            )
+        body = served.get(name)
+        got = None if body is None else _thaw(name, path, body)
+        if got is None:
+            got, body = _read_one(store, name, path)
+            if body is not None:
+                fresh[name] = body
+        if isinstance(got, Record):
+            records.append(got)
+        else:
+            findings.append(got)
+    if idx is not None:
+        idx.save(listed, fresh)
     return records, findings
+
+
+def _read_one(store: Store, name: str, path: str) -> tuple[Record | Finding, str | None]:
+    """The file's record or finding, and its body for the index (None: never to be kept, the
+    file could not be read)."""
+    try:
+        with store.open_read(path) as fh:
+            data = fh.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        return _unreadable(path, os_reason(exc)), None
+    try:
+        record = parse_record(name, data)
+    except RuleBroken as exc:
+        return _broken(path, str(exc)), _dumps(["broken", str(exc)])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        return _unreadable(path, str(exc)), _dumps(["unreadable", str(exc)])
+    return record, _freeze(record)
+
+
+# --- a record as the records index keeps it: JSON text of its fields, in order -----------------
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
+def _freeze(r: Record) -> str:
+    modules = {name: _sparse(c) for name, c in r.modules.items()}
+    keys = {key: _KEY(k) for key, k in r.keys.items()}
+    return _dumps(["record", r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys])
+
+
+def _sparse(c: Counters) -> dict[str, Any]:
+    """The fields of ``c`` that are not their default (most are 0 in a record): exactly, type
+    and sign of zero included, so that the thawed Counters is the same."""
+    return {
+        name: value
+        for name, value in zip(_FIELDS, _VALUES(c), strict=True)
+        if type(value) is not type(_DEFAULTS[name])
+        or value != _DEFAULTS[name]
+        or math.copysign(1.0, value) < 0
+    }
+
+
+def _thawed_counters(sparse: dict[str, Any]) -> Counters:
+    """A Counters holding only the fields that are not their default: a field missing from an
+    instance reads its class attribute, the dataclass's default (fields, ``==``, ``asdict`` and
+    ``repr`` all read attributes), and 100,000 of them are made several times faster."""
+    if not sparse.keys() <= _DEFAULTS.keys():
+        raise ValueError("counters of another shape")
+    c = object.__new__(Counters)
+    c.__dict__.update(sparse)
+    return c
+
+
+def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
+    """What ``_freeze`` or a finding's body kept, or None when the body is not one of ours."""
+    try:
+        doc = json.loads(body)
+        kind = doc[0]
+        if kind == "broken" and len(doc) == 2:
+            return _broken(path, str(doc[1]))
+        if kind == "unreadable" and len(doc) == 2:
+            return _unreadable(path, str(doc[1]))
+        _, host, pid, start, end, jax, hook, config, modules, keys = doc
+        return Record(
+            file=name,
+            host=host,
+            pid=pid,
+            start=start,
+            end=end,
+            jax=jax,
+            hook=hook,
+            modules={m: _thawed_counters(v) for m, v in modules.items()},
+            config=config,
+            keys={k: _make_key_counts(v) for k, v in keys.items()},
+        )
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -346,6 +547,13 @@ def key_use(index: KeyIndex, key: str, ended_after: float | None = None) -> KeyU
 def _broken(path: str, rule: str) -> Finding:
     return catalog.STATS_RECORD_BROKEN.finding(
         f"{path} breaks a rule of stats records ({rule}); it is left out of the totals",
+        entries=(path,),
+    )
+
+
+def _unreadable(path: str, reason: str) -> Finding:
+    return catalog.STATS_RECORD_UNREADABLE.finding(
+        f"{path} is not a readable stats record ({reason}); it is left out",
         entries=(path,),
     )
 

@@ -1,0 +1,201 @@
+"""The stats records' index: each record file parsed and validated once, its result kept.
+
+``stats`` and ``lint`` read every record in ``cachedoctor-stats/`` on every run; thousands of
+them cost seconds. This keeps, per record file, what reading it gave (the record's parsed and
+validated content, or the reason it is not a sound one: ``core/usage/records.py`` writes and
+reads the bodies), keyed by the file's name and identity, so that a later run lists the folder,
+stats each file and takes the unchanged ones from here.
+
+A local file's identity is ``size:mtime_ns:inode:ctime_ns`` (as the scan index's, ``index.py``:
+a rewrite, ``touch``, replacement or rename over changes one of them; ``utime`` cannot set
+``ctime`` back); a bucket object's is ``size:mtime_ns:generation/ETag``. A row is served only
+when the file's identity is the stored one. A file changed in the last ``index.RACY_S`` is read
+every time and never stored (a write may still be in flight within one timestamp tick), nor is
+one that could not be read (an I/O error may pass) or a bucket object without a version. Rows of
+files no longer listed are dropped.
+
+Where: beside the scan index, in its own file (``index.side_path``, in the user cache dir, never
+in the cache). Format: ``sqlite3``, rows of JSON text (no pickle: reading it never runs code),
+each with a checksum; a row that fails it is read again from the cache. A file of other code
+(the fingerprint of every module of the package), of another cache or owned by someone else is
+ignored and rewritten whole. Failures to write are ignored: the index is only a shortcut.
+``CACHEDOCTOR_NO_INDEX`` turns it off with the scan index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachedoctor.cache import index
+from cachedoctor.storage.files import replacing
+from cachedoctor.storage.stores import Store
+
+FORMAT = "cachedoctor-records-index-v1"
+PART = "records"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+  name BLOB PRIMARY KEY, identity TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB NOT NULL
+);
+"""
+_DELETE = "DELETE FROM records WHERE name = ?"
+_INSERT = "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One name in the records folder, with what identifies its content (None: nothing does,
+    never indexed) and whether it changed too recently to be trusted (``racy``)."""
+
+    name: str
+    is_dir: bool
+    identity: str | None
+    racy: bool = False
+
+
+def list_folder(store: Store, sub: str, now: float) -> list[Listed]:
+    """The names directly under ``sub``, sorted, each with its identity; FileNotFoundError when
+    there is no such folder. A local folder is read with ``lstat`` (for ``ctime``)."""
+    if not store.is_local:
+        return [
+            Listed(
+                i.name,
+                i.is_dir,
+                None if i.version is None else f"{i.size}:{i.mtime_ns}:{i.version}",
+            )
+            for i in store.list(sub)
+        ]
+    racy_ns = int((now - index.RACY_S) * 1e9)
+    items = []
+    with os.scandir(store.url_of(sub)) as it:
+        for de in it:
+            try:
+                st = de.stat(follow_symlinks=False)
+            except OSError:  # vanished since listed
+                continue
+            ident = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+            racy = max(st.st_mtime_ns, st.st_ctime_ns) >= racy_ns
+            items.append(Listed(de.name, stat.S_ISDIR(st.st_mode), ident, racy))
+    return sorted(items, key=lambda i: i.name)
+
+
+@dataclass
+class RecordIndex:
+    """The index of one cache's records: ``served`` bodies, then ``save`` what was read anew."""
+
+    cache: str
+    path: Path
+    _db: sqlite3.Connection | None = None  # open and checked: update it in place
+    _stored: set[str] = field(default_factory=set)  # names with a row
+
+    def served(self, listed: list[Listed]) -> dict[str, str]:
+        """The stored body of each listed file whose identity is the row's (none racy)."""
+        if self._db is None:
+            return {}
+        current = {i.name: i for i in listed}
+        out: dict[str, str] = {}
+        try:
+            for raw, ident, body, checksum in self._db.execute("SELECT * FROM records"):
+                name = os.fsdecode(raw)
+                self._stored.add(name)
+                item = current.get(name)
+                if item is None or item.racy or item.identity != ident:
+                    continue
+                if checksum == _checksum(name, ident, body):
+                    out[name] = body
+        except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
+            self._close()
+            return {}
+        return out
+
+    def save(self, listed: list[Listed], fresh: dict[str, str]) -> None:
+        """Store ``fresh`` (name -> body of each file read this run) where it may be kept, and
+        drop the rows of files no longer listed, or changed since stored and not kept now."""
+        if not index.enabled():
+            return
+        by_name = {i.name: i for i in listed}
+        rows = []
+        for name, body in fresh.items():
+            item = by_name.get(name)
+            if item is not None and item.identity is not None and not item.racy:
+                ident = item.identity
+                rows.append((os.fsencode(name), ident, body, _checksum(name, ident, body)))
+        gone = [os.fsencode(n) for n in self._stored if n not in by_name or n in fresh]
+        with contextlib.suppress(OSError, sqlite3.Error):
+            if self._db is not None:
+                if rows or gone:
+                    with self._db:
+                        self._db.executemany(_DELETE, [(n,) for n in gone])
+                        self._db.executemany(_INSERT, rows)
+            elif rows:
+                self._save_whole(rows)
+        self._close()
+
+    def _save_whole(self, rows: list[tuple[bytes, str, str, bytes]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with replacing(self.path, temp_prefix=".tmp-", suffix=index.SUFFIX) as tmp:
+            db = _connect(Path(tmp))
+            try:
+                with db:
+                    db.executescript(_SCHEMA)
+                    db.executemany("INSERT INTO meta VALUES (?, ?)", _header(self.cache).items())
+                    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", rows)
+            finally:
+                db.close()
+
+    def _close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+
+def load(cache: str) -> RecordIndex:
+    """The records index of ``cache`` (a directory or a bucket URL): open when it is ours, of
+    this code and this cache; else an empty one (its ``save`` writes a fresh file)."""
+    path = index.side_path(cache, PART)
+    return RecordIndex(cache, path, _open_checked(cache, path))
+
+
+def _open_checked(cache: str, path: Path) -> sqlite3.Connection | None:
+    if not index.enabled():
+        return None
+    try:
+        st = os.lstat(path)
+        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+            return None  # another user's file (or a link to one): never read it
+        db = _connect(path)
+    except (OSError, sqlite3.Error):
+        return None
+    try:
+        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache):
+            return db
+    except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
+        pass
+    db.close()
+    return None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=index.BUSY_TIMEOUT_S)
+    db.execute("PRAGMA synchronous = OFF")  # a lost index is only a slower next run
+    return db
+
+
+def _header(cache: str) -> dict[str, str]:
+    return {
+        "format": FORMAT,
+        "code": index.package_fingerprint().hex(),
+        "cache": index.cache_id(cache),
+    }
+
+
+def _checksum(name: str, ident: str, body: str) -> bytes:
+    data = os.fsencode(name) + b"\0" + ident.encode() + b"\0" + body.encode()
+    return hashlib.blake2b(data, digest_size=16).digest()

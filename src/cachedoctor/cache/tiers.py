@@ -1,0 +1,83 @@
+"""Evidence in tiers: which entries' deferred HLO facts a verdict needs (issue 26).
+
+A first-tier decode (``reader.decode_entry(defer_hlo=True)``) reads what every entry needs:
+decompression, header, compile options, the payload's digest, the executable's fields, and of
+the HLO module only its *signature* (``hlo_facts.signature``: which computations are the
+entry, each one's number of instructions, the host program shape, all covered by the program
+digest) and the byte-level flags of ``hlo_facts.may_hold_key_volatile`` (a module that may hold
+a key-volatile field gets every tier at once). The second tier, the HLO summary, the program
+digest and the volatile fields, is what the verdicts that compare entries rest on:
+``duplicate_groups`` groups entries by module and program digest, and a module's number of
+programs counts distinct digests.
+
+Two entries of one module hold the same program only if their signatures are equal (the
+signature and the program digest both cover the platform and the canonical compile options,
+and the signature's HLO parts are functions of what the program digest hashes). So an entry
+whose signature no other entry of its module shares is in no group, and counts as one program
+whatever its digest: its second tier can wait for a command that shows it (``scan --json``,
+``show``, ``diff``, ``check``, the API). Entries whose signatures tie get every tier, and
+copies of one payload (same executable digest) get them from one decode.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+from cachedoctor.cache.model import EntryInfo, updated
+
+
+def tied(entries: Sequence[EntryInfo]) -> list[int]:
+    """Positions of the entries whose second tier was deferred and that a verdict needs: in a
+    module with several entries whose signatures tie."""
+    groups: dict[tuple[str | None, str], list[int]] = defaultdict(list)
+    for n, e in enumerate(entries):
+        if e.program_signature is not None:
+            groups[(e.module, e.program_signature)].append(n)
+    return sorted(
+        n for group in groups.values() if len(group) > 1 for n in group if entries[n].hlo_deferred
+    )
+
+
+def complete(
+    entries: list[EntryInfo],
+    positions: Iterable[int],
+    decode: Callable[[list[int]], Iterable[EntryInfo]],
+) -> list[int]:
+    """Every tier for ``entries[n]``, n in ``positions``, in place: ``decode`` decodes the given
+    positions again with all tiers; copies of a payload decoded (same executable digest) take
+    its facts, which are a function of the payload's bytes. Returns the positions changed."""
+    first: dict[str, int] = {}
+    todo: list[int] = []
+    copies: list[int] = []
+    for n, e in enumerate(entries):  # a copy decoded with every tier already (reader's memo)
+        if e.executable_digest is not None and e.program_digest is not None:
+            first.setdefault(e.executable_digest, n)
+    for n in positions:
+        digest = entries[n].executable_digest
+        if digest is None or digest not in first:
+            todo.append(n)
+            if digest is not None:
+                first[digest] = n
+        else:
+            copies.append(n)
+    for n, info in zip(todo, decode(todo), strict=True):
+        entries[n] = info
+    again = []
+    for n in copies:
+        source = entries[first[entries[n].executable_digest]]  # type: ignore[index]
+        if source.executable_digest != entries[n].executable_digest or source.hlo_deferred:
+            again.append(n)  # the file changed between the two reads: decode it alone
+            continue
+        entries[n] = updated(
+            entries[n],
+            hlo=source.hlo,
+            program_digest=source.program_digest,
+            volatile=source.volatile,
+            program_signature=source.program_signature,
+            problems=source.problems,
+            hlo_deferred=False,
+        )
+    for n, info in zip(again, decode(again), strict=True):
+        entries[n] = info
+    return sorted([*todo, *copies])
