@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor._version import __version__
 
-__all__ = ["CachedoctorError", "__version__", "diff", "prune_plan", "scan", "stats"]
+__all__ = ["CachedoctorError", "__version__", "diff", "lint", "prune_plan", "scan", "stats"]
 
 if TYPE_CHECKING:
-    from cachedoctor.api import diff, prune_plan, scan, stats
+    from cachedoctor.api import diff, lint, prune_plan, scan, stats
     from cachedoctor.errors import CachedoctorError
 
 
@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
         from cachedoctor.errors import CachedoctorError
 
         return CachedoctorError
-    if name in ("diff", "prune_plan", "scan", "stats"):
+    if name in ("diff", "lint", "prune_plan", "scan", "stats"):
         from cachedoctor import api
 
         return getattr(api, name)

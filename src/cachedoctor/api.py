@@ -14,7 +14,11 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from concurrent.futures import Executor
+
     from cachedoctor.core.diff.report import DiffReport
+    from cachedoctor.core.lint import LintReport
     from cachedoctor.core.prune.actions import Plan
     from cachedoctor.core.scan.report import ScanReport
     from cachedoctor.core.stats import StatsReport
@@ -51,25 +55,74 @@ def _optional_str(value: object, name: str) -> str | None:
     raise _usage(f"{name}: expected a str or None, not {value!r:.60}")
 
 
-def scan(cache_dir: PathLike | None = None) -> ScanReport:
+def _executor(value: object) -> Executor | None:
+    from concurrent.futures import Executor
+
+    if value is None or isinstance(value, Executor):
+        return value
+    raise _usage(f"executor: expected a concurrent.futures.Executor or None, not {value!r:.60}")
+
+
+def scan(cache_dir: PathLike | None = None, *, executor: Executor | None = None) -> ScanReport:
     """What ``cachedoctor scan`` reports: summary, modules, entries and findings.
 
     ``cache_dir`` may be a ``gs://`` / ``s3://`` URL; None means ``$JAX_COMPILATION_CACHE_DIR``,
-    then the directory ``cachedoctor enable`` configured.
+    then the directory ``cachedoctor enable`` configured. ``executor`` (a thread or process
+    pool, a Dask client's ``get_executor()``) decodes the entries instead of cachedoctor's own
+    pool, in chunks; the report is the same (``--executor``).
     """
     from cachedoctor.core.scan.run import scan_directory
     from cachedoctor.errors import NotACacheError, path_error
     from cachedoctor.storage.stores import one_line_errors, open_store
     from cachedoctor.storage.urls import is_url
 
+    pool = _executor(executor)
     where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
     with one_line_errors(where):
         try:
-            report = scan_directory(open_store(where) if is_url(where) else where)
+            report = scan_directory(open_store(where) if is_url(where) else where, executor=pool)
         except OSError as exc:
             raise path_error(exc, where) from None
     if not report.looks_like_cache:
         raise NotACacheError(where, report.other_file_count)
+    return report
+
+
+def lint(
+    cache_dir: PathLike | None = None,
+    *,
+    fail_on: str = "error",
+    ignore: Sequence[str] = (),
+    baseline: PathLike | None = None,
+    executor: Executor | None = None,
+) -> LintReport:
+    """What ``cachedoctor lint`` judges: the scan's and the stats records' findings, each with
+    its fingerprint, whether ``baseline`` (a ``--write-baseline`` file) accepts it and whether
+    it fails at ``fail_on`` (``"info"``, ``"warning"``, ``"error"``); ``ignore``: finding kinds
+    to leave out. ``executor`` as for :func:`scan`."""
+    from cachedoctor.core import lint as core
+    from cachedoctor.core.findings import Severity
+    from cachedoctor.errors import NotACacheError
+    from cachedoctor.storage.stores import one_line_errors
+
+    try:
+        severity = Severity.parse(fail_on) if isinstance(fail_on, str) else None
+    except KeyError:
+        severity = None
+    if severity is None:
+        raise _usage(f"fail_on: expected 'info', 'warning' or 'error', not {fail_on!r:.60}")
+    if isinstance(ignore, str) or not all(isinstance(k, str) for k in ignore):
+        raise _usage(f"ignore: expected a sequence of finding kinds, not {ignore!r:.60}")
+    kinds = core.parse_kinds(ignore)
+    pool = _executor(executor)
+    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
+    path = None if baseline is None else _path(baseline, "baseline")
+    with one_line_errors(where):
+        report = core.lint_directory(
+            where, fail_on=severity, ignore=kinds, baseline_path=path, executor=pool
+        )
+    if not report.scan.looks_like_cache:
+        raise NotACacheError(where, report.scan.other_file_count)
     return report
 
 

@@ -16,7 +16,7 @@ import pytest
 import cachedoctor
 from tests.support.hookrun import base_env, run_recorded
 
-PUBLIC = ["CachedoctorError", "__version__", "diff", "prune_plan", "scan", "stats"]
+PUBLIC = ["CachedoctorError", "__version__", "diff", "lint", "prune_plan", "scan", "stats"]
 
 
 def test_public_names_are_stable() -> None:

@@ -5,7 +5,8 @@ threads do not help; processes do. Entries are sent in batches of about ``BATCH_
 ``BATCH_ENTRIES``), at most two batches per worker are in flight, and results come back in the
 order of the input, so the report is the same as a serial decode's. Small jobs are decoded in
 this process: starting workers costs more than it saves. If the pool cannot start or a worker
-dies, the remaining entries are decoded here.
+dies, the remaining entries are decoded here. Given an executor (``executors.py``: a pool of the
+caller's, a Dask cluster), the same batches go to it instead, whatever the job's size.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cachedoctor.cache import reader, travel
 from cachedoctor.cache.listdir import CacheListing, DirItem
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.errors import CachedoctorError
 
 BATCH_BYTES = 8 << 20
 BATCH_ENTRIES = 256
@@ -36,6 +38,56 @@ WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 Job = tuple[str, str | None]  # path, key
 Decoded = tuple[EntryInfo, str | None]  # an entry, and the digest of its bytes when asked for
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ExecutorError(CachedoctorError):
+    """The executor named cannot be had, or failed while decoding."""
+
+    slug = "executor"
+
+
+def width(executor: Executor) -> int:
+    """How many chunks ``executor`` runs at once: a pool's size, a Dask cluster's threads."""
+    size = getattr(executor, "_max_workers", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    client = getattr(executor, "_client", None)  # dask.distributed's ClientExecutor
+    if client is not None:
+        with contextlib.suppress(Exception):
+            threads: dict[str, int] = client.nthreads()
+            return max(1, sum(threads.values()))
+    return 4
+
+
+def in_order(
+    executor: Executor,
+    fn: Callable[..., R],
+    calls: Sequence[tuple[Any, ...]],
+    progress: Callable[[R], None] | None = None,
+) -> Iterator[R]:
+    """``fn(*args)`` for each of ``calls`` on ``executor``, at most two per worker in flight,
+    results in the order of ``calls``. A failure of the executor (a lost worker, a closed
+    cluster) is an ``ExecutorError``; the calls not yet finished are cancelled."""
+    window = 2 * width(executor)
+    pending: deque[Future[R]] = deque()
+    submitted = 0
+    try:
+        while submitted < len(calls) or pending:
+            while submitted < len(calls) and len(pending) < window:
+                pending.append(executor.submit(fn, *calls[submitted]))
+                submitted += 1
+            result = pending.popleft().result()
+            if progress is not None:
+                progress(result)
+            yield result
+    except CachedoctorError:
+        raise
+    except Exception as exc:
+        raise ExecutorError(f"the executor failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def default_workers() -> int:
@@ -86,7 +138,7 @@ def _batches(jobs: Sequence[T], sizes: Sequence[int], parts: int = 1) -> list[li
     return batches
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def mp_context() -> multiprocessing.context.BaseContext:
     # fork starts workers in milliseconds with the reader already imported; but forking a
     # process that runs other threads (JAX's, when cachedoctor is used from a JAX program) can
     # deadlock the child, so then, and off Linux, use forkserver/spawn
@@ -107,13 +159,17 @@ def decode_items(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     defer_hlo: bool = False,
+    executor: Executor | None = None,
 ) -> Iterator[EntryInfo]:
-    """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes.
+    """Decode ``items`` of ``listing`` (in their order), on ``workers`` processes, or on
+    ``executor`` when one is given (every worker must see the folder at the same path).
 
     ``progress(n)`` is called with the number of entries finished since the last call.
     ``defer_hlo``: the first tier only (``reader.decode_entry``).
     """
-    decoded = _decode_items(listing, items, max_decompressed, workers, progress, False, defer_hlo)
+    decoded = _decode_items(
+        listing, items, max_decompressed, workers, progress, False, defer_hlo, executor
+    )
     for info, _ in decoded:
         yield info
 
@@ -126,10 +182,13 @@ def decode_items_digested(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     defer_hlo: bool = False,
+    executor: Executor | None = None,
 ) -> Iterator[Decoded]:
     """``decode_items``, each entry with the digest of the bytes it was decoded from (None
     when unknown), for the scan index (``travel.py``)."""
-    return _decode_items(listing, items, max_decompressed, workers, progress, True, defer_hlo)
+    return _decode_items(
+        listing, items, max_decompressed, workers, progress, True, defer_hlo, executor
+    )
 
 
 def _decode_items(
@@ -140,6 +199,7 @@ def _decode_items(
     progress: Callable[[int], None] | None,
     digested: bool,
     defer_hlo: bool,
+    executor: Executor | None = None,
 ) -> Iterator[Decoded]:
     decode = functools.partial(
         _decode_batch, max_decompressed=max_decompressed, digested=digested, defer_hlo=defer_hlo
@@ -153,21 +213,36 @@ def _decode_items(
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
     small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
-    if workers == 1 or small or len(items) <= 1:
+    if executor is None and (workers == 1 or small or len(items) <= 1):
         jobs = [job(n) for n in range(len(items))]
         yield from _serial(_batches(jobs, sizes), decode, progress)
         return
-    # Copies of one executable (unstable keys) have the same module and size: send them to the
-    # same batch, so one worker's memo decodes their HLO once (reader.hlo_facts).
-    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
-    batches = _batches(order, [sizes[n] for n in order], parts=8 * workers)
+    if executor is not None:
+        workers = width(executor)
+    order, batches = grouped_batches(items, 8 * workers)
     found: list[Decoded | None] = [None] * len(items)
-    decoded = _pooled(batches, job, decode, min(workers, len(batches)), progress)
+    decoded: Iterator[Decoded]
+    if executor is not None:
+        calls = [([job(n) for n in batch],) for batch in batches]
+        step = None if progress is None else (lambda done: progress(len(done)))
+        decoded = (e for done in in_order(executor, decode, calls, step) for e in done)
+    else:
+        decoded = _pooled(batches, job, decode, min(workers, len(batches)), progress)
     for n, info in zip(order, decoded, strict=True):
         found[n] = info
     for result in found:
         assert result is not None
         yield result
+
+
+def grouped_batches(items: Sequence[DirItem], parts: int) -> tuple[list[int], list[list[int]]]:
+    """The items' indices in batches (at least ``parts`` when there are enough), and the order
+    they were batched in. Copies of one executable (unstable keys) have the same module and
+    size: they go to the same batch, so one worker's memo decodes their HLO once
+    (reader.hlo_facts)."""
+    sizes = [i.size for i in items]
+    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
+    return order, _batches(order, [sizes[n] for n in order], parts=parts)
 
 
 def start_digests(
@@ -188,7 +263,7 @@ def start_digests(
     # this process decodes the index's rows meanwhile: leave it a core
     batches = _batches(jobs, sizes, parts=max(1, workers - 1))
     try:
-        pool = ProcessPoolExecutor(max_workers=max(1, workers - 1), mp_context=_context())
+        pool = ProcessPoolExecutor(max_workers=max(1, workers - 1), mp_context=mp_context())
         futures = [pool.submit(_digest_batch, batch) for batch in batches]
     except (OSError, ValueError, NotImplementedError, RuntimeError):
         return here
@@ -244,7 +319,7 @@ def _pooled(
     done = 0
     try:
         pool = ProcessPoolExecutor(  # a forked worker inherits a scan's paused collector
-            max_workers=workers, mp_context=_context(), initializer=gc.enable
+            max_workers=workers, mp_context=mp_context(), initializer=gc.enable
         )
     except (OSError, ValueError, NotImplementedError):
         yield from _serial([[job(n) for n in b] for b in batches], decode, progress)

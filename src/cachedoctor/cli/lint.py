@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cache.executors import ExecutorChoice, open_executor
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.cli.params import complete_dir, complete_kind
+from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
@@ -48,6 +49,14 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     metavar="FILE",
     help="Record today's findings in FILE (exit 0); later runs pass it to --baseline.",
 )
+@click.option(
+    "--executor",
+    type=EXECUTOR,
+    default="local",
+    show_default=True,
+    metavar="WHERE",
+    help=EXECUTOR_HELP,
+)
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option(
     "--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE."
@@ -61,25 +70,31 @@ def lint(
     ignore: tuple[str, ...],
     baseline: str | None,
     write_baseline: str | None,
+    executor: ExecutorChoice,
     output: str | None,
     junit_file: str | None,
 ) -> None:
     """Check a cache directory in CI: findings as annotations or JUnit, with baselines.
 
-    DIR defaults to $JAX_COMPILATION_CACHE_DIR. Exit status: 0 no failing finding, 1 a finding
+    DIR defaults to $JAX_COMPILATION_CACHE_DIR. --executor decodes the entries elsewhere, as for
+    scan. Exit status: 0 no failing finding, 1 a finding
     at --fail-on or above that is not in the baseline, 2 usage or I/O error, or DIR does not look
     like a JAX cache (files, but no entry, -atime file or sub-cache).
     """
     from cachedoctor.core import lint as core
 
     kinds = core.parse_kinds(ignore)
-    with progress_bar(fmt == "text", "scanning") as progress:  # never beside a CI format
+    with (
+        open_executor(executor) as pool,
+        progress_bar(fmt == "text", "scanning") as progress,  # never beside a CI format
+    ):
         report = core.lint_directory(
             resolve_cache_dir(directory),
             fail_on=Severity.parse(fail_on),
             ignore=kinds,
             baseline_path=baseline,
             progress=progress,
+            executor=pool,
         )
     not_a_cache(report.scan)
     if junit_file:

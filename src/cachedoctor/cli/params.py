@@ -1,4 +1,4 @@
-"""click parameter types for what users type: sizes, durations, moments, seconds.
+"""click parameter types for what users type: sizes, durations, moments, seconds, executors.
 
 Each one is the grammar of ``units.py`` (shared with the Python API), so ``prune --older-than``,
 ``prune --stale-after`` and ``stats --since`` read ``2w`` alike, and a value that is not one
@@ -58,6 +58,19 @@ def _seconds(text: str) -> float:
 
 
 SECONDS = _UnitType("seconds", _seconds)
+
+
+def _executor(text: str) -> Any:
+    from cachedoctor.cache.executors import parse_executor
+
+    return parse_executor(text)
+
+
+EXECUTOR = _UnitType("executor", _executor)  # local, processes:N, dask://HOST:PORT, tcp://...
+EXECUTOR_HELP = (
+    "Where entries are decoded: local (this machine's cores), processes:N, or a Dask "
+    "scheduler dask://HOST:PORT or tcp://HOST:PORT (the dask extra)."
+)
 
 
 # Shell completion (click's: docs/commands.md says how to turn it on). A DIR argument completes

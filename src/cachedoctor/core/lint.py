@@ -19,6 +19,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from cachedoctor._version import __version__
@@ -221,11 +222,13 @@ def lint_directory(
     ignore: Iterable[FindingKind] = (),
     baseline_path: str | None = None,
     progress: ProgressCallback | None = None,
+    executor: Executor | None = None,
 ) -> LintReport:
-    """Scan ``cache_dir`` and judge the findings; I/O problems raise ``CachedoctorError``."""
+    """Scan ``cache_dir`` (the entries to read decoded on ``executor`` when given) and judge the
+    findings; I/O problems raise ``CachedoctorError``."""
     baseline = load_baseline(baseline_path) if baseline_path else None
     try:
-        scan = scan_directory(cache_dir, progress=progress, entries=False)
+        scan = scan_directory(cache_dir, progress=progress, entries=False, executor=executor)
     except OSError as exc:
         raise path_error(exc, cache_dir) from None
     try:

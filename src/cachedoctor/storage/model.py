@@ -79,3 +79,18 @@ class IoStats:
         with self._lock:
             self.retries += 1
             self.retry_reasons[reason] = self.retry_reasons.get(reason, 0) + 1
+
+    def counts(self) -> tuple[int, int, int, dict[str, int]]:
+        """The counters as plain data (a worker elsewhere sends them back with its results)."""
+        with self._lock:
+            return self.calls, self.retries, self.bytes_read, dict(self.retry_reasons)
+
+    def merge(self, counts: tuple[int, int, int, dict[str, int]]) -> None:
+        """Add another store's ``counts()`` (the same bucket, read by a worker) to these."""
+        calls, retries, nbytes, reasons = counts
+        with self._lock:
+            self.calls += calls
+            self.retries += retries
+            self.bytes_read += nbytes
+            for reason, n in reasons.items():
+                self.retry_reasons[reason] = self.retry_reasons.get(reason, 0) + n

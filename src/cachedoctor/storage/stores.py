@@ -28,7 +28,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
@@ -83,3 +85,55 @@ def one_line_errors(url: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise StoreError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
+
+
+# --- the same store, opened by a worker elsewhere (``--executor``) -----------------------------
+
+# Where the bucket is, as this process sees it; never a credential (each worker has its own, as
+# each JAX process does).
+ENDPOINT_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "STORAGE_EMULATOR_HOST",
+    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
+)
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What a worker in another process or on another host needs to open the same store: its URL,
+    its request concurrency and this process's endpoint settings (``ENDPOINT_VARIABLES``)."""
+
+    url: str
+    workers: int
+    endpoint: tuple[tuple[str, str], ...]
+
+
+def spec_of(store: Store) -> StoreSpec:
+    """A picklable description of ``store``, from which ``reopen`` makes the same store."""
+    endpoint = tuple((k, os.environ[k]) for k in ENDPOINT_VARIABLES if k in os.environ)
+    return StoreSpec(store.url, int(getattr(store, "workers", DEFAULT_WORKERS)), endpoint)
+
+
+_FILESYSTEMS: dict[tuple[int, StoreSpec], Any] = {}  # by process: a forked child makes its own
+_FILESYSTEMS_LOCK = threading.Lock()
+
+
+def reopen(spec: StoreSpec) -> Store:
+    """The store ``spec`` describes, with counters of its own; its connections are kept for the
+    next call in this process (one filesystem per description).
+
+    The endpoint settings of the process that made ``spec`` are set in this one first: a worker
+    reads the bucket that the scan listed, not one its own environment might name.
+    """
+    if not is_url(spec.url):
+        return LocalStore(spec.url, workers=spec.workers)
+    with _FILESYSTEMS_LOCK:
+        fs = _FILESYSTEMS.get((os.getpid(), spec))
+        if fs is None:
+            os.environ.update(dict(spec.endpoint))
+            fs = RemoteStore(spec.url, workers=spec.workers).fs
+            _FILESYSTEMS[os.getpid(), spec] = fs
+    return RemoteStore(spec.url, workers=spec.workers, fs=fs)

@@ -13,6 +13,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def scan_directory(
     workers: int | None = None,
     entries: bool = True,
     all_tiers: bool | None = None,
+    executor: Executor | None = None,
 ) -> ScanReport:
     """Scan ``cache_dir``. Raises OSError only when the directory itself cannot be listed.
 
@@ -59,6 +61,10 @@ def scan_directory(
     unchanged entries come from the scan index (``index.py``); the rest are decoded on
     ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
     which nothing changed comes whole from the scan memo (``memo.py``).
+
+    ``executor`` (a ``concurrent.futures.Executor``: a thread or process pool, a Dask client's
+    ``get_executor()``) decodes the entries to read instead, in chunks, results in listing order
+    (``cache/executors.py``): the report is the same.
     """
     scan = _Scan(
         jax_info or installed_jax(),
@@ -68,6 +74,7 @@ def scan_directory(
         progress,
         entries,
         entries if all_tiers is None else all_tiers,
+        executor=executor,
     )
     return scan.run(cache_dir, workers)[0]
 
@@ -82,6 +89,7 @@ def scan_json(
     now: float | None = None,
     use_index: bool = True,
     workers: int | None = None,
+    executor: Executor | None = None,
 ) -> JsonScan:
     """``scan_directory`` for a document that holds every entry (``scan --json``): the text of
     its long parts (entries, files...) as ``writers`` make it, kept beside the scan memo and
@@ -96,6 +104,7 @@ def scan_json(
         True,
         True,  # every tier: the document shows every entry's HLO facts
         writers,
+        executor,
     )
     return JsonScan(*scan.run(cache_dir, workers))
 
@@ -137,6 +146,7 @@ class _Scan:
     with_entries: bool
     all_tiers: bool
     writers: PartWriters | None = None  # scan_json: keep and serve the document text
+    executor: Executor | None = None  # decodes the entries to read (``cache/executors.py``)
 
     def run(
         self, cache_dir: str | os.PathLike[str] | stores.Store, workers: int | None
@@ -219,6 +229,7 @@ class _Scan:
                 workers=workers,
                 progress=advance,
                 defer_hlo=defer,
+                executor=self.executor,
             ),
             path_of,
             progress,
@@ -246,7 +257,9 @@ class _Scan:
             with stores.one_line_errors(store.url):
                 return _decode_entries(
                     listing,
-                    functools.partial(_decode_from_store, store, self.max_decompressed),
+                    functools.partial(
+                        _decode_from_store, store, self.max_decompressed, self.executor
+                    ),
                     lambda item: store.url_of(item.name),
                     progress,
                     self.max_decompressed if self.use_index else None,
@@ -284,12 +297,26 @@ Decoder = Callable[
 def _decode_from_store(
     store: stores.Store,
     max_decompressed: int,
+    executor: Executor | None,
     todo: list[DirItem],
     advance: Callable[[int], None] | None,
     defer_hlo: bool,
 ) -> list[tuple[EntryInfo, str | None]]:
-    """Decode objects concurrently through the store, reporting one step per object (no
-    digests: an object is known by its generation or ETag)."""
+    """Decode objects concurrently through the store (or in chunks on ``executor``, each
+    worker reading through the same store), reporting one step per object (no digests: an
+    object is known by its generation or ETag)."""
+    if executor is not None:
+        from cachedoctor.cache import executors
+
+        decoded = executors.decode_store_items(
+            store,
+            todo,
+            executor,
+            max_decompressed=max_decompressed,
+            defer_hlo=defer_hlo,
+            progress=advance,
+        )
+        return [(info, None) for info in decoded]
     step = None if advance is None else (lambda _done, _total: advance(1))
     decoded = reader.decode_store_entries(
         store, todo, progress=step, max_decompressed=max_decompressed, defer_hlo=defer_hlo
