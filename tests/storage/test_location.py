@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage.location import Location
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "cachedoctor"
 
 
 @pytest.mark.parametrize(
@@ -26,6 +29,7 @@ from cachedoctor.storage.location import Location
         ("s3://b/p/", "s3://b/p", False),
         ("s3://b/p/q", "s3://b/p/q", False),
         (Path("rel/c"), "rel/c", True),  # os.PathLike
+        ("file:///tmp/c", "/tmp/c", True),  # a file URL is its folder, as JAX's epath reads it
     ],
 )
 def test_parse_spellings(typed: str | Path, spelling: str, is_local: bool) -> None:
@@ -37,12 +41,19 @@ def test_parse_spellings(typed: str | Path, spelling: str, is_local: bool) -> No
     assert Location.parse(loc) is loc  # parsed once: a Location passes through
 
 
-@pytest.mark.parametrize("typed", ["file:///tmp/c", "http://host/c", "ftp://x/y", "", "gs://"])
+@pytest.mark.parametrize("typed", ["http://host/c", "ftp://x/y", "", "gs://", "file://"])
 def test_parse_refuses_what_is_neither_folder_nor_bucket(typed: str) -> None:
     with pytest.raises(CachedoctorError) as info:
         Location.parse(typed)
     assert info.value.slug == "bad-url"
     assert "\n" not in str(info.value)
+
+
+def test_of_setting_never_raises() -> None:
+    assert Location.of_setting(None) is None and Location.of_setting("") is None
+    assert Location.of_setting("ftp://x/y") is None
+    assert Location.of_setting(3) is None
+    assert Location.of_setting("gs://b/p/") == Location.parse("gs://b/p")
 
 
 def test_capability_table() -> None:
@@ -101,3 +112,18 @@ def test_parse_imports_no_bucket_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Below the edge nothing tells a bucket from a folder by parsing: `is_url(` is called only in
+# storage/ (urls, location, stores) and nowhere else.
+IS_URL_ALLOWED = {"storage/urls.py", "storage/location.py", "storage/stores.py"}
+
+
+def test_is_url_is_called_only_where_locations_are_made() -> None:
+    callers = sorted(
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if re.search(r"\bis_url\(", p.read_text(encoding="utf-8"))
+    )
+    assert [c for c in callers if c not in IS_URL_ALLOWED] == []
+    assert (SRC / "storage" / "urls.py").is_file()

@@ -29,6 +29,7 @@ from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import retry, stores, urls
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.model import DeleteOutcome
 from cachedoctor.storage.remote_store import RemoteStore
 from cachedoctor.storage.retry import RetryPolicy
@@ -258,7 +259,7 @@ def test_throttled_scan_completes_with_the_same_result(
     with throttling_proxy(scheme, servers, every=3) as (proxy, endpoint):
         store = _store_via(scheme, endpoint, uploaded[scheme], monkeypatch)
         # every object read again (the index would serve them all): the reads are throttled
-        throttled = scan_directory(store, now=0.0, use_index=False)
+        throttled = scan_directory(Location.of_store(store), now=0.0, use_index=False)
     assert _comparable(throttled) == _comparable(clean)
     assert proxy.throttled > 0
     # the libraries' own retries are off: every refusal reached our one retry function

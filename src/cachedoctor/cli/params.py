@@ -60,6 +60,25 @@ def _seconds(text: str) -> float:
 SECONDS = _UnitType("seconds", _seconds)
 
 
+class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A cache folder or bucket prefix (DIR, --dir), parsed once into a ``Location``: what the
+    commands hand down. A scheme that is neither gs:// nor s3:// is a usage error (exit 2)."""
+
+    name = "location"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from cachedoctor.core.where import Location
+        from cachedoctor.errors import CachedoctorError
+
+        try:
+            return Location.parse(value)
+        except CachedoctorError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+LOCATION = _LocationType()
+
+
 # Shell completion (click's: docs/commands.md says how to turn it on). A DIR argument completes
 # folder names and a FILE option file names, through the shell itself; KIND offers the kinds.
 

@@ -7,20 +7,21 @@ import time
 import click
 
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.cli.params import complete_dir, complete_kind
+from cachedoctor.cli.params import LOCATION, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
-from cachedoctor.core.scan.report import ProgressCallback, ScanReport
+from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.where import Location, cache_location
 from cachedoctor.errors import ExitCode, count, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
-from cachedoctor.stablekeys.settings import resolve_cache_dir
-from cachedoctor.storage.urls import is_url
 from cachedoctor.units import format_bytes
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
     "--fail-on",
@@ -46,7 +47,7 @@ from cachedoctor.units import format_bytes
 @click.pass_context
 def scan(
     ctx: click.Context,
-    directory: str | None,
+    directory: Location | None,
     as_json: bool,
     fail_on: str,
     ignore: tuple[str, ...],
@@ -64,15 +65,15 @@ def scan(
     from cachedoctor.core.lint import parse_kinds
 
     ignored = parse_kinds(ignore)
-    cache_dir = resolve_cache_dir(directory)
+    cache_dir = cache_location(directory)
     try:
         with progress_bar(not as_json, "scanning") as progress:
-            if is_url(cache_dir):
-                report = _scan_bucket(cache_dir, progress, as_json)
-            else:
-                report = scan_directory(cache_dir, progress=progress, entries=as_json)
+            start = time.monotonic()
+            report = scan_directory(cache_dir, progress=progress, entries=as_json)
+            if not cache_dir.is_local:
+                _bucket_requests(cache_dir, report, time.monotonic() - start)
     except OSError as exc:
-        raise path_error(exc, cache_dir) from None
+        raise path_error(exc, cache_dir.spelling) from None
     not_a_cache(report)
     report = report.without(ignored)
     fmt = "json" if as_json else "text"
@@ -81,13 +82,9 @@ def scan(
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
 
 
-def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> ScanReport:
-    """Scan a bucket prefix; the request and retry counts go to stderr."""
-    from cachedoctor.storage.stores import open_store
-
-    store = open_store(url)
-    start = time.monotonic()
-    report = scan_directory(store, progress=progress, entries=entries)
+def _bucket_requests(where: Location, report: ScanReport, seconds: float) -> None:
+    """After a bucket scan: its request and retry counts, to stderr."""
+    store = where.store()  # the one the scan read through, with its counts
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
@@ -95,7 +92,6 @@ def _scan_bucket(url: str, progress: ProgressCallback | None, entries: bool) -> 
         f"{format_bytes(stats.bytes_read)} read "
         f"on {getattr(store, 'workers', 1)} workers, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
-        + f", {time.monotonic() - start:.2f} s",
+        + f", {seconds:.2f} s",
         err=True,
     )
-    return report

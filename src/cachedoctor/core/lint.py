@@ -28,6 +28,7 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count, path_error
 from cachedoctor.storage.files import open_regular, write_atomic
+from cachedoctor.storage.location import Location, Where
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "cachedoctor-lint-baseline"
@@ -216,7 +217,7 @@ def judge(
 
 
 def lint_directory(
-    cache_dir: str,
+    cache_dir: Where,
     *,
     fail_on: Severity = Severity.ERROR,
     ignore: Iterable[FindingKind] = (),
@@ -225,10 +226,11 @@ def lint_directory(
 ) -> LintReport:
     """Scan ``cache_dir`` and judge the findings; I/O problems raise ``CachedoctorError``."""
     baseline = load_baseline(baseline_path) if baseline_path else None
+    where = Location.parse(cache_dir)
     try:
-        scan = scan_directory(cache_dir, progress=progress, entries=False)
+        scan = scan_directory(where, progress=progress, entries=False)
     except OSError as exc:
-        raise path_error(exc, cache_dir) from None
+        raise path_error(exc, where.spelling) from None
     try:
         from_records = record_findings(scan)
     except OSError as exc:

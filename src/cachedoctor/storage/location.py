@@ -14,8 +14,10 @@ Spellings, decided here once:
   spelling into keys (``urls.jax_spelling``) and the reports show it as typed; ``~`` is not
   expanded (the shell expands it; JAX does not), nor is a Windows-looking ``C:\\cache`` special;
 - ``gs://`` and ``s3://`` are buckets, shown as ``scheme://bucket/prefix`` (no trailing slash);
-- any other ``scheme://`` (``file://``, ``http://``, ``ftp://``) is refused with one line
-  (``bad-url``): it is neither a folder JAX would use nor a bucket cachedoctor can read.
+- ``file:///abs/c`` is the local folder ``/abs/c`` (JAX's epath reads it so);
+- any other ``scheme://`` (``http://``, ``ftp://``) is refused with one line (``bad-url``): it is
+  neither a folder nor a bucket cachedoctor can read. Where the value is JAX's own setting
+  (the hook), ``Location.of_setting`` gives None for it instead of raising.
 """
 
 from __future__ import annotations
@@ -61,14 +63,34 @@ class Location:
         if urls.is_url(text):
             scheme, bucket, prefix = urls.split_url(text)
             return cls(f"{scheme}://{bucket}" + (f"/{prefix}" if prefix else ""), False)
-        scheme = _SCHEME_RE.match(text)
-        if scheme:
+        if text.startswith("file://") and len(text) > len("file://"):
+            return cls(text.removeprefix("file://"), True)
+        other = _SCHEME_RE.match(text)
+        if other:
             raise CachedoctorError(
-                f"{text[:200]}: {scheme.group('scheme')}:// is not supported; give a local "
+                f"{text[:200]}: {other.group('scheme')}:// is not supported; give a local "
                 "folder, a gs://bucket/prefix or an s3://bucket/prefix",
                 slug="bad-url",
             )
         return cls(text, True)
+
+    @classmethod
+    def of_setting(cls, value: object) -> Location | None:
+        """JAX's cache-dir setting (or an XLA flag's path) as a Location; None when unset or
+        not a folder or bucket cachedoctor reads. Never raises: the hook calls it."""
+        if not value or not isinstance(value, str | os.PathLike):
+            return None
+        try:
+            return cls.parse(value)
+        except CachedoctorError:
+            return None
+
+    @classmethod
+    def of_store(cls, store: Store) -> Location:
+        """The Location of an already opened store (a test's throttled or counted one)."""
+        location = cls.parse(store.url)
+        location._opened["store"] = store
+        return location
 
     def __str__(self) -> str:
         return self.spelling
@@ -162,3 +184,8 @@ class Location:
         if self.is_local:
             return CacheDir.open(self.spelling)
         return StoreDir(self.store())
+
+
+# What a core function is handed: a Location, or (the Python API, tests) a path or URL that the
+# function parses once with ``Location.parse`` at its top.
+Where = Location | str | os.PathLike[str]

@@ -25,12 +25,13 @@ from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import ProgressCallback, ScanReport
 from cachedoctor.core.usage.records import Record
-from cachedoctor.storage import stores, urls
+from cachedoctor.storage import stores
+from cachedoctor.storage.location import Location, Where
 from cachedoctor.xla import subcaches
 
 
 def scan_directory(
-    cache_dir: str | os.PathLike[str] | stores.Store,
+    cache_dir: Where,
     *,
     progress: ProgressCallback | None = None,
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
@@ -47,7 +48,7 @@ def scan_directory(
     ``stats``), whose repeated scan of an unchanged cache then reads only the listing and the
     memo.
 
-    A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
+    A bucket (``gs://``/``s3://``) is listed and read through its Location's store, the
     entries decoded concurrently (a bounded pool) by the same reader. A local directory's
     unchanged entries come from the scan index (``index.py``); the rest are decoded on
     ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
@@ -56,16 +57,13 @@ def scan_directory(
     jax_info = jax_info or installed_jax()
     now = time.time() if now is None else now
     scan = _Scan(jax_info, now, max_decompressed, use_index, progress, entries)
-    if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
-        cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+    where = Location.parse(cache_dir)
     with _cyclic_gc_paused():
-        if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
-            store = (
-                cache_dir if isinstance(cache_dir, stores.Store) else stores.open_store(cache_dir)
-            )
+        if not where.is_local:
+            store = where.store()
             with stores.one_line_errors(store.url):
                 return scan.bucket(store)
-        return scan.local(os.fspath(cache_dir), workers)
+        return scan.local(where, workers)  # the plain directory scan: modes, owners, symlinks
 
 
 @contextlib.contextmanager
@@ -108,8 +106,8 @@ class _Scan:
             return report
         return dataclasses.replace(report, entries=None, other_files=None)
 
-    def local(self, root: str, workers: int | None) -> ScanReport:
-        snapshot = listdir.read_dir(root)
+    def local(self, where: Location, workers: int | None) -> ScanReport:
+        snapshot = listdir.read_dir(where.spelling)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
@@ -125,7 +123,7 @@ class _Scan:
         if any(i.kind in kinds for i in listing.items):
             sub = subcaches.scan_subcaches(Path(listing.root))
         manifests = _read_manifests(listing, listing.root)
-        records = _read_records(listing, manifests, listing.root)
+        records = _read_records(listing, manifests, where)
         report = build_report(
             listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
         )
@@ -178,7 +176,7 @@ class _Scan:
             return served
         entries = decoded(self.progress)
         manifests = _read_manifests(listing, store.url)
-        records = _read_records(listing, manifests, store)
+        records = _read_records(listing, manifests, Location.of_store(store))
         report = build_report(
             listing, entries, self.jax_info, self.now, manifests=manifests, records=records
         )
@@ -274,7 +272,7 @@ def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, objec
 
 
 def _read_records(
-    listing: CacheListing, manifests: list[Mapping[str, object]], root: str | stores.Store
+    listing: CacheListing, manifests: list[Mapping[str, object]], where: Location
 ) -> list[Record]:
     """The stats records, read only when key manifests may name modules without an entry
     (``not-stored`` explains them from the records); unreadable ones are left out here."""
@@ -283,7 +281,6 @@ def _read_records(
     if not manifests or not any(i.name == layout.STATS_DIRNAME for i in listing.items):
         return []
     try:
-        store = root if isinstance(root, stores.Store) else stores.open_store(root)
-        return read_records(store)[0]
+        return read_records(where.store())[0]
     except OSError:
         return []
