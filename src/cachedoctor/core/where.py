@@ -1,7 +1,10 @@
 """The cache folder a command works on, made once at the edge from what the user typed.
 
 The CLI's parameters and the Python API call these; below them every function is handed the
-``Location`` (``storage/location.py``) and asks it what it can do.
+``Location`` (``storage/location.py``) and asks it what it can do. The CLI imports nothing of
+``cache``, ``storage`` or ``xla`` (a contract in pyproject.toml): what it needs of them is here,
+``Location`` and ``telling_waits`` (whom the store layer tells when it waits for a bucket) as
+they are.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from cachedoctor.cache.listdir import CacheListing, list_cache
 from cachedoctor.errors import NoCacheDirError, NotACacheError, path_error
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.location import Location
+from cachedoctor.storage.retry import telling_waits
 
-__all__ = ["Location", "cache_location", "default_location", "open_cache_dir"]
+__all__ = ["Location", "cache_location", "default_location", "open_cache_dir", "telling_waits"]
 
 
 def cache_location(explicit: Location | str | os.PathLike[str] | None) -> Location:
