@@ -11,7 +11,6 @@ import os
 from typing import TYPE_CHECKING
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.prune.actions import Plan
     from cachedoctor.core.scan.report import ScanReport
     from cachedoctor.core.stats import StatsReport
+    from cachedoctor.core.where import Location
 
 PathLike = str | os.PathLike[str]
 
@@ -39,12 +39,21 @@ def _path(value: object, name: str) -> str:
     raise _usage(f"{name}: expected a path (str or os.PathLike), not {value!r:.60}")
 
 
-def _dir(cache_dir: object) -> str:
+def _location(cache_dir: object) -> Location:
+    """The Location of the cache directory named (or the effective one): the API's edge."""
+    from cachedoctor.core.where import Location, cache_location
+
+    if isinstance(cache_dir, Location):
+        return cache_dir
+    return cache_location(None if cache_dir is None else _path(cache_dir, "cache_dir"))
+
+
+def _dir(cache_dir: object) -> Location:
     """The cache directory named (or the effective one), checked: it exists, is readable and
     is empty or holds a JAX cache."""
-    from cachedoctor.cache.listdir import open_cache_dir
+    from cachedoctor.core.where import open_cache_dir
 
-    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
+    where = _location(cache_dir)
     open_cache_dir(where)
     return where
 
@@ -63,33 +72,35 @@ def _executor(value: object) -> Executor | None:
     raise _usage(f"executor: expected a concurrent.futures.Executor or None, not {value!r:.60}")
 
 
-def scan(cache_dir: PathLike | None = None, *, executor: Executor | None = None) -> ScanReport:
+def scan(
+    cache_dir: PathLike | Location | None = None, *, executor: Executor | None = None
+) -> ScanReport:
     """What ``cachedoctor scan`` reports: summary, modules, entries and findings.
 
-    ``cache_dir`` may be a ``gs://`` / ``s3://`` URL; None means ``$JAX_COMPILATION_CACHE_DIR``,
-    then the directory ``cachedoctor enable`` configured. ``executor`` (a thread or process
-    pool, a Dask client's ``get_executor()``) decodes the entries instead of cachedoctor's own
-    pool, in chunks; the report is the same (``--executor``).
+    ``cache_dir`` may be a ``gs://`` / ``s3://`` URL or a ``Location``; None means
+    ``$JAX_COMPILATION_CACHE_DIR``, then the directory ``cachedoctor enable`` configured.
+    ``executor`` (a thread or process pool, a Dask client's ``get_executor()``) decodes the
+    entries instead of cachedoctor's own pool, in chunks; the report is the same
+    (``--executor``).
     """
     from cachedoctor.core.scan.run import scan_directory
     from cachedoctor.errors import NotACacheError, path_error
-    from cachedoctor.storage.stores import one_line_errors, open_store
-    from cachedoctor.storage.urls import is_url
+    from cachedoctor.storage.stores import one_line_errors
 
     pool = _executor(executor)
-    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
-    with one_line_errors(where):
+    where = _location(cache_dir)
+    with one_line_errors(where.spelling):
         try:
-            report = scan_directory(open_store(where) if is_url(where) else where, executor=pool)
+            report = scan_directory(where, executor=pool)
         except OSError as exc:
-            raise path_error(exc, where) from None
+            raise path_error(exc, where.spelling) from None
     if not report.looks_like_cache:
-        raise NotACacheError(where, report.other_file_count)
+        raise NotACacheError(where.spelling, report.other_file_count)
     return report
 
 
 def lint(
-    cache_dir: PathLike | None = None,
+    cache_dir: PathLike | Location | None = None,
     *,
     fail_on: str = "error",
     ignore: Sequence[str] = (),
@@ -115,14 +126,14 @@ def lint(
         raise _usage(f"ignore: expected a sequence of finding kinds, not {ignore!r:.60}")
     kinds = core.parse_kinds(ignore)
     pool = _executor(executor)
-    where = resolve_cache_dir(None if cache_dir is None else _path(cache_dir, "cache_dir"))
+    where = _location(cache_dir)
     path = None if baseline is None else _path(baseline, "baseline")
-    with one_line_errors(where):
+    with one_line_errors(where.spelling):
         report = core.lint_directory(
             where, fail_on=severity, ignore=kinds, baseline_path=path, executor=pool
         )
     if not report.scan.looks_like_cache:
-        raise NotACacheError(where, report.scan.other_file_count)
+        raise NotACacheError(where.spelling, report.scan.other_file_count)
     return report
 
 
@@ -140,7 +151,7 @@ def diff(a: PathLike, b: PathLike) -> DiffReport:
 
 
 def stats(
-    cache_dir: PathLike | None = None,
+    cache_dir: PathLike | Location | None = None,
     *,
     since: str | float | None = None,
     module: str | None = None,
@@ -161,11 +172,11 @@ def stats(
     try:
         return collect_stats(where, since=start, module=pattern)
     except OSError as exc:
-        raise path_error(exc, exc.filename or where) from None
+        raise path_error(exc, exc.filename or where.spelling) from None
 
 
 def prune_plan(
-    cache_dir: PathLike | None = None,
+    cache_dir: PathLike | Location | None = None,
     *,
     older_than: str | float | None = None,
     max_size: str | int | None = None,
@@ -203,4 +214,4 @@ def prune_plan(
     try:
         return plan_prune(where, options)
     except OSError as exc:
-        raise path_error(exc, exc.filename or where) from None
+        raise path_error(exc, exc.filename or where.spelling) from None

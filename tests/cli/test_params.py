@@ -63,3 +63,28 @@ def test_prune_reports_the_selectors_as_typed(tmp_path: Path) -> None:
     proc = run("prune", str(tmp_path), "--older-than", "2w", "--max-size", "1GiB")
     assert proc.returncode == 0, proc.stderr
     assert "[older-than 2w, max-size 1GiB]" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["scan", "ftp://host/c"],
+        ["prune", "http://h/c", "--duplicates"],
+        ["show", "k", "--dir", "ftp://h/c"],
+    ],
+)
+def test_a_folder_that_is_no_folder_or_bucket_is_a_usage_error(args: list[str]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2, proc
+    assert "is not supported; give a local folder, a gs://bucket/prefix" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_file_url_names_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    by_url = run("scan", "--json", f"file://{tmp_path / 'c'}")
+    by_path = run("scan", "--json", str(tmp_path / "c"))
+    assert by_url.returncode == by_path.returncode == 0, by_url.stderr
+    assert '"cache_dir": "' + str(tmp_path / "c") + '"' in by_url.stdout

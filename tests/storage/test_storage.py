@@ -20,6 +20,7 @@ from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.storage import stores, urls
 from cachedoctor.storage.local_store import LocalStore
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.model import DeleteOutcome, IoStats, MissingExtraError, StoreError
 from cachedoctor.storage.retry import (
     RetryPolicy,
@@ -270,7 +271,7 @@ def test_reader_decodes_a_file_object_like_a_path(seed_cache: Path) -> None:
 def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> None:
     store = LocalStore(str(seed_cache))
     assert listdir.list_cache(store) == listdir.list_cache(seed_cache)
-    via_store = scan_directory(store, now=0.0)
+    via_store = scan_directory(Location.of_store(store), now=0.0)
     direct = scan_directory(seed_cache, now=0.0)
     assert via_store.findings == direct.findings
     assert via_store.entries == direct.entries

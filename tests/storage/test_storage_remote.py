@@ -31,6 +31,7 @@ from cachedoctor.core.scan.run import scan_directory, scan_json
 from cachedoctor.render.formats import scan_parts
 from cachedoctor.render.jsonout import iter_scan_json
 from cachedoctor.storage import retry, stores, urls
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.model import DeleteOutcome
 from cachedoctor.storage.remote_store import RemoteStore
 from cachedoctor.storage.retry import RetryPolicy
@@ -191,7 +192,7 @@ def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_cli_scan_and_show_of_a_bucket(
-    scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path
+    scheme: str, servers: Servers, uploaded: dict[str, str], local_cache: Path, tmp_path: Path
 ) -> None:
     env = {**cli_env(), **servers.env}
 
@@ -233,6 +234,22 @@ def test_cli_scan_and_show_of_a_bucket(
     assert by_url.returncode == 0, by_url.stderr
     assert by_url.stdout == shown.stdout
 
+    # show and diff resolve an entry the one way (core/diff/load.resolve_entry): --extract
+    # reads the object through its folder's store, the same bytes as from the local copy
+    out = tmp_path
+    extracted = cli("show", key[:12], "--dir", uploaded[scheme], "--extract", str(out / "b"))
+    assert extracted.returncode == 0, extracted.stderr
+    assert (
+        cli("show", str(local_cache / f"{key}-cache"), "--extract", str(out / "l")).returncode == 0
+    )
+    assert (out / "b").read_bytes() == (out / "l").read_bytes() != b""
+    # a local entry file stays the local file when --dir names a bucket
+    local_shown = cli(
+        "show", "--json", str(local_cache / f"{key}-cache"), "--dir", uploaded[scheme]
+    )
+    assert local_shown.returncode == 0, local_shown.stderr
+    assert json.loads(local_shown.stdout)["entry"]["path"] == str(local_cache / f"{key}-cache")
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
@@ -264,7 +281,7 @@ def test_throttled_scan_completes_with_the_same_result(
     with throttling_proxy(scheme, servers, every=3) as (proxy, endpoint):
         store = _store_via(scheme, endpoint, uploaded[scheme], monkeypatch)
         # every object read again (the index would serve them all): the reads are throttled
-        throttled = scan_directory(store, now=0.0, use_index=False)
+        throttled = scan_directory(Location.of_store(store), now=0.0, use_index=False)
     assert _comparable(throttled) == _comparable(clean)
     assert proxy.throttled > 0
     # the libraries' own retries are off: every refusal reached our one retry function

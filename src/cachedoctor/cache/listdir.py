@@ -12,7 +12,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from cachedoctor.errors import NotACacheError, path_error
 from cachedoctor.layout import (
     ATIME_SUFFIX,
     AUTOTUNE_DIR,
@@ -212,26 +211,6 @@ def list_cache(root: str | os.PathLike[str] | Store) -> CacheListing:
             return _list_store(root)
         root = root.url  # a LocalStore: the directory listing below, with modes and owners
     return listing_of(read_dir(root))
-
-
-def open_cache_dir(where: str) -> CacheListing | None:
-    """Check what the user named before a command works on it: a readable directory that is
-    empty or holds a JAX cache. Raises the one-line error of each condition (``no-such-dir``,
-    ``not-a-dir``, ``permission-denied``, ``symlink-loop``, ``io``, ``not-a-cache``).
-
-    A ``gs://`` / ``s3://`` URL is not listed here (None): the store reports its own errors.
-    """
-    from cachedoctor.storage.urls import is_url
-
-    if is_url(where):
-        return None
-    try:
-        listing = list_cache(where)
-    except OSError as exc:
-        raise path_error(exc, where) from None
-    if not listing.looks_like_cache:
-        raise NotACacheError(where, len(listing.items))
-    return listing
 
 
 def listing_of(snapshot: DirSnapshot) -> CacheListing:

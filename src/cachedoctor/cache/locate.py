@@ -9,12 +9,12 @@ from pathlib import Path
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.errors import AmbiguousEntryError, EntryNotFoundError, clip, path_error
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.model import StoreError
-from cachedoctor.storage.stores import Store, one_line_errors, open_store
-from cachedoctor.storage.urls import is_url
+from cachedoctor.storage.stores import Store, one_line_errors
 
 
-def locate_entry(ref: str, cache_dir: str | None) -> Path:
+def locate_entry(ref: str, cache_dir: Location | None) -> Path:
     """Resolve ``ref`` to an entry path; raises EntryNotFoundError with the candidates."""
     as_path = Path(ref)
     try:
@@ -40,9 +40,9 @@ def locate_entry(ref: str, cache_dir: str | None) -> Path:
             f"{clip(ref)!r} is not a file; give --dir DIR (or set JAX_COMPILATION_CACHE_DIR)"
         )
     try:
-        listing = listdir.list_cache(cache_dir)
+        listing = listdir.list_cache(cache_dir.spelling)
     except OSError as exc:
-        raise path_error(exc, cache_dir) from None
+        raise path_error(exc, cache_dir.spelling) from None
     return listing.path(match_entry(ref, listing))
 
 
@@ -68,24 +68,24 @@ def match_entry(ref: str, listing: listdir.CacheListing) -> listdir.DirItem:
     )
 
 
-def locate_in_store(ref: str, cache_dir: str | None) -> tuple[Store, listdir.DirItem]:
-    """``show`` for buckets: ``ref`` is an entry URL, or a key/prefix looked up in ``cache_dir``."""
-
-    if is_url(ref):
-        parent, _, name = ref.rstrip("/").rpartition("/")
-        if not is_url(parent):
+def locate_in_store(ref: str, cache_dir: Location | None) -> tuple[Store, listdir.DirItem]:
+    """An entry in a bucket: ``ref`` is its URL, or a key/prefix looked up in ``cache_dir``."""
+    entry = Location.parse(ref)
+    if not entry.is_local:
+        parent = entry.parent
+        if parent is None:
             raise EntryNotFoundError(f"{ref} names a bucket, not an entry")
-        store = open_store(parent)
+        store = parent.store()
         with one_line_errors(ref):
-            found = store.stat(name)
+            found = store.stat(entry.name)
         if found is None:
             raise EntryNotFoundError(f"no such object: {ref}")
         return store, listdir.store_item(found)
     if cache_dir is None:
         raise EntryNotFoundError(f"{ref!r} is not an entry URL; give --dir gs://… or s3://…")
-    store = open_store(cache_dir)
+    store = cache_dir.store()
     try:
-        with one_line_errors(cache_dir):
+        with one_line_errors(cache_dir.spelling):
             listing = listdir.list_cache(store)
     except FileNotFoundError as exc:
         raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc

@@ -92,10 +92,10 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
-    from cachedoctor.storage import retry
+    from cachedoctor.core.where import telling_waits
 
     try:
-        with retry.telling_waits(lambda line: click.echo(line, err=True)):
+        with telling_waits(lambda line: click.echo(line, err=True)):
             return cli.main(args=argv, standalone_mode=False)
     except CachedoctorError as exc:
         click.echo(f"cachedoctor: {exc.slug}: {exc}", err=True)

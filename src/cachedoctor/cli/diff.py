@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING
-
 import click
 
-from cachedoctor.cli.params import complete_dir
+from cachedoctor.cli.params import LOCATION, complete_dir
+from cachedoctor.core.where import Location, cache_location, default_location
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
-from cachedoctor.stablekeys.settings import default_cache_dir
-
-if TYPE_CHECKING:
-    from cachedoctor.cache.model import EntryDetail
 
 
 @click.command()
@@ -23,6 +17,7 @@ if TYPE_CHECKING:
 @click.option(
     "--dir",
     "directory",
+    type=LOCATION,
     shell_complete=complete_dir,
     metavar="DIR",
     help="Cache directory to look keys up in.",
@@ -48,7 +43,7 @@ def diff(
     ctx: click.Context,
     a: str | None,
     b: str | None,
-    directory: str | None,
+    directory: Location | None,
     module: str | None,
     as_json: bool,
     hlo_context: int,
@@ -65,30 +60,21 @@ def diff(
     2 on errors.
     """
     from cachedoctor.core.diff.compare import diff_details, diff_module
-    from cachedoctor.core.diff.load import load_detail, load_from_store
+    from cachedoctor.core.diff.load import resolve_entry
 
     if module is not None:
         if a is not None or b is not None:
             raise click.UsageError("give either A and B, or --module NAME, not both")
-        from cachedoctor.stablekeys.settings import resolve_cache_dir
-
         report = diff_module(
-            resolve_cache_dir(directory), module, context=hlo_context, raw_hlo=raw_hlo
+            cache_location(directory), module, context=hlo_context, raw_hlo=raw_hlo
         )
         renderer("json" if as_json else "text").render(report, stdout_console())
         ctx.exit(int(ExitCode.OK if report.equivalent else ExitCode.FINDINGS))
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
-    from cachedoctor.cache.locate import locate_entry
-    from cachedoctor.storage.urls import is_url
-
-    cache_dir = default_cache_dir(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
-
-    def load(ref: str) -> EntryDetail:
-        if is_url(ref) or (is_url(cache_dir) and not os.path.exists(ref)):
-            return load_from_store(ref, cache_dir)
-        return load_detail(locate_entry(ref, cache_dir))
-
-    result = diff_details(load(a), load(b), context=hlo_context, raw_hlo=raw_hlo)
+    cache_dir = default_location(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
+    first, _ = resolve_entry(a, cache_dir, to_compare=True)
+    second, _ = resolve_entry(b, cache_dir, to_compare=True)
+    result = diff_details(first, second, context=hlo_context, raw_hlo=raw_hlo)
     renderer("json" if as_json else "text").render(result, stdout_console())
     ctx.exit(int(ExitCode.OK if result.equivalent else ExitCode.FINDINGS))

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cache.executors import ExecutorChoice, open_executor
+from cachedoctor.core.where import ExecutorChoice, open_executor
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, complete_dir, complete_kind
+from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, LOCATION, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
+from cachedoctor.core.where import Location, cache_location
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, write_report
-from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option(
     "--format",
     "fmt",
@@ -64,7 +66,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 @click.pass_context
 def lint(
     ctx: click.Context,
-    directory: str | None,
+    directory: Location | None,
     fmt: str,
     fail_on: str,
     ignore: tuple[str, ...],
@@ -89,7 +91,7 @@ def lint(
         progress_bar(fmt == "text", "scanning") as progress,  # never beside a CI format
     ):
         report = core.lint_directory(
-            resolve_cache_dir(directory),
+            cache_location(directory),
             fail_on=Severity.parse(fail_on),
             ignore=kinds,
             baseline_path=baseline,

@@ -61,7 +61,7 @@ SECONDS = _UnitType("seconds", _seconds)
 
 
 def _executor(text: str) -> Any:
-    from cachedoctor.cache.executors import parse_executor
+    from cachedoctor.core.where import parse_executor
 
     return parse_executor(text)
 
@@ -71,6 +71,25 @@ EXECUTOR_HELP = (
     "Where entries are decoded: local (this machine's cores), processes:N, or a Dask "
     "scheduler dask://HOST:PORT or tcp://HOST:PORT (the dask extra)."
 )
+
+
+class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A cache folder or bucket prefix (DIR, --dir), parsed once into a ``Location``: what the
+    commands hand down. A scheme that is neither gs:// nor s3:// is a usage error (exit 2)."""
+
+    name = "location"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from cachedoctor.core.where import Location
+        from cachedoctor.errors import CachedoctorError
+
+        try:
+            return Location.parse(value)
+        except CachedoctorError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+LOCATION = _LocationType()
 
 
 # Shell completion (click's: docs/commands.md says how to turn it on). A DIR argument completes

@@ -7,19 +7,20 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.cli.params import DURATION, SIZE, as_typed, complete_dir
+from cachedoctor.cli.params import DURATION, LOCATION, SIZE, as_typed, complete_dir
+from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import ExitCode, path_error
 from cachedoctor.render.console import stdout_console
-from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 if TYPE_CHECKING:
     from cachedoctor.core.prune.actions import ApplyReport, Plan
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option(
     "--older-than",
     type=DURATION,
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 @click.pass_context
 def prune(
     ctx: click.Context,
-    directory: str | None,
+    directory: Location | None,
     older_than: float | None,
     max_size: int | None,
     duplicates: bool,
@@ -128,7 +129,7 @@ def prune(
         repair=repair,
         stale_after=as_typed(ctx, "stale_after") or stale_after,
     )
-    cache_dir = resolve_cache_dir(directory)
+    cache_dir = cache_location(directory)
     open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
@@ -143,7 +144,7 @@ def prune(
 
 
 def plan_and_apply(
-    make_plan: Callable[[], Plan], cache_dir: str, do_apply: bool, lock_timeout: float
+    make_plan: Callable[[], Plan], cache_dir: Location, do_apply: bool, lock_timeout: float
 ) -> tuple[Plan, ApplyReport | None]:
     """Build a plan and, only when told, apply it; shared by ``prune`` and ``rekey``."""
     from cachedoctor.core.prune.apply import apply
@@ -156,7 +157,7 @@ def plan_and_apply(
             else None
         )
     except OSError as exc:
-        raise path_error(exc, exc.filename or cache_dir) from exc
+        raise path_error(exc, exc.filename or cache_dir.spelling) from exc
     return plan, result
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cache.listdir import open_cache_dir
 from cachedoctor.cli._common import progress_bar
-from cachedoctor.cli.params import DURATION, complete_dir
+from cachedoctor.cli.params import DURATION, LOCATION, complete_dir
 from cachedoctor.cli.prune import plan_and_apply
+from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import PlanReport, renderer
-from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
@@ -35,7 +36,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
 @click.pass_context
 def rekey(
     ctx: click.Context,
-    directory: str | None,
+    directory: Location | None,
     do_apply: bool,
     as_json: bool,
     relocated: bool,
@@ -51,7 +52,7 @@ def rekey(
     from cachedoctor.core.prune.actions import Status
     from cachedoctor.core.prune.rekey import plan_rekey
 
-    cache_dir = resolve_cache_dir(directory)
+    cache_dir = cache_location(directory)
     open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cache.executors import ExecutorChoice, open_executor
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
-from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, complete_dir, complete_kind
+from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, LOCATION, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import JsonScan, ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory, scan_json
+from cachedoctor.core.where import ExecutorChoice, Location, cache_location, open_executor
 from cachedoctor.errors import ExitCode, count, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, scan_parts
-from cachedoctor.stablekeys.settings import resolve_cache_dir
-from cachedoctor.storage.urls import is_url
 from cachedoctor.units import format_bytes
-
-if TYPE_CHECKING:
-    from cachedoctor.storage.stores import Store
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
 @click.option(
     "--fail-on",
@@ -60,7 +56,7 @@ if TYPE_CHECKING:
 @click.pass_context
 def scan(
     ctx: click.Context,
-    directory: str | None,
+    directory: Location | None,
     as_json: bool,
     fail_on: str,
     ignore: tuple[str, ...],
@@ -81,16 +77,17 @@ def scan(
     from cachedoctor.core.lint import parse_kinds
 
     ignored = parse_kinds(ignore)
-    cache_dir = resolve_cache_dir(directory)
+    cache_dir = cache_location(directory)
     try:
         with open_executor(executor) as pool, progress_bar(not as_json, "scanning") as progress:
-            if is_url(cache_dir):
-                shown = _scan_bucket(cache_dir, progress, as_json, pool, executor)
-            else:
-                shown = _scanned(cache_dir, progress, as_json, pool)
+            start = time.monotonic()
+            shown = _scanned(cache_dir, progress, as_json, pool)
+            report = shown.report if isinstance(shown, JsonScan) else shown
+            if not cache_dir.is_local:
+                where = "" if pool is None else executor.label
+                _bucket_requests(cache_dir, report, time.monotonic() - start, where)
     except OSError as exc:
-        raise path_error(exc, cache_dir) from None
-    report = shown.report if isinstance(shown, JsonScan) else shown
+        raise path_error(exc, cache_dir.spelling) from None
     not_a_cache(report)
     shown = shown.without(ignored)
     fmt = "json" if as_json else "text"
@@ -100,7 +97,7 @@ def scan(
 
 
 def _scanned(
-    cache_dir: str | Store,
+    cache_dir: Location,
     progress: ProgressCallback | None,
     as_json: bool,
     pool: Executor | None,
@@ -112,29 +109,18 @@ def _scanned(
     return scan_directory(cache_dir, progress=progress, entries=False, executor=pool)
 
 
-def _scan_bucket(
-    url: str,
-    progress: ProgressCallback | None,
-    as_json: bool,
-    pool: Executor | None,
-    choice: ExecutorChoice,
-) -> ScanReport | JsonScan:
-    """Scan a bucket prefix; the request and retry counts go to stderr."""
-    from cachedoctor.storage.stores import open_store
-
-    store = open_store(url)
-    start = time.monotonic()
-    shown = _scanned(store, progress, as_json, pool)
-    report = shown.report if isinstance(shown, JsonScan) else shown
-    where = f"{getattr(store, 'workers', 1)} workers" if pool is None else choice.label
+def _bucket_requests(where: Location, report: ScanReport, seconds: float, on: str) -> None:
+    """After a bucket scan: its request and retry counts, to stderr (``on``: the executor's
+    label, when the entries were decoded on one)."""
+    store = where.store()  # the one the scan read through, with its counts
+    on = on or f"{getattr(store, 'workers', 1)} workers"
     stats = store.stats
     reasons = ", ".join(f"{n}x {r}" for r, n in sorted(stats.retry_reasons.items()))
     click.echo(
         f"{store.url}: {count(report.summary.entries, 'entry', 'entries')}, "
         f"{format_bytes(stats.bytes_read)} read "
-        f"on {where}, {stats.retries} retries"
+        f"on {on}, {stats.retries} retries"
         + (f" ({reasons})" if reasons else "")
-        + f", {time.monotonic() - start:.2f} s",
+        + f", {seconds:.2f} s",
         err=True,
     )
-    return shown

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cache import model, reader
-from cachedoctor.cache.locate import locate_entry, locate_in_store
-from cachedoctor.cache.reader import decode_item
-from cachedoctor.cli.params import complete_dir
+from cachedoctor.cli.params import LOCATION, complete_dir
+from cachedoctor.core.diff.load import resolve_entry
+from cachedoctor.core.where import Location, default_location
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import ShowReport, renderer
-from cachedoctor.stablekeys.settings import default_cache_dir
-from cachedoctor.storage.stores import one_line_errors
-from cachedoctor.storage.urls import is_url
 
 
 @click.command()
@@ -21,6 +17,7 @@ from cachedoctor.storage.urls import is_url
 @click.option(
     "--dir",
     "directory",
+    type=LOCATION,
     shell_complete=complete_dir,
     metavar="DIR",
     help="Cache directory to look the key up in.",
@@ -37,7 +34,7 @@ from cachedoctor.storage.urls import is_url
 def show(
     ctx: click.Context,
     entry: str,
-    directory: str | None,
+    directory: Location | None,
     hlo: bool,
     as_json: bool,
     extract: str | None,
@@ -47,28 +44,19 @@ def show(
     ENTRY is a key, a unique prefix of a key (or of its hash), or a path to a -cache file,
     or the gs:// or s3:// URL of one. --dir may be a gs://bucket/prefix or s3://bucket/prefix.
     """
-    cache_dir = default_cache_dir(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
-    store = item = None
-    if is_url(entry) or is_url(cache_dir):
-        store, item = locate_in_store(entry, cache_dir)
-        path = store.url_of(item.name)
-        with one_line_errors(path):
-            detail = decode_item(store, item, detail=True)
-    else:
-        path = str(locate_entry(entry, cache_dir))
-        detail = reader.decode_entry(path, detail=True)
-    assert isinstance(detail, model.EntryDetail)
+    cache_dir = default_location(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
+    detail, where = resolve_entry(entry, cache_dir)
     hlo_text = None
     if hlo:
-        from cachedoctor.xla.hlo import hlo_text as render_hlo
+        from cachedoctor.core.show import hlo_text_of
 
         if detail.hlo_module is None:
             raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")
-        hlo_text = render_hlo(detail.hlo_module) or "(jaxlib could not render this module)"
+        hlo_text = hlo_text_of(detail.hlo_module) or "(jaxlib could not render this module)"
     if extract:
         from cachedoctor.core.show import extract_to_file
 
-        written = extract_to_file(path, extract, store=store, item=item)
+        written = extract_to_file(where, extract)
         click.echo(f"wrote {written} bytes to {extract}", err=True)
     report = ShowReport(detail, hlo_text)
     renderer("json" if as_json else "text").render(report, stdout_console())

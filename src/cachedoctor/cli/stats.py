@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cache.listdir import open_cache_dir
-from cachedoctor.cli.params import SINCE, complete_dir
+from cachedoctor.cli.params import LOCATION, SINCE, complete_dir
 from cachedoctor.core.stats import collect_stats, zero
+from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, write_report
-from cachedoctor.stablekeys.settings import resolve_cache_dir
 
 
 @click.command()
-@click.argument("directory", required=False, metavar="[DIR]", shell_complete=complete_dir)
+@click.argument(
+    "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
+)
 @click.option(
     "--since",
     type=SINCE,
@@ -43,7 +44,7 @@ from cachedoctor.stablekeys.settings import resolve_cache_dir
     help="Rows in the module table.",
 )
 def stats(
-    directory: str | None,
+    directory: Location | None,
     since: float | None,
     module: str | None,
     as_json: bool,
@@ -79,7 +80,7 @@ def stats(
             )
     elif apply:
         raise click.UsageError("--apply only goes with --zero")
-    cache_dir = resolve_cache_dir(directory)
+    cache_dir = cache_location(directory)
     open_cache_dir(cache_dir)
     console = stdout_console()
     try:
@@ -88,7 +89,7 @@ def stats(
             return
         report = collect_stats(cache_dir, since=since, module=module)
     except OSError as exc:  # cachedoctor-stats/ itself a file, a link loop, unreadable
-        raise path_error(exc, exc.filename or cache_dir) from None
+        raise path_error(exc, exc.filename or cache_dir.spelling) from None
     if html_file:
         write_report(html_file, report, "html")
     renderer("json" if as_json else "text", max_modules=max_modules).render(report, console)

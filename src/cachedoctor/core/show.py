@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import os
+from typing import BinaryIO
 
 from cachedoctor.cache import reader
-from cachedoctor.cache.listdir import DirItem
 from cachedoctor.errors import CachedoctorError, path_error
 from cachedoctor.storage.files import atomic_file, new_file_mode, open_regular
-from cachedoctor.storage.stores import Store
+from cachedoctor.storage.location import Location
 
 
-def extract_to_file(
-    entry_path: str, target: str, *, store: Store | None = None, item: DirItem | None = None
-) -> int:
+def hlo_text_of(hlo_module: bytes) -> str | None:
+    """The HLO text of a module as jaxlib renders it (``show --hlo``); None when it cannot."""
+    from cachedoctor.xla.hlo import hlo_text
+
+    return hlo_text(hlo_module)
+
+
+def _open_entry(entry: Location) -> BinaryIO:
+    """The entry's bytes: a local file opened without following a link, or a bucket object."""
+    parent = entry.parent
+    if entry.is_local or parent is None:
+        return open_regular(entry.spelling)
+    return parent.store().open_read(entry.name)
+
+
+def extract_to_file(entry: Location, target: str) -> int:
     """Write the entry's decompressed serialized executable to ``target``; the byte count.
 
     The file appears whole or not at all (the one atomic write, ``storage/files``), as a new
     file with the mode ``open()`` gives it: an existing ``target`` is never replaced, and a
-    damaged entry leaves nothing behind. An entry in a bucket is read through ``store``.
+    damaged entry leaves nothing behind. An entry in a bucket is read through its folder's store.
     Errors are one-line ``CachedoctorError``s: ``exists``, ``io``, ``corrupt``.
     """
+    entry_path = entry.spelling
     if os.path.lexists(target):
         raise CachedoctorError(f"{target} exists; not overwriting it", slug="exists")
     try:
-        source = store.open_read(item.name) if store and item else open_regular(entry_path)
+        source = _open_entry(entry)
     except OSError as exc:
         raise path_error(exc, entry_path, what="file") from None
     try:

@@ -37,6 +37,7 @@ from cachedoctor.core.usage.records import (
     values_of,
 )
 from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.storage.location import Location, Where
 from cachedoctor.storage.stores import Store, open_store
 
 _REQUESTS = [f.name for f in dataclasses.fields(Counters)].index("requests")
@@ -250,22 +251,23 @@ def never_hit_findings(
 
 
 def collect_stats(
-    cache_dir: str,
+    cache_dir: Where,
     *,
     since: float | None = None,
     module: str | None = None,
     scan: bool = True,
 ) -> StatsReport:
     """Read and add up the records of ``cache_dir``; ``scan`` explains modules that never hit."""
-    store = open_store(cache_dir)
+    where = Location.parse(cache_dir)
+    store = where.store()
     records, problems = read_records(store)
     scanned = None
     if scan and records:
         try:
-            scanned = scan_directory(store, entries=False)
+            scanned = scan_directory(where, entries=False)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    report = summarise(cache_dir, records, problems, scanned, since=since, module=module)
+    report = summarise(where.spelling, records, problems, scanned, since=since, module=module)
     return dataclasses.replace(report, records_read=len(records), archives=archive_files(store))
 
 
@@ -291,10 +293,10 @@ def record_findings(scan: ScanReport, store: Store | None = None) -> list[Findin
     return list(summarise(scan.cache_dir, records, problems, scan).findings)
 
 
-def zero(cache_dir: str, *, apply: bool) -> ZeroReport:
+def zero(cache_dir: Where, *, apply: bool) -> ZeroReport:
     """Archive every record into one file ``cachedoctor-stats/archive-<time>.jsonl``, then
     delete each record that is unchanged since it was read (a process writing now keeps its)."""
-    store = open_store(cache_dir)
+    store = Location.parse(cache_dir).store()
     names = record_files(store)
     if not apply or not names:
         return ZeroReport(None, tuple(names), applied=False)

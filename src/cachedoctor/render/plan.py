@@ -143,9 +143,7 @@ def _summary(plan: Plan, console: Console, result: ApplyReport | None) -> None:
 
 
 def _lock_note(plan: Plan, locked: bool) -> str:
-    from cachedoctor.storage.urls import is_url
-
-    if is_url(plan.cache_dir):
+    if not plan.has_locks:
         return " (conditional deletes: a bucket has no locks)"
     return "" if locked else " (no .lockfile: JAX's LRU eviction is off)"
 

@@ -478,10 +478,11 @@ def observed_roles(probe: dict[str, Any]) -> tuple[list[str], list[Warning_]]:
         if kernel is None
         else f"kernel cache file {kernel}: no per-process mode, every process may append to it"
     )
-    from cachedoctor.storage.urls import is_url
+    from cachedoctor.storage.location import Location
 
     for path in (folder, kernel):
-        if path is not None and is_url(path):
+        where = Location.of_setting(path)
+        if path is not None and where is not None and not where.is_local:
             warnings.append(
                 Warning_(
                     "subcache-url",

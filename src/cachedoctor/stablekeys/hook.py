@@ -276,10 +276,11 @@ def _local_cache_dir() -> Path | str | None:
     value = config.compilation_cache_dir.value
     if not value:
         return None
-    if "://" in str(value):
-        from cachedoctor.storage.urls import is_url
+    if "://" in str(value):  # a bucket; file:// and other schemes: no manifests, as ever
+        from cachedoctor.storage.location import Location
 
-        return str(value) if is_url(value) else None
+        where = Location.of_setting(str(value))
+        return where.spelling if where is not None and not where.is_local else None
     return Path(value)
 
 

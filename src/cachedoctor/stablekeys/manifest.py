@@ -43,7 +43,7 @@ from cachedoctor.stablekeys.keys import (
     replayed_key,
 )
 from cachedoctor.storage.files import open_regular, write_atomic
-from cachedoctor.storage.urls import is_url
+from cachedoctor.storage.location import Location
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
@@ -148,11 +148,12 @@ def _jax_filesystem(url: str) -> Any:
 
 def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
     """The process's one store for a bucket cache dir; None for a local directory."""
-    if not is_url(cache_dir):
+    where = Location.of_setting(cache_dir)
+    if where is None or where.is_local:
         return None
     from cachedoctor.storage import remote_store, retry, stores
 
-    url = str(cache_dir).rstrip("/")
+    url = where.spelling
     with _STORES_LOCK:
         if url not in _STORES:
             shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None

@@ -308,11 +308,11 @@ def url_subcache_flags(values: dict[str, Any]) -> list[str]:
     write a URL. Empty for a local cache dir or ``xla_caches = "none"``. The local path is
     ``storage.urls.subcache_dir_for(cache_dir)``, the same on every host (it is hashed into keys).
     """
-    from cachedoctor.storage.urls import is_url, subcache_dir_for
+    from cachedoctor.storage.location import Location
 
-    cache_dir = str(values.get("cache_dir") or "")
+    where = Location.of_setting(str(values.get("cache_dir") or ""))
     which = str(values.get("xla_caches") or "autotune")
-    local = subcache_dir_for(cache_dir) if is_url(cache_dir) else None
+    local = None if where is None else where.subcache_dir
     if local is None or which == "none":
         return []
     flags = []

@@ -69,7 +69,7 @@ from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.files import atomic_file
-from cachedoctor.storage.urls import is_url
+from cachedoctor.storage.location import Location
 
 # The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
 # JAX's compilation_cache_test patches time.monotonic with ten values for two compiles, and
@@ -337,11 +337,10 @@ def _outcome(call: _Call) -> str | None:
 def _entry_exists(key: str) -> bool:
     """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
     (JAX's put returned: no request per compile)."""
-    cache_dir = _cache_dir()
-    if cache_dir is None or is_url(cache_dir):
+    where = Location.of_setting(_cache_dir())
+    if where is None or not where.is_local:
         return True
-    cache_dir = cache_dir.removeprefix("file://")
-    return os.path.exists(os.path.join(cache_dir, key + ENTRY_SUFFIX))
+    return os.path.exists(os.path.join(where.spelling, key + ENTRY_SUFFIX))
 
 
 def _config_value(name: str) -> float | None:
@@ -508,22 +507,22 @@ def write_record() -> str | None:
     """
     try:
         record = snapshot()
-        cache_dir = _cache_dir()
-        if record is None or cache_dir is None or _recorder is None or _recorder.written:
+        where = Location.of_setting(_cache_dir())
+        if record is None or where is None or _recorder is None or _recorder.written:
             return None
         if not any(c["requests"] for c in record["modules"].values()):
             return None
         name = f"{STATS_DIRNAME}/{record_name(record)}"
         data = json.dumps(record, sort_keys=True).encode()
-        if is_url(cache_dir):
+        if not where.is_local:
             from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
 
             share_jax_filesystem()
-            store = store_for(cache_dir)  # JAX's own filesystem (the hook's store): no client
+            store = store_for(where.spelling)  # JAX's own filesystem (the hook's store): no client
             store.write_atomic(name, data)
             _recorder.written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown
-            path = os.path.join(cache_dir, name)
+            path = os.path.join(where.spelling, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with atomic_file(path, temp_prefix=".cachedoctor-tmp-") as fh:
                 fh.write(data)

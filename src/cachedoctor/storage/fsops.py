@@ -152,6 +152,19 @@ class CacheDir:
         with fh:
             return fh.read(limit)
 
+    def read_many(self, names: list[str], limit: int = 1 << 20) -> list[bytes | None]:
+        """``read_small`` of each name, in order."""
+        return [self.read_small(n, limit) for n in names]
+
+    def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None:
+        """A folder's metadata is read again at each ``lstat``: nothing to remember."""
+
+    def as_store(self) -> Store:
+        """This folder as a ``Store`` (what the stats records and the scan read through)."""
+        from cachedoctor.storage.stores import open_store
+
+        return open_store(self.path)
+
     # --- locking ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -421,6 +434,16 @@ class StoreDir:
                 return fh.read(limit)
         except OSError:
             return None
+
+    def read_many(self, names: list[str], limit: int = 1 << 20) -> list[bytes | None]:
+        """``read_small`` of each name, in order: one GET each, concurrently on the pool."""
+        return list(self.store.map(lambda n: self.read_small(n, limit), names))
+
+    def as_store(self) -> Store:
+        """This prefix as a ``Store``: the one it was opened on, or one for a folder below."""
+        from cachedoctor.storage.stores import open_store
+
+        return self.store if not self.rel else open_store(self.path)
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[bool]:

@@ -24,7 +24,8 @@ from cachedoctor.core.diff.options import options_section
 from cachedoctor.core.diff.report import DEFAULT_CONTEXT, DiffReport, ModuleDiffReport
 from cachedoctor.core.diff.verdict import decide
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError, path_error
-from cachedoctor.storage import stores, urls
+from cachedoctor.storage import stores
+from cachedoctor.storage.location import Location, Where
 
 
 def diff_details(
@@ -35,7 +36,7 @@ def diff_details(
     raw_hlo: bool = False,
 ) -> DiffReport:
     """Compare two decoded entries (see :func:`diff_entries`)."""
-    if urls.is_url(a.info.path) or urls.is_url(b.info.path):
+    if not (Location.parse(a.info.path).is_local and Location.parse(b.info.path).is_local):
         same_file = a.info.path == b.info.path
     else:
         try:
@@ -63,19 +64,20 @@ def diff_entries(
 
 
 def diff_module(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: Where,
     module: str,
     *,
     context: int = DEFAULT_CONTEXT,
     raw_hlo: bool = False,
 ) -> ModuleDiffReport:
     """Every entry of ``module`` against the most recently written one."""
+    where = Location.parse(cache_dir)
     store: stores.Store | None = None
-    if urls.is_url(cache_dir):
-        root = str(cache_dir)
-        store = stores.open_store(root)
+    if not where.is_local:
+        root = where.spelling
+        store = where.store()
     else:
-        root = os.path.abspath(os.fspath(cache_dir))
+        root = os.path.abspath(where.spelling)
     try:
         with stores.one_line_errors(root):
             listing = listdir.list_cache(store if store is not None else root)

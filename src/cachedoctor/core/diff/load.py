@@ -1,4 +1,5 @@
-"""Entries to compare, decoded in full from a file or a bucket; unusable ones: one-line errors."""
+"""Entries decoded in full from a file or a bucket: ``resolve_entry`` (what ``show`` and ``diff``
+name by key, prefix, path or URL) and the loaders of ``diff``; unusable ones: one-line errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from cachedoctor.cache import listdir, locate, reader
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.diff.report import EntrySide
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError
-from cachedoctor.storage import stores, urls
+from cachedoctor.storage import stores
+from cachedoctor.storage.location import Location
 
 
 def load_detail(path: str | os.PathLike[str]) -> EntryDetail:
@@ -24,10 +26,32 @@ def load_detail(path: str | os.PathLike[str]) -> EntryDetail:
     return _usable(detail, str(p))
 
 
-def load_from_store(ref: str, cache_dir: str | None) -> EntryDetail:
-    """Decode an entry in a bucket: ``ref`` is its URL, or a key/prefix in ``cache_dir`` (a URL)."""
-    store, item = locate.locate_in_store(ref, cache_dir)
-    return load_item(store, item)
+def resolve_entry(
+    ref: str, cache_dir: Location | None, *, to_compare: bool = False
+) -> tuple[EntryDetail, Location]:
+    """The entry ``ref`` names, decoded in full, and where it is (its file or object).
+
+    ``ref`` is a key or a unique prefix of one (looked up in ``cache_dir``), a path to a
+    ``-cache`` file, or the URL of an object. With a bucket ``cache_dir``, a ref that is no local
+    file is looked up in the bucket. ``to_compare`` (``diff``): the entry must be usable
+    (a one-line error otherwise), a symbolic link is refused, and a file is named by its
+    absolute path; without it (``show``) the detail says what is wrong with the entry.
+    """
+    entry = Location.parse(ref)
+    in_bucket = cache_dir is not None and not cache_dir.is_local
+    if not entry.is_local or (in_bucket and not entry.exists_locally()):
+        store, item = locate.locate_in_store(ref, cache_dir)
+        where = store.url_of(item.name)
+        with stores.one_line_errors(where):
+            detail = reader.decode_item(store, item, detail=True)
+        assert isinstance(detail, EntryDetail)
+        return (_usable(detail, where) if to_compare else detail), Location.parse(where)
+    path = locate.locate_entry(ref, cache_dir)
+    if to_compare:
+        return load_detail(path), Location.parse(os.path.abspath(path))
+    detail = reader.decode_entry(str(path), detail=True)
+    assert isinstance(detail, EntryDetail)
+    return detail, Location.parse(str(path))
 
 
 def load_item(store: stores.Store, item: listdir.DirItem) -> EntryDetail:
@@ -48,9 +72,8 @@ def _usable(detail: EntryDetail, where: str) -> EntryDetail:
 
 def cache_dir_of(path: str) -> str:
     """The cache directory of an entry path or URL (``Path`` would collapse ``gs://``)."""
-    if urls.is_url(path):
-        return path.rstrip("/").rpartition("/")[0]
-    return str(Path(path).parent)
+    parent = Location.parse(path).parent
+    return str(Path(path).parent) if parent is None or parent.is_local else parent.spelling
 
 
 def side_of(info: EntryInfo) -> EntrySide:

@@ -29,8 +29,8 @@ from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.errors import path_error
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.plaindata import ToDict
-from cachedoctor.storage import urls
 from cachedoctor.storage.fsops import CacheDir, FileId, StoreDir
+from cachedoctor.storage.location import Location
 
 Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
 
@@ -105,6 +105,11 @@ class Plan(ToDict):
     jaxlib_version: str | None = None
 
     @property
+    def has_locks(self) -> bool:
+        """JAX's lock serialises the removals (a local folder); a bucket's are conditional."""
+        return Location.parse(self.cache_dir).has_locks
+
+    @property
     def bytes_to_reclaim(self) -> int:
         return sum(a.bytes for a in self.actions)
 
@@ -168,11 +173,10 @@ def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
     others: list[DirItem] = []
     with folder:
         names = folder.listdir()
-        raws: dict[str, bytes | None] = {}
-        if isinstance(folder, StoreDir):  # one GET each: read them concurrently
-            wanted = [n for n in names if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")]
-            found = folder.store.map(lambda n: folder.read_small(n, limit=64 << 20), wanted)
-            raws = dict(zip(wanted, found, strict=True))
+        # on a bucket one GET each, read concurrently; a folder's files one by one
+        wanted = [n for n in names if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")]
+        found = folder.read_many(wanted, limit=64 << 20)
+        raws: dict[str, bytes | None] = dict(zip(wanted, found, strict=True))
         for name in names:
             st = folder.lstat(name)
             if st is None:
@@ -211,10 +215,12 @@ def open_cache(cache_dir: str | os.PathLike[str]) -> CacheDir:
         raise path_error(exc, cache_dir) from exc
 
 
-def open_dir(cache_dir: str | os.PathLike[str]) -> Dir:
-    if urls.is_url(cache_dir):
-        return StoreDir.open(str(cache_dir))
-    return open_cache(cache_dir)
+def open_dir(where: Location) -> Dir:
+    """The folder API of ``where``: a local folder that follows no link, or a bucket prefix."""
+    try:
+        return where.open_dir()
+    except OSError as exc:
+        raise path_error(exc, where.spelling) from exc
 
 
 @contextlib.contextmanager

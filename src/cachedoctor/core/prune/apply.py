@@ -23,7 +23,7 @@ from cachedoctor.core.prune.actions import (
 from cachedoctor.errors import CachedoctorError, os_reason
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import fsops, stores
-from cachedoctor.storage.fsops import CacheDir, StoreDir
+from cachedoctor.storage.location import Location
 
 Progress = Callable[[Outcome], None]
 
@@ -37,8 +37,9 @@ def apply(
     object, so the units run concurrently on the store's bounded pool.
     """
     outcomes = []
-    with stores.one_line_errors(plan.cache_dir), open_dir(plan.cache_dir) as cd:
-        if isinstance(cd, StoreDir):
+    where = Location.parse(plan.cache_dir)
+    with stores.one_line_errors(plan.cache_dir), open_dir(where) as cd:
+        if not where.has_locks:
             return ApplyReport(plan, tuple(_apply_remote(cd, plan, progress)), False)
         locked_any = cd.lstat(LOCKFILE) is not None
         for action in plan.actions:
@@ -57,7 +58,7 @@ def apply(
     return ApplyReport(plan, tuple(outcomes), locked_any)
 
 
-def _apply_remote(cd: StoreDir, plan: Plan, progress: Progress | None) -> list[Outcome]:
+def _apply_remote(cd: Dir, plan: Plan, progress: Progress | None) -> list[Outcome]:
     import threading
 
     lock = threading.Lock()
@@ -74,7 +75,7 @@ def _apply_remote(cd: StoreDir, plan: Plan, progress: Progress | None) -> list[O
                 progress(outcome)
         return outcome
 
-    return list(cd.store.map(one, list(plan.actions)))
+    return list(cd.as_store().map(one, list(plan.actions)))
 
 
 def _apply_remove_entry(cd: Dir, a: Action) -> Outcome:
@@ -138,7 +139,7 @@ def _apply_fix_mode(cd: Dir, a: Action) -> Outcome:
 
 
 def _apply_rekey(cd: Dir, a: Action) -> Outcome:
-    if not isinstance(cd, CacheDir):
+    if cd.is_remote:
         return Outcome(a, Status.FAILED, "rekey works on local cache directories only")
 
     return rekey.apply_action(cd, a)

@@ -37,8 +37,7 @@ from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import FileId, Stat, StoreDir
-from cachedoctor.storage.stores import open_store
+from cachedoctor.storage.fsops import FileId, Stat
 
 if TYPE_CHECKING:
     from cachedoctor.core.prune.options import PruneOptions
@@ -114,8 +113,7 @@ def _key_index(cd: Dir) -> records.KeyIndex:
     """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
     left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
     try:
-        store = cd.store if isinstance(cd, StoreDir) and not cd.rel else open_store(cd.path)
-        found, _problems = records.read_records(store)
+        found, _problems = records.read_records(cd.as_store())
     except (OSError, ValueError):
         return {}
     return records.index_keys(found)
@@ -143,8 +141,8 @@ class PruneContext:
         self.actions: list[Action] = []
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
-        if isinstance(cd, StoreDir):
-            self.listing = listdir.list_cache(cd.store)
+        if cd.is_remote:
+            self.listing = listdir.list_cache(cd.as_store())
             cd.remember(
                 (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
             )
@@ -164,7 +162,7 @@ class PruneContext:
         self.key_index = _key_index(cd) if weighs_use else {}
 
     def read_atime(self, name: str) -> int | None:
-        if not isinstance(self.cd, StoreDir):
+        if not self.cd.is_remote:
             return listdir.read_atime(os.path.join(self.cd.path, name))
         data = self.cd.read_small(name, 9)  # the reader's layout: 8 bytes, little-endian ns
         return int.from_bytes(data, "little") if data is not None and len(data) == 8 else None
@@ -276,9 +274,9 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
     """Decode entries and build scan's report, so rules reuse scan's findings verbatim (only
     for the rules that need it: ``rules.PruneRule.decodes``)."""
     infos: list[EntryInfo] = []
-    if isinstance(ctx.cd, StoreDir):  # concurrent ranged reads, the same decoder
+    if ctx.cd.is_remote:  # concurrent ranged reads, the same decoder
         decoded = reader.decode_store_entries(
-            ctx.cd.store, [e.item for e in entries.values()], progress=ctx.progress
+            ctx.cd.as_store(), [e.item for e in entries.values()], progress=ctx.progress
         )
         for e, done in zip(entries.values(), decoded, strict=True):
             e.info = done

@@ -14,11 +14,12 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.rules import RULES
 from cachedoctor.core.scan.report import ProgressCallback
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import stores, urls
+from cachedoctor.storage import stores
+from cachedoctor.storage.location import Location, Where
 
 
 def plan_prune(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: Where,
     options: PruneOptions,
     *,
     now: float | None = None,
@@ -33,7 +34,8 @@ def plan_prune(
             "--corrupt, --orphans, --relocated, --stale-jax, --module, --xla-subcaches, --repair",
             slug="usage",
         )
-    if options.repair and urls.is_url(cache_dir):
+    where = Location.parse(cache_dir)
+    if options.repair and not where.has_modes:
         raise CachedoctorError(
             "--repair works on local cache directories only: it recreates -atime files for "
             "JAX's LRU eviction and fixes file modes, and a gs:// or s3:// cache has neither",
@@ -41,8 +43,8 @@ def plan_prune(
         )
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
-    with stores.one_line_errors(str(cache_dir)), open_dir(cache_dir) as cd:
-        ctx = context.PruneContext(cd, options, now, jax_info, os.fspath(cache_dir), progress)
+    with stores.one_line_errors(where.spelling), open_dir(where) as cd:
+        ctx = context.PruneContext(cd, options, now, jax_info, where.spelling, progress)
         return _plan(ctx)
 
 

@@ -29,6 +29,7 @@ from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.prune.actions import (
     Action,
+    Dir,
     ManifestFile,
     Op,
     Outcome,
@@ -45,6 +46,7 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
 from cachedoctor.storage.fsops import CacheDir, FileId
+from cachedoctor.storage.location import Location, Where
 
 
 class KeyHasher(Protocol):
@@ -75,14 +77,14 @@ def default_hasher() -> KeyHasher:
     return _StableHasher()
 
 
-def _digest(cd: CacheDir, key: str) -> str | None:
+def _digest(cd: Dir, key: str) -> str | None:
     info = reader.decode_entry(os.path.join(cd.path, key + layout.CACHE_SUFFIX), key=key)
     assert isinstance(info, EntryInfo)
     return info.executable_digest
 
 
 def plan_rekey(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: Where,
     *,
     hasher: KeyHasher | None = None,
     now: float | None = None,
@@ -92,9 +94,8 @@ def plan_rekey(
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
     follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
-    from cachedoctor.storage.urls import is_url
-
-    if is_url(cache_dir):
+    where = Location.parse(cache_dir)
+    if not where.can_rename:
         raise CachedoctorError(
             "rekey works on local cache directories only: a bucket has no atomic rename or "
             "link, so a re-key would be a copy of every entry; run it on a local copy",
@@ -104,12 +105,12 @@ def plan_rekey(
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
     planned = _Planned()
-    with open_cache(cache_dir) as cd:
+    with open_cache(where.spelling) as cd:
         listing = listdir.list_cache(cd.path)
         eviction = lru_evidence(listing).in_use
         manifests, _ = read_manifests(cd)
         adoptable = (
-            _relocated_keys(cd, listing, manifests, jax_info, now, os.fspath(cache_dir))
+            _relocated_keys(cd, listing, manifests, jax_info, now, where.spelling)
             if relocated
             else set()
         )
@@ -327,7 +328,7 @@ def _moved_manifest(raw: bytes, old: str, new: str) -> bytes | None:
     return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
 
 
-def apply_action(cd: CacheDir, a: Action) -> Outcome:
+def apply_action(cd: Dir, a: Action) -> Outcome:
     """Carry out one MOVE_ENTRY or DROP_DUPLICATE; the caller holds JAX's lock."""
     old, new = a.name, a.new_key
     assert new is not None
@@ -361,7 +362,7 @@ def apply_action(cd: CacheDir, a: Action) -> Outcome:
     return Outcome(a, Status.DONE, f"now {new}")
 
 
-def _drop_if_same(cd: CacheDir, a: Action, old: str, new: str) -> Outcome:
+def _drop_if_same(cd: Dir, a: Action, old: str, new: str) -> Outcome:
     """Drop the source when the new key holds the same executable; else report the conflict.
 
     The plan compared the two files; when the target is still that very file (inode, size,

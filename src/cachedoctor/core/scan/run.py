@@ -27,12 +27,13 @@ from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import JsonScan, PartWriters, ProgressCallback, ScanReport
 from cachedoctor.core.usage.records import Record
-from cachedoctor.storage import stores, urls
+from cachedoctor.storage import stores
+from cachedoctor.storage.location import Location, Where
 from cachedoctor.xla import subcaches
 
 
 def scan_directory(
-    cache_dir: str | os.PathLike[str] | stores.Store,
+    cache_dir: Where,
     *,
     progress: ProgressCallback | None = None,
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
@@ -56,7 +57,7 @@ def scan_directory(
     module with several entries whose program signatures tie (``cache/tiers.py``): the report's
     summary, modules and findings are the same either way.
 
-    A ``gs://``/``s3://`` URL or a ``stores.Store`` is listed and read through the store, the
+    A bucket (``gs://``/``s3://``) is listed and read through its Location's store, the
     entries decoded concurrently (a bounded pool) by the same reader. A local directory's
     unchanged entries come from the scan index (``index.py``); the rest are decoded on
     ``workers`` processes (default: every core, see ``parallel.py``). The report of a cache in
@@ -80,7 +81,7 @@ def scan_directory(
 
 
 def scan_json(
-    cache_dir: str | os.PathLike[str] | stores.Store,
+    cache_dir: Where,
     writers: PartWriters,
     *,
     progress: ProgressCallback | None = None,
@@ -148,21 +149,14 @@ class _Scan:
     writers: PartWriters | None = None  # scan_json: keep and serve the document text
     executor: Executor | None = None  # decodes the entries to read (``cache/executors.py``)
 
-    def run(
-        self, cache_dir: str | os.PathLike[str] | stores.Store, workers: int | None
-    ) -> _Outcome:
-        if isinstance(cache_dir, stores.Store) and cache_dir.is_local:
-            cache_dir = cache_dir.url  # the plain directory scan: modes, owners, symlinks
+    def run(self, cache_dir: Where, workers: int | None) -> _Outcome:
+        where = Location.parse(cache_dir)
         with _cyclic_gc_paused():
-            if isinstance(cache_dir, stores.Store) or urls.is_url(cache_dir):
-                store = (
-                    cache_dir
-                    if isinstance(cache_dir, stores.Store)
-                    else stores.open_store(cache_dir)
-                )
+            if not where.is_local:
+                store = where.store()
                 with stores.one_line_errors(store.url):
                     return self.bucket(store)
-            return self.local(os.fspath(cache_dir), workers)
+            return self.local(where, workers)  # the plain directory scan: modes, owners, symlinks
 
     def _served(self, memo: scanmemo.Memo, rest: scanmemo.Rest) -> _Outcome | None:
         """The memo's report, with what this scan asks for, or None when it serves none."""
@@ -192,8 +186,8 @@ class _Scan:
             kept = None
         return dataclasses.replace(report, entries=None, other_files=None), kept
 
-    def local(self, root: str, workers: int | None) -> _Outcome:
-        snapshot = listdir.read_dir(root)
+    def local(self, where: Location, workers: int | None) -> _Outcome:
+        snapshot = listdir.read_dir(where.spelling)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, snapshot.root, self.max_decompressed)
@@ -208,7 +202,7 @@ class _Scan:
         if any(i.kind in kinds for i in listing.items):
             sub = subcaches.scan_subcaches(Path(listing.root))
         manifests = _read_manifests(listing, listing.root)
-        records = _read_records(listing, manifests, listing.root)
+        records = _read_records(listing, manifests, where)
         report = build_report(
             listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
         )
@@ -271,7 +265,7 @@ class _Scan:
             return served
         entries = decoded(self.progress)
         manifests = _read_manifests(listing, store.url)
-        records = _read_records(listing, manifests, store)
+        records = _read_records(listing, manifests, Location.of_store(store))
         report = build_report(
             listing, entries, self.jax_info, self.now, manifests=manifests, records=records
         )
@@ -427,7 +421,7 @@ def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, objec
 
 
 def _read_records(
-    listing: CacheListing, manifests: list[Mapping[str, object]], root: str | stores.Store
+    listing: CacheListing, manifests: list[Mapping[str, object]], where: Location
 ) -> list[Record]:
     """The stats records, read only when key manifests may name modules without an entry
     (``not-stored`` explains them from the records); unreadable ones are left out here."""
@@ -436,7 +430,6 @@ def _read_records(
     if not manifests or not any(i.name == layout.STATS_DIRNAME for i in listing.items):
         return []
     try:
-        store = root if isinstance(root, stores.Store) else stores.open_store(root)
-        return read_records(store)[0]
+        return read_records(where.store())[0]
     except OSError:
         return []
