@@ -90,5 +90,5 @@ def locate_in_store(ref: str, cache_dir: Location | None) -> tuple[Store, listdi
     except FileNotFoundError as exc:
         raise EntryNotFoundError(f"no such bucket or prefix: {cache_dir}") from exc
     except OSError as exc:
-        raise path_error(exc, cache_dir, cls=StoreError) from exc
+        raise path_error(exc, cache_dir.spelling, cls=StoreError) from exc
     return store, match_entry(ref, listing)

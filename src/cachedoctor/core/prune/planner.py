@@ -4,7 +4,6 @@ one ``PruneContext`` (``rules.RULES``). Planning never changes the cache; ``appl
 
 from __future__ import annotations
 
-import os
 import time
 
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
