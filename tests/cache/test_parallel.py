@@ -86,7 +86,7 @@ def test_a_dead_worker_is_replaced_by_serial_decoding(
     workers that re-import this module. fork is left out because the test session has imported
     JAX, and forking its threads can deadlock the child.
     """
-    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context(start_method))
+    monkeypatch.setattr(parallel, "mp_context", lambda: multiprocessing.get_context(start_method))
     monkeypatch.setattr(parallel, "_decode_batch", _dying)
     fallback_batches: list[int] = []
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -200,6 +201,7 @@ def test_two_scans_at_once(cache: Path, tmp_path: Path, monkeypatch: pytest.Monk
             key = f"jit_copy{n}_{k}-{os.urandom(32).hex()}{layout.CACHE_SUFFIX}"
             shutil.copyfile(path, cache / key)
     shutil.rmtree(more)
+    time.sleep(2.5)  # a scan in another process never stores files changed in the last 2 s
     env = {**cli_env(), "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
 
     def both(d: Path) -> None:

@@ -75,6 +75,8 @@ def base_env(cache_dir: Path | str | None, **extra: str) -> dict[str, str]:
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_EXPLAIN_CACHE_MISSES"] = "1"
     env["CACHEDOCTOR_CONFIG"] = str(Path(os.devnull).parent / "nonexistent-cachedoctor.toml")
+    # as in every test (conftest): the index never goes into a cache, shared ones included
+    env["CACHEDOCTOR_INDEX_IN_CACHE"] = os.environ.get("CACHEDOCTOR_INDEX_IN_CACHE", "0")
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     if cache_dir is not None:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
