@@ -14,13 +14,15 @@ import json
 import os
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cachedoctor.cache import index, record_index
-from cachedoctor.core.usage import fold
+from cachedoctor.core.usage import fold, records
 from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.storage.stores import Store
 from tests.core.test_record_index import record_files, recorded_cache, settled  # noqa: F401
 from tests.support.cli import invoke
 
@@ -38,17 +40,21 @@ COMMANDS = [
 def folded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One item per time the records folder was read and added up (no fold served)."""
     seen: list[int] = []
-    real = fold.read_listed
+    real = records.read_listed
 
-    def counting(*args: object, **kwargs: object) -> object:
+    def counting(
+        store: Store, listed: list[record_index.Listed], idx: record_index.RecordIndex | None
+    ) -> records.FolderRead:
         seen.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(store, listed, idx)
 
     monkeypatch.setattr(fold, "read_listed", counting)
     return seen
 
 
-def run_all(cache: Path, monkeypatch: pytest.MonkeyPatch, *, use_index: bool) -> list[object]:
+def run_all(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, *, use_index: bool
+) -> list[tuple[int, str, str]]:
     if use_index:
         monkeypatch.delenv(index.DISABLE_ENV, raising=False)
     else:
@@ -80,8 +86,8 @@ def test_a_repeated_stats_and_lint_print_the_same_bytes_from_one_fold(
     (cache / STATS_DIRNAME / "notes.txt").write_text("not a record")
     truth = run_all(cache, monkeypatch, use_index=False)
     assert len(folded) == len(COMMANDS)
-    assert all(code in (0, 1) for code, _, _ in truth)  # type: ignore[misc]
-    assert "torn.json" in truth[0][1] and "notes.txt" in truth[0][1]  # type: ignore[index]
+    assert all(code in (0, 1) for code, _, _ in truth)
+    assert "torn.json" in truth[0][1] and "notes.txt" in truth[0][1]
     folded.clear()
     assert run_all(cache, monkeypatch, use_index=True) == truth  # first: folds kept
     assert len(folded) == 3  # once per options (none, --module, --since): stats and lint alike
@@ -113,7 +119,7 @@ def test_a_fold_is_never_served_once_the_folder_changed(
     first.write_bytes(changed)
     os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert first.stat().st_mtime_ns == st.st_mtime_ns
-    steps = [
+    steps: list[Callable[[], object]] = [
         lambda: None,  # the rewrite above
         second.unlink,  # removed
         lambda: shutil.copy2(third, third.with_name("added-" + third.name)),  # added

@@ -159,8 +159,8 @@ def read_folded(
         fold_records(got.records, got.findings, since=since, module=module), archives=archives
     )
     if idx is not None:
-        keep = digest is not None and got.complete
-        idx.save(listed, got.fresh, (digest, options, freeze(fold)) if keep else None)
+        kept_as = None if digest is None or not got.complete else (digest, options, freeze(fold))
+        idx.save(listed, got.fresh, kept_as)
     return fold
 
 
