@@ -20,6 +20,10 @@ command just run). Beside them, in this process: the floor **F**, listing
 ``cachedoctor-stats/``, stat-ing and reading every byte of every record (page cache warm), and
 **P**, the start-up of a bare interpreter (``python -c pass``).
 
+Each variant's ``src`` is byte-compiled first (``compileall``, as ``pip install`` does), so no
+run pays for compiling the package: with ``PYTHONDONTWRITEBYTECODE`` set (as on the machine
+these ran on) every run otherwise compiles every module it imports, 0.1-0.3 s of each.
+
 With ``--baseline-src`` (a ``src`` folder of another checkout, e.g. ``git archive main src``)
 the same commands run with that code first on ``PYTHONPATH``, alternating with this checkout's
 in every repetition, each with its own user cache dir. Medians over ``--reps``, with min and
@@ -30,6 +34,7 @@ ratios, and the spread.
 from __future__ import annotations
 
 import argparse
+import compileall
 import copy
 import datetime as dt
 import json
@@ -142,6 +147,8 @@ def _summary(times: list[float]) -> dict[str, Any]:
 
 def measure(cache: Path, variants: dict[str, str], reps: int, work: Path) -> dict[str, Any]:
     """Every command first and repeated, for each variant (name -> src folder), alternating."""
+    for src in variants.values():
+        compileall.compile_dir(src, quiet=1)  # as installed: no run compiles the package
     times: dict[str, dict[str, list[tuple[float, float]]]] = {v: {} for v in variants}
     floor: list[float] = []
     startup: list[float] = []
@@ -204,12 +211,19 @@ def main() -> None:
     parser.add_argument("--baseline-src", help="another checkout's src folder, alternated")
     parser.add_argument("--workdir", help="where the cache goes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the built cache")
+    parser.add_argument("--cache", help="measure this records cache (one --keep left) instead")
     parser.add_argument("--out", help="write the JSON result here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-records-", dir=args.workdir))
     try:
-        cache = work / "cache"
-        built = build(cache, args.records, args.modules)
+        if args.cache:
+            cache = Path(args.cache)
+            folder = cache / STATS_DIRNAME
+            sizes = [p.stat().st_size for p in folder.iterdir()]
+            built = {"records": len(sizes), "bytes": sum(sizes), "reused": str(cache)}
+        else:
+            cache = work / "cache"
+            built = build(cache, args.records, args.modules)
         variants = {"candidate": str(REPO / "src")}
         if args.baseline_src:
             variants = {"baseline": os.path.abspath(args.baseline_src), **variants}

@@ -20,9 +20,9 @@ from tests.support.caches import REPO
 
 PACKAGE = Path(cachedoctor.__file__).parent
 CASES = {name: value for name, value in vars(catalog).items() if isinstance(value, Case)}
-# Where a Finding may be built: the cases themselves, and the scan memo's decoder of findings
-# it stored (made by the cases when first scanned).
-BUILDS_FINDINGS = {"core/findings.py", "core/scan/memo.py"}
+# Where a Finding may be built: the cases themselves, and the decoders of findings stored by
+# the scan memo and the stats records' fold (made by the cases when first scanned or read).
+BUILDS_FINDINGS = {"core/findings.py", "core/scan/memo.py", "core/usage/fold.py"}
 
 
 def _functions(code: types.CodeType) -> Iterator[types.CodeType]:

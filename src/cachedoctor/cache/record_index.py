@@ -14,6 +14,13 @@ every time and never stored (a write may still be in flight within one timestamp
 one that could not be read (an I/O error may pass) or a bucket object without a version. Rows of
 files no longer listed are dropped.
 
+Besides the rows, the *fold*: what ``stats`` and ``lint`` made of the whole folder (totals per
+module, day and host, the findings; ``core/usage/fold.py`` writes and reads it), keyed by the
+digest of the folder's listing (every name with its identity, as the scan memo keys a cache)
+and the options that shape it. A repeated run lists the folder, stats each file and reads that
+one row. A listing with a racy file, or a name without an identity, has no digest: no fold is
+kept or served for it; a fold of another listing is dropped when one is kept.
+
 Where: beside the scan index, in its own file (``index.side_path``, in the user cache dir, never
 in the cache). Format: ``sqlite3``, rows of JSON text (no pickle: reading it never runs code),
 each with a checksum; a row that fails it is read again from the cache. A file of other code
@@ -36,7 +43,7 @@ from cachedoctor.cache import index
 from cachedoctor.storage.files import replacing
 from cachedoctor.storage.stores import Store
 
-FORMAT = "cachedoctor-records-index-v1"
+FORMAT = "cachedoctor-records-index-v2"
 PART = "records"
 
 _SCHEMA = """
@@ -44,9 +51,18 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
   name BLOB PRIMARY KEY, identity TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS folds (
+  listing BLOB NOT NULL, options TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB NOT NULL,
+  PRIMARY KEY (listing, options)
+);
 """
 _DELETE = "DELETE FROM records WHERE name = ?"
 _INSERT = "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)"
+_FOLD = "SELECT body, checksum FROM folds WHERE listing = ? AND options = ?"
+_FOLD_DROP = "DELETE FROM folds WHERE listing != ?"
+_FOLD_INSERT = "INSERT OR REPLACE INTO folds VALUES (?, ?, ?, ?)"
+
+Fold = tuple[bytes, str, str]  # listing digest, options, body
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,18 @@ def list_folder(store: Store, sub: str, now: float) -> list[Listed]:
     return sorted(items, key=lambda i: i.name)
 
 
+def listing_digest(listed: list[Listed]) -> bytes | None:
+    """The digest of the folder's listing (each name, whether a folder, its identity), or None
+    when a name has no identity or changed too recently to be trusted: then no fold is kept."""
+    parts = []
+    for i in listed:
+        if i.identity is None or i.racy:
+            return None
+        parts.append(f"{i.name}\0{i.is_dir:d}\0{i.identity}")  # no NUL in a name or identity
+    text = "\0".join(parts).encode("utf-8", "surrogateescape")  # as os.fsencode encodes names
+    return hashlib.blake2b(text, digest_size=20).digest()
+
+
 @dataclass
 class RecordIndex:
     """The index of one cache's records: ``served`` bodies, then ``save`` what was read anew."""
@@ -115,10 +143,28 @@ class RecordIndex:
             return {}
         return out
 
-    def save(self, listed: list[Listed], fresh: dict[str, str]) -> None:
+    def fold(self, listing: bytes, options: str) -> str | None:
+        """The fold kept for this listing digest and these options, its checksum checked."""
+        if self._db is None:
+            return None
+        try:
+            for body, checksum in self._db.execute(_FOLD, (listing, options)):
+                if checksum == _fold_checksum(listing, options, body):
+                    return str(body)
+        except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
+            self._close()
+        return None
+
+    def close(self) -> None:
+        """Done with it, saving nothing."""
+        self._close()
+
+    def save(self, listed: list[Listed], fresh: dict[str, str], fold: Fold | None = None) -> None:
         """Store ``fresh`` (name -> body of each file read this run) where it may be kept, and
-        drop the rows of files no longer listed, or changed since stored and not kept now."""
+        drop the rows of files no longer listed, or changed since stored and not kept now;
+        keep ``fold`` (dropping those of other listings)."""
         if not index.enabled():
+            self._close()
             return
         by_name = {i.name: i for i in listed}
         rows = []
@@ -128,17 +174,22 @@ class RecordIndex:
                 ident = item.identity
                 rows.append((os.fsencode(name), ident, body, _checksum(name, ident, body)))
         gone = [os.fsencode(n) for n in self._stored if n not in by_name or n in fresh]
+        folds = [] if fold is None else [(*fold, _fold_checksum(*fold))]
         with contextlib.suppress(OSError, sqlite3.Error):
             if self._db is not None:
-                if rows or gone:
+                if rows or gone or folds:
                     with self._db:
                         self._db.executemany(_DELETE, [(n,) for n in gone])
                         self._db.executemany(_INSERT, rows)
-            elif rows:
-                self._save_whole(rows)
+                        self._db.executemany(_FOLD_DROP, [(f[0],) for f in folds])
+                        self._db.executemany(_FOLD_INSERT, folds)
+            elif rows or folds:
+                self._save_whole(rows, folds)
         self._close()
 
-    def _save_whole(self, rows: list[tuple[bytes, str, str, bytes]]) -> None:
+    def _save_whole(
+        self, rows: list[tuple[bytes, str, str, bytes]], folds: list[tuple[bytes, str, str, bytes]]
+    ) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with replacing(self.path, temp_prefix=".tmp-", suffix=index.SUFFIX) as tmp:
             db = _connect(Path(tmp))
@@ -146,7 +197,8 @@ class RecordIndex:
                 with db:
                     db.executescript(_SCHEMA)
                     db.executemany("INSERT INTO meta VALUES (?, ?)", _header(self.cache).items())
-                    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", rows)
+                    db.executemany(_INSERT, rows)
+                    db.executemany(_FOLD_INSERT, folds)
             finally:
                 db.close()
 
@@ -198,4 +250,9 @@ def _header(cache: str) -> dict[str, str]:
 
 def _checksum(name: str, ident: str, body: str) -> bytes:
     data = os.fsencode(name) + b"\0" + ident.encode() + b"\0" + body.encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _fold_checksum(listing: bytes, options: str, body: str) -> bytes:
+    data = listing + b"\0" + options.encode() + b"\0" + body.encode()
     return hashlib.blake2b(data, digest_size=16).digest()

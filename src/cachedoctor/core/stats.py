@@ -9,19 +9,15 @@ one file and removes them.
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 import time
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
-from cachedoctor.core.scan.report import ScanReport
-from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.usage import reasons
+from cachedoctor.core.usage.fold import Fold, Total, fold_records, read_folded
 from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
 from cachedoctor.core.usage.records import (
     ARCHIVE_PREFIX,
@@ -29,18 +25,16 @@ from cachedoctor.core.usage.records import (
     MAX_RECORD_BYTES,
     Counters,
     Record,
-    read_records,
     record_files,
     total,
-    total_of,
-    total_of_columns,
-    values_of,
 )
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.location import Location, Where
 from cachedoctor.storage.stores import Store, open_store
 
-_REQUESTS = [f.name for f in dataclasses.fields(Counters)].index("requests")
+if TYPE_CHECKING:  # the scan is imported only when a module that never hit needs it
+    from cachedoctor.core.scan.report import ScanReport
+
 NEVER_HIT_MIN_PROCESSES = 3  # lint: a module that missed in this many processes, never hitting
 
 
@@ -91,7 +85,6 @@ class StatsReport:
     findings: tuple[Finding, ...]  # unreadable records, modules that never hit
     since: float | None = None
     module_filter: str | None = None
-    records: tuple[Record, ...] = field(default=(), repr=False)
     records_read: int = 0  # records in the folder, before --since and --module
     archives: tuple[str, ...] = ()  # the archive files --zero left (names in cachedoctor-stats/)
 
@@ -155,20 +148,8 @@ def _evidence(
     )
 
 
-def _groups(
-    records: list[Record], tables: list[list[tuple[Any, ...]]], key: Any
-) -> tuple[Group, ...]:
-    """The records by ``key`` (a group only of records with modules), each group's counters
-    summed in record order (``tables``: each record's counters by field, as
-    ``records.total_of_columns`` takes them)."""
-    counters: dict[str, list[list[tuple[Any, ...]]]] = defaultdict(list)
-    processes: dict[str, int] = defaultdict(int)
-    for r, table in zip(records, tables, strict=True):
-        name = key(r)
-        processes[name] += 1
-        if table:
-            counters[name].append(table)
-    return tuple(Group(n, processes[n], total_of_columns(counters[n])) for n in sorted(counters))
+def _group(t: Total) -> Group:
+    return Group(t.name, t.processes, t.counters)
 
 
 def summarise(
@@ -181,50 +162,33 @@ def summarise(
     module: str | None = None,
 ) -> StatsReport:
     """Add the records up (pure: no I/O)."""
-    if since is not None:
-        records = [r for r in records if r.end >= since]
-    if module is not None:
-        records = [
-            Record(**{**r.__dict__, "modules": _matching(r.modules, module)})
-            for r in records
-            if _matching(r.modules, module)
-        ]
-    per_record = [list(map(values_of, r.modules.values())) for r in records]
-    each: dict[str, list[tuple[Any, ...]]] = defaultdict(list)  # each module's, in record order
-    for r, values in zip(records, per_record, strict=True):
-        for name, v in zip(r.modules, values, strict=True):
-            each[name].append(v)
-    by_module = {name: total_of(vs) for name, vs in each.items()}
-    tables = [list(zip(*values, strict=True)) for values in per_record]
-    processes = {name: sum(1 for v in vs if v[_REQUESTS]) for name, vs in each.items()}
+    return report_of(cache_dir, fold_records(records, problems, since=since, module=module), scan)
+
+
+def report_of(cache_dir: str, fold: Fold, scan: ScanReport | None) -> StatsReport:
+    """The report of the records' fold, each module that never hit explained (pure: no I/O)."""
     rows = []
-    settings = None
-    for name, c in by_module.items():
+    for t in fold.modules:
+        c = t.counters
         never = c.requests > 0 and c.hits == 0
         why = None
         if never:
-            settings = reasons.settings_of(records) if settings is None else settings
-            evidence = _evidence(name, c, processes[name], settings, scan)
-            why = reasons.explain(evidence)
-        rows.append(ModuleRow(name, processes[name], c, never, why))
+            why = reasons.explain(_evidence(t.name, c, t.processes, fold.settings, scan))
+        rows.append(ModuleRow(t.name, t.processes, c, never, why))
     rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
-    totals = total(by_module.values())
     return StatsReport(
         cache_dir=cache_dir,
-        processes=len(records),
-        totals=totals,
+        processes=fold.processes,
+        totals=total(t.counters for t in fold.modules),
         modules=tuple(rows),
-        days=_groups(records, tables, lambda r: r.day),
-        hosts=_groups(records, tables, lambda r: r.host),
-        findings=tuple(problems) + tuple(never_hit_findings(rows)),
-        since=since,
-        module_filter=module,
-        records=tuple(records),
+        days=tuple(map(_group, fold.days)),
+        hosts=tuple(map(_group, fold.hosts)),
+        findings=fold.problems + tuple(never_hit_findings(rows)),
+        since=fold.since,
+        module_filter=fold.module,
+        records_read=fold.records_read,
+        archives=fold.archives,
     )
-
-
-def _matching(modules: dict[str, Counters], pattern: str) -> dict[str, Counters]:
-    return {n: c for n, c in modules.items() if n == pattern or fnmatch.fnmatchcase(n, pattern)}
 
 
 def never_hit_findings(
@@ -260,37 +224,23 @@ def collect_stats(
     """Read and add up the records of ``cache_dir``; ``scan`` explains modules that never hit."""
     where = Location.parse(cache_dir)
     store = where.store()
-    records, problems = read_records(store)
+    fold = read_folded(store, since=since, module=module)
     scanned = None
-    if scan and records:
+    if scan and fold.never_hit:  # only a module that never hit weighs the scan's evidence
+        from cachedoctor.core.scan.run import scan_directory
+
         try:
             scanned = scan_directory(where, entries=False)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    report = summarise(where.spelling, records, problems, scanned, since=since, module=module)
-    return dataclasses.replace(report, records_read=len(records), archives=archive_files(store))
-
-
-def archive_files(store: Store) -> tuple[str, ...]:
-    """The archives ``--zero --apply`` wrote, oldest first (their names hold the UTC time)."""
-    try:
-        items = store.list(STATS_DIRNAME)
-    except OSError:
-        return ()
-    return tuple(
-        sorted(
-            i.name
-            for i in items
-            if i.name.startswith(ARCHIVE_PREFIX) and i.name.endswith(ARCHIVE_SUFFIX)
-        )
-    )
+    return report_of(where.spelling, fold, scanned)
 
 
 def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:
     """For ``lint``: unreadable records, and modules that compiled in
     :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons from ``scan``)."""
-    records, problems = read_records(store or open_store(scan.cache_dir))
-    return list(summarise(scan.cache_dir, records, problems, scan).findings)
+    fold = read_folded(store or open_store(scan.cache_dir))
+    return list(report_of(scan.cache_dir, fold, scan).findings)
 
 
 def zero(cache_dir: Where, *, apply: bool) -> ZeroReport:

@@ -15,11 +15,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cachedoctor.core.scan.report import SCHEMA_VERSION
 from cachedoctor.core.stats import Group, StatsReport, ZeroReport
 from cachedoctor.core.usage.records import Counters
 from cachedoctor.errors import count
-from cachedoctor.render.table import render_finding_list
+from cachedoctor.render.findings import render_finding_list
 
 BAR_WIDTH = 40  # characters of the terminal chart's full bar
 
@@ -35,6 +34,8 @@ def _secs(value: float) -> str:
 
 def stats_document(report: StatsReport) -> dict[str, Any]:
     """``stats --json``: ``report.to_dict()`` under a ``schema_version`` (docs/stats.md)."""
+    from cachedoctor.core.scan.report import SCHEMA_VERSION  # the scan's: imported when asked
+
     return {"schema_version": SCHEMA_VERSION, **report.to_dict()}
 
 

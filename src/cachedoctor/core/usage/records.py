@@ -388,10 +388,34 @@ def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record],
     except FileNotFoundError:
         return [], []
     idx = record_index.load(store.url) if use_index else None
+    got = read_listed(store, listed, idx)
+    if idx is not None:
+        idx.save(listed, got.fresh)
+    return got.records, got.findings
+
+
+@dataclass(frozen=True)
+class FolderRead:
+    """What :func:`read_listed` found: the records, the findings, the body of each file read
+    anew (name -> body, for the index), and whether every record file's result may be kept
+    (``complete``: none failed to be read)."""
+
+    records: list[Record]
+    findings: list[Finding]
+    fresh: dict[str, str]
+    complete: bool
+
+
+def read_listed(
+    store: Store, listed: list[record_index.Listed], idx: record_index.RecordIndex | None
+) -> FolderRead:
+    """The records and findings of the ``listed`` folder, the unchanged ones from ``idx``
+    (saving nothing: the caller saves ``fresh``)."""
     served = {} if idx is None else idx.served(listed)
     fresh: dict[str, str] = {}  # name -> body, for the index
     records: list[Record] = []
     findings: list[Finding] = []
+    complete = True
     for item in listed:
         name, is_dir = item.name, item.is_dir
         path = f"{STATS_DIRNAME}/{name}"
@@ -404,15 +428,15 @@ def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record],
         got = None if body is None else _thaw(name, path, body)
         if got is None:
             got, body = _read_one(store, name, path)
-            if body is not None:
+            if body is None:
+                complete = False
+            else:
                 fresh[name] = body
         if isinstance(got, Record):
             records.append(got)
         else:
             findings.append(got)
-    if idx is not None:
-        idx.save(listed, fresh)
-    return records, findings
+    return FolderRead(records, findings, fresh, complete)
 
 
 def _read_one(store: Store, name: str, path: str) -> tuple[Record | Finding, str | None]:
@@ -438,12 +462,12 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
 def _freeze(r: Record) -> str:
-    modules = {name: _sparse(c) for name, c in r.modules.items()}
+    modules = {name: sparse_counters(c) for name, c in r.modules.items()}
     keys = {key: _KEY(k) for key, k in r.keys.items()}
     return _dumps(["record", r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys])
 
 
-def _sparse(c: Counters) -> dict[str, Any]:
+def sparse_counters(c: Counters) -> dict[str, Any]:
     """The fields of ``c`` that are not their default (most are 0 in a record): exactly, type
     and sign of zero included, so that the thawed Counters is the same."""
     return {
@@ -455,7 +479,7 @@ def _sparse(c: Counters) -> dict[str, Any]:
     }
 
 
-def _thawed_counters(sparse: dict[str, Any]) -> Counters:
+def thawed_counters(sparse: dict[str, Any]) -> Counters:
     """A Counters holding only the fields that are not their default: a field missing from an
     instance reads its class attribute, the dataclass's default (fields, ``==``, ``asdict`` and
     ``repr`` all read attributes), and 100,000 of them are made several times faster."""
@@ -484,7 +508,7 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             end=end,
             jax=jax,
             hook=hook,
-            modules={m: _thawed_counters(v) for m, v in modules.items()},
+            modules={m: thawed_counters(v) for m, v in modules.items()},
             config=config,
             keys={k: _make_key_counts(v) for k, v in keys.items()},
         )
