@@ -127,3 +127,21 @@ def test_is_url_is_called_only_where_locations_are_made() -> None:
     )
     assert [c for c in callers if c not in IS_URL_ALLOWED] == []
     assert (SRC / "storage" / "urls.py").is_file()
+
+
+# Nor by a string test: `"://" in` / `"://" not in` only where a Location is made (storage/)
+# and at the two edges that read a setting as it is spelled: JAX's config in the hook, the
+# config file in settings.
+SCHEME_TEST_ALLOWED = {"stablekeys/hook.py", "stablekeys/settings.py"}
+_SCHEME_TEST = re.compile(r"""["']://["']\s+(not\s+)?in\b""")
+
+
+def test_no_scheme_string_test_below_the_edge() -> None:
+    callers = sorted(
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if _SCHEME_TEST.search(p.read_text(encoding="utf-8"))
+    )
+    below = [c for c in callers if not c.startswith("storage/") and c not in SCHEME_TEST_ALLOWED]
+    assert below == []
+    assert "stablekeys/hook.py" in callers  # the pattern still finds the edge's own test

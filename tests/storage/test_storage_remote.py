@@ -11,6 +11,7 @@ Every server and proxy binds 127.0.0.1, serves only this module, and is stopped 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -143,6 +144,9 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     first = scan_directory(url, now=0.0)
     names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     assert sorted(read) == names
+    # named by the URL as spelled (the listing says it is a bucket): existing indexes stay valid
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
+    assert (index.index_root() / (digest + index.SUFFIX)).is_file()
     read.clear()
     assert scan_directory(url, now=0.0) == first
     assert read == []

@@ -93,51 +93,54 @@ def index_root() -> Path:
     return Path(platformdirs.user_cache_dir("cachedoctor", appauthor=False)) / "index"
 
 
-def cache_id(cache: str | os.PathLike[str]) -> str:
-    """What names a cache for its index: the real path of a directory, or a bucket's URL."""
+def cache_id(cache: str | os.PathLike[str], *, remote: bool = False) -> str:
+    """What names a cache for its index: the real path of a directory, or a bucket's URL
+    (``remote``: the caller knows which; nothing here parses the spelling)."""
     text = os.fspath(cache)
-    return text.rstrip("/") if "://" in text else os.path.realpath(text)
+    return text.rstrip("/") if remote else os.path.realpath(text)
 
 
-def fallback_path(cache: str | os.PathLike[str]) -> Path:
+def fallback_path(cache: str | os.PathLike[str], *, remote: bool = False) -> Path:
     """The index of ``cache`` in the user cache dir (buckets, read-only and others' caches)."""
-    digest = hashlib.sha256(os.fsencode(cache_id(cache))).hexdigest()[:32]
+    digest = hashlib.sha256(os.fsencode(cache_id(cache, remote=remote))).hexdigest()[:32]
     return index_root() / (digest + SUFFIX)
 
 
-def _travels(cache: str | os.PathLike[str]) -> bool:
-    text = os.fspath(cache)
-    return "://" not in text and travel.usable(text)
+def _travels(cache: str | os.PathLike[str], remote: bool) -> bool:
+    return not remote and travel.usable(os.fspath(cache))
 
 
-def index_path(cache: str | os.PathLike[str], *, entries: bool = False) -> Path:
+def index_path(
+    cache: str | os.PathLike[str], *, entries: bool = False, remote: bool = False
+) -> Path:
     """Where the index of ``cache`` is read and written now: inside the cache when it may
     travel with it (``travel.usable``) and either holds one already or the scan found
     ``entries`` (a folder without entries gets nothing written into it), else in the user
     cache dir."""
-    if _travels(cache):
+    if _travels(cache, remote):
         path = travel.index_file(os.fspath(cache))
         if entries or os.path.lexists(path):
             return path
-    return fallback_path(cache)
+    return fallback_path(cache, remote=remote)
 
 
-def side_path(cache: str | os.PathLike[str], part: str) -> Path:
+def side_path(cache: str | os.PathLike[str], part: str, *, remote: bool = False) -> Path:
     """Where a table kept beside the scan index lives (the stats records' index,
     ``cache/record_index.py``): its own file next to the user-cache-dir index, of the same
     digest, so that a scan rewriting its file whole (other options, other code) never drops it.
     It stays in the user cache dir: only the scan index travels with the cache."""
-    path = fallback_path(cache)
+    path = fallback_path(cache, remote=remote)
     return path.with_name(f"{path.stem}.{part}{SUFFIX}")
 
 
 SIDE_PARTS = ("records",)  # the side files there are (see side_path)
 
 
-def index_locations(cache: str | os.PathLike[str]) -> list[Path]:
+def index_locations(cache: str | os.PathLike[str], *, remote: bool = False) -> list[Path]:
     """Every place an index for ``cache`` may live (for tools that want it gone)."""
-    paths = [fallback_path(cache), *(side_path(cache, part) for part in SIDE_PARTS)]
-    if "://" not in os.fspath(cache):
+    sides = (side_path(cache, part, remote=remote) for part in SIDE_PARTS)
+    paths = [fallback_path(cache, remote=remote), *sides]
+    if not remote:
         paths.insert(0, travel.index_file(os.fspath(cache)))
     return [p for path in paths for p in (path, path.with_name(path.name + "-journal"))]
 
@@ -419,7 +422,7 @@ class ScanIndex:
             try:
                 with db:
                     db.executescript(_SCHEMA)
-                    header = _header(self.cache, self.options, self.path)
+                    header = _header(self.cache, self.options, self.path, self.remote)
                     db.executemany("INSERT INTO meta VALUES (?, ?)", header.items())
                     db.execute("INSERT INTO meta VALUES ('place', ?)", (self.place,))
                     self._insert(db)  # not loaded: every row is new
@@ -476,15 +479,17 @@ def _storable(info: EntryInfo) -> bool:
     return not any(p.kind in ("unreadable", "symlink") for p in info.problems)
 
 
-def load(cache: str, options: tuple[object, ...] = (), *, entries: bool = True) -> ScanIndex:
-    """The index for ``cache`` (a directory or a bucket URL), open for ``serve``, or an empty
-    one when there is none we can use. Its rows are not read here. ``entries``: the scan found
-    entries (``index_path``: only then may a new index be written into the cache)."""
-    remote = "://" in cache
-    path = index_path(cache, entries=entries)
-    here = cache_id(cache) if remote else travel.place(cache)
+def load(
+    cache: str, options: tuple[object, ...] = (), *, entries: bool = True, remote: bool = False
+) -> ScanIndex:
+    """The index for ``cache`` (a directory, or a bucket URL when ``remote``), open for
+    ``serve``, or an empty one when there is none we can use. Its rows are not read here.
+    ``entries``: the scan found entries (``index_path``: only then may a new index be written
+    into the cache)."""
+    path = index_path(cache, entries=entries, remote=remote)
+    here = cache_id(cache, remote=True) if remote else travel.place(cache)
     empty = ScanIndex(cache, options, path, remote=remote, place=here)
-    db = open_checked(cache, options, path)
+    db = open_checked(cache, options, path, remote=remote)
     if db is None:
         return empty
     try:
@@ -498,12 +503,13 @@ def load(cache: str, options: tuple[object, ...] = (), *, entries: bool = True) 
 
 
 def open_checked(
-    cache: str, options: tuple[object, ...], path: Path | None = None
+    cache: str, options: tuple[object, ...], path: Path | None = None, *, remote: bool = False
 ) -> sqlite3.Connection | None:
-    """The index file of ``cache``, open, when it is ours, of this code and these options."""
+    """The index file of ``cache`` (a bucket URL when ``remote``), open, when it is ours, of
+    this code and these options."""
     if not enabled():
         return None
-    path = index_path(cache) if path is None else path
+    path = index_path(cache, remote=remote) if path is None else path
     try:
         st = os.lstat(path)
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
@@ -513,7 +519,7 @@ def open_checked(
         return None
     try:
         meta = dict(db.execute("SELECT k, v FROM meta"))
-        if all(meta.get(k) == v for k, v in _header(cache, options, path).items()):
+        if all(meta.get(k) == v for k, v in _header(cache, options, path, remote).items()):
             return db
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         pass
@@ -527,7 +533,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _header(cache: str, options: tuple[object, ...], path: Path) -> dict[str, str]:
+def _header(
+    cache: str, options: tuple[object, ...], path: Path, remote: bool = False
+) -> dict[str, str]:
     """What an index must say of itself to be used: this format, code and options, and the
     cache it describes (one that travels describes the folder it is in, wherever that is)."""
     travelling = path.parent.name == layout.INDEX_DIRNAME and path.name == layout.INDEX_FILENAME
@@ -535,7 +543,7 @@ def _header(cache: str, options: tuple[object, ...], path: Path) -> dict[str, st
         "format": FORMAT,
         "code": code_fingerprint().hex(),
         "fields": ",".join(_FIELDS),
-        "cache": "" if travelling else cache_id(cache),
+        "cache": "" if travelling else cache_id(cache, remote=remote),
         "options": json.dumps(list(options)),
         "digest": travel.DIGEST_NAME,
     }

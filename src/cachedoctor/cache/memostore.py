@@ -82,10 +82,12 @@ def compressed(pieces: Iterable[str]) -> bytes | None:
     return b"".join(out)
 
 
-def read_memo(cache: str, options: tuple[object, ...], inputs: str) -> str | None:
+def read_memo(
+    cache: str, options: tuple[object, ...], inputs: str, *, remote: bool = False
+) -> str | None:
     """The body stored by ``write_memo`` for exactly these ``inputs`` (a digest of everything
     the body was made from), or None."""
-    db = index.open_checked(cache, options)
+    db = index.open_checked(cache, options, remote=remote)
     if db is None:
         return None
     try:
@@ -102,11 +104,13 @@ def read_memo(cache: str, options: tuple[object, ...], inputs: str) -> str | Non
     )
 
 
-def write_memo(cache: str, options: tuple[object, ...], inputs: str, body: str) -> None:
+def write_memo(
+    cache: str, options: tuple[object, ...], inputs: str, body: str, *, remote: bool = False
+) -> None:
     """Keep ``body`` for the next scan that sees the same ``inputs``, and drop text kept for
     other inputs; only into an index this scan could use (the scan writes it first), and
     failures are ignored (only a shortcut)."""
-    db = index.open_checked(cache, options)
+    db = index.open_checked(cache, options, remote=remote)
     if db is None:
         return
     with contextlib.suppress(sqlite3.Error), contextlib.closing(db), db:
@@ -116,13 +120,18 @@ def write_memo(cache: str, options: tuple[object, ...], inputs: str, body: str) 
 
 
 def read_text(
-    cache: str, options: tuple[object, ...], inputs: str, names: tuple[str, ...]
+    cache: str,
+    options: tuple[object, ...],
+    inputs: str,
+    names: tuple[str, ...],
+    *,
+    remote: bool = False,
 ) -> KeptText | None:
     """The parts ``names`` stored by ``write_text`` for exactly these ``inputs``, each checked
     against its checksum; None when one is missing, of other inputs or damaged."""
     if zstandard is None:
         return None
-    db = index.open_checked(cache, options)
+    db = index.open_checked(cache, options, remote=remote)
     if db is None:
         return None
     try:
@@ -140,10 +149,12 @@ def read_text(
     return KeptText(tuple((name, bodies[name]) for name in names))
 
 
-def write_text(cache: str, options: tuple[object, ...], inputs: str, kept: KeptText) -> bool:
+def write_text(
+    cache: str, options: tuple[object, ...], inputs: str, kept: KeptText, *, remote: bool = False
+) -> bool:
     """Keep ``kept`` beside the memo of these ``inputs``, in place of any kept before; whether
     it was (no index to write to, or a failure: not kept, nothing said)."""
-    db = index.open_checked(cache, options)
+    db = index.open_checked(cache, options, remote=remote)
     if db is None:
         return False
     rows = [(name, inputs, body, _checksum(inputs, name, body)) for name, body in kept.parts]

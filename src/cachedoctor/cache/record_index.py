@@ -120,6 +120,7 @@ class RecordIndex:
 
     cache: str
     path: Path
+    remote: bool = False  # a bucket URL (the caller's Store says so): its id is the URL
     _db: sqlite3.Connection | None = None  # open and checked: update it in place
     _stored: set[str] = field(default_factory=set)  # names with a row
 
@@ -196,7 +197,8 @@ class RecordIndex:
             try:
                 with db:
                     db.executescript(_SCHEMA)
-                    db.executemany("INSERT INTO meta VALUES (?, ?)", _header(self.cache).items())
+                    header = _header(self.cache, self.remote)
+                    db.executemany("INSERT INTO meta VALUES (?, ?)", header.items())
                     db.executemany(_INSERT, rows)
                     db.executemany(_FOLD_INSERT, folds)
             finally:
@@ -208,14 +210,15 @@ class RecordIndex:
             db.close()
 
 
-def load(cache: str) -> RecordIndex:
-    """The records index of ``cache`` (a directory or a bucket URL): open when it is ours, of
-    this code and this cache; else an empty one (its ``save`` writes a fresh file)."""
-    path = index.side_path(cache, PART)
-    return RecordIndex(cache, path, _open_checked(cache, path))
+def load(cache: str, *, remote: bool = False) -> RecordIndex:
+    """The records index of ``cache`` (a directory, or a bucket URL when ``remote``): open when
+    it is ours, of this code and this cache; else an empty one (its ``save`` writes a fresh
+    file)."""
+    path = index.side_path(cache, PART, remote=remote)
+    return RecordIndex(cache, path, remote, _open_checked(cache, path, remote))
 
 
-def _open_checked(cache: str, path: Path) -> sqlite3.Connection | None:
+def _open_checked(cache: str, path: Path, remote: bool) -> sqlite3.Connection | None:
     if not index.enabled():
         return None
     try:
@@ -226,7 +229,7 @@ def _open_checked(cache: str, path: Path) -> sqlite3.Connection | None:
     except (OSError, sqlite3.Error):
         return None
     try:
-        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache):
+        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache, remote):
             return db
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         pass
@@ -240,11 +243,11 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _header(cache: str) -> dict[str, str]:
+def _header(cache: str, remote: bool) -> dict[str, str]:
     return {
         "format": FORMAT,
         "code": index.package_fingerprint().hex(),
-        "cache": index.cache_id(cache),
+        "cache": index.cache_id(cache, remote=remote),
     }
 
 

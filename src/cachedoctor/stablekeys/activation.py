@@ -16,6 +16,7 @@ from typing import Any
 from cachedoctor.errors import path_error
 from cachedoctor.stablekeys import settings
 from cachedoctor.stablekeys.settings import ConfigError
+from cachedoctor.storage.location import Location
 
 __all__ = ["ConfigError"]  # re-exported: callers catch activation.ConfigError
 
@@ -131,6 +132,7 @@ def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning
     """Warnings for a settings table, each with its reason and fix."""
     out: list[Warning_] = []
     cache_dir = str(values.get("cache_dir") or "")
+    folder = _folder(cache_dir)
     xla = str(values.get("xla_caches") or "autotune")
     if xla in ("all", "kernel") and find_nvlink() is None:
         out.append(
@@ -142,7 +144,7 @@ def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning
                 "install the CUDA toolkit (nvlink) or use --xla-caches=autotune",
             )
         )
-    if "://" in cache_dir and xla != "none" and not settings.url_subcache_flags(values):
+    if cache_dir and folder is None and xla != "none" and not settings.url_subcache_flags(values):
         out.append(
             Warning_(
                 "url-cache-dir",
@@ -151,8 +153,8 @@ def preflight(values: dict[str, Any], *, check_jax: bool = True) -> list[Warning
                 "use --xla-caches=none with a URL cache dir, or a local/mounted path",
             )
         )
-    if cache_dir and "://" not in cache_dir:
-        path = Path(cache_dir)
+    if folder is not None:
+        path = Path(folder)
         probe = path if path.exists() else next((p for p in path.parents if p.exists()), None)
         if probe is not None and not os.access(probe, os.W_OK | os.X_OK):
             out.append(
@@ -220,8 +222,9 @@ def build_values(
     )
     if not cache_dir:
         raise ConfigError("no cache directory: pass --dir DIR (or set JAX_COMPILATION_CACHE_DIR)")
-    if "://" not in cache_dir:
-        cache_dir = str(Path(cache_dir).expanduser().absolute())
+    folder = _folder(cache_dir)
+    if folder is not None:
+        cache_dir = str(Path(folder).expanduser().absolute())
         _check_dir_usable(cache_dir)
     values: dict[str, Any] = {
         "cache_dir": cache_dir,
@@ -240,6 +243,14 @@ def build_values(
             values[key] = existing[key]
     _check_max_size(values.get("max_size"))
     return values
+
+
+def _folder(cache_dir: str) -> str | None:
+    """The local folder a cache-dir setting names (its one Location, asked ``is_local``: a
+    ``file://`` URL is the folder it names, as JAX's ``lru_cache`` reads it); None when unset,
+    a bucket or a scheme cachedoctor does not read."""
+    where = Location.of_setting(cache_dir)
+    return where.spelling if where is not None and where.is_local else None
 
 
 def has_filelock() -> bool:
@@ -315,13 +326,14 @@ def enable(values: dict[str, Any]) -> EnableReport:
     created_dirs = [Path(p) for p in str(previous).split(os.pathsep) if p]
     cache_dir = str(values["cache_dir"])
     created = False
-    if "://" not in cache_dir and not Path(cache_dir).exists():
-        created_dirs += _missing_dirs(Path(cache_dir))
+    folder = _folder(cache_dir)
+    if folder is not None and not Path(folder).exists():
+        created_dirs += _missing_dirs(Path(folder))
         try:
-            Path(cache_dir).mkdir(parents=True, mode=0o755)
+            Path(folder).mkdir(parents=True, mode=0o755)
             created = True
         except OSError as exc:
-            raise path_error(exc, cache_dir, verb="create", cls=ConfigError) from exc
+            raise path_error(exc, folder, verb="create", cls=ConfigError) from exc
     created_dirs += _missing_dirs(path.parent)
     values = {**values, "created_dirs": os.pathsep.join(dict.fromkeys(map(str, created_dirs)))}
     if not values["created_dirs"]:

@@ -65,16 +65,25 @@ class Memo:
     inputs: str | None  # None: not used (no index, or a report that must not be kept)
     cache: str
     max_decompressed: int
+    remote: bool = False  # a bucket (the listing says so): its index is named by the URL
 
     def served(self, now: float, rest: Rest | None) -> ScanReport | None:
         if self.inputs is None:
             return None
-        body = memostore.read_memo(self.cache, (self.max_decompressed,), self.inputs)
+        body = memostore.read_memo(
+            self.cache, (self.max_decompressed,), self.inputs, remote=self.remote
+        )
         return None if body is None else served(body, now, rest)
 
     def kept(self, report: ScanReport) -> ScanReport:
         if self.inputs is not None and keeps(report):
-            memostore.write_memo(self.cache, (self.max_decompressed,), self.inputs, dump(report))
+            memostore.write_memo(
+                self.cache,
+                (self.max_decompressed,),
+                self.inputs,
+                dump(report),
+                remote=self.remote,
+            )
         return report
 
     def kept_text(self, writers: PartWriters) -> KeptText | None:
@@ -83,7 +92,9 @@ class Memo:
         if self.inputs is None:
             return None
         options = (self.max_decompressed,)
-        return memostore.read_text(self.cache, options, self.inputs, tuple(writers))
+        return memostore.read_text(
+            self.cache, options, self.inputs, tuple(writers), remote=self.remote
+        )
 
     def keep_text(self, report: ScanReport, writers: PartWriters) -> KeptText | None:
         """The document text ``writers`` make of the report (its entries loaded), kept beside
@@ -99,7 +110,11 @@ class Memo:
             parts.append((name, body))
         kept = KeptText(tuple(parts))
         options = (self.max_decompressed,)
-        return kept if memostore.write_text(self.cache, options, self.inputs, kept) else None
+        return (
+            kept
+            if memostore.write_text(self.cache, options, self.inputs, kept, remote=self.remote)
+            else None
+        )
 
 
 # --- what a report rests on ----------------------------------------------------------------------

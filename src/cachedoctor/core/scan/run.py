@@ -245,7 +245,7 @@ class _Scan:
         listing = listdir.list_cache(store)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.bucket_inputs(listing, *args) if self.use_index else None
-        memo = scanmemo.Memo(inputs, listing.root, self.max_decompressed)
+        memo = scanmemo.Memo(inputs, listing.root, self.max_decompressed, listing.remote)
 
         def decoded(progress: ProgressCallback | None) -> list[EntryInfo]:
             with stores.one_line_errors(store.url):
@@ -337,7 +337,9 @@ def _decode_entries(
     items = listing.entries
     idx = None
     if index_options is not None:
-        idx = index_mod.load(listing.root, (index_options,), entries=bool(items))
+        idx = index_mod.load(
+            listing.root, (index_options,), entries=bool(items), remote=listing.remote
+        )
     strings: dict[str, str] = {}  # one object per repeated string (model.share_strings)
     served = {} if idx is None else idx.serve(items, path_of, strings, digests_of)
     found: list[EntryInfo | None] = [None] * len(items)

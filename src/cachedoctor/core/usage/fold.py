@@ -145,7 +145,7 @@ def read_folded(
         for i in listed
         if i.name.startswith(ARCHIVE_PREFIX) and i.name.endswith(ARCHIVE_SUFFIX)
     )  # sorted, as listed
-    idx = record_index.load(store.url) if use_index else None
+    idx = record_index.load(store.url, remote=not store.is_local) if use_index else None
     digest = record_index.listing_digest(listed)
     options = json.dumps([FORMAT, since, module])
     if idx is not None and digest is not None:

@@ -387,7 +387,7 @@ def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record],
         listed = record_index.list_folder(store, STATS_DIRNAME, time.time())
     except FileNotFoundError:
         return [], []
-    idx = record_index.load(store.url) if use_index else None
+    idx = record_index.load(store.url, remote=not store.is_local) if use_index else None
     got = read_listed(store, listed, idx)
     if idx is not None:
         idx.save(listed, got.fresh)
