@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, parallel, reader, travel
+from cachedoctor.cache import index, index_rows, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
 from tests.support.caches import entries_of
@@ -168,7 +168,7 @@ def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], s
         db = sqlite3.connect(_index_file(cache))
         with db:
             for name, *row, _ in db.execute("SELECT * FROM entries WHERE rowid = 1"):
-                good = index._checksum(os.fsdecode(name), *row[2:])
+                good = index_rows.checksum(os.fsdecode(name), *row[2:])
                 db.execute("UPDATE entries SET checksum = ? WHERE rowid = 1", (good,))
         db.close()
         assert loaded.loaded

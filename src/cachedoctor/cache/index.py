@@ -43,7 +43,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import operator
 import os
 import sqlite3
 import stat
@@ -54,11 +53,24 @@ from pathlib import Path
 from typing import Any
 
 from cachedoctor import layout
-from cachedoctor.cache import travel
+from cachedoctor.cache import index_rows, travel
+from cachedoctor.cache.index_rows import (
+    COLUMNS,
+    COMPRESSION,
+    FIELDS,
+    KEY,
+    MTIME,
+    OWN_SCALARS,
+    OWN_VALUES,
+    PART_VALUES,
+    PATH,
+    SHARED_VALUES,
+    SLOTS,
+)
 from cachedoctor.cache.listdir import DirItem
-from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.cache.model import EntryInfo
 from cachedoctor.storage.files import replacing
-from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
+from cachedoctor.xla.hlo import HloSummary
 
 FORMAT = "cachedoctor-index-v6"
 SUFFIX = ".sqlite"
@@ -264,7 +276,7 @@ class ScanIndex:
                 if check and digests_of is not None:
                     waiting = digests_of([item for item, _ in check.values()])
                 hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
-                for raw_name, *row in db.execute(f"SELECT {_COLUMNS} FROM entries"):
+                for raw_name, *row in db.execute(f"SELECT {COLUMNS} FROM entries"):
                     name = os.fsdecode(raw_name)
                     item = current.get(name)
                     if item is None:
@@ -321,7 +333,7 @@ class ScanIndex:
     ) -> EntryInfo | None:
         """The row's entry, or None when the row is damaged or of another shape."""
         _ident, _digest, scalars, parts, hlo_id, checksum = row
-        if checksum != _checksum(name, scalars, parts, hlo_id):
+        if checksum != index_rows.checksum(name, scalars, parts, hlo_id):
             return None
         try:
             summary = None
@@ -329,25 +341,27 @@ class ScanIndex:
                 summary = self._hlo_memo.get(hlo_id)
                 if summary is None:
                     body = hlo_rows[hlo_id]
-                    if _hlo_id(body) != hlo_id:
+                    if index_rows.hlo_id(body) != hlo_id:
                         return None
-                    summary = self._hlo_memo[hlo_id] = _thaw_hlo(json.loads(body))
+                    summary = self._hlo_memo[hlo_id] = index_rows.thaw_hlo(json.loads(body))
             compound = self._parts_memo.get(parts)
             if compound is None:
-                compound = self._parts_memo[parts] = _thaw_parts(json.loads(parts), strings)
+                compound = self._parts_memo[parts] = index_rows.thaw_parts(
+                    json.loads(parts), strings
+                )
             values = json.loads(scalars)
         except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
             return None
-        if not isinstance(values, list) or len(values) != len(_OWN_SCALARS):
+        if not isinstance(values, list) or len(values) != len(OWN_SCALARS):
             return None
-        if values[_KEY] == item.key:
-            values[_KEY] = item.key  # one string for the entry's key (model.share_strings)
-        values[_PATH] = path  # the same cache reached by another spelling of its path
-        values[_MTIME] = item.mtime_ns  # a row served by its digest: a copy's own mtime
-        compression = values[_COMPRESSION]
+        if values[KEY] == item.key:
+            values[KEY] = item.key  # one string for the entry's key (model.share_strings)
+        values[PATH] = path  # the same cache reached by another spelling of its path
+        values[MTIME] = item.mtime_ns  # a row served by its digest: a copy's own mtime
+        compression = values[COMPRESSION]
         if compression is not None:
-            values[_COMPRESSION] = strings.setdefault(compression, compression)
-        return _entry(values, compound, summary)
+            values[COMPRESSION] = strings.setdefault(compression, compression)
+        return index_rows.entry(values, compound, summary)
 
     def update(
         self,
@@ -453,25 +467,25 @@ class ScanIndex:
                 if info.hlo is not None:
                     known = summaries.get(id(info.hlo))
                     if known is None:
-                        body = _dumps(info.hlo)
-                        known = summaries[id(info.hlo)] = (info.hlo, _hlo_id(body))
+                        body = index_rows.dumps(info.hlo)
+                        known = summaries[id(info.hlo)] = (info.hlo, index_rows.hlo_id(body))
                         bodies[known[1]] = body
                     hlo_id = known[1]
-                scalars = _dumps(list(_OWN_VALUES(info)))
-                objects = _PART_VALUES(info)
-                shared = _SHARED_VALUES(info)
+                scalars = index_rows.dumps(list(OWN_VALUES(info)))
+                objects = PART_VALUES(info)
+                shared = SHARED_VALUES(info)
                 memo_key = (*map(id, objects), *shared)
                 known_parts = part_texts.get(memo_key)
                 if known_parts is None:
                     if len(part_texts) >= 4096:  # distinct entries: bound what is held
                         part_texts.clear()
-                    text = _dumps([*objects, *shared])
+                    text = index_rows.dumps([*objects, *shared])
                     known_parts = part_texts[memo_key] = (objects, text)
                 parts = known_parts[1]
-                checksum = _checksum(name, scalars, parts, hlo_id)
+                checksum = index_rows.checksum(name, scalars, parts, hlo_id)
                 yield (os.fsencode(name), ident, digest, scalars, parts, hlo_id, checksum)
 
-        db.executemany(f"INSERT OR REPLACE INTO entries ({_COLUMNS}) VALUES ({_SLOTS})", rows())
+        db.executemany(f"INSERT OR REPLACE INTO entries ({COLUMNS}) VALUES ({SLOTS})", rows())
         db.executemany("INSERT OR REPLACE INTO hlo VALUES (?, ?)", bodies.items())
 
 
@@ -542,122 +556,11 @@ def _header(
     return {
         "format": FORMAT,
         "code": code_fingerprint().hex(),
-        "fields": ",".join(_FIELDS),
+        "fields": ",".join(FIELDS),
         "cache": "" if travelling else cache_id(cache, remote=remote),
         "options": json.dumps(list(options)),
         "digest": travel.DIGEST_NAME,
     }
-
-
-def _checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
-    """What catches a damaged row's values. Not its identity nor digest: damaged, those only
-    fail to match the file, which is then decoded."""
-    text = "\0".join((scalars, parts, hlo_id or ""))
-    return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
-
-
-def _hlo_id(body: str) -> str:
-    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
-
-
-_FIELD_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
-
-
-def _field_values(value: Any) -> tuple[Any, ...]:
-    """A dataclass as the tuple of its field values, in order (JSON writes a tuple as a list);
-    each class is looked at once (``dataclasses.fields`` per value cost half a first scan's
-    index write, measured on 5,000 distinct HLO summaries)."""
-    kind = type(value)
-    values = _FIELD_VALUES.get(kind)
-    if values is None:
-        if not dataclasses.is_dataclass(value) or isinstance(value, type):
-            raise TypeError(f"{kind.__name__} is not a dataclass")
-        names = [f.name for f in dataclasses.fields(kind)]
-        if len(names) == 1:
-            values = _FIELD_VALUES[kind] = lambda value: (getattr(value, names[0]),)
-        else:
-            values = _FIELD_VALUES[kind] = operator.attrgetter(*names)
-    return values(value)
-
-
-# Field values as JSON text: a dataclass is the list of its fields, in order. ASCII only: paths
-# may hold lone surrogates (undecodable bytes), which JSON escapes. One encoder for every row
-# (json.dumps with options builds one per call), tuples and scalars walked in C.
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, default=_field_values).encode
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(EntryInfo))
-_HLO_FIELDS = tuple(f.name for f in dataclasses.fields(HloSummary))
-
-
-def _records(cls: Callable[..., Any], rows: list[list[Any]]) -> tuple[Any, ...]:
-    return tuple(cls(*row) for row in rows)
-
-
-def _strings(rows: list[str]) -> tuple[str, ...]:
-    return tuple(rows)
-
-
-# The fields that are dataclasses or tuples, and how each comes back from its JSON form; every
-# other field of an entry is a scalar. Entries keep them apart: copies of a program share them.
-_ENTRY_PARTS: dict[str, Callable[[Any], Any]] = {
-    "gpu": lambda v: GpuSummary(*v),
-    "sections": lambda v: _records(Section, v),
-    "volatile": lambda v: _records(VolatileField, v),
-    "problems": lambda v: _records(Problem, v),
-}
-_SUMMARY_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "parameters": _strings,
-    "custom_calls": lambda v: _records(CustomCall, v),
-    "opcodes": lambda v: tuple((op, count) for op, count in v),
-    "source_files": _strings,
-}
-_PARTS = tuple(_ENTRY_PARTS)
-# Scalar fields that are each entry's own; every other scalar (module, digests, platform, the
-# options read from the entry...) is the same for copies of one executable and is stored with
-# the parts, so a row of a copy holds only these and its shared text is decoded once.
-_OWN_SCALARS = ("key", "path", "size", "mtime_ns", "compile_time_s", "compression")
-_SHARED_SCALARS = tuple(
-    f for f in _FIELDS if f not in _ENTRY_PARTS and f != "hlo" and f not in _OWN_SCALARS
-)
-_OWN_VALUES = operator.attrgetter(*_OWN_SCALARS)
-_PART_VALUES = operator.attrgetter(*_PARTS)
-_SHARED_VALUES = operator.attrgetter(*_SHARED_SCALARS)
-# frozen and slotted: fill the slots directly, several times faster than __init__
-_SETTERS = tuple(
-    getattr(EntryInfo, f).__set__ for f in (*_OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo")
-)
-_KEY, _PATH, _MTIME, _COMPRESSION = (
-    _OWN_SCALARS.index(f) for f in ("key", "path", "mtime_ns", "compression")
-)
-_COLUMNS = "name, identity, digest, scalars, parts, hlo, checksum"
-_SLOTS = ", ".join("?" * len(_COLUMNS.split(", ")))
-
-
-def _thaw(names: tuple[str, ...], kinds: dict[str, Callable[[Any], Any]], values: Any) -> list[Any]:
-    if not isinstance(values, list) or len(values) != len(names):
-        raise ValueError("index row of another shape")
-    pairs = zip(names, values, strict=True)
-    return [kinds[n](v) if v is not None and n in kinds else v for n, v in pairs]
-
-
-def _thaw_hlo(values: Any) -> HloSummary:
-    return HloSummary(*_thaw(_HLO_FIELDS, _SUMMARY_FIELDS, values))
-
-
-def _thaw_parts(values: Any, strings: dict[str, str]) -> list[Any]:
-    """The parts and shared scalars of a row, their strings shared through ``strings``."""
-    if not isinstance(values, list) or len(values) != len(_PARTS) + len(_SHARED_SCALARS):
-        raise ValueError("index row of another shape")
-    shared = [strings.setdefault(v, v) if isinstance(v, str) else v for v in values[len(_PARTS) :]]
-    return [*_thaw(_PARTS, _ENTRY_PARTS, values[: len(_PARTS)]), *shared]
-
-
-def _entry(scalars: list[Any], parts: list[Any], summary: HloSummary | None) -> EntryInfo:
-    info = object.__new__(EntryInfo)
-    for setter, value in zip(_SETTERS, (*scalars, *parts, summary), strict=True):
-        setter(info, value)
-    return info
 
 
 def _tidy(root: Path, keep: Path) -> None:
