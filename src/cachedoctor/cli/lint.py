@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from cachedoctor.cli._common import CI_FORMATS as FORMATS
 from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
 from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, LOCATION, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
-from cachedoctor.core.where import ExecutorChoice, Location, cache_location, open_executor
+from cachedoctor.core.where import Location, cache_location, open_executor
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, write_report
+
+if TYPE_CHECKING:
+    from cachedoctor.core.where import ExecutorChoice
 
 
 @click.command()

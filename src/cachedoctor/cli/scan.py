@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,11 +13,14 @@ from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, LOCATION, complete_d
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import JsonScan, ProgressCallback, ScanReport
 from cachedoctor.core.scan.run import scan_directory, scan_json
-from cachedoctor.core.where import ExecutorChoice, Location, cache_location, open_executor
+from cachedoctor.core.where import Location, cache_location, open_executor
 from cachedoctor.errors import ExitCode, count, path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, scan_parts
 from cachedoctor.units import format_bytes
+
+if TYPE_CHECKING:
+    from cachedoctor.core.where import ExecutorChoice
 
 
 @click.command()

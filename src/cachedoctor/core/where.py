@@ -10,17 +10,23 @@ executor choice (``parse_executor``, ``open_executor``) as they are.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from cachedoctor.cache.executors import ExecutorChoice, open_executor, parse_executor
 from cachedoctor.cache.listdir import CacheListing, list_cache
 from cachedoctor.errors import NoCacheDirError, NotACacheError, path_error
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.retry import telling_waits
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from cachedoctor.cache.executors import ExecutorChoice as ExecutorChoice
+
 __all__ = [
-    "ExecutorChoice",
     "Location",
     "cache_location",
     "default_location",
@@ -64,3 +70,20 @@ def open_cache_dir(where: Location) -> CacheListing | None:
     if not listing.looks_like_cache:
         raise NotACacheError(where.spelling, len(listing.items))
     return listing
+
+
+def parse_executor(text: str) -> ExecutorChoice:
+    """``--executor``'s value (``cache/executors.parse_executor``), imported only when given:
+    every command's start-up would otherwise load the pool and store code."""
+    from cachedoctor.cache import executors
+
+    return executors.parse_executor(text)
+
+
+@contextlib.contextmanager
+def open_executor(choice: ExecutorChoice) -> Iterator[Executor | None]:
+    """The executor ``choice`` names, open for the command (``cache/executors.open_executor``)."""
+    from cachedoctor.cache import executors
+
+    with executors.open_executor(choice) as pool:
+        yield pool
