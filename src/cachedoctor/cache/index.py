@@ -242,7 +242,7 @@ class ScanIndex:
         """Name -> identity of each row in the file (read anew each time; for tools and tests)."""
         if not self.loaded:
             return {}
-        with contextlib.closing(_connect(self.path)) as db:
+        with contextlib.closing(connect(self.path)) as db:
             rows = db.execute("SELECT name, identity FROM entries")
             return {os.fsdecode(name): ident for name, ident in rows}
 
@@ -410,7 +410,7 @@ class ScanIndex:
 
     def _save_changes(self) -> None:
         """Update the index in place, in one transaction (another scan may be reading it)."""
-        db = _connect(self.path)
+        db = connect(self.path)
         try:
             with db:
                 db.executemany(
@@ -432,7 +432,7 @@ class ScanIndex:
         """Write a fresh index beside the old one, then rename it over (atomic)."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with replacing(self.path, temp_prefix=".tmp-", suffix=SUFFIX) as tmp:
-            db = _connect(Path(tmp))
+            db = connect(Path(tmp))
             try:
                 with db:
                     db.executescript(_SCHEMA)
@@ -524,16 +524,23 @@ def open_checked(
     if not enabled():
         return None
     path = index_path(cache, remote=remote) if path is None else path
+    return open_own(path, _header(cache, options, path, remote))
+
+
+def open_own(path: Path, header: dict[str, str]) -> sqlite3.Connection | None:
+    """The sqlite file at ``path``, open, when it is this user's regular file (never a link or
+    another user's) and its ``meta`` table holds ``header``; else None. The scan index and the
+    records index (``record_index.py``) both open theirs so."""
     try:
         st = os.lstat(path)
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
             return None  # another user's file (or a link to one): never read it
-        db = _connect(path)
+        db = connect(path)
     except (OSError, sqlite3.Error):
         return None
     try:
         meta = dict(db.execute("SELECT k, v FROM meta"))
-        if all(meta.get(k) == v for k, v in _header(cache, options, path, remote).items()):
+        if all(meta.get(k) == v for k, v in header.items()):
             return db
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         pass
@@ -541,7 +548,7 @@ def open_checked(
     return None
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
     db.execute("PRAGMA synchronous = OFF")  # a lost index is only a slower next scan
     return db

@@ -193,7 +193,7 @@ class RecordIndex:
     ) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with replacing(self.path, temp_prefix=".tmp-", suffix=index.SUFFIX) as tmp:
-            db = _connect(Path(tmp))
+            db = index.connect(Path(tmp))
             try:
                 with db:
                     db.executescript(_SCHEMA)
@@ -219,28 +219,7 @@ def load(cache: str, *, remote: bool = False) -> RecordIndex:
 
 
 def _open_checked(cache: str, path: Path, remote: bool) -> sqlite3.Connection | None:
-    if not index.enabled():
-        return None
-    try:
-        st = os.lstat(path)
-        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-            return None  # another user's file (or a link to one): never read it
-        db = _connect(path)
-    except (OSError, sqlite3.Error):
-        return None
-    try:
-        if dict(db.execute("SELECT k, v FROM meta")) == _header(cache, remote):
-            return db
-    except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
-        pass
-    db.close()
-    return None
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=index.BUSY_TIMEOUT_S)
-    db.execute("PRAGMA synchronous = OFF")  # a lost index is only a slower next run
-    return db
+    return index.open_own(path, _header(cache, remote)) if index.enabled() else None
 
 
 def _header(cache: str, remote: bool) -> dict[str, str]:
