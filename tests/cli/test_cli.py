@@ -39,6 +39,20 @@ def test_help_lists_commands_without_importing_jax() -> None:
     assert "jax" not in imported and "jaxlib" not in imported
 
 
+def test_scan_help_loads_no_executor_code() -> None:
+    """--executor's pool and Dask code load only when a command is given one."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cachedoctor", "scan", "--help"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        check=False,
+    )
+    assert proc.returncode == 0 and "--executor" in proc.stdout
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+    assert not imported & {"cachedoctor.cache.executors", "cachedoctor.cache.parallel", "dask"}
+
+
 def test_scan_script_exit_codes(seed_cache: Path) -> None:
     ok = run_script("scan", str(seed_cache))
     assert ok.returncode == 0, ok.stderr
