@@ -64,9 +64,7 @@ def _clear_memos() -> None:
     from cachedoctor.cache import reader
     from cachedoctor.xla import hlo_facts
 
-    reader._PAYLOAD_MEMO.clear()
-    reader._HLO_MEMO.clear()
-    reader._OPTIONS_MEMO.clear()
+    reader.clear_memos()
     hlo_facts._SHAPES.clear()
 
 

@@ -116,9 +116,7 @@ def main() -> None:
             hlo_facts.scan_facts(module)
 
     def decode() -> None:  # what a first scan does per distinct entry, memos emptied
-        reader._HLO_MEMO.clear()
-        reader._OPTIONS_MEMO.clear()
-        reader._PAYLOAD_MEMO.clear()
+        reader.clear_memos()
         for path in paths:
             reader.decode_entry(path)
 

@@ -647,9 +647,7 @@ def profile(d: str, out_dir: Path, tag: str) -> dict[str, str]:
 
     texts = {}
     for name, fn in (("scan-serial", first_scan), ("scan-repeated", cli_scan), ("deep", deep)):
-        reader._HLO_MEMO.clear()
-        reader._OPTIONS_MEMO.clear()
-        reader._PAYLOAD_MEMO.clear()
+        reader.clear_memos()
         prof = cProfile.Profile()
         prof.enable()
         fn()

@@ -52,9 +52,7 @@ def _cold_reader_memos() -> None:
     """Each test decodes for real: the reader memoises payloads, HLO facts, compile options and
     program shapes by content for the rest of the process, so a test would otherwise see what an
     earlier test (or mutmut's first run, from which each mutant is forked) left there."""
-    reader._PAYLOAD_MEMO.clear()
-    reader._HLO_MEMO.clear()
-    reader._OPTIONS_MEMO.clear()
+    reader.clear_memos()
     hlo_facts._SHAPES.clear()
 
 

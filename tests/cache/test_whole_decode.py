@@ -114,6 +114,55 @@ def test_copies_are_walked_once(
 
 
 @pytest.mark.slow
+def test_equal_files_are_decompressed_once(
+    seed_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files equal byte for byte under other keys (unstable keys, same compile time) are served
+    from the first one's decode by their digest: not decompressed again, each with its own key,
+    path, size and mtime, every tier as the stream decoder gives it. A first-tier decode is not
+    served (its second copy gets every tier); a copy with a flipped byte is decoded alone."""
+    from cachedoctor.cache import travel
+
+    item = next(i for i in listdir.list_cache(seed_cache).entries if i.name.startswith("jit_f-"))
+    data = (seed_cache / item.name).read_bytes()
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    paths = []
+    for n, content in enumerate([data] * 4 + [bytes(flipped)] + [data]):
+        key = f"jit_f-{n:064x}"
+        path = tmp_path / f"{key}-cache"
+        path.write_bytes(content)
+        paths.append((path, key))
+    # the flipped copy as the reader decodes it alone (the stream decoder may tell its damage
+    # otherwise: test_whole_decode_equals_the_stream_decoder)
+    expected = [
+        _decode(p, k) if n == 4 else _streamed(p, k, monkeypatch) for n, (p, k) in enumerate(paths)
+    ]
+    decompressions = 0
+    real_whole = decompress.decompress_whole
+
+    def counting_whole(*args: object) -> object:
+        nonlocal decompressions
+        decompressions += 1
+        return real_whole(*args)  # type: ignore[arg-type]
+
+    reader.clear_memos()
+    monkeypatch.setattr(reader, "decompress_whole", counting_whole)
+    first_tier = [travel.decode_digested(str(p), k, 1 << 40, True)[0] for p, k in paths]
+    # the first copy's first tier, its second copy with every tier, the flipped one alone
+    assert decompressions == 3
+    assert first_tier[0].hlo_deferred and not any(e.hlo_deferred for e in first_tier[1:4])
+    assert [*first_tier[1:4], first_tier[5]] == [*expected[1:4], expected[5]]
+    # the flipped copy: decoded alone, with its first tier (the flip left it readable)
+    assert first_tier[4].hlo_deferred and first_tier[4].key == paths[4][1]
+    assert first_tier[4].decompressed_size == expected[4].decompressed_size
+    reader.clear_memos()
+    decompressions = 0
+    full = [travel.decode_digested(str(p), k, 1 << 40)[0] for p, k in paths]
+    assert full == expected and decompressions == 2
+
+
+@pytest.mark.slow
 def test_small_sized_frames_take_one_call_through_one_context_per_thread(
     seed_cache: Path, tmp_path: Path
 ) -> None:

@@ -105,18 +105,15 @@ def _decode_batch(
     jobs: Sequence[Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
 ) -> list[Decoded]:
     """Each job's entry; with ``digested``, also the digest of the bytes it was decoded from
-    (``travel.decode_digested``: the same read); with ``defer_hlo``, the first tier only
+    (``travel.decode_digested``: the same read, which also lets the reader serve a file equal
+    to one decoded before without decoding it); with ``defer_hlo``, the first tier only
     (``reader.decode_entry``)."""
     out: list[Decoded] = []
     for path, key in jobs:
-        if digested:
-            out.append(travel.decode_digested(path, key, max_decompressed, defer_hlo))
-            continue
-        info = reader.decode_entry(
-            path, key=key, max_decompressed=max_decompressed, defer_hlo=defer_hlo
+        info, digest = travel.decode_digested(
+            path, key, max_decompressed, defer_hlo, hash_big=digested
         )
-        assert isinstance(info, EntryInfo)
-        out.append((info, None))
+        out.append((info, digest if digested else None))
     return out
 
 

@@ -84,12 +84,14 @@ def decode_entry(
     size: int = 0,
     mtime_ns: int = 0,
     defer_hlo: bool = False,
+    file_digest: str | None = None,
 ) -> EntryInfo | EntryDetail:
     """Decode one ``-cache`` file. Never raises for bad content: see ``EntryInfo.problems``.
 
     With ``fileobj`` (an open, seekable binary file: an object in a bucket), ``path`` is only
     the name to report and ``size``/``mtime_ns`` come from the caller's listing; the caller
-    closes it.
+    closes it. ``file_digest``, with ``fileobj``: a digest of the whole of its bytes
+    (``travel.decode_digested``), under which the entry is remembered (``_FILE_MEMO``).
 
     ``defer_hlo``: the first tier only (see ``tiers.py``): the HLO module's summary, program
     digest and volatile fields are left out (``hlo_deferred``) and only its signature is
@@ -108,8 +110,14 @@ def decode_entry(
     info = EntryInfo(key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
     problems: list[Problem] = []
     if fileobj is not None:
+        if file_digest is not None and not detail:
+            copy = _copy_of_file(file_digest, info)
+            if copy is not None:
+                return copy
         whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed, defer_hlo)
         if whole is not None:
+            if file_digest is not None:
+                _remember_file(file_digest, whole)
             return whole
         info = _decode_open_file(fileobj, info, walk, problems, max_decompressed)
     else:
@@ -145,6 +153,44 @@ def decode_entry(
 
 _PAYLOAD_MEMO: dict[str, EntryInfo] = {}
 _PAYLOAD_MEMO_MAX = 4096
+_FILE_MEMO: dict[str, EntryInfo] = {}
+
+
+def _copy_of_file(file_digest: str, info: EntryInfo) -> EntryInfo | None:
+    """The entry whose file holds the same bytes as one already decoded with every tier in this
+    process, or None. Unstable keys write one executable again and again; where the compile
+    time is the same too, the files are equal byte for byte (the copies corpora, the bench's
+    ``cache-NNk``): such a copy is neither decompressed nor hashed again, what a file shows is
+    a function of its bytes, and only the name, size and mtime are its own. A file decoded
+    with the first tier only is not served (as in ``_decode_in_memory``: its second copy is
+    decoded with every tier, and that one is served to the rest)."""
+    known = _FILE_MEMO.get(file_digest)
+    if known is None or known.hlo_deferred:
+        return None
+    return updated(
+        known,
+        key=info.key,
+        module=info.module,
+        path=info.path,
+        size=info.size,
+        mtime_ns=info.mtime_ns,
+    )
+
+
+def _remember_file(file_digest: str, info: EntryInfo) -> None:
+    if info.problems:
+        return  # as the payload memo: only clean decodes are served to copies
+    if len(_FILE_MEMO) >= _PAYLOAD_MEMO_MAX:
+        _FILE_MEMO.clear()
+    _FILE_MEMO[file_digest] = info
+
+
+def clear_memos() -> None:
+    """Forget what this process decoded (benchmarks measuring a first scan, tests)."""
+    _PAYLOAD_MEMO.clear()
+    _FILE_MEMO.clear()
+    _HLO_MEMO.clear()
+    _OPTIONS_MEMO.clear()
 
 
 def _decode_in_memory(

@@ -156,12 +156,19 @@ def _buffer(size: int) -> memoryview:
 
 
 def decode_digested(
-    path: str, key: str | None, max_decompressed: int, defer_hlo: bool = False
+    path: str,
+    key: str | None,
+    max_decompressed: int,
+    defer_hlo: bool = False,
+    *,
+    hash_big: bool = True,
 ) -> tuple[EntryInfo, str | None]:
     """``reader.decode_entry`` of a local file, and the digest of the bytes it decoded, from one
-    read: the file is read whole (up to ``WHOLE_READ_MAX``), hashed, and decoded from memory.
-    A bigger file is decoded from disk, then hashed in a second pass; a file that cannot be
-    opened or read is decoded from its path (the reader names the problem), without digest."""
+    read: the file is read whole (up to ``WHOLE_READ_MAX``), hashed, and decoded from memory
+    (the reader serves a file equal to one it decoded already without decoding it again). A
+    bigger file is decoded from disk, then hashed in a second pass unless not ``hash_big``;
+    a file that cannot be opened or read is decoded from its path (the reader names the
+    problem), without digest."""
     try:
         with open_regular(path) as fh:
             st = os.fstat(fh.fileno())
@@ -173,11 +180,12 @@ def decode_digested(
             path, key=key, max_decompressed=max_decompressed, defer_hlo=defer_hlo
         )
         assert isinstance(info, EntryInfo)
-        if st is None or info.problems:
+        if st is None or info.problems or not hash_big:
             return info, None
         return info, file_digest(path, info.size) if info.size == st.st_size else None
     h = new_hasher()
     h.update(data)
+    digest = h.hexdigest()
     with contextlib.closing(io.BytesIO(data)) as fileobj:
         info = reader.decode_entry(
             path,
@@ -187,6 +195,7 @@ def decode_digested(
             fileobj=fileobj,
             size=st.st_size,
             mtime_ns=st.st_mtime_ns,
+            file_digest=f"{DIGEST_NAME}:{digest}",
         )
     assert isinstance(info, EntryInfo)
-    return info, h.hexdigest()
+    return info, digest

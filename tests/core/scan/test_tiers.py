@@ -31,8 +31,7 @@ def _json(report: ScanReport, entries: bool = True) -> str:
 
 
 def _cold() -> None:
-    reader._PAYLOAD_MEMO.clear()
-    reader._HLO_MEMO.clear()
+    reader.clear_memos()
 
 
 def _without_tier_two(e: EntryInfo) -> EntryInfo:
