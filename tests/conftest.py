@@ -242,14 +242,23 @@ def memo_served(monkeypatch: pytest.MonkeyPatch) -> list[ScanReport]:
 
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the entries decoded (serially, in this process) by each scan."""
+    """Names of the entries decoded (serially, in this process) by each scan, a file served
+    from the decode of an equal file (``reader.copy_of_file``) included."""
     seen: list[str] = []
     real = reader.decode_entry
+    real_copy = reader.copy_of_file
 
     def counting(path, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(os.path.basename(path))
         return real(path, **kwargs)
 
+    def counting_copy(digest, path, *args):  # type: ignore[no-untyped-def]
+        found = real_copy(digest, path, *args)
+        if found is not None:
+            seen.append(os.path.basename(path))
+        return found
+
     monkeypatch.setattr(reader, "decode_entry", counting)
+    monkeypatch.setattr(reader, "copy_of_file", counting_copy)
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
     return seen

@@ -31,7 +31,7 @@ _REAL_SERIAL = parallel._serial
 
 
 def _dying(
-    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool
 ) -> list[parallel.Decoded]:
     """Decode in this process; die at once in a pool worker (module level: workers unpickle it).
 
@@ -40,7 +40,7 @@ def _dying(
     """
     if multiprocessing.parent_process() is not None:
         os._exit(9)
-    return _REAL_DECODE_BATCH(jobs, max_decompressed, digested, defer_hlo)
+    return _REAL_DECODE_BATCH(jobs, max_decompressed, digested)
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_default_workers_follow_the_environment(monkeypatch: pytest.MonkeyPatch)
 
 
 def _collector_state(
-    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool
 ) -> list[parallel.Decoded]:
     """Decode, and say in each entry's module whether this process collects cyclic garbage."""
     import dataclasses
@@ -118,7 +118,7 @@ def _collector_state(
     state = f"gc-{gc.isenabled()}-in-{'worker' if multiprocessing.parent_process() else 'main'}"
     return [
         (dataclasses.replace(e, module=state), d)
-        for e, d in _REAL_DECODE_BATCH(jobs, max_decompressed, digested, defer_hlo)
+        for e, d in _REAL_DECODE_BATCH(jobs, max_decompressed, digested)
     ]
 
 
@@ -144,3 +144,23 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
         assert not gc.isenabled()  # the caller's choice stays
     finally:
         gc.enable()
+
+
+def test_likely_copies_are_decoded_with_every_tier_at_once() -> None:
+    """A first-tier scan decodes an entry with every tier at once when another entry has its
+    module and size (a likely copy: its tiers will be needed); the rest with the first only."""
+
+    def item(module: str, size: int, n: int) -> listdir.DirItem:
+        key = f"{module}-{n:064x}"
+        return listdir.DirItem(
+            key + "-cache", listdir.FileKind.ENTRY, key, size, 0, 0o100600, 0, False, False
+        )
+
+    items = [
+        item("jit_f", 100, 1),
+        item("jit_g", 100, 2),
+        item("jit_f", 100, 3),
+        item("jit_f", 101, 4),
+        item("jit_h", 7, 5),
+    ]
+    assert parallel.first_tier_only(items) == [False, True, False, True, True]

@@ -160,6 +160,12 @@ def test_equal_files_are_decompressed_once(
     decompressions = 0
     full = [travel.decode_digested(str(p), k, 1 << 40)[0] for p, k in paths]
     assert full == expected and decompressions == 2
+    # a scan with a smaller cap than the decode it would be served from decodes the file
+    cap = (expected[0].decompressed_size or 0) - 1
+    capped = travel.decode_digested(str(paths[3][0]), paths[3][1], cap)[0]
+    assert capped.problems and capped == reader.decode_entry(
+        paths[3][0], key=paths[3][1], max_decompressed=cap
+    )
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import gc
 import multiprocessing
 import os
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,7 +35,7 @@ MIN_PARALLEL_ENTRIES = 64  # fewer entries than this...
 MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this process
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
-Job = tuple[str, str | None]  # path, key
+Job = tuple[str, str | None, bool]  # path, key, the first tier only (``defer_hlo``)
 Decoded = tuple[EntryInfo, str | None]  # an entry, and the digest of its bytes when asked for
 T = TypeVar("T")
 R = TypeVar("R")
@@ -101,15 +101,13 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _decode_batch(
-    jobs: Sequence[Job], max_decompressed: int, digested: bool, defer_hlo: bool = False
-) -> list[Decoded]:
+def _decode_batch(jobs: Sequence[Job], max_decompressed: int, digested: bool) -> list[Decoded]:
     """Each job's entry; with ``digested``, also the digest of the bytes it was decoded from
     (``travel.decode_digested``: the same read, which also lets the reader serve a file equal
-    to one decoded before without decoding it); with ``defer_hlo``, the first tier only
-    (``reader.decode_entry``)."""
+    to one decoded before without decoding it); the first tier only where the job says so
+    (``reader.decode_entry(defer_hlo=True)``)."""
     out: list[Decoded] = []
-    for path, key in jobs:
+    for path, key, defer_hlo in jobs:
         info, digest = travel.decode_digested(
             path, key, max_decompressed, defer_hlo, hash_big=digested
         )
@@ -198,14 +196,14 @@ def _decode_items(
     defer_hlo: bool,
     executor: Executor | None = None,
 ) -> Iterator[Decoded]:
-    decode = functools.partial(
-        _decode_batch, max_decompressed=max_decompressed, digested=digested, defer_hlo=defer_hlo
-    )
+    decode = functools.partial(_decode_batch, max_decompressed=max_decompressed, digested=digested)
     base = str(Path(listing.root))  # str(listing.path(item)), without a Path per entry
+    deferred = first_tier_only(items) if defer_hlo else [False] * len(items)
 
     def job(n: int) -> Job:
         item = items[n]
-        return (item.name if base == "." else os.path.join(base, item.name), item.key)
+        path = item.name if base == "." else os.path.join(base, item.name)
+        return (path, item.key, deferred[n])
 
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
@@ -230,6 +228,16 @@ def _decode_items(
     for result in found:
         assert result is not None
         yield result
+
+
+def first_tier_only(items: Sequence[DirItem]) -> list[bool]:
+    """For a first-tier decode (``tiers.py``): which items to decode with the first tier only.
+    An entry that shares its module and its size with another is likely a copy of it (unstable
+    keys write one executable again and again): copies tie, so every tier of theirs will be
+    needed, and one decode with every tier now spares a second decode later. The others, and
+    any copy this misses, are completed by ``tiers.complete`` where they tie."""
+    seen = Counter((_module_of(i.key), i.size) for i in items)
+    return [seen[(_module_of(i.key), i.size)] == 1 for i in items]
 
 
 def grouped_batches(items: Sequence[DirItem], parts: int) -> tuple[list[int], list[list[int]]]:

@@ -98,20 +98,14 @@ def decode_entry(
     computed. A detail decode ignores it.
     """
     path = os.fspath(path)
-    name = path.rstrip("/").rsplit("/", 1)[-1] if fileobj is not None else os.path.basename(path)
-    if key is None:
-        base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
-        parsed = parse_key(base)
-        key = parsed[0] if parsed else base
-    parsed_key = parse_key(key)
-    module = parsed_key[1] if parsed_key else None
+    key, module = _key_and_module(path, key, fileobj is not None)
     defer_hlo = defer_hlo and not detail
     walk = _Walk(hash_fields=detail)
     info = EntryInfo(key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
     problems: list[Problem] = []
     if fileobj is not None:
         if file_digest is not None and not detail:
-            copy = _copy_of_file(file_digest, info)
+            copy = _copy_of_file(file_digest, info, max_decompressed)
             if copy is not None:
                 return copy
         whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed, defer_hlo)
@@ -151,12 +145,36 @@ def decode_entry(
     )
 
 
+def _key_and_module(path: str, key: str | None, url: bool) -> tuple[str, str | None]:
+    """The entry's key (given, or from its file name) and the module it names, if any."""
+    if key is None:
+        name = path.rstrip("/").rsplit("/", 1)[-1] if url else os.path.basename(path)
+        base = name[: -len(CACHE_SUFFIX)] if name.endswith(CACHE_SUFFIX) else name
+        parsed = parse_key(base)
+        key = parsed[0] if parsed else base
+    parsed_key = parse_key(key)
+    return key, parsed_key[1] if parsed_key else None
+
+
+def copy_of_file(
+    file_digest: str, path: str, key: str | None, size: int, mtime_ns: int, cap: int
+) -> EntryInfo | None:
+    """The entry of the local file at ``path`` when its bytes (``file_digest``) equal those of
+    a file this process decoded with every tier (``_copy_of_file``) and it decompresses to at
+    most ``cap`` bytes, else None."""
+    known = _FILE_MEMO.get(file_digest)
+    if known is None or known.hlo_deferred or (known.decompressed_size or 0) > cap:
+        return None
+    key, module = _key_and_module(path, key, False)
+    return updated(known, key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
+
+
 _PAYLOAD_MEMO: dict[str, EntryInfo] = {}
 _PAYLOAD_MEMO_MAX = 4096
 _FILE_MEMO: dict[str, EntryInfo] = {}
 
 
-def _copy_of_file(file_digest: str, info: EntryInfo) -> EntryInfo | None:
+def _copy_of_file(file_digest: str, info: EntryInfo, cap: int) -> EntryInfo | None:
     """The entry whose file holds the same bytes as one already decoded with every tier in this
     process, or None. Unstable keys write one executable again and again; where the compile
     time is the same too, the files are equal byte for byte (the copies corpora, the bench's
@@ -165,7 +183,7 @@ def _copy_of_file(file_digest: str, info: EntryInfo) -> EntryInfo | None:
     with the first tier only is not served (as in ``_decode_in_memory``: its second copy is
     decoded with every tier, and that one is served to the rest)."""
     known = _FILE_MEMO.get(file_digest)
-    if known is None or known.hlo_deferred:
+    if known is None or known.hlo_deferred or (known.decompressed_size or 0) > cap:
         return None
     return updated(
         known,

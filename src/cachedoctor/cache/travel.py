@@ -40,7 +40,7 @@ from typing import Protocol
 from cachedoctor import layout
 from cachedoctor.cache import reader
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.storage.files import open_regular
+from cachedoctor.storage.files import read_regular
 
 IN_CACHE_ENV = "CACHEDOCTOR_INDEX_IN_CACHE"  # "0": keep the index in the user cache dir
 WHOLE_READ_MAX = 64 << 20  # entry files up to this size are read whole, then hashed and decoded
@@ -170,9 +170,7 @@ def decode_digested(
     a file that cannot be opened or read is decoded from its path (the reader names the
     problem), without digest."""
     try:
-        with open_regular(path) as fh:
-            st = os.fstat(fh.fileno())
-            data = None if st.st_size > WHOLE_READ_MAX else fh.read(st.st_size + 1)
+        data, st = read_regular(path, WHOLE_READ_MAX)
     except OSError:
         data, st = None, None
     if data is None or st is None or len(data) != st.st_size:
@@ -186,6 +184,11 @@ def decode_digested(
     h = new_hasher()
     h.update(data)
     digest = h.hexdigest()
+    copy = reader.copy_of_file(
+        f"{DIGEST_NAME}:{digest}", path, key, st.st_size, st.st_mtime_ns, max_decompressed
+    )
+    if copy is not None:
+        return copy, digest
     with contextlib.closing(io.BytesIO(data)) as fileobj:
         info = reader.decode_entry(
             path,

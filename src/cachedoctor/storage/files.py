@@ -142,6 +142,35 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     make every entry look used. The kernel allows it only to the file's owner (or root):
     for anyone else the open is made again without it (EPERM).
     """
+    fd, _ = _open_regular_fd(path, dir_fd)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str, limit: int) -> tuple[bytes | None, os.stat_result]:
+    """The bytes of the regular file at ``path`` (refused as ``open_regular`` refuses), read
+    whole when it is at most ``limit`` bytes long (else None), and its ``fstat``: one open, one
+    stat and one read for the scan's small entries, without a file object. Raises OSError."""
+    fd, st = _open_regular_fd(path, None)
+    try:
+        if st.st_size > limit:
+            return None, st
+        data = os.read(fd, st.st_size + 1)
+        while len(data) <= st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):
+            data += more
+        return data, st
+    finally:
+        os.close(fd)
+
+
+def _open_regular_fd(
+    path: str | os.PathLike[str], dir_fd: int | None
+) -> tuple[int, os.stat_result]:
+    """A blocking descriptor of the regular file at ``path`` and its ``fstat`` (see
+    ``open_regular``). Raises OSError."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags | _NOATIME, dir_fd=dir_fd)
@@ -150,13 +179,13 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
             raise
         fd = os.open(path, flags, dir_fd=dir_fd)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
             raise OSError(code, kind, os.fspath(path))
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return fd, st
     except BaseException:
         os.close(fd)
         raise
