@@ -37,6 +37,10 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
     if argv[0] == "scan":  # warm every lazy import the command uses on an empty directory
         with tempfile.TemporaryDirectory() as empty:
             _quiet_cli(["scan", empty, *argv[2:]])
+        if os.environ.get("BENCH_WARM_PROTOBUF"):  # and what decoding an HLO module imports
+            import google.protobuf.descriptor_pb2
+            import google.protobuf.descriptor_pool
+            import google.protobuf.message_factory  # noqa: F401
     else:
         import importlib
 

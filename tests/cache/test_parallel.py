@@ -164,3 +164,39 @@ def test_likely_copies_are_decoded_with_every_tier_at_once() -> None:
         item("jit_h", 7, 5),
     ]
     assert parallel.first_tier_only(items) == [False, True, False, True, True]
+
+
+@pytest.mark.slow
+def test_a_few_entries_that_decompress_large_go_to_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fewer entries and bytes than the minimums still go to the pool when their zstd frames
+    declare MIN_PARALLEL_DECLARED bytes or more (large programs compress 50 x); a zlib file or
+    a damaged frame declares nothing."""
+    import zlib
+
+    import zstandard
+
+    from cachedoctor.cache import decompress
+
+    frame = zstandard.ZstdCompressor().compress(b"\0" * (2 << 20))
+    contents = [frame] * 3 + [zlib.compress(b"\0" * (4 << 20)), decompress.ZSTD_MAGIC + b"\xff"]
+    for n, data in enumerate(contents):
+        (tmp_path / f"jit_f-{n:064x}-cache").write_bytes(data)
+    listing = listdir.list_cache(tmp_path)
+    paths = [str(listing.path(i)) for i in listing.entries]
+    assert decompress.declared_total(paths) == 3 * (2 << 20)
+    pools: list[int] = []
+    real_pooled = parallel._pooled
+
+    def spy(batches: Sequence[Sequence[int]], *args: object) -> Iterator[object]:
+        pools.append(len(batches))
+        return real_pooled(batches, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel, "_pooled", spy)
+    for declared, expected in ((3 * (2 << 20) + 1, []), (3 * (2 << 20), [5])):
+        monkeypatch.setattr(parallel, "MIN_PARALLEL_DECLARED", declared)
+        pools.clear()
+        got = list(parallel.decode_entries(listing, workers=2))
+        assert pools == expected and len(got) == 5
+        assert [e.decompressed_size for e in got[:3]] == [2 << 20] * 3

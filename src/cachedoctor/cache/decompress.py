@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import threading
 import zlib
+from collections.abc import Iterable
 from typing import IO, BinaryIO
 
 try:
@@ -14,6 +15,7 @@ except ImportError:  # a declared dependency, but JAX itself runs without it (zl
     zstandard = None  # type: ignore[assignment]
 
 from cachedoctor.cache.model import Problem
+from cachedoctor.storage.files import open_regular
 
 ZstdError: type[Exception] = zstandard.ZstdError if zstandard is not None else zlib.error
 
@@ -217,6 +219,27 @@ def _compress_bound(size: int) -> int:
     """More than a zstd frame of ``size`` content bytes can take (ZSTD_compressBound is
     size + size/256 + a few hundred bytes), with room for a skippable frame or two."""
     return size + (size >> 7) + (64 << 10)
+
+
+def declared_total(paths: Iterable[str]) -> int:
+    """The decompressed bytes the zstd frames of the files at ``paths`` declare, in all (0 for
+    a file that declares none or cannot be read): a few entries of large programs compress
+    50 x, and whether a pool is worth starting for them shows only here. One small read each,
+    for the few entries it is asked of."""
+    total = 0
+    for path in paths:
+        try:
+            with open_regular(path) as fh:
+                head = fh.read(18)
+        except OSError:
+            continue
+        if zstandard is None or not head.startswith(ZSTD_MAGIC):
+            continue
+        with contextlib.suppress(zstandard.ZstdError):
+            size = zstandard.get_frame_parameters(head).content_size
+            if size != zstandard.CONTENTSIZE_UNKNOWN:
+                total += size
+    return total
 
 
 def detect_compression(head: bytes) -> str | None:

@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cachedoctor.cache import reader, travel
+from cachedoctor.cache import decompress, reader, travel
 from cachedoctor.cache.listdir import CacheListing, DirItem
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.errors import CachedoctorError
@@ -32,7 +32,8 @@ from cachedoctor.errors import CachedoctorError
 BATCH_BYTES = 8 << 20
 BATCH_ENTRIES = 256
 MIN_PARALLEL_ENTRIES = 64  # fewer entries than this...
-MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this: decode in this process
+MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this...
+MIN_PARALLEL_DECLARED = 32 << 20  # ...and fewer declared decompressed: decode in this process
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None, bool]  # path, key, the first tier only (``defer_hlo``)
@@ -207,7 +208,11 @@ def _decode_items(
 
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
-    small = len(items) < MIN_PARALLEL_ENTRIES and sum(sizes) < MIN_PARALLEL_BYTES
+    small = (
+        len(items) < MIN_PARALLEL_ENTRIES
+        and sum(sizes) < MIN_PARALLEL_BYTES
+        and decompress.declared_total(job(n)[0] for n in range(len(items))) < MIN_PARALLEL_DECLARED
+    )
     if executor is None and (workers == 1 or small or len(items) <= 1):
         jobs = [job(n) for n in range(len(items))]
         yield from _serial(_batches(jobs, sizes), decode, progress)
