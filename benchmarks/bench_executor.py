@@ -134,6 +134,7 @@ def _run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     from cachedoctor.cache import listdir
     from cachedoctor.core.scan.run import scan_directory
     from cachedoctor.storage import stores
+    from cachedoctor.storage.location import Location
 
     total, upload_s = _upload(url, Path(args.source), args.objects)
     print(f"uploaded {args.objects} objects ({total / 1e6:.0f} MB) in {upload_s:.0f} s", flush=True)
@@ -168,12 +169,17 @@ def _run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     for rep in range(args.reps):
         print(f"rep {rep + 1}/{args.reps}", flush=True)
         timed("listing", lambda s: listdir.list_cache(s))
-        timed("default", lambda s: scan_directory(s, use_index=False, entries=False))
+        timed(
+            "default",
+            lambda s: scan_directory(Location.of_store(s), use_index=False, entries=False),
+        )
         for w in sizes:
             ex = clients[w].get_executor(pure=False)
             timed(
                 f"dask-{w}",
-                lambda s, ex=ex: scan_directory(s, use_index=False, entries=False, executor=ex),
+                lambda s, ex=ex: scan_directory(
+                    Location.of_store(s), use_index=False, entries=False, executor=ex
+                ),
                 clients[w],
             )
     shipped = _shipped(url, args.objects)

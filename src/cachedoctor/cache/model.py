@@ -101,7 +101,8 @@ class EntryInfo:
     hlo: hlo_mod.HloSummary | None = None
     gpu: GpuSummary | None = None
     sections: tuple[Section, ...] = ()
-    executable_digest: str | None = None  # sha256 of the payload after the compile-time prefix
+    # sha256 of the payload after the compile-time prefix; None with ``hlo_deferred`` (tiers.py)
+    executable_digest: str | None = None
     program_digest: str | None = None  # same program modulo volatile fields (see hlo.canonicalize)
     volatile: tuple[hlo_mod.VolatileField, ...] = ()
     problems: tuple[Problem, ...] = ()

@@ -47,6 +47,7 @@ from cachedoctor.cache._payload import _walk_payload, _walk_payload_buffer
 from cachedoctor.cache.decompress import (
     DecodeFailure,
     Decompressor,
+    content_key,
     decompress_whole,
     detect_compression,
 )
@@ -132,6 +133,8 @@ def decode_entry(
                     return whole
                 info = _decode_open_file(fh, info, walk, problems, max_decompressed)
     info = _finish(info, walk, problems, defer_hlo)
+    if info.hlo_deferred:  # as a decode in memory leaves it: the second tier's evidence
+        info = replace(info, executable_digest=None)
     if not detail:
         return info
     return EntryDetail(
@@ -230,9 +233,11 @@ def _decode_in_memory(
     whole = decompress_whole(fh, cap)
     if whole is None or len(whole[0]) < 5:
         return None
-    raw, compression, digest = whole
+    raw, compression = whole
+    payload = memoryview(raw)[4:]
+    memo_key = content_key(payload)
     per_entry = {"compile_time_s": int.from_bytes(raw[:4], "big"), "compression": compression}
-    known = _PAYLOAD_MEMO.get(digest)
+    known = _PAYLOAD_MEMO.get(memo_key)
     if known is not None and known.hlo_deferred:
         known, defer_hlo = None, False
     if known is not None:
@@ -247,22 +252,24 @@ def _decode_in_memory(
         )
     walk = _Walk()
     try:
-        _walk_payload_buffer(memoryview(raw)[4:], walk)
+        _walk_payload_buffer(payload, walk)
     except (DecodeFailure, wire.WireError):
         return None
     problems: list[Problem] = []
     info = replace(
         info,
         decompressed_size=len(raw),
-        executable_digest=digest,
+        executable_digest=None if defer_hlo else hashlib.sha256(payload).hexdigest(),
         **per_entry,  # type: ignore[arg-type]
     )
     info = _finish(info, walk, problems, defer_hlo)
+    if info.executable_digest is None and not info.hlo_deferred:  # no module, or a bad one
+        info = replace(info, executable_digest=hashlib.sha256(payload).hexdigest())
     if info.problems:
         return info  # not memoised: only clean decodes are served to copies
     if len(_PAYLOAD_MEMO) >= _PAYLOAD_MEMO_MAX:
         _PAYLOAD_MEMO.clear()
-    _PAYLOAD_MEMO[digest] = info
+    _PAYLOAD_MEMO[memo_key] = info
     return info
 
 
@@ -319,17 +326,17 @@ def _decode_open_file(
 # What the stored HLO shows of key inputs that change from run to run (evidence of an unstable key)
 KEY_VOLATILE_CATEGORIES = frozenset({"backend_config-pointer", "custom-partitioning"})
 
-_HLO_MEMO: dict[bytes, hlo_facts_mod.ScanFacts] = {}
+_HLO_MEMO: dict[str, hlo_facts_mod.ScanFacts] = {}
 _HLO_MEMO_MAX = 1024
 
 
 def hlo_facts(module: bytes) -> hlo_facts_mod.ScanFacts:
-    """Summary, program digest and key-volatile fields of an HLO module, memoised by its sha256.
+    """Summary, program digest and key-volatile fields of an HLO module, memoised by content.
 
     Caches hold the same module under many keys (unstable keys, relocated copies); reading it
     once per process instead of once per entry saves most of a scan's work. Raises WireError.
     """
-    digest = hashlib.sha256(module).digest()
+    digest = content_key(module)
     found = _HLO_MEMO.get(digest)
     if found is None:
         if len(_HLO_MEMO) >= _HLO_MEMO_MAX:
@@ -338,7 +345,7 @@ def hlo_facts(module: bytes) -> hlo_facts_mod.ScanFacts:
     return found
 
 
-_OPTIONS_MEMO: dict[bytes, tuple[dict[str, object], bytes]] = {}
+_OPTIONS_MEMO: dict[str, tuple[dict[str, object], bytes]] = {}
 
 
 def options_facts(options: bytes) -> tuple[dict[str, object], bytes]:
@@ -346,7 +353,7 @@ def options_facts(options: bytes) -> tuple[dict[str, object], bytes]:
 
     Entries of one cache mostly share their compile options byte for byte. Raises WireError.
     """
-    digest = hashlib.sha256(options).digest()
+    digest = content_key(options)
     found = _OPTIONS_MEMO.get(digest)
     if found is None:
         found = (decode_compile_options(options), canonical_compile_options(options))

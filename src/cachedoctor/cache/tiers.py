@@ -1,12 +1,13 @@
 """Evidence in tiers: which entries' deferred HLO facts a verdict needs (issue 26).
 
 A first-tier decode (``reader.decode_entry(defer_hlo=True)``) reads what every entry needs:
-decompression, header, compile options, the payload's digest, the executable's fields, and of
-the HLO module only its *signature* (``hlo_facts.signature``: which computations are the
-entry, each one's number of instructions, the host program shape, all covered by the program
-digest) and the byte-level flags of ``hlo_facts.may_hold_key_volatile`` (a module that may hold
-a key-volatile field gets every tier at once). The second tier, the HLO summary, the program
-digest and the volatile fields, is what the verdicts that compare entries rest on:
+decompression, header, compile options, a fast digest of the payload (XXH3-128: the reader's
+memo, so copies are decoded once), the executable's fields, and of the HLO module only its
+*signature* (``hlo_facts.signature``: which computations are the entry, each one's number of
+instructions, the host program shape, all covered by the program digest). The second tier, the
+HLO summary, the program digest, the volatile fields and the payload's SHA-256 (the executable
+digest: evidence that two executables are identical, and shown), is what the verdicts that
+compare entries rest on:
 ``duplicate_groups`` groups entries by module and program digest, and a module's number of
 programs counts distinct digests.
 
@@ -15,8 +16,9 @@ signature and the program digest both cover the platform and the canonical compi
 and the signature's HLO parts are functions of what the program digest hashes). So an entry
 whose signature no other entry of its module shares is in no group, and counts as one program
 whatever its digest: its second tier can wait for a command that shows it (``scan --json``,
-``show``, ``diff``, ``check``, the API). Entries whose signatures tie get every tier, and
-copies of one payload (same executable digest) get them from one decode.
+``show``, ``diff``, ``check``, the API). Entries whose signatures tie get every tier; an entry
+that shares its module and file size with another (a likely copy) gets them at once
+(``parallel.first_tier_only``), and copies of one payload get them from one decode.
 """
 
 from __future__ import annotations

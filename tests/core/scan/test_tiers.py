@@ -35,7 +35,9 @@ def _cold() -> None:
 
 
 def _without_tier_two(e: EntryInfo) -> EntryInfo:
-    return dataclasses.replace(e, hlo=None, program_digest=None, volatile=(), hlo_deferred=True)
+    return dataclasses.replace(
+        e, hlo=None, program_digest=None, volatile=(), executable_digest=None, hlo_deferred=True
+    )
 
 
 @pytest.mark.slow
@@ -93,10 +95,13 @@ def test_equal_program_digests_have_equal_signatures(seed_cache: Path) -> None:
     assert len(by_digest) < len(entries)  # the jit_f copies share one digest
     _cold()
     first = [_decoded(p, True) for p in paths]
-    # a second entry of one payload gets every tier from the bytes in hand (reader's memo)
-    assert [e.hlo_deferred for e in first] == [
-        e.executable_digest not in {f.executable_digest for f in first[:n]}
-        for n, e in enumerate(first)
+    # a second entry of one payload gets every tier from the bytes in hand (reader's memo);
+    # the first tier leaves the executable digest out (the second tier's evidence)
+    digests = [e.executable_digest for e in entries]
+    assert [e.hlo_deferred for e in first] == [d not in digests[:n] for n, d in enumerate(digests)]
+    assert all((e.executable_digest is None) == e.hlo_deferred for e in first)
+    assert [e.executable_digest for e in first if not e.hlo_deferred] == [
+        e.executable_digest for e, f in zip(entries, first, strict=True) if not f.hlo_deferred
     ]
     assert [e.program_signature for e in first] == [e.program_signature for e in entries]
 
