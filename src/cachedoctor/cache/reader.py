@@ -106,7 +106,7 @@ def decode_entry(
     problems: list[Problem] = []
     if fileobj is not None:
         if file_digest is not None and not detail:
-            copy = _copy_of_file(file_digest, info, max_decompressed)
+            copy = copy_of_file(file_digest, path, key, size, mtime_ns, max_decompressed)
             if copy is not None:
                 return copy
         whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed, defer_hlo)
@@ -162,9 +162,14 @@ def _key_and_module(path: str, key: str | None, url: bool) -> tuple[str, str | N
 def copy_of_file(
     file_digest: str, path: str, key: str | None, size: int, mtime_ns: int, cap: int
 ) -> EntryInfo | None:
-    """The entry of the local file at ``path`` when its bytes (``file_digest``) equal those of
-    a file this process decoded with every tier (``_copy_of_file``) and it decompresses to at
-    most ``cap`` bytes, else None."""
+    """The entry of the file at ``path`` when its bytes (``file_digest``) equal those of one
+    this process decoded with every tier and it decompresses to at most ``cap`` bytes, else
+    None. Unstable keys write one executable again and again; where the compile time is the
+    same too, the files are equal byte for byte (the bench's copies corpora, ``cache-NNk``):
+    such a copy is neither decompressed nor hashed again, what a file shows is a function of
+    its bytes, and only the name, size and mtime are its own. A file decoded with the first
+    tier only is not served (as in ``_decode_in_memory``: its second copy is decoded with every
+    tier, and that one is served to the rest)."""
     known = _FILE_MEMO.get(file_digest)
     if known is None or known.hlo_deferred or (known.decompressed_size or 0) > cap:
         return None
@@ -175,27 +180,6 @@ def copy_of_file(
 _PAYLOAD_MEMO: dict[str, EntryInfo] = {}
 _PAYLOAD_MEMO_MAX = 4096
 _FILE_MEMO: dict[str, EntryInfo] = {}
-
-
-def _copy_of_file(file_digest: str, info: EntryInfo, cap: int) -> EntryInfo | None:
-    """The entry whose file holds the same bytes as one already decoded with every tier in this
-    process, or None. Unstable keys write one executable again and again; where the compile
-    time is the same too, the files are equal byte for byte (the copies corpora, the bench's
-    ``cache-NNk``): such a copy is neither decompressed nor hashed again, what a file shows is
-    a function of its bytes, and only the name, size and mtime are its own. A file decoded
-    with the first tier only is not served (as in ``_decode_in_memory``: its second copy is
-    decoded with every tier, and that one is served to the rest)."""
-    known = _FILE_MEMO.get(file_digest)
-    if known is None or known.hlo_deferred or (known.decompressed_size or 0) > cap:
-        return None
-    return updated(
-        known,
-        key=info.key,
-        module=info.module,
-        path=info.path,
-        size=info.size,
-        mtime_ns=info.mtime_ns,
-    )
 
 
 def _remember_file(file_digest: str, info: EntryInfo) -> None:
