@@ -23,10 +23,12 @@ The corpora come from ``$CACHEDOCTOR_BENCH_DIR`` (``generate.py``); they are onl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as harness  # noqa: E402
+
+RACY_S = 2.0  # cachedoctor.cache.index.RACY_S
 
 Result = dict[str, Any]
 
@@ -67,8 +71,13 @@ def bench_corpus(src: Path, work: Path, reps: int, argv: list[str]) -> Result:
     shutil.rmtree(base, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-r", str(src), str(base)], check=True)
-    scan_once(base, xdg, ["scan"])  # the run before: its index is written into the cache
+    # the run before, on files older than the index's racy window (a file changed in the last
+    # RACY_S is never stored: a copy made just now would leave most rows out of the index)
+    time.sleep(RACY_S + 0.5)
+    scan_once(base, xdg, ["scan"])  # its index is written into the cache
     index_bytes = sum(p.stat().st_size for p in (base / "cachedoctor-index").iterdir())
+    with contextlib.closing(sqlite3.connect(base / "cachedoctor-index" / "index.sqlite")) as db:
+        index_rows = db.execute("SELECT count(*) FROM entries").fetchone()[0]
     runs: dict[str, list[Result]] = {"travel": [], "cold": []}
     floors: dict[str, list[float]] = {"L": [], "R": []}
     for _ in range(reps):
@@ -85,7 +94,12 @@ def bench_corpus(src: Path, work: Path, reps: int, argv: list[str]) -> Result:
     shutil.rmtree(restored, ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)
     shutil.rmtree(xdg, ignore_errors=True)
-    out: Result = {"corpus": src.name, "argv": argv, "index_bytes": index_bytes}
+    out: Result = {
+        "corpus": src.name,
+        "argv": argv,
+        "index_bytes": index_bytes,
+        "index_rows": index_rows,
+    }
     out["floors"] = {k: harness._stats(v) for k, v in floors.items()}
     for variant, results in runs.items():
         stats = harness._stats([r["seconds"] for r in results])
