@@ -208,12 +208,16 @@ def _decode_items(
 
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
-    small = (
-        len(items) < MIN_PARALLEL_ENTRIES
-        and sum(sizes) < MIN_PARALLEL_BYTES
-        and decompress.declared_total(job(n)[0] for n in range(len(items))) < MIN_PARALLEL_DECLARED
-    )
-    if executor is None and (workers == 1 or small or len(items) <= 1):
+
+    def small() -> bool:  # too little work for a pool (the frames' headers read last, if at all)
+        return (
+            len(items) < MIN_PARALLEL_ENTRIES
+            and sum(sizes) < MIN_PARALLEL_BYTES
+            and decompress.declared_total(job(n)[0] for n in range(len(items)))
+            < MIN_PARALLEL_DECLARED
+        )
+
+    if executor is None and (workers == 1 or len(items) <= 1 or small()):
         jobs = [job(n) for n in range(len(items))]
         yield from _serial(_batches(jobs, sizes), decode, progress)
         return
