@@ -138,6 +138,7 @@ def test_equal_files_are_decompressed_once(
     expected = [
         _decode(p, k) if n == 4 else _streamed(p, k, monkeypatch) for n, (p, k) in enumerate(paths)
     ]
+    alone = reader.decode_entry(paths[4][0], key=paths[4][1], defer_hlo=True)
     decompressions = 0
     real_whole = decompress.decompress_whole
 
@@ -153,9 +154,9 @@ def test_equal_files_are_decompressed_once(
     assert decompressions == 3
     assert first_tier[0].hlo_deferred and not any(e.hlo_deferred for e in first_tier[1:4])
     assert [*first_tier[1:4], first_tier[5]] == [*expected[1:4], expected[5]]
-    # the flipped copy: decoded alone, with its first tier (the flip left it readable)
-    assert first_tier[4].hlo_deferred and first_tier[4].key == paths[4][1]
-    assert first_tier[4].decompressed_size == expected[4].decompressed_size
+    # the flipped copy: decoded alone, with its first tier (readable or not: where the flip
+    # lands depends on the JAX release that wrote the entry)
+    assert first_tier[4] == alone and first_tier[4].key == paths[4][1]
     reader.clear_memos()
     decompressions = 0
     full = [travel.decode_digested(str(p), k, 1 << 40)[0] for p, k in paths]
