@@ -7,7 +7,7 @@ import hashlib
 import threading
 import zlib
 from collections.abc import Iterable
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Protocol
 
 try:
     import xxhash
@@ -166,10 +166,26 @@ def decompress_whole(fh: BinaryIO, cap: int) -> tuple[bytes, str] | None:
     return b"".join(parts), compression
 
 
+class FastHasher(Protocol):
+    def update(self, data: bytes | memoryview, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+# The one fast content digest (the reader's memos, the travelling index's digests): XXH3-128, or
+# BLAKE2b-128 without ``xxhash`` (a declared dependency). Not evidence: the executable digest
+# shown to users is SHA-256.
+FAST_DIGEST_NAME = "xxh3-128" if xxhash is not None else "blake2b-128"
+
+
+def fast_hasher() -> FastHasher:
+    if xxhash is not None:
+        return xxhash.xxh3_128()
+    return hashlib.blake2b(digest_size=16)
+
+
 def content_key(data: bytes | memoryview) -> str:
-    """A fast digest of ``data`` that tells payloads apart within this process (the reader's
-    memo of payloads): XXH3-128, or BLAKE2b-128 without ``xxhash``. Not evidence: the
-    executable digest shown to users is SHA-256."""
+    """The fast digest of ``data`` in one call: what tells payloads apart within this process
+    (the reader's memo of payloads, HLO modules and compile options)."""
     if xxhash is not None:
         return xxhash.xxh3_128_hexdigest(data)
     return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -92,7 +92,8 @@ def decode_entry(
     With ``fileobj`` (an open, seekable binary file: an object in a bucket), ``path`` is only
     the name to report and ``size``/``mtime_ns`` come from the caller's listing; the caller
     closes it. ``file_digest``, with ``fileobj``: a digest of the whole of its bytes
-    (``travel.decode_digested``), under which the entry is remembered (``_FILE_MEMO``).
+    (``travel.decode_digested``, which first asks ``copy_of_file``), under which the entry is
+    remembered (``_FILE_MEMO``).
 
     ``defer_hlo``: the first tier only (see ``tiers.py``): the HLO module's summary, program
     digest and volatile fields are left out (``hlo_deferred``) and only its signature is
@@ -105,10 +106,6 @@ def decode_entry(
     info = EntryInfo(key=key, module=module, path=path, size=size, mtime_ns=mtime_ns)
     problems: list[Problem] = []
     if fileobj is not None:
-        if file_digest is not None and not detail:
-            copy = copy_of_file(file_digest, path, key, size, mtime_ns, max_decompressed)
-            if copy is not None:
-                return copy
         whole = None if detail else _decode_in_memory(fileobj, info, max_decompressed, defer_hlo)
         if whole is not None:
             if file_digest is not None:

@@ -35,10 +35,9 @@ import io
 import os
 import stat
 from pathlib import Path
-from typing import Protocol
 
 from cachedoctor import layout
-from cachedoctor.cache import reader
+from cachedoctor.cache import decompress, reader
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.storage.files import read_regular
 
@@ -47,25 +46,10 @@ WHOLE_READ_MAX = 64 << 20  # entry files up to this size are read whole, then ha
 _CHUNK = 1 << 20
 
 
-class _Hasher(Protocol):
-    def update(self, data: bytes | memoryview, /) -> None: ...
-    def hexdigest(self) -> str: ...
-
-
-try:
-    import xxhash
-
-    def new_hasher() -> _Hasher:
-        return xxhash.xxh3_128()
-
-    DIGEST_NAME = "xxh3-128"
-except ImportError:  # a declared dependency; without it, rows carry BLAKE2b digests instead
-    import hashlib
-
-    def new_hasher() -> _Hasher:
-        return hashlib.blake2b(digest_size=16)
-
-    DIGEST_NAME = "blake2b-128"
+# the one fast content digest (cache/decompress.py): XXH3-128, BLAKE2b-128 without xxhash; an
+# index says which its rows hold
+new_hasher = decompress.fast_hasher
+DIGEST_NAME = decompress.FAST_DIGEST_NAME
 
 
 def in_cache_enabled() -> bool:
