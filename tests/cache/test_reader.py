@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cachedoctor import layout
 from cachedoctor.cache import decompress, listdir, reader
@@ -50,6 +52,59 @@ def test_listing_classifies_every_file(seed_cache: Path, tmp_path: Path) -> None
 )
 def test_classify(name: str, kind: FileKind) -> None:
     assert listdir.classify(name, is_dir=False)[0] is kind
+
+
+_HEX = "0123456789abcdef"
+_NAMES = st.builds(
+    lambda prefix, module, digest, suffix: prefix + module + digest + suffix,
+    st.sampled_from(
+        [
+            "",
+            "cachedoctor",
+            ".cachedoctor-",
+            "xla_gpu_kernel_cache_file",
+            "tmp.",
+            "tmp_",
+            "tmpx",
+            "_temp_",
+            "-",
+            "\n",
+        ]
+    ),
+    st.text(alphabet="jit_f-.\nA", max_size=6),
+    st.one_of(
+        st.sampled_from(
+            ["-" + "a" * 64, "-" + "0f" * 32, "a" * 64, "-" + "a" * 63, "-" + "a" * 65]
+        ),
+        st.text(alphabet=_HEX + "A-", min_size=62, max_size=66),
+    ),
+    st.sampled_from(["-cache", "-atime", "", ".tmp", "-cache\n", "cache", "-atime-cache"]),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(name=_NAMES, is_dir=st.booleans())
+def test_classify_agrees_with_its_rules(name: str, is_dir: bool) -> None:
+    """The one-match fast path gives what the rules give, for names near the entry shape."""
+    assert listdir.classify(name, is_dir) == listdir.classify_by_rules(name, is_dir)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "jit_f-" + "a" * 64 + "-cache",
+        "cachedoctor-" + "a" * 64 + "-cache",
+        ".cachedoctor-x-" + "a" * 64 + "-atime",
+        "xla_gpu_kernel_cache_file-" + "a" * 64 + "-cache",
+        "tmp.jit_f-" + "a" * 64 + "-cache",
+        "_temp_jit-" + "a" * 64 + "-atime",
+        "jit\nf-" + "a" * 64 + "-cache",
+        "-" + "a" * 64 + "-cache",
+    ],
+)
+def test_classify_agrees_on_edges(name: str) -> None:
+    for is_dir in (False, True):
+        assert listdir.classify(name, is_dir) == listdir.classify_by_rules(name, is_dir)
 
 
 def test_autotune_dir_is_a_subcache() -> None:

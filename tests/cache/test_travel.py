@@ -117,6 +117,32 @@ def test_restored_copy_is_served_from_its_index(
     assert with_index["entries"]
 
 
+def test_a_copy_made_just_now_is_hashed_again(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: list[str]
+) -> None:
+    """A file changed within the racy window may change again within one timestamp tick: a row
+    served by its digest keeps only its file's size then, and the next scan hashes it again."""
+    report(cache)
+    copy = restored(cache, tmp_path / "ci" / "jax-cache", monkeypatch)
+    monkeypatch.setattr(index, "RACY_S", 3600.0)  # every file of the copy is young
+    expected = report(copy, use_index=False)
+    decodes.clear()
+    assert report(copy) == expected and decodes == []
+    sizes = {p.name: p.stat().st_size for p in copy.iterdir() if p.name in entry_names(copy)}
+    rows = index.load(str(copy), OPTIONS).entries
+    assert rows == {name: f"{size}:" for name, size in sizes.items()}
+    hashed: list[str] = []
+    real = travel.file_digest
+
+    def counting(path: str, size: int) -> str | None:
+        hashed.append(path)
+        return real(path, size)
+
+    monkeypatch.setattr(travel, "file_digest", counting)
+    assert report(copy) == expected and decodes == []
+    assert sorted(os.path.basename(p) for p in hashed) == sorted(sizes)
+
+
 @pytest.mark.parametrize("offset", ["magic", "middle"])
 def test_a_flipped_byte_is_decoded_afresh(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: list[str], offset: str

@@ -40,7 +40,6 @@ same file holds the scan memo's tables (``memo``, ``memo_text``: ``memostore.py`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -72,7 +71,7 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import HloSummary
 
-FORMAT = "cachedoctor-index-v6"
+FORMAT = "cachedoctor-index-v7"  # 7: row checksums by the fast digest
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -88,7 +87,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
   name BLOB PRIMARY KEY, identity TEXT NOT NULL, digest TEXT, scalars TEXT NOT NULL,
-  parts TEXT NOT NULL, hlo TEXT, checksum BLOB
+  parts TEXT NOT NULL, hlo TEXT, checksum TEXT
 );
 CREATE TABLE IF NOT EXISTS memo (
   k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB
@@ -234,7 +233,7 @@ class ScanIndex:
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
     _changed: dict[str, tuple[DirItem, EntryInfo, str | None]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
-    _moved: dict[str, DirItem] = field(default_factory=dict)  # rows served by their digest
+    _moved: dict[str, Identity] = field(default_factory=dict)  # rows served by their digest
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
     @property
@@ -294,7 +293,7 @@ class ScanIndex:
             found = [] if waiting is None else waiting()
         for (name, (item, digest)), got in zip(check.items() if found else (), found, strict=True):
             if got == digest and name in served:
-                self._moved[name] = item  # the same bytes at a new identity
+                self._moved[name] = identity(item, self.remote)  # the same bytes, a new identity
             else:
                 served.pop(name, None)  # changed (or unreadable): decoded again
         return served
@@ -385,11 +384,14 @@ class ScanIndex:
                 continue
             self._changed[name] = (item, info, None if digests is None else digests.get(name))
             self._removed.discard(name)
-        for name, item in self._moved.items():
-            if not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns:
+        if self.remote:
+            return
+        for name, ident in self._moved.items():
+            size, mtime_ns, _ino, ctime_ns = ident.split(":")
+            if max(int(mtime_ns), int(ctime_ns)) >= racy_ns:
                 # a file written just now may still change within one timestamp tick: keep
                 # only its size, so that it is hashed again next time
-                self._moved[name] = dataclasses.replace(item, mtime_ns=-1)
+                self._moved[name] = f"{size}:"
 
     def save(self) -> None:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
@@ -447,8 +449,7 @@ class ScanIndex:
         """(identity, name) of each row served by its digest: its identity here (only its size
         for a file written just now). A damaged identity or digest only misses (the checksum
         covers what a row serves, not what finds it)."""
-        for name, item in self._moved.items():
-            ident = identity(item, self.remote) if item.mtime_ns >= 0 else f"{item.size}:"
+        for name, ident in self._moved.items():
             yield (ident, os.fsencode(name))
 
     def _insert(self, db: sqlite3.Connection) -> None:

@@ -17,15 +17,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from cachedoctor.cache import decompress
 from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.plaindata import slot_filler
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
 
-def checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> bytes:
-    """What catches a damaged row's values. Not its identity nor digest: damaged, those only
-    fail to match the file, which is then decoded."""
-    text = "\0".join((scalars, parts, hlo_id or ""))
-    return hashlib.blake2b(os.fsencode(name) + b"\0" + text.encode(), digest_size=16).digest()
+def checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> str:
+    """What catches a damaged row's values (the one fast digest, ``decompress.content_key``).
+    Not its identity nor digest: damaged, those only fail to match the file, which is then
+    decoded."""
+    return decompress.content_key(os.fsencode("\0".join((name, scalars, parts, hlo_id or ""))))
 
 
 def hlo_id(body: str) -> str:
@@ -96,9 +98,7 @@ OWN_VALUES = operator.attrgetter(*OWN_SCALARS)
 PART_VALUES = operator.attrgetter(*_PARTS)
 SHARED_VALUES = operator.attrgetter(*_SHARED_SCALARS)
 # frozen and slotted: fill the slots directly, several times faster than __init__
-_SETTERS = tuple(
-    getattr(EntryInfo, f).__set__ for f in (*OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo")
-)
+_FILLED_ENTRY = slot_filler(EntryInfo, (*OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo"))
 KEY, PATH, MTIME, COMPRESSION = (
     OWN_SCALARS.index(f) for f in ("key", "path", "mtime_ns", "compression")
 )
@@ -126,7 +126,4 @@ def thaw_parts(values: Any, strings: dict[str, str]) -> list[Any]:
 
 
 def entry(scalars: list[Any], parts: list[Any], summary: HloSummary | None) -> EntryInfo:
-    info = object.__new__(EntryInfo)
-    for setter, value in zip(_SETTERS, (*scalars, *parts, summary), strict=True):
-        setter(info, value)
-    return info
+    return _FILLED_ENTRY(*scalars, *parts, summary)

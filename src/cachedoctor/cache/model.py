@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from cachedoctor.plaindata import slot_filler
 from cachedoctor.xla import hlo as hlo_mod
 
 _C = TypeVar("_C", bound=type)
@@ -139,8 +140,8 @@ _KEY_SLOT: Any = getattr(EntryInfo, "key")  # noqa: B009 (the slot's descriptor)
 
 _ENTRY_FIELDS = tuple(f.name for f in fields(EntryInfo))
 _ALL_ENTRY_FIELDS = operator.attrgetter(*_ENTRY_FIELDS)
-_ENTRY_SETTERS: tuple[Any, ...] = tuple(getattr(EntryInfo, name).__set__ for name in _ENTRY_FIELDS)
-_ENTRY_SETTER = dict(zip(_ENTRY_FIELDS, _ENTRY_SETTERS, strict=True))
+_ENTRY_SETTER = {name: getattr(EntryInfo, name).__set__ for name in _ENTRY_FIELDS}
+_FILLED_ENTRY = slot_filler(EntryInfo, _ENTRY_FIELDS)
 
 
 def updated(info: EntryInfo, **changes: Any) -> EntryInfo:
@@ -148,9 +149,7 @@ def updated(info: EntryInfo, **changes: Any) -> EntryInfo:
     (a copy of an executable already decoded takes the first's facts): the slots are copied
     and set directly, where ``replace`` goes through ``__init__`` (EntryInfo has no
     ``__post_init__`` to skip). Not checked by mypy as ``replace`` is: elsewhere use that."""
-    new = object.__new__(EntryInfo)
-    for setter, value in zip(_ENTRY_SETTERS, _ALL_ENTRY_FIELDS(info), strict=True):
-        setter(new, value)
+    new = _FILLED_ENTRY(*_ALL_ENTRY_FIELDS(info))
     for name, value in changes.items():
         if name not in _ENTRY_SETTER:
             raise TypeError(f"EntryInfo has no field {name!r}")
