@@ -21,6 +21,7 @@ from tests.support.gpu_vectors import plain_gpu_entry
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
+OPTIONS = (reader.DEFAULT_MAX_DECOMPRESSED,)
 NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compared as text
 
 
@@ -104,6 +105,27 @@ def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
     assert got[victim.name[: -len("-cache")]] == fresh
 
 
+def test_a_decode_of_other_bytes_than_listed_is_not_stored(cache: Path) -> None:
+    """A row serves its file's size and mtime from the listing: one decoded from a file that
+    changed after it was listed (another size or mtime) is not stored under the listed one."""
+    from cachedoctor.cache import listdir
+    from cachedoctor.cache.model import EntryInfo, updated
+
+    listing = listdir.list_cache(cache)
+    first, second = listing.entries[:2]
+    decoded: dict[str, EntryInfo] = {}
+    for item in (first, second):
+        info = reader.decode_entry(str(cache / item.name), key=item.key)
+        assert isinstance(info, EntryInfo)
+        decoded[item.name] = info
+    decoded[first.name] = updated(decoded[first.name], mtime_ns=first.mtime_ns + 1)
+    idx = index.load(str(cache), OPTIONS)
+    idx.update(listing.entries, decoded, now=NOW)
+    idx.save()
+    rows = index.load(str(cache), OPTIONS).entries
+    assert second.name in rows and first.name not in rows
+
+
 def test_vanished_entry_leaves_the_index(cache: Path) -> None:
     report(cache)
     gone = entry_names(cache)[0]
@@ -152,11 +174,13 @@ def _rewrite_rows(cache: Path, sql: str) -> None:
     "sql",
     [
         # a value changed in place: the row's checksum no longer matches
-        "UPDATE entries SET scalars = replace(scalars, '\"zstd\"', '\"zlib\"') WHERE rowid = 1",
-        # a row of another shape with a checksum of its own: decoding it fails
-        "UPDATE entries SET scalars = '[1,2,3]' WHERE rowid = 1",
+        "UPDATE entries SET compression = 'zlib' WHERE rowid = 1",
+        # a value of another type with a checksum of its own: decoding it fails
+        "UPDATE entries SET compile_time = '[1,2,3]' WHERE rowid = 1",
         # a shared HLO summary changed: every row that uses it is decoded again
         "UPDATE hlo SET body = replace(body, 'jit_', 'jax_')",
+        # the shared parts changed: every row that uses them is decoded again
+        "UPDATE parts SET body = replace(body, '\"cpu\"', '\"gpu\"')",
     ],
 )
 def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], sql: str) -> None:
@@ -174,8 +198,8 @@ def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], s
         assert loaded.loaded
     decodes.clear()
     assert report(cache) == expected
-    if "hlo" in sql.split()[1]:
-        assert sorted(decodes) == entry_names(cache)  # every seed entry holds an HLO module
+    if sql.split()[1] in ("hlo", "parts"):
+        assert sorted(decodes) == entry_names(cache)  # every seed entry: an HLO module, on CPU
     else:
         assert len(decodes) == 1  # that row alone
     decodes.clear()
@@ -184,12 +208,16 @@ def test_damaged_rows_are_decoded_again_alone(cache: Path, decodes: list[str], s
 
 
 def test_index_is_plain_rows_never_pickle(cache: Path) -> None:
-    """Reading an index can never run code: it is sqlite rows of JSON values."""
+    """Reading an index can never run code: it is sqlite rows of plain values and JSON text."""
     report(cache)
     db = sqlite3.connect(_index_file(cache))
-    rows = list(db.execute("SELECT scalars, parts FROM entries"))
+    bodies = [
+        body for table in ("parts", "hlo") for (body,) in db.execute(f"SELECT body FROM {table}")
+    ]
+    values = list(db.execute("SELECT compile_time, compression FROM entries"))
     db.close()
-    assert rows and all(isinstance(json.loads(text), list) for row in rows for text in row)
+    assert bodies and all(isinstance(json.loads(text), list) for text in bodies)
+    assert values and all(type(v) in (int, str, type(None)) for row in values for v in row)
 
 
 def test_gpu_entry_keeps_the_rest_of_the_index(

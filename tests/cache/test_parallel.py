@@ -200,3 +200,34 @@ def test_a_few_entries_that_decompress_large_go_to_the_pool(
         got = list(parallel.decode_entries(listing, workers=2))
         assert pools == expected and len(got) == 5
         assert [e.decompressed_size for e in got[:3]] == [2 << 20] * 3
+
+
+def _listed(d: Path) -> dict[str, listdir.DirItem]:
+    return {i.name: i for i in listdir.list_cache(d).entries}
+
+
+def test_early_digests_serve_only_files_listed_as_they_were_hashed(tmp_path: Path) -> None:
+    """A restored copy is hashed before it is listed (``start_hashing_dir``); a digest made so
+    is used only where the listing's ``lstat`` shows the identity the file had while it was
+    hashed: a file rewritten in between is hashed again, after the listing."""
+    from cachedoctor.cache import travel
+
+    names = [f"jit_f-{n:064x}-cache" for n in range(3)]
+    for n, name in enumerate(names):
+        (tmp_path / name).write_bytes(bytes([n]) * 1000)
+    early = parallel.start_hashing_dir(str(tmp_path), workers=3)
+    assert early is not None
+    changed = tmp_path / names[1]
+    waiter = early.of  # hashed already (the pool's result is awaited below)
+    done = early._futures[0].result(), early._futures[1].result()
+    assert sorted(k for d in done for k in d) == names  # two workers, each its share
+    changed.write_bytes(b"\x07" * 1000)  # same size, new bytes: a new mtime/ctime
+    items = _listed(tmp_path)
+    got = waiter([items[n] for n in names], lambda i: str(tmp_path / i.name))()
+    expected = [travel.file_digest(str(tmp_path / n), 1000) for n in names]
+    assert got == expected
+    assert got[1] != next(d for d in done if names[1] in d)[names[1]][4]  # not the early one
+
+
+def test_no_early_hashing_on_one_core(tmp_path: Path) -> None:
+    assert parallel.start_hashing_dir(str(tmp_path), workers=1) is None

@@ -55,14 +55,8 @@ from cachedoctor import layout
 from cachedoctor.cache import index_rows, travel
 from cachedoctor.cache.index_rows import (
     COLUMNS,
-    COMPRESSION,
     FIELDS,
-    KEY,
-    MTIME,
-    OWN_SCALARS,
-    OWN_VALUES,
     PART_VALUES,
-    PATH,
     SHARED_VALUES,
     SLOTS,
 )
@@ -71,7 +65,7 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.storage.files import replacing
 from cachedoctor.xla.hlo import HloSummary
 
-FORMAT = "cachedoctor-index-v7"  # 7: row checksums by the fast digest
+FORMAT = "cachedoctor-index-v8"  # 8: typed own values, parts stored once by id
 SUFFIX = ".sqlite"
 RACY_S = 2.0  # entries changed this recently are decoded every time (git's "racily clean")
 MAX_TOTAL_BYTES = 256 << 20
@@ -85,9 +79,10 @@ StartDigests = Callable[[list[DirItem]], Callable[[], list[str | None]]]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hlo (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS parts (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
-  name BLOB PRIMARY KEY, identity TEXT NOT NULL, digest TEXT, scalars TEXT NOT NULL,
-  parts TEXT NOT NULL, hlo TEXT, checksum TEXT
+  name BLOB PRIMARY KEY, identity TEXT NOT NULL, digest TEXT, compile_time,
+  compression TEXT, parts TEXT NOT NULL, hlo TEXT, checksum TEXT
 );
 CREATE TABLE IF NOT EXISTS memo (
   k TEXT PRIMARY KEY, inputs TEXT NOT NULL, body TEXT NOT NULL, checksum BLOB
@@ -274,7 +269,10 @@ class ScanIndex:
                 check = self._to_check(db, current, digests_of is not None)
                 if check and digests_of is not None:
                     waiting = digests_of([item for item, _ in check.values()])
-                hlo_rows = dict(db.execute("SELECT id, body FROM hlo"))
+                bodies = _Bodies(
+                    dict(db.execute("SELECT id, body FROM hlo")),
+                    dict(db.execute("SELECT id, body FROM parts")),
+                )
                 for raw_name, *row in db.execute(f"SELECT {COLUMNS} FROM entries"):
                     name = os.fsdecode(raw_name)
                     item = current.get(name)
@@ -282,7 +280,7 @@ class ScanIndex:
                         continue
                     held = self.place_ok and row[0] == identity(item, self.remote)
                     if held or name in check:
-                        info = self._decode(name, row, hlo_rows, item, path_of(item), strings)
+                        info = self._decode(name, row, bodies, item, path_of(item), strings)
                         if info is not None:
                             served[name] = info
         except (sqlite3.Error, TypeError, ValueError):  # damaged since it was opened
@@ -325,42 +323,44 @@ class ScanIndex:
         self,
         name: str,
         row: list[Any],
-        hlo_rows: dict[str, str],
+        bodies: _Bodies,
         item: DirItem,
         path: str,
         strings: dict[str, str],
     ) -> EntryInfo | None:
         """The row's entry, or None when the row is damaged or of another shape."""
-        _ident, _digest, scalars, parts, hlo_id, checksum = row
-        if checksum != index_rows.checksum(name, scalars, parts, hlo_id):
+        _ident, _digest, compile_time, compression, parts_id, hlo_id, checksum = row
+        if checksum != index_rows.checksum(name, compile_time, compression, parts_id, hlo_id):
+            return None
+        if not (compile_time is None or type(compile_time) is int):
+            return None  # (stored as given: the column has no type, so no affinity converts)
+        if not (compression is None or isinstance(compression, str)):
             return None
         try:
             summary = None
             if hlo_id is not None:
                 summary = self._hlo_memo.get(hlo_id)
                 if summary is None:
-                    body = hlo_rows[hlo_id]
-                    if index_rows.hlo_id(body) != hlo_id:
+                    body = bodies.hlo[hlo_id]
+                    if index_rows.body_id(body) != hlo_id:
                         return None
                     summary = self._hlo_memo[hlo_id] = index_rows.thaw_hlo(json.loads(body))
-            compound = self._parts_memo.get(parts)
+            compound = self._parts_memo.get(parts_id)
             if compound is None:
-                compound = self._parts_memo[parts] = index_rows.thaw_parts(
-                    json.loads(parts), strings
+                body = bodies.parts[parts_id]
+                if index_rows.body_id(body) != parts_id:
+                    return None
+                compound = self._parts_memo[parts_id] = index_rows.thaw_parts(
+                    json.loads(body), strings
                 )
-            values = json.loads(scalars)
         except (ValueError, TypeError, KeyError, IndexError):  # a damaged or foreign row
             return None
-        if not isinstance(values, list) or len(values) != len(OWN_SCALARS):
-            return None
-        if values[KEY] == item.key:
-            values[KEY] = item.key  # one string for the entry's key (model.share_strings)
-        values[PATH] = path  # the same cache reached by another spelling of its path
-        values[MTIME] = item.mtime_ns  # a row served by its digest: a copy's own mtime
-        compression = values[COMPRESSION]
         if compression is not None:
-            values[COMPRESSION] = strings.setdefault(compression, compression)
-        return index_rows.entry(values, compound, summary)
+            compression = strings.setdefault(compression, compression)
+        # the file's own facts from the listing: a row is served only where its size holds (its
+        # identity, or its size and digest), and was stored from a decode of the listed file
+        own = (item.key, path, item.size, item.mtime_ns, compile_time, compression)
+        return index_rows.entry(own, compound, summary)
 
     def update(
         self,
@@ -378,7 +378,10 @@ class ScanIndex:
             if item is None:
                 continue
             racy = not self.remote and max(item.mtime_ns, item.ctime_ns) >= racy_ns
-            if racy or not _storable(info):
+            # what a row serves of the file (its size and mtime) comes from the listing: store
+            # only a decode of the file as listed
+            listed = info.size == item.size and (self.remote or info.mtime_ns == item.mtime_ns)
+            if racy or not listed or not _storable(info):
                 self._changed.pop(name, None)
                 self._removed.add(name)
                 continue
@@ -427,6 +430,7 @@ class ScanIndex:
                         "DELETE FROM hlo WHERE id NOT IN "
                         "(SELECT hlo FROM entries WHERE hlo IS NOT NULL)"
                     )
+                    db.execute("DELETE FROM parts WHERE id NOT IN (SELECT parts FROM entries)")
         finally:
             db.close()
 
@@ -454,12 +458,12 @@ class ScanIndex:
 
     def _insert(self, db: sqlite3.Connection) -> None:
         """Write the changed rows, each made when sqlite asks for it (never all held at once),
-        and the HLO summaries they use, each once."""
-        bodies: dict[str, str] = {}
+        and the HLO summaries and parts they use, each once."""
+        bodies = _Bodies({}, {})
         summaries: dict[int, tuple[HloSummary, str]] = {}  # decoded copies share one summary
         # copies also share their parts' objects (reader._PAYLOAD_MEMO): one text for them all;
         # each value keeps its objects alive, so no id is reused while this runs
-        part_texts: dict[tuple[int, ...], tuple[tuple[object, ...], str]] = {}
+        part_ids: dict[tuple[int, ...], tuple[tuple[object, ...], str]] = {}
 
         def rows() -> Iterator[tuple[object, ...]]:
             for name, (item, info, digest) in self._changed.items():
@@ -469,25 +473,35 @@ class ScanIndex:
                     known = summaries.get(id(info.hlo))
                     if known is None:
                         body = index_rows.dumps(info.hlo)
-                        known = summaries[id(info.hlo)] = (info.hlo, index_rows.hlo_id(body))
-                        bodies[known[1]] = body
+                        known = summaries[id(info.hlo)] = (info.hlo, index_rows.body_id(body))
+                        bodies.hlo[known[1]] = body
                     hlo_id = known[1]
-                scalars = index_rows.dumps(list(OWN_VALUES(info)))
                 objects = PART_VALUES(info)
                 shared = SHARED_VALUES(info)
                 memo_key = (*map(id, objects), *shared)
-                known_parts = part_texts.get(memo_key)
+                known_parts = part_ids.get(memo_key)
                 if known_parts is None:
-                    if len(part_texts) >= 4096:  # distinct entries: bound what is held
-                        part_texts.clear()
+                    if len(part_ids) >= 4096:  # distinct entries: bound what is held
+                        part_ids.clear()
                     text = index_rows.dumps([*objects, *shared])
-                    known_parts = part_texts[memo_key] = (objects, text)
-                parts = known_parts[1]
-                checksum = index_rows.checksum(name, scalars, parts, hlo_id)
-                yield (os.fsencode(name), ident, digest, scalars, parts, hlo_id, checksum)
+                    known_parts = part_ids[memo_key] = (objects, index_rows.body_id(text))
+                    bodies.parts[known_parts[1]] = text
+                parts_id = known_parts[1]
+                own = (info.compile_time_s, info.compression)
+                checksum = index_rows.checksum(name, *own, parts_id, hlo_id)
+                yield (os.fsencode(name), ident, digest, *own, parts_id, hlo_id, checksum)
 
         db.executemany(f"INSERT OR REPLACE INTO entries ({COLUMNS}) VALUES ({SLOTS})", rows())
-        db.executemany("INSERT OR REPLACE INTO hlo VALUES (?, ?)", bodies.items())
+        db.executemany("INSERT OR REPLACE INTO hlo VALUES (?, ?)", bodies.hlo.items())
+        db.executemany("INSERT OR REPLACE INTO parts VALUES (?, ?)", bodies.parts.items())
+
+
+@dataclass
+class _Bodies:
+    """The shared bodies of an index's rows, by id (the digest of each text)."""
+
+    hlo: dict[str, str]
+    parts: dict[str, str]
 
 
 def _storable(info: EntryInfo) -> bool:
@@ -515,6 +529,25 @@ def load(
         return empty
     same_place = row is not None and row[0] == here and bool(here)
     return ScanIndex(cache, options, path, True, remote, here, same_place, _db=db)
+
+
+def travelled(cache: str, options: tuple[object, ...] = ()) -> bool:
+    """Whether ``cache`` holds an index of its own, usable by this code with these options,
+    written in another place (``travel.place``): a restored copy, whose rows will each be
+    served by the digest of its file's bytes."""
+    if not enabled() or not travel.usable(cache):
+        return False
+    path = travel.index_file(cache)
+    db = open_checked(cache, options, path)
+    if db is None:
+        return False
+    try:
+        row = db.execute("SELECT v FROM meta WHERE k = 'place'").fetchone()
+    except (sqlite3.Error, TypeError, ValueError):
+        return False
+    finally:
+        db.close()
+    return row is not None and row[0] != travel.place(cache)
 
 
 def open_checked(

@@ -1,16 +1,17 @@
-"""The scan index's rows: how an ``EntryInfo`` becomes plain JSON text and comes back.
+"""The scan index's rows: how an ``EntryInfo`` becomes plain values and text, and comes back.
 
 Kept apart from ``index.py`` (where the index lives, when a row is trusted, reading and
-writing the sqlite file): this is only the shape of a row. A row holds an entry's own scalars,
-its parts and shared scalars (the same for copies of one executable, so decoded once), and its
-HLO summary by id; each row carries a checksum of its values. Plain values only (JSON, no
-pickle): reading an index can never run code.
+writing the sqlite file): this is only the shape of a row. A row holds an entry's own values
+(compile time, compression: typed columns), the id of its parts and shared scalars (JSON text,
+the same for copies of one executable: stored once, decoded once) and the id of its HLO
+summary (JSON text, stored once); each row carries a checksum of its values, each body is
+known by the digest of its text. Plain values only (JSON, no pickle): reading an index can
+never run code.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import operator
 import os
@@ -23,15 +24,20 @@ from cachedoctor.plaindata import slot_filler
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
 
-def checksum(name: str, scalars: str, parts: str, hlo_id: str | None) -> str:
+def checksum(
+    name: str, compile_time: object, compression: object, parts_id: object, hlo_id: object
+) -> str:
     """What catches a damaged row's values (the one fast digest, ``decompress.content_key``).
     Not its identity nor digest: damaged, those only fail to match the file, which is then
     decoded."""
-    return decompress.content_key(os.fsencode("\0".join((name, scalars, parts, hlo_id or ""))))
+    text = "\0".join((name, repr(compile_time), repr(compression), repr(parts_id), repr(hlo_id)))
+    return decompress.content_key(os.fsencode(text))
 
 
-def hlo_id(body: str) -> str:
-    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+def body_id(body: str) -> str:
+    """The id of a shared body (an entry's parts, an HLO summary): the digest of its text, so
+    that a body is stored once and a changed one is never served under its id."""
+    return decompress.content_key(body.encode("utf-8", "surrogatepass"))
 
 
 _FIELD_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
@@ -89,20 +95,19 @@ _SUMMARY_FIELDS: dict[str, Callable[[Any], Any]] = {
 _PARTS = tuple(_ENTRY_PARTS)
 # Scalar fields that are each entry's own; every other scalar (module, digests, platform, the
 # options read from the entry...) is the same for copies of one executable and is stored with
-# the parts, so a row of a copy holds only these and its shared text is decoded once.
+# the parts, so a row of a copy holds only these and its parts' id. Of these, a row stores the
+# compile time and compression; the key, path, size and mtime are its file's, from the listing
+# (a row is served only where its size does, and stored only when the decode saw the listed
+# size and mtime).
 OWN_SCALARS = ("key", "path", "size", "mtime_ns", "compile_time_s", "compression")
 _SHARED_SCALARS = tuple(
     f for f in FIELDS if f not in _ENTRY_PARTS and f != "hlo" and f not in OWN_SCALARS
 )
-OWN_VALUES = operator.attrgetter(*OWN_SCALARS)
 PART_VALUES = operator.attrgetter(*_PARTS)
 SHARED_VALUES = operator.attrgetter(*_SHARED_SCALARS)
 # frozen and slotted: fill the slots directly, several times faster than __init__
 _FILLED_ENTRY = slot_filler(EntryInfo, (*OWN_SCALARS, *_PARTS, *_SHARED_SCALARS, "hlo"))
-KEY, PATH, MTIME, COMPRESSION = (
-    OWN_SCALARS.index(f) for f in ("key", "path", "mtime_ns", "compression")
-)
-COLUMNS = "name, identity, digest, scalars, parts, hlo, checksum"
+COLUMNS = "name, identity, digest, compile_time, compression, parts, hlo, checksum"
 SLOTS = ", ".join("?" * len(COLUMNS.split(", ")))
 
 
@@ -125,5 +130,10 @@ def thaw_parts(values: Any, strings: dict[str, str]) -> list[Any]:
     return [*_thaw(_PARTS, _ENTRY_PARTS, values[: len(_PARTS)]), *shared]
 
 
-def entry(scalars: list[Any], parts: list[Any], summary: HloSummary | None) -> EntryInfo:
-    return _FILLED_ENTRY(*scalars, *parts, summary)
+def entry(
+    own: tuple[str | None, str, int, int, int | None, str | None],
+    parts: list[Any],
+    summary: HloSummary | None,
+) -> EntryInfo:
+    """The entry of a row: its own scalars (``OWN_SCALARS``, in order), its parts and summary."""
+    return _FILLED_ENTRY(*own, *parts, summary)

@@ -293,6 +293,66 @@ def start_digests(
     return wait
 
 
+class EarlyDigests:
+    """Digests of a directory's entry files, being made on other cores since before the scan
+    listed it (``start_hashing_dir``)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, futures: list[Future[dict[str, travel.Hashed]]]):
+        self._pool = pool
+        self._futures = futures
+
+    def of(
+        self, items: list[DirItem], path_of: Callable[[DirItem], str]
+    ) -> Callable[[], list[str | None]]:
+        """What waits for the digests of ``items``, in order: the early one where its file
+        had the identity the listing saw, else one made here, now (after that ``lstat``)."""
+
+        def wait() -> list[str | None]:
+            seen: dict[str, travel.Hashed] = {}
+            try:
+                for f in self._futures:
+                    seen.update(f.result())
+            except (BrokenProcessPool, OSError):
+                seen = {}
+            finally:
+                self.close()
+            out: list[str | None] = []
+            for item in items:
+                got = seen.get(item.name)
+                listed = (item.size, item.mtime_ns, item.ino, item.ctime_ns)
+                if got is not None and got[:4] == listed:
+                    out.append(got[4])
+                else:
+                    out.append(travel.file_digest(path_of(item), item.size))
+            return out
+
+        return wait
+
+    def close(self) -> None:
+        """Stop hashing (a scan that needs no digest after all): nothing waits on the pool."""
+        if all(f.done() for f in self._futures):
+            self._pool.shutdown(wait=True)
+        else:
+            _abandon(self._pool)
+
+
+def start_hashing_dir(root: str, *, workers: int | None = None) -> EarlyDigests | None:
+    """Start hashing every entry file in ``root`` on other processes now, before the scan
+    lists it: for a restored copy (``index.travelled``), whose every row is served by the
+    digest of its file's bytes, so hashing need not wait for the listing and the rows. None
+    with one worker, or when no pool can start (the scan hashes later, as for other caches)."""
+    workers = default_workers() if workers is None else max(1, workers)
+    if workers == 1:
+        return None
+    parts = workers - 1  # this process lists the directory and decodes the rows meanwhile
+    try:
+        pool = ProcessPoolExecutor(max_workers=parts, mp_context=mp_context())
+        futures = [pool.submit(travel.hash_entries_of_dir, root, n, parts) for n in range(parts)]
+    except (OSError, ValueError, NotImplementedError, RuntimeError):
+        return None
+    return EarlyDigests(pool, futures)
+
+
 def _digest_batch(jobs: Sequence[tuple[str, int]]) -> list[str | None]:
     return [travel.file_digest(path, size) for path, size in jobs]
 

@@ -34,6 +34,7 @@ import contextlib
 import io
 import os
 import stat
+import zlib
 from pathlib import Path
 
 from cachedoctor import layout
@@ -137,6 +138,71 @@ def _buffer(size: int) -> memoryview:
     if not _BUFFER or len(_BUFFER[0]) < want:
         _BUFFER[:] = [memoryview(bytearray(max(want, 64 << 10)))]
     return _BUFFER[0]
+
+
+# what a worker that hashed a file saw of it: size, mtime_ns, inode, ctime_ns, and the digest
+Hashed = tuple[int, int, int, int, str]
+
+
+def hash_entries_of_dir(root: str, part: int = 0, parts: int = 1) -> dict[str, Hashed]:
+    """The digests of the entry files in ``root`` (every ``parts``-th name, from ``part``),
+    each with the identity its file had while it was read (``fstat`` before and after, the
+    same: else left out), for a restored copy's scan to start before it has listed the
+    directory (``parallel.start_hashing_dir``). The scan serves a row by such a digest only
+    when its own ``lstat`` of the file shows the same identity; a file changed since is
+    hashed again, after that ``lstat``, as any other."""
+    from cachedoctor.cache.listdir import FileKind, classify
+
+    found: dict[str, Hashed] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return found
+    for name in names:
+        if zlib.crc32(os.fsencode(name)) % parts != part:
+            continue
+        if classify(name, is_dir=False)[0] is not FileKind.ENTRY:
+            continue
+        seen = _hash_file(os.path.join(root, name))
+        if seen is not None:
+            found[name] = seen
+    return found
+
+
+def _hash_file(path: str) -> Hashed | None:
+    try:
+        fd = os.open(path, _OPEN_FLAGS | _NOATIME)
+    except PermissionError:
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            return None
+        h = new_hasher()
+        buf = _buffer(before.st_size)
+        total = 0
+        while n := os.readv(fd, [buf]):
+            h.update(buf[:n])
+            total += n
+        after = os.fstat(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    seen = (before.st_size, before.st_mtime_ns, before.st_ino, before.st_ctime_ns)
+    if total != before.st_size or seen != (
+        after.st_size,
+        after.st_mtime_ns,
+        after.st_ino,
+        after.st_ctime_ns,
+    ):
+        return None  # written to while it was read
+    return (*seen, h.hexdigest())
 
 
 def decode_digested(

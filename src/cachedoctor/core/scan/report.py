@@ -179,17 +179,19 @@ DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "prot
 
 def real_problems(e: EntryInfo) -> list[model.Problem]:
     """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
+    if not e.problems:  # nearly every entry: asked of each, several times per scan
+        return []
     return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
 
 
 def is_symlink(e: EntryInfo) -> bool:
     """A -cache name that is a symbolic link: never followed, so neither an entry nor decoded."""
-    return any(p.kind == "symlink" for p in e.problems)
+    return bool(e.problems) and any(p.kind == "symlink" for p in e.problems)
 
 
 def undecodable(e: EntryInfo) -> bool:
     """A regular entry that does not decode: damaged, unreadable or over the decode cap."""
-    return not is_symlink(e) and bool(real_problems(e))
+    return bool(e.problems) and not is_symlink(e) and bool(real_problems(e))
 
 
 def judged_by_age_until(entry: EntryInfo, now: float) -> float | None:

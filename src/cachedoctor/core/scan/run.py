@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachedoctor import layout
 from cachedoctor.cache import listdir, model, reader
@@ -30,6 +31,9 @@ from cachedoctor.core.usage.records import Record
 from cachedoctor.storage import stores
 from cachedoctor.storage.location import Location, Where
 from cachedoctor.xla import subcaches
+
+if TYPE_CHECKING:
+    from cachedoctor.cache import parallel
 
 
 def scan_directory(
@@ -187,6 +191,20 @@ class _Scan:
         return dataclasses.replace(report, entries=None, other_files=None), kept
 
     def local(self, where: Location, workers: int | None) -> _Outcome:
+        from cachedoctor.cache import index, parallel
+
+        early = None
+        if self.use_index and index.travelled(where.spelling, (self.max_decompressed,)):
+            early = parallel.start_hashing_dir(where.spelling, workers=workers)
+        try:
+            return self._local(where, workers, early)
+        finally:
+            if early is not None:
+                early.close()
+
+    def _local(
+        self, where: Location, workers: int | None, early: parallel.EarlyDigests | None
+    ) -> _Outcome:
         snapshot = listdir.read_dir(where.spelling)
         args = (self.jax_info, self.max_decompressed, self.now)
         inputs = scanmemo.local_inputs(snapshot, *args) if self.use_index else None
@@ -196,7 +214,7 @@ class _Scan:
             return served
         listing = listdir.listing_of(snapshot)
         del snapshot  # its facts are the listing's now: 100,000 names hold ~25 MB
-        entries = self._local_entries(listing, workers, self.progress)
+        entries = self._local_entries(listing, workers, self.progress, early)
         sub = None
         kinds = (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE)
         if any(i.kind in kinds for i in listing.items):
@@ -209,11 +227,22 @@ class _Scan:
         return self._finished(memo, memo.kept(report))
 
     def _local_entries(
-        self, listing: CacheListing, workers: int | None, progress: ProgressCallback | None
+        self,
+        listing: CacheListing,
+        workers: int | None,
+        progress: ProgressCallback | None,
+        early: parallel.EarlyDigests | None = None,
     ) -> list[EntryInfo]:
         from cachedoctor.cache import parallel
 
         path_of = _local_path_of(listing)
+
+        def digests_of(todo: list[DirItem]) -> Callable[[], list[str | None]]:
+            if early is not None:  # hashing since before the listing (a restored copy)
+                return early.of(todo, path_of)
+            paths, sizes = [path_of(i) for i in todo], [i.size for i in todo]
+            return parallel.start_digests(paths, sizes, workers=workers)
+
         return _decode_entries(
             listing,
             lambda todo, advance, defer: parallel.decode_items_digested(
@@ -229,9 +258,7 @@ class _Scan:
             progress,
             self.max_decompressed if self.use_index else None,
             self.all_tiers,
-            lambda todo: parallel.start_digests(
-                [path_of(i) for i in todo], [i.size for i in todo], workers=workers
-            ),
+            digests_of,
         )
 
     def _local_rest(
@@ -278,7 +305,8 @@ def _local_path_of(listing: CacheListing) -> Callable[[DirItem], str]:
     base = str(Path(listing.root))
     if base == ".":
         return lambda item: item.name
-    return lambda item: os.path.join(base, item.name)
+    prefix = os.path.join(base, "")  # os.path.join(base, name) for a name without a slash
+    return lambda item: prefix + item.name
 
 
 # (items, progress by increments, defer_hlo) -> their entries, in order, each with the digest

@@ -269,7 +269,7 @@ def _relocated(
 ) -> Finding:
     from cachedoctor.storage.urls import jax_spelling
 
-    elsewhere = sorted({os.path.dirname(v) or "." for _, v in pairs})
+    elsewhere = sorted({os.path.dirname(v) or "." for v in {v for _, v in pairs}})
     certainty = "will never" if hashed else "may never"
     modules = len({e.module for e, _ in pairs})
     spelled = jax_spelling(root)
