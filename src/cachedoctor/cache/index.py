@@ -224,11 +224,15 @@ class ScanIndex:
     remote: bool = False  # a bucket: objects are known by generation/ETag, never racy
     place: str = ""  # where file identities are valid now (travel.place)
     place_ok: bool = False  # the index's rows were written in this place: identities hold
+    # scanned in this place before, its identities left as they were: learn them now (a CI
+    # runner scans a restored cache once, and its files' identities go with the runner)
+    seen_here: bool = False
     _hlo_memo: dict[str, HloSummary] = field(default_factory=dict)
     _parts_memo: dict[str, list[Any]] = field(default_factory=dict)  # copies share their parts
     _changed: dict[str, tuple[DirItem, EntryInfo, str | None]] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)
     _moved: dict[str, Identity] = field(default_factory=dict)  # rows served by their digest
+    _first_here: bool = False  # rows served by digest in a place not seen before: say so
     _db: sqlite3.Connection | None = None  # open from load to serve: the file that was checked
 
     @property
@@ -263,12 +267,18 @@ class ScanIndex:
         current = {item.name: item for item in items}
         served: dict[str, EntryInfo] = {}
         check: dict[str, tuple[DirItem, str]] = {}
+        hashed: list[DirItem] = []  # the files whose digests ``waiting`` gives, in order
         waiting: Callable[[], list[str | None]] | None = None
         try:
             with contextlib.closing(db):
-                check = self._to_check(db, current, digests_of is not None)
-                if check and digests_of is not None:
-                    waiting = digests_of([item for item, _ in check.values()])
+                if self.place_ok or digests_of is None:
+                    check = self._to_check(db, current, digests_of is not None)
+                    hashed = [item for item, _ in check.values()]
+                else:  # elsewhere (a restored copy) every listed file is hashed, and each row
+                    # of one is checked in the pass that decodes it
+                    hashed = [item for item in current.values() if not item.is_symlink]
+                if hashed and digests_of is not None:
+                    waiting = digests_of(hashed)
                 bodies = _Bodies(
                     dict(db.execute("SELECT id, body FROM hlo")),
                     dict(db.execute("SELECT id, body FROM parts")),
@@ -277,8 +287,14 @@ class ScanIndex:
                     name = os.fsdecode(raw_name)
                     item = current.get(name)
                     if item is None:
+                        self._removed.add(name)
                         continue
                     held = self.place_ok and row[0] == identity(item, self.remote)
+                    if not (held or self.place_ok or digests_of is None):
+                        ident, digest = row[0], row[1]
+                        if not _same_size(ident, item) or not isinstance(digest, str):
+                            continue
+                        check[name] = (item, digest)
                     if held or name in check:
                         info = self._decode(name, row, bodies, item, path_of(item), strings)
                         if info is not None:
@@ -289,11 +305,14 @@ class ScanIndex:
             served.clear()
         finally:
             found = [] if waiting is None else waiting()
-        for (name, (item, digest)), got in zip(check.items() if found else (), found, strict=True):
-            if got == digest and name in served:
-                self._moved[name] = identity(item, self.remote)  # the same bytes, a new identity
-            else:
+        digests = dict(zip((item.name for item in hashed), found, strict=False))
+        for name, (item, digest) in check.items():
+            if digests.get(name) != digest or name not in served:
                 served.pop(name, None)  # changed (or unreadable): decoded again
+            elif self.place_ok or self.seen_here:
+                self._moved[name] = identity(item, self.remote)  # the same bytes, a new identity
+            else:  # the first scan in this place: served, its identity learnt on a second
+                self._first_here = True
         return served
 
     def _to_check(
@@ -310,12 +329,7 @@ class ScanIndex:
                 self._removed.add(name)
             elif self.place_ok and ident == identity(item, self.remote):
                 continue
-            elif (
-                by_digest
-                and isinstance(digest, str)
-                and isinstance(ident, str)
-                and ident.partition(":")[0] == str(item.size)
-            ):
+            elif by_digest and isinstance(digest, str) and _same_size(ident, item):
                 check[name] = (item, digest)
         return check
 
@@ -400,7 +414,9 @@ class ScanIndex:
         """Write what changed; failures are ignored (the index is only a shortcut)."""
         if not enabled():
             return
-        if not (self._changed or self._removed or self._moved or not self.loaded):
+        if not (
+            self._changed or self._removed or self._moved or self._first_here or not self.loaded
+        ):
             return
         with contextlib.suppress(OSError, sqlite3.Error):
             if self.loaded:
@@ -410,6 +426,7 @@ class ScanIndex:
             self._changed.clear()
             self._removed.clear()
             self._moved.clear()
+            self._first_here = False
             self.loaded = True
             _tidy(self.path.parent, keep=self.path)
 
@@ -423,7 +440,11 @@ class ScanIndex:
                 )
                 self._insert(db)
                 db.executemany("UPDATE entries SET identity = ? WHERE name = ?", self._moved_rows())
-                if not self.place_ok:
+                if self._first_here and not self.seen_here:
+                    # identities hold only where 'place' says; until they are learnt, the rows
+                    # stay those of the place they were written in, and are checked by digest
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('seen', ?)", (self.place,))
+                elif not self.place_ok:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('place', ?)", (self.place,))
                 if self._removed:
                     db.execute(
@@ -504,6 +525,12 @@ class _Bodies:
     parts: dict[str, str]
 
 
+def _same_size(ident: object, item: DirItem) -> bool:
+    """Whether a row's identity names the size ``item`` has (a row of another size is never
+    checked by digest: its file changed)."""
+    return isinstance(ident, str) and ident.partition(":")[0] == str(item.size)
+
+
 def _storable(info: EntryInfo) -> bool:
     return not any(p.kind in ("unreadable", "symlink") for p in info.problems)
 
@@ -523,12 +550,13 @@ def load(
         return empty
     try:
         db.execute("SELECT count(*) FROM entries").fetchone()  # visits every page: truncated?
-        row = db.execute("SELECT v FROM meta WHERE k = 'place'").fetchone()
+        meta = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('place', 'seen')"))
     except (sqlite3.Error, TypeError, ValueError):  # damaged, truncated or not ours
         db.close()
         return empty
-    same_place = row is not None and row[0] == here and bool(here)
-    return ScanIndex(cache, options, path, True, remote, here, same_place, _db=db)
+    same_place = meta.get("place") == here and bool(here)
+    seen = meta.get("seen") == here and bool(here)
+    return ScanIndex(cache, options, path, True, remote, here, same_place, seen, _db=db)
 
 
 def travelled(cache: str, options: tuple[object, ...] = ()) -> bool:

@@ -7,6 +7,7 @@ module imports no rule and does no I/O.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -161,6 +162,20 @@ class LruEvidence:
 
 
 def lru_evidence(listing: CacheListing) -> LruEvidence:
+    """What the listing shows of JAX's LRU eviction (asked by the summary and the findings of
+    one scan: made once per listing)."""
+    last = _LAST_LRU[0] if _LAST_LRU else None
+    if last is not None and last[0]() is listing:
+        return last[1]
+    evidence = _lru_evidence(listing)
+    _LAST_LRU[:] = [(weakref.ref(listing), evidence)]
+    return evidence
+
+
+_LAST_LRU: list[tuple[weakref.ref[CacheListing], LruEvidence]] = []
+
+
+def _lru_evidence(listing: CacheListing) -> LruEvidence:
     entry_keys = {i.key for i in listing.entries if i.key}
     regular = {i.key for i in listing.entries if i.key and not i.is_symlink}
     atime_keys = {i.key for i in listing.of_kind(FileKind.ATIME) if i.key}
