@@ -13,7 +13,6 @@ modules import it (the leading underscore says so).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cachedoctor.cache.decompress import DecodeFailure
@@ -150,24 +149,32 @@ def _infer_platform(walk: _Walk) -> str:
             return "gpu"
         if "cpu" in client:
             return "cpu"
-    for n, head in _heads(walk):  # in order, until the first that tells (a CPU executable
-        if head.startswith(b"\x7fELF") and len(head) >= 20:  # holds thousands of fields)
-            machine = int.from_bytes(head[18:20], "little")
-            return "gpu" if machine == 190 else "cpu"  # EM_CUDA = 190
-        if n == 3 and head.lstrip().startswith((b"//", b".version")):
-            return "gpu"
+    # each small field's and section's head, small fields first, in order, until the first
+    # that tells (a CPU executable holds thousands of fields: its bytes are looked at only
+    # where the first byte could start an ELF header, or in field 3)
+    for n, head in walk.small:
+        if head and (head[0] == 0x7F or n == 3):
+            told = _platform_of_head(n, bytes(head[:64]))
+            if told:
+                return told
+    for n, _, head in walk.sections:
+        told = _platform_of_head(n, head)
+        if told:
+            return told
     numbers = {n for n, _ in walk.small} | {n for n, _, _ in walk.sections}
     if 9 in numbers or 7 in numbers:
         return "cpu"
     return "unknown"
 
 
-def _heads(walk: _Walk) -> Iterator[tuple[int, bytes]]:
-    """Each small field's and section's number and first 64 bytes, small fields first."""
-    for n, d in walk.small:
-        yield n, bytes(d[:64])
-    for n, _, h in walk.sections:
-        yield n, h
+def _platform_of_head(n: int, head: bytes) -> str | None:
+    """What the first 64 bytes of executable field ``n`` say of the platform, if anything."""
+    if head.startswith(b"\x7fELF") and len(head) >= 20:
+        machine = int.from_bytes(head[18:20], "little")
+        return "gpu" if machine == 190 else "cpu"  # EM_CUDA = 190
+    if n == 3 and head.lstrip().startswith((b"//", b".version")):
+        return "gpu"
+    return None
 
 
 def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) -> list[Section]:
