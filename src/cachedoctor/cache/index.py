@@ -14,7 +14,11 @@ from the read that decoded it). The identity is trusted only in the place the in
 (the cache directory's real path, device and inode: ``travel.place``); anywhere else, or when
 the identity differs, a row of the same name and size is served only when the file's bytes hash
 to its digest (one read, no decode), and its identity is then brought up to date. A restored
-copy of a cache (new path, inodes, mtimes) is so served from its index.
+copy of a cache (new path, inodes, mtimes) is so served from its index: its files are hashed
+on the other cores from the start of the scan (``travelled``, ``parallel.start_hashing_dir``),
+and its new identities are learnt by the second scan in its place (the first notes only that
+it was ``seen`` there: a CI runner scans a restored cache once, and the identities would go
+with the runner).
 
 Where (``locate``): inside a local cache that is this user's and writable, in
 ``<cache>/cachedoctor-index/index.sqlite``, so that the index travels with the cache (CI caches,
@@ -29,9 +33,11 @@ update is one sqlite transaction (rollback journal, ``BUSY_TIMEOUT_S``, then it 
 the index is only a shortcut). No WAL: its shared-memory file needs a local file system, and a
 JAX cache is often on NFS.
 
-Format: an ``sqlite3`` database of plain rows (JSON field values, no pickle: reading an index
-can never run code, and needs no allow-list kept in step with the dataclasses). Each row carries
-a checksum; a row that fails it or does not decode is decoded again from the cache, alone. An
+Format: an ``sqlite3`` database of plain rows (typed values and JSON text, no pickle: reading
+an index can never run code, and needs no allow-list kept in step with the dataclasses;
+``index_rows.py``). Each row carries a checksum, each shared body (an entry's parts, an HLO
+summary) is known by the digest of its text; a row that fails either or does not decode is
+decoded again from the cache, alone. An
 index written by other code (the fingerprint hashes every module that shapes a decoded entry),
 for other options or another cache, or owned by someone else, is ignored and rewritten. The
 same file holds the scan memo's tables (``memo``, ``memo_text``: ``memostore.py``).

@@ -347,7 +347,8 @@ def start_hashing_dir(root: str, *, workers: int | None = None) -> EarlyDigests 
     parts = workers - 1  # this process lists the directory and decodes the rows meanwhile
     try:
         pool = ProcessPoolExecutor(max_workers=parts, mp_context=mp_context())
-        futures = [pool.submit(travel.hash_entries_of_dir, root, n, parts) for n in range(parts)]
+        where = os.path.abspath(root)  # a forkserver's workers may have another working dir
+        futures = [pool.submit(travel.hash_entries_of_dir, where, n, parts) for n in range(parts)]
     except (OSError, ValueError, NotImplementedError, RuntimeError):
         return None
     return EarlyDigests(pool, futures)
