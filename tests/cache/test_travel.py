@@ -65,6 +65,19 @@ def restored(cache: Path, where: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return where
 
 
+def digests_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``travel.file_digest`` hashes from now on (in this process), in order."""
+    hashed: list[str] = []
+    real = travel.file_digest
+
+    def counting(path: str, size: int) -> str | None:
+        hashed.append(path)
+        return real(path, size)
+
+    monkeypatch.setattr(travel, "file_digest", counting)
+    return hashed
+
+
 def report(d: Path, use_index: bool = True) -> str:
     return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
 
@@ -105,14 +118,7 @@ def test_restored_copy_is_served_from_its_index(
     assert index.load(str(copy), OPTIONS).seen_here
     assert report(copy) == expected and decodes == []
     assert index.load(str(copy), OPTIONS).place_ok
-    hashed: list[str] = []
-    real = travel.file_digest
-
-    def counting(path: str, size: int) -> str | None:
-        hashed.append(path)
-        return real(path, size)
-
-    monkeypatch.setattr(travel, "file_digest", counting)
+    hashed = digests_made(monkeypatch)
     monkeypatch.setattr(travel, "hash_entries_of_dir", lambda *a: pytest.fail("hashed early"))
     assert report(copy) == expected
     assert decodes == [] and hashed == []
@@ -138,14 +144,7 @@ def test_a_copy_made_just_now_is_hashed_again(
     sizes = {p.name: p.stat().st_size for p in copy.iterdir() if p.name in entry_names(copy)}
     rows = index.load(str(copy), OPTIONS).entries
     assert rows == {name: f"{size}:" for name, size in sizes.items()}
-    hashed: list[str] = []
-    real = travel.file_digest
-
-    def counting(path: str, size: int) -> str | None:
-        hashed.append(path)
-        return real(path, size)
-
-    monkeypatch.setattr(travel, "file_digest", counting)
+    hashed = digests_made(monkeypatch)
     assert report(copy) == expected and decodes == []
     assert sorted(os.path.basename(p) for p in hashed) == sorted(sizes)
 

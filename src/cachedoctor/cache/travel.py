@@ -100,29 +100,8 @@ def file_digest(path: str, size: int) -> str | None:
     """The digest of the bytes of the entry file at ``path`` (links not followed, nothing but a
     regular file read), or None when it cannot be read or is no longer ``size`` bytes long (a
     write in progress)."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS | _NOATIME)
-    except PermissionError:  # O_NOATIME: only for the file's owner
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except OSError:
-            return None
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        h = new_hasher()
-        buf = _buffer(size)
-        total = 0
-        while n := os.readv(fd, [buf]):
-            h.update(buf[:n])
-            total += n
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return h.hexdigest() if total == size else None
+    seen = _hash_file(path)
+    return seen[4] if seen is not None and seen[0] == size else None
 
 
 # one file read at a time into one buffer per process: no allocation per entry (cf. R's floor)
@@ -170,9 +149,11 @@ def hash_entries_of_dir(root: str, part: int = 0, parts: int = 1) -> dict[str, H
 
 
 def _hash_file(path: str) -> Hashed | None:
+    """What a read of the regular file at ``path`` saw (links not followed), or None when it
+    cannot be read or was written to while it was read."""
     try:
         fd = os.open(path, _OPEN_FLAGS | _NOATIME)
-    except PermissionError:
+    except PermissionError:  # O_NOATIME: only for the file's owner
         try:
             fd = os.open(path, _OPEN_FLAGS)
         except OSError:
