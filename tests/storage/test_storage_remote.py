@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir, reader
+from cachedoctor.cache import executors, index, listdir, reader
+from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
@@ -291,6 +292,54 @@ def test_throttled_scan_completes_with_the_same_result(
     # the libraries' own retries are off: every refusal reached our one retry function
     assert store.stats.retries == proxy.throttled
     assert set(store.stats.retry_reasons) == {"SlowDown" if scheme == "s3" else "http-429"}
+
+
+def _worker_decode(store: RemoteStore, items: list[DirItem]) -> list[EntryInfo]:
+    """What a worker in another process returns for a chunk: its own filesystem, cold memos."""
+    reader.clear_memos()
+    stores._FILESYSTEMS.clear()
+    return executors.decode_store_chunk(stores.spec_of(store), items, 1 << 33, False)[0]
+
+
+@pytest.mark.slow
+def test_a_worker_reads_the_listed_objects_without_asking_for_their_details(
+    servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk sent to a worker carries the scan's listing: on S3 each object costs its read
+    alone, not a HEAD request first."""
+    with throttling_proxy("s3", servers, every=0) as (proxy, endpoint):
+        store = _store_via("s3", endpoint, uploaded["s3"], monkeypatch)
+        items = listdir.list_cache(store).entries
+        here = reader.decode_store_entries(store, items)
+        before = len(proxy.log)
+        found = _worker_decode(store, items)
+        requests = proxy.log[before:]
+    assert found == here and not any(e.problems for e in found)
+    # one ranged GET of each object's bytes (each is under READ_BLOCK), with no HEAD
+    assert sorted(method for method, _, _ in requests) == ["GET"] * len(items), requests
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_an_object_rewritten_after_the_listing_is_never_read_as_the_listed_one(
+    scheme: str, servers: Servers, local_cache: Path
+) -> None:
+    url = servers.url(scheme, "rewritten/cache")
+    upload(url, local_cache)
+    store = stores.open_store(url)
+    assert isinstance(store, RemoteStore)
+    items = listdir.list_cache(store).entries
+    small, large = sorted(items, key=lambda i: i.size)[0], sorted(items, key=lambda i: i.size)[-1]
+    store.write_atomic(small.name, (local_cache / large.name).read_bytes())
+    (found,) = [e for e in _worker_decode(store, items) if e.key == small.key]
+    if scheme == "s3":  # the read carried the listed ETag: the server refused it
+        assert [p.kind for p in found.problems] == ["unreadable"]
+        assert "no longer exists" in found.problems[0].message
+    else:  # gcsfs asked for the object's details: the current object, read whole
+        current = reader.decode_entry(local_cache / large.name)
+        assert isinstance(current, EntryInfo)
+        assert found.problems == ()
+        assert found.executable_digest == current.executable_digest
 
 
 @pytest.mark.slow

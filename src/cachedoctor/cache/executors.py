@@ -115,7 +115,8 @@ def decode_store_chunk(
     from cachedoctor.cache import reader
 
     store = stores.reopen(spec)
-    with stores.one_line_errors(store.url):
+    listed = [(i.name, i.size, i.version) for i in items]
+    with stores.one_line_errors(store.url), store.reading_as_listed(listed):
         found = reader.decode_store_entries(
             store, items, max_decompressed=max_decompressed, defer_hlo=defer_hlo
         )

@@ -13,7 +13,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, TypeVar
 
 from cachedoctor.storage.files import atomic_file, open_regular
@@ -65,6 +65,11 @@ class LocalStore:
             return self._item(name, os.lstat(self.url_of(name)))
         except FileNotFoundError:
             return None
+
+    @contextlib.contextmanager
+    def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
+        """A folder's reads ask the file system itself: nothing to be told."""
+        yield
 
     def open_read(self, name: str) -> BinaryIO:
         return open_regular(self.url_of(name))

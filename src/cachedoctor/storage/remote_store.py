@@ -16,7 +16,7 @@ import contextlib
 import errno
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, TypeVar, cast
 
 from cachedoctor.storage.model import (
@@ -72,11 +72,29 @@ class ListingIndex:
     time per object grow 4 x from 10k to 100k objects. The index is rebuilt whenever the
     cached listing is another list or has another length, so it answers what the scan would.
     ``strip``: names are keyed without a trailing slash (gcsfs compares them so).
+
+    On S3 it also answers for objects another process listed (``telling``): a worker that reads
+    the objects a scan listed takes their details from the scan, not from a request each.
     """
 
     def __init__(self, *, strip: bool) -> None:
         self._strip = strip
         self._kept: dict[str, tuple[Listing, int, dict[str, Listing]]] = {}
+        self._told: dict[str, dict[str, Any]] = {}
+
+    def told(self, path: str) -> dict[str, Any] | None:
+        """The details a caller of ``telling`` gave for ``path``, if it is being told."""
+        return self._told.get(path)
+
+    @contextlib.contextmanager
+    def telling(self, details: dict[str, dict[str, Any]]) -> Iterator[None]:
+        """Lookups of these paths (fsspec paths to details) answer those details in the block."""
+        self._told.update(details)
+        try:
+            yield
+        finally:
+            for path in details:
+                self._told.pop(path, None)
 
     def named(self, parent: str, listing: Listing, name: str) -> Listing:
         """The entries of ``listing`` (``parent``'s cached listing) named ``name``, in order."""
@@ -100,6 +118,9 @@ def _with_listing_index(cls: Any, scheme: str) -> Any:
             def _ls_from_cache(self, path: str) -> Any:
                 # fsspec's own rules, bar the scan: the path's own listing, else the parent's
                 # listing's entries of that name (FileNotFoundError when it has none)
+                told = self._cachedoctor_index.told(path)
+                if told is not None:
+                    return [told]
                 stripped = path.rstrip("/")
                 with contextlib.suppress(KeyError):
                     return self.dircache[stripped]
@@ -365,6 +386,33 @@ class RemoteStore:
         return self._item(result)
 
     # reading and writing
+    @contextlib.contextmanager
+    def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
+        """Reads of these objects, ``(name, size, version)`` as a listing elsewhere gave them,
+        take their details from it rather than from a request each (a worker reading what the
+        scan listed: one request an object instead of two on S3).
+
+        S3 only: its reads carry the listed ETag (``If-Match``), so an object rewritten since
+        the listing fails its read ("no longer exists", as it does in the scan's own process)
+        instead of being read at the listed size. gcsfs reads a GCS object's current
+        generation, so there the details are still asked for; an object without a version too.
+        """
+        details: dict[str, dict[str, Any]] = {}
+        for name, size, version in listed if self.scheme == "s3" else ():
+            if version is not None:
+                path = self.path_of(name)
+                details[path] = {
+                    "name": path,
+                    "Key": path,
+                    "size": size,
+                    "Size": size,
+                    "type": "file",
+                    "ETag": f'"{version}"',
+                }
+        index = getattr(self.fs, "_cachedoctor_index", None)  # None: JAX's own filesystem
+        with index.telling(details) if index is not None and details else contextlib.nullcontext():
+            yield
+
     def open_read(self, name: str) -> BinaryIO:
         return cast(BinaryIO, _RetryingReader(self, name))
 

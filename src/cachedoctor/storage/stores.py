@@ -29,7 +29,7 @@ import builtins
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
@@ -55,6 +55,10 @@ class Store(Protocol):
     def stat(self, name: str) -> StoreItem | None: ...
 
     def open_read(self, name: str) -> BinaryIO: ...
+
+    def reading_as_listed(
+        self, listed: Iterable[tuple[str, int, str | None]]
+    ) -> contextlib.AbstractContextManager[None]: ...
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult: ...
 
