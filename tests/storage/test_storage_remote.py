@@ -302,44 +302,50 @@ def _worker_decode(store: RemoteStore, items: list[DirItem]) -> list[EntryInfo]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_a_worker_reads_the_listed_objects_without_asking_for_their_details(
-    servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    scheme: str, servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A chunk sent to a worker carries the scan's listing: on S3 each object costs its read
-    alone, not a HEAD request first."""
-    with throttling_proxy("s3", servers, every=0) as (proxy, endpoint):
-        store = _store_via("s3", endpoint, uploaded["s3"], monkeypatch)
+    """A chunk sent to a worker carries the scan's listing: each object costs its read alone,
+    not a HEAD (S3) or a metadata GET and a one-key listing (GCS) first."""
+    with throttling_proxy(scheme, servers, every=0) as (proxy, endpoint):
+        store = _store_via(scheme, endpoint, uploaded[scheme], monkeypatch)
         items = listdir.list_cache(store).entries
         here = reader.decode_store_entries(store, items)
         before = len(proxy.log)
         found = _worker_decode(store, items)
         requests = proxy.log[before:]
     assert found == here and not any(e.problems for e in found)
-    # one ranged GET of each object's bytes (each is under READ_BLOCK), with no HEAD
+    # one ranged GET of each object's bytes (each is under READ_BLOCK), and nothing else
     assert sorted(method for method, _, _ in requests) == ["GET"] * len(items), requests
+    if scheme == "gs":
+        assert all("alt=media" in path for _, path, _ in requests), requests
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
-def test_an_object_rewritten_after_the_listing_is_never_read_as_the_listed_one(
-    scheme: str, servers: Servers, local_cache: Path
+@pytest.mark.parametrize("where", ["scan", "worker"])
+def test_an_object_rewritten_after_the_listing_is_reported_changed_not_damaged(
+    scheme: str, where: str, servers: Servers, local_cache: Path
 ) -> None:
-    url = servers.url(scheme, "rewritten/cache")
+    """Another writer replaces an object between the scan's listing and its read (a second
+    host writing the same key): the read is refused (S3, the listed ETag) or takes the listed
+    size of the new bytes (GCS). Either way the entry is unreadable for this scan, saying why,
+    never corrupt."""
+    url = servers.url(scheme, f"rewritten-{where}/cache")
     upload(url, local_cache)
     store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     items = listdir.list_cache(store).entries
     small, large = sorted(items, key=lambda i: i.size)[0], sorted(items, key=lambda i: i.size)[-1]
-    store.write_atomic(small.name, (local_cache / large.name).read_bytes())
-    (found,) = [e for e in _worker_decode(store, items) if e.key == small.key]
-    if scheme == "s3":  # the read carried the listed ETag: the server refused it
-        assert [p.kind for p in found.problems] == ["unreadable"]
-        assert "no longer exists" in found.problems[0].message
-    else:  # gcsfs asked for the object's details: the current object, read whole
-        current = reader.decode_entry(local_cache / large.name)
-        assert isinstance(current, EntryInfo)
-        assert found.problems == ()
-        assert found.executable_digest == current.executable_digest
+    stores.open_store(url).write_atomic(small.name, (local_cache / large.name).read_bytes())
+    decoded = reader.decode_store_entries(store, items) if where == "scan" else None
+    found = decoded if decoded is not None else _worker_decode(store, items)
+    (changed,) = [e for e in found if e.key == small.key]
+    assert [p.kind for p in changed.problems] == ["unreadable"], changed.problems
+    assert "rewritten (version " in changed.problems[0].message
+    assert f"listed as version {small.version}" in changed.problems[0].message
+    assert not any(e.problems for e in found if e.key != small.key)
 
 
 @pytest.mark.slow

@@ -459,7 +459,7 @@ def decode_item(
     """Decode one listed entry through the store: the reader's decoder, a store's bytes."""
     fh = store.open_read(item.name)
     try:
-        return decode_entry(
+        found = decode_entry(
             store.url_of(item.name),
             key=item.key,
             detail=detail,
@@ -470,6 +470,32 @@ def decode_item(
         )
     finally:
         fh.close()
+    info = found.info if isinstance(found, EntryDetail) else found
+    if not info.problems or store.is_local or item.version is None:
+        return found
+    changed = _changed_since_listed(store, item)
+    if changed is None:
+        return found
+    info = replace(info, problems=(changed,))
+    return replace(found, info=info) if isinstance(found, EntryDetail) else info
+
+
+def _changed_since_listed(store: Store, item: DirItem) -> Problem | None:
+    """Why a bucket object's problems say nothing of it, when they do not: it was rewritten or
+    deleted after the listing (a writer elsewhere), so its read was refused (S3's ``If-Match``)
+    or took the listed size of other bytes (GCS). One request, for entries with problems only.
+    """
+    try:
+        now = store.fresh_version(item.name)
+    except Exception:  # the server cannot say: the problems stand
+        return None
+    if now == item.version:
+        return None
+    happened = "deleted" if now is None else f"rewritten (version {now})"
+    return Problem(
+        "unreadable",
+        f"{happened} while this scan read it (listed as version {item.version}): scan again",
+    )
 
 
 def decode_store_entries(

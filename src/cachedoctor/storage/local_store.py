@@ -66,6 +66,12 @@ class LocalStore:
         except FileNotFoundError:
             return None
 
+    def fresh_version(self, name: str) -> str | None:
+        try:
+            return local_version(os.lstat(self.url_of(name)))
+        except FileNotFoundError:
+            return None
+
     @contextlib.contextmanager
     def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
         """A folder's reads ask the file system itself: nothing to be told."""

@@ -73,7 +73,7 @@ class ListingIndex:
     cached listing is another list or has another length, so it answers what the scan would.
     ``strip``: names are keyed without a trailing slash (gcsfs compares them so).
 
-    On S3 it also answers for objects another process listed (``telling``): a worker that reads
+    It also answers for objects another process listed (``telling``): a worker that reads
     the objects a scan listed takes their details from the scan, not from a request each.
     """
 
@@ -143,6 +143,9 @@ def _with_listing_index(cls: Any, scheme: str) -> Any:
             # gcsfs's first answer, bar the scan: the first entry of the parent's cached listing
             # with this name; anything else (a generation, no listing, no entry) is gcsfs's
             stripped = self._strip_protocol(path).rstrip("/")
+            told = self._cachedoctor_index.told(stripped)
+            if told is not None and generation is None:
+                return told
             if "/" in stripped and generation is None:
                 bucket, key, path_generation = self.split_path(stripped)
                 parent = self._parent(stripped)
@@ -385,30 +388,53 @@ class RemoteStore:
         self.stats.count_call()
         return self._item(result)
 
+    def fresh_version(self, name: str) -> str | None:
+        """The object's version (ETag / generation) asked of the server now, None when it is
+        gone; unlike ``stat``, the cached listing stays (the rest of a scan still reads by it)."""
+        bucket, key = self.bucket, self.path_of(name).split("/", 1)[1]
+
+        def head() -> str | None:
+            if self.scheme == "s3":
+                return _norm_etag(self.fs.call_s3("head_object", Bucket=bucket, Key=key)["ETag"])
+            from fsspec.asyn import sync
+
+            found = sync(
+                self.fs.loop, self.fs._call, "GET", "b/{}/o/{}", bucket, key, json_out=True
+            )
+            return str(found["generation"])
+
+        try:
+            version = self.retry(head, what=f"checking {self.url_of(name)}")
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            if _s3_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        self.stats.count_call()
+        return version
+
     # reading and writing
     @contextlib.contextmanager
     def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
         """Reads of these objects, ``(name, size, version)`` as a listing elsewhere gave them,
         take their details from it rather than from a request each (a worker reading what the
-        scan listed: one request an object instead of two on S3).
-
-        S3 only: its reads carry the listed ETag (``If-Match``), so an object rewritten since
-        the listing fails its read ("no longer exists", as it does in the scan's own process)
-        instead of being read at the listed size. gcsfs reads a GCS object's current
-        generation, so there the details are still asked for; an object without a version too.
+        scan listed: one request an object instead of two on S3, four on GCS). The reads are
+        then what the scan's own process does with its cached listing: an object rewritten
+        since the listing fails its read on S3 (the listed ETag goes as ``If-Match``) and is
+        read at the listed size on GCS; ``reader.decode_item`` tells either from damage. An
+        object listed without a version is looked up as before.
         """
         details: dict[str, dict[str, Any]] = {}
-        for name, size, version in listed if self.scheme == "s3" else ():
+        for name, size, version in listed:
             if version is not None:
                 path = self.path_of(name)
-                details[path] = {
-                    "name": path,
-                    "Key": path,
-                    "size": size,
-                    "Size": size,
-                    "type": "file",
-                    "ETag": f'"{version}"',
-                }
+                info: dict[str, Any] = {"name": path, "size": size, "type": "file"}
+                if self.scheme == "s3":
+                    info.update(Key=path, Size=size, ETag=f'"{version}"')
+                else:
+                    info["generation"] = version
+                details[path] = info
         index = getattr(self.fs, "_cachedoctor_index", None)  # None: JAX's own filesystem
         with index.telling(details) if index is not None and details else contextlib.nullcontext():
             yield
