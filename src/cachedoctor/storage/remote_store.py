@@ -419,7 +419,7 @@ class RemoteStore:
     def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
         """Reads of these objects, ``(name, size, version)`` as a listing elsewhere gave them,
         take their details from it rather than from a request each (a worker reading what the
-        scan listed: one request an object instead of two on S3, four on GCS). The reads are
+        scan listed: one request an object instead of two on S3 and about four on GCS). The reads are
         then what the scan's own process does with its cached listing: an object rewritten
         since the listing fails its read on S3 (the listed ETag goes as ``If-Match``) and is
         read at the listed size on GCS; ``reader.decode_item`` tells either from damage. An
