@@ -419,11 +419,12 @@ class RemoteStore:
     def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
         """Reads of these objects, ``(name, size, version)`` as a listing elsewhere gave them,
         take their details from it rather than from a request each (a worker reading what the
-        scan listed: one request an object instead of two on S3 and about four on GCS). The reads are
-        then what the scan's own process does with its cached listing: an object rewritten
-        since the listing fails its read on S3 (the listed ETag goes as ``If-Match``) and is
-        read at the listed size on GCS; ``reader.decode_item`` tells either from damage. An
-        object listed without a version is looked up as before.
+        scan listed: one request an object instead of two on S3 and about four on GCS).
+
+        The reads are then what the scan's own process does with its cached listing: an object
+        rewritten since the listing fails its read on S3 (the listed ETag goes as ``If-Match``)
+        and is read at the listed size on GCS; ``reader.decode_item`` tells either from damage.
+        An object listed without a version is looked up as before.
         """
         details: dict[str, dict[str, Any]] = {}
         for name, size, version in listed:
