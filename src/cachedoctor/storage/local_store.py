@@ -67,10 +67,9 @@ class LocalStore:
             return None
 
     def fresh_version(self, name: str) -> str | None:
-        try:
-            return local_version(os.lstat(self.url_of(name)))
-        except FileNotFoundError:
-            return None
+        """The file's version now (``stat``'s), None when it is gone."""
+        item = self.stat(name)
+        return item.version if item is not None else None
 
     @contextlib.contextmanager
     def reading_as_listed(self, listed: Iterable[tuple[str, int, str | None]]) -> Iterator[None]:
