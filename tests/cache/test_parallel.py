@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -97,7 +99,8 @@ def test_a_dead_worker_is_replaced_by_serial_decoding(
     monkeypatch.setattr(parallel, "_serial", serial)
     listing = listdir.list_cache(cache)
     got = list(parallel.decode_entries(listing, workers=2))
-    assert fallback_batches == [len(listing.entries)]  # every batch failed over to this process
+    # the pool's batches failed over to this process (which decodes from the back meanwhile)
+    assert len(fallback_batches) == 1 and 2 <= fallback_batches[0] <= len(listing.entries)
     assert got == list(reader.iter_entries(listing))
 
 
@@ -122,6 +125,48 @@ def _collector_state(
     ]
 
 
+def _slow_in_workers(
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool
+) -> list[parallel.Decoded]:
+    """Decode, slowly in a worker, and say in each entry's module which process decoded it."""
+    import dataclasses
+    import time
+
+    worker = multiprocessing.parent_process() is not None
+    if worker:
+        time.sleep(0.3)
+    return [
+        (dataclasses.replace(e, module="worker" if worker else "main"), d)
+        for e, d in _REAL_DECODE_BATCH(jobs, max_decompressed, digested)
+    ]
+
+
+@pytest.mark.slow
+def test_this_process_decodes_beside_its_workers(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With N cores a pool of N - 1 workers takes batches from the front while this process
+    decodes from the back instead of waiting: the same entries, in the same order."""
+    pools: list[int] = []
+    real_pool = ProcessPoolExecutor
+
+    def counted(max_workers: int, **kwargs: object) -> ProcessPoolExecutor:
+        pools.append(max_workers)
+        return real_pool(max_workers=max_workers, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", counted)
+    monkeypatch.setattr(parallel, "_decode_batch", _slow_in_workers)
+    listing = listdir.list_cache(cache)
+    got = list(parallel.decode_entries(listing, workers=2))
+    serial = list(reader.iter_entries(listing))
+    assert pools == [1]
+    assert {e.module for e in got} == {"main", "worker"}
+    assert len(got) == len(serial)
+    assert [
+        dataclasses.replace(e, module=s.module) for e, s in zip(got, serial, strict=True)
+    ] == serial
+
+
 @pytest.mark.slow
 def test_a_scan_pauses_the_collector_but_its_workers_collect(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
@@ -132,7 +177,8 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
 
     monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
     report = scan_directory(cache, now=2e9, use_index=False, workers=2)
-    assert {e.module for e in entries_of(report)} == {"gc-True-in-worker"}
+    states = {e.module for e in entries_of(report)}  # this process decodes some batches too
+    assert "gc-True-in-worker" in states and states <= {"gc-True-in-worker", "gc-False-in-main"}
     assert gc.isenabled()
     with _cyclic_gc_paused():
         assert not gc.isenabled()

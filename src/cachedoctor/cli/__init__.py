@@ -92,6 +92,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
+    _keep_freed_memory()
     from cachedoctor.core.where import telling_waits
 
     try:
@@ -120,6 +121,30 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(int(ExitCode.USAGE))
+
+
+def _keep_freed_memory() -> None:
+    """Let this process reuse the memory it frees instead of handing it back to the system.
+
+    A scan decompresses each entry into a fresh buffer (MBs for a large program), and glibc's
+    defaults hand such buffers back when freed until its thresholds adapt: their pages were
+    faulted in anew, 12,000 faults (~45 ms on a VM) in the first scan of 20 large programs,
+    3,500 now. Buffers under 64 MiB come from the heap, which keeps up to 256 MiB freed; the
+    process is short-lived, and its peak grew by 1 MB there and 9 of 87 MB for 10,000 entries.
+    Forked pool workers inherit it. Only glibc has ``mallopt``; elsewhere, and for the API
+    inside a user's program, nothing changes.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    mallopt(m_mmap_threshold, 64 << 20)
+    mallopt(m_trim_threshold, 256 << 20)
 
 
 def _no_startup_activation() -> None:
