@@ -1,9 +1,10 @@
 """Decode many cache entries on every core: a bounded process pool, results in input order.
 
 Decoding is CPU-bound (decompression, hashing, walking the protobufs, canonicalising HLO), so
-threads do not help; processes do. Entries are sent in batches of about ``BATCH_BYTES`` (or
-``BATCH_ENTRIES``), at most two batches per worker are in flight, and results come back in the
-order of the input, so the report is the same as a serial decode's. Small jobs are decoded in
+threads do not help; processes do. On N cores, N - 1 workers take batches of about
+``BATCH_BYTES`` (or ``BATCH_ENTRIES``) from the front, at most two each in flight, while this
+process decodes from the back instead of waiting; results come back in the order of the
+input, so the report is the same as a serial decode's. Small jobs are decoded in
 this process: starting workers costs more than it saves. If the pool cannot start or a worker
 dies, the remaining entries are decoded here. Given an executor (``executors.py``: a pool of the
 caller's, a Dask cluster), the same batches go to it instead, whatever the job's size.

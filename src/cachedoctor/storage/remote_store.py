@@ -114,7 +114,7 @@ def _with_listing_index(cls: Any, scheme: str) -> Any:
 
     if scheme == "s3":
 
-        class IndexedS3(cls):  # type: ignore[misc]
+        class CachedoctorS3FileSystem(cls):  # type: ignore[misc]
             def _ls_from_cache(self, path: str) -> Any:
                 # fsspec's own rules, bar the scan: the path's own listing, else the parent's
                 # listing's entries of that name (FileNotFoundError when it has none)
@@ -136,9 +136,9 @@ def _with_listing_index(cls: Any, scheme: str) -> Any:
                     raise FileNotFoundError(path)
                 return list(found)
 
-        return type("CachedoctorS3FileSystem", (IndexedS3,), {})
+        return CachedoctorS3FileSystem
 
-    class IndexedGCS(cls):  # type: ignore[misc]
+    class CachedoctorGCSFileSystem(cls):  # type: ignore[misc]
         async def _info(self, path: str, generation: Any = None, **kwargs: Any) -> Any:
             # gcsfs's first answer, bar the scan: the first entry of the parent's cached listing
             # with this name; anything else (a generation, no listing, no entry) is gcsfs's
@@ -156,7 +156,7 @@ def _with_listing_index(cls: Any, scheme: str) -> Any:
                         return found[0]
             return await super()._info(path, generation=generation, **kwargs)
 
-    return type("CachedoctorGCSFileSystem", (IndexedGCS,), {})
+    return CachedoctorGCSFileSystem
 
 
 def _filesystem_class(scheme: str) -> Any:
