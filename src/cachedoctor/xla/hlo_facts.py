@@ -103,20 +103,24 @@ _VIEW: dict[str, tuple[tuple[int, str, str, bool], ...]] = {
 # refuses exactly what ``_VIEW`` refuses. A field left out is skipped as an unknown field, with
 # the same checks as a bytes or int64 field declared: its tag, its length or varint. It parses
 # in less than half the time (an instruction's fields need not be kept one by one).
-_SIGNATURE_VIEW: dict[str, tuple[tuple[int, str, str, bool], ...]] = {
+_SIGNED = {"Instruction": "SignedInstruction", "Computation": "SignedComputation"}
+
+
+def _signature_fields(message: str, read: set[int]) -> tuple[tuple[int, str, str, bool], ...]:
+    """``_VIEW[message]``'s fields that the signature reads (numbered in ``read``) and its
+    message-typed ones, typed as the signature view's messages."""
+    return tuple(
+        (number, name, _SIGNED.get(kind, kind), repeated)
+        for number, name, kind, repeated in _VIEW[message]
+        if number in read or kind not in ("b", "i")
+    )
+
+
+_SIGNATURE_VIEW = {
     "StackFrameIndex": _VIEW["StackFrameIndex"],
-    "SignedInstruction": (),
-    "SignedComputation": (
-        (1, "name", "b", False),
-        (2, "instructions", "SignedInstruction", True),
-        (4, "program_shape", "b", False),
-    ),
-    "SignedModule": (
-        (2, "entry_computation_name", "b", False),
-        (3, "computations", "SignedComputation", True),
-        (4, "host_program_shape", "b", False),
-        (17, "stack_frame_index", "StackFrameIndex", False),
-    ),
+    "SignedInstruction": _signature_fields("Instruction", set()),
+    "SignedComputation": _signature_fields("Computation", {1, 4}),
+    "SignedModule": _signature_fields("Module", {2, 4}),
 }
 # Module fields that identify rather than define (as hlo._MODULE_IDENTITY_FIELDS); the host
 # program shape stays, as in ``hlo.canonicalize``'s module attrs.
