@@ -167,6 +167,37 @@ def test_this_process_decodes_beside_its_workers(
     ] == serial
 
 
+_FAILED_HERE: list[int] = []
+
+
+def _slow_in_workers_failing_here_once(
+    jobs: Sequence[parallel.Job], max_decompressed: int, digested: bool
+) -> list[parallel.Decoded]:
+    """Decode, slowly in a worker; in this process, fail the first batch with an OSError."""
+    import time
+
+    if multiprocessing.parent_process() is not None:
+        time.sleep(0.3)
+    elif not _FAILED_HERE:
+        _FAILED_HERE.append(1)
+        raise OSError("the batch this process took failed")
+    return _REAL_DECODE_BATCH(jobs, max_decompressed, digested)
+
+
+@pytest.mark.slow
+def test_a_batch_this_process_took_and_failed_is_decoded_again(
+    cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the batch this process took from the back fails, the rest is finished here with
+    that batch among it: no entry lost, the order kept."""
+    _FAILED_HERE.clear()
+    monkeypatch.setattr(parallel, "_decode_batch", _slow_in_workers_failing_here_once)
+    listing = listdir.list_cache(cache)
+    got = list(parallel.decode_entries(listing, workers=2))
+    assert _FAILED_HERE == [1]
+    assert got == list(reader.iter_entries(listing))
+
+
 @pytest.mark.slow
 def test_a_scan_pauses_the_collector_but_its_workers_collect(
     cache: Path, tiny_batches: None, monkeypatch: pytest.MonkeyPatch

@@ -444,10 +444,12 @@ def _pooled(
             pool.shutdown(wait=True, cancel_futures=True)
     if broken:
         # a worker died (killed, out of memory): finish here, from the first unfinished batch
-        left = [[job(n) for n in batch] for batch in batches[head:tail]]
-        yield from _serial(left, decode, progress)
-        for n in range(max(head, tail), len(batches)):
-            yield from own.pop(n)
+        # (the pool's, and one this process had taken but not finished: all before its own)
+        left = [n for n in range(head, len(batches)) if n not in own]
+        yield from _serial([[job(i) for i in batches[n]] for n in left], decode, progress)
+        for n in range(head, len(batches)):
+            if n in own:
+                yield from own.pop(n)
 
 
 def _before_fork() -> None:

@@ -92,7 +92,9 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
-    _keep_freed_memory()
+    args = sys.argv[1:] if argv is None else argv
+    if args and not args[0].startswith("-"):  # a command runs (not --help or --version alone)
+        _keep_freed_memory()
     from cachedoctor.core.where import telling_waits
 
     try:
@@ -131,20 +133,28 @@ def _keep_freed_memory() -> None:
     faulted in anew, 12,000 faults (~45 ms on a VM) in the first scan of 20 large programs,
     3,500 now. Buffers under 64 MiB come from the heap, which keeps up to 256 MiB freed; the
     process is short-lived, and its peak grew by 1 MB there and 9 of 87 MB for 10,000 entries.
-    Forked pool workers inherit it. Only glibc has ``mallopt``; elsewhere, and for the API
-    inside a user's program, nothing changes.
+    Forked pool workers inherit it. Only with glibc (whose ``mallopt`` parameters these are);
+    elsewhere, and for the API inside a user's program, nothing changes. Not for ``--help``:
+    importing ctypes costs ~6 ms of its start-up.
     """
-    if not sys.platform.startswith("linux"):
+    if not _glibc():
         return
     try:
         import ctypes
 
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    except (OSError, AttributeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
     mallopt(m_mmap_threshold, 64 << 20)
     mallopt(m_trim_threshold, 256 << 20)
+
+
+def _glibc() -> bool:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError, AttributeError):  # no such name off glibc, or no confstr
+        return False
 
 
 def _no_startup_activation() -> None:
