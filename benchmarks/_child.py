@@ -47,6 +47,10 @@ def op_cli(args: dict[str, Any]) -> dict[str, Any]:
         from cachedoctor.cli import COMMANDS
 
         importlib.import_module(f"cachedoctor.cli.{COMMANDS[argv[0]][0]}")
+    if "pool_declared" in args:  # the pool's threshold (cache/parallel.py), 0: always a pool
+        from cachedoctor.cache import parallel
+
+        parallel.MIN_PARALLEL_DECLARED = int(args["pool_declared"])
     t0, cpu0 = time.perf_counter(), _cpu()
     rc = _quiet_cli(argv)
     return {"seconds": time.perf_counter() - t0, "cpu_s": _cpu() - cpu0, "rc": rc}

@@ -13,9 +13,13 @@ alternating repetitions, each in a fresh interpreter (``_child.py``, the command
 and the floors on the restored copy in this process: **L** (list and ``lstat`` every file) and
 **R** (read every byte of every entry). The target is travel <= 2 x (L + R). ``--hash`` also
 times XXH3-128 against BLAKE2b over the corpus's entry bytes in memory (the digest's choice).
+``--baseline OTHER/src`` times, instead of cold, the travel scan by another checkout's code
+(its own index, written by a scan of its own), alternating, with the ratio of each pair: the
+floors move +-20 % between runs on a shared machine, a pair's ratio much less.
 
     python benchmarks/bench_restore.py [--corpus cache-10k,dist-10k] [--reps 5] [--hash]
-                                       [--work DIR] [--out benchmarks/results/NAME.json]
+                                       [--baseline OTHER/src] [--work DIR]
+                                       [--out benchmarks/results/NAME.json]
 
 The corpora come from ``$CACHEDOCTOR_BENCH_DIR`` (``generate.py``); they are only read.
 """
@@ -54,9 +58,12 @@ def restore(base: Path, dst: Path, keep_index: bool) -> None:
         shutil.rmtree(dst / "cachedoctor-index")
 
 
-def scan_once(d: Path, xdg: Path, argv: list[str]) -> Result:
+def scan_once(d: Path, xdg: Path, argv: list[str], code: str | None = None) -> Result:
+    """One scan in a fresh interpreter, by this checkout or by the code in ``code``."""
     shutil.rmtree(xdg, ignore_errors=True)
     env = {"XDG_CACHE_HOME": str(xdg), "CACHEDOCTOR_INDEX_IN_CACHE": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = code
     return harness.child("cli", {"argv": [argv[0], str(d), *argv[1:]]}, env)
 
 
@@ -66,34 +73,42 @@ def _fallback_index(xdg: Path, cache: Path) -> bool:
     return (xdg / "cachedoctor" / "index" / f"{name}.sqlite").exists()
 
 
-def bench_corpus(src: Path, work: Path, reps: int, argv: list[str]) -> Result:
+def bench_corpus(
+    src: Path, work: Path, reps: int, argv: list[str], baseline: str | None = None
+) -> Result:
     base, restored, xdg = work / "base", work / "restored", work / "xdg"
-    shutil.rmtree(base, ignore_errors=True)
+    other_base = work / "baseline-base"  # the baseline's copy, holding the baseline's index
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-r", str(src), str(base)], check=True)
+    bases = [(base, None)] + ([(other_base, baseline)] if baseline else [])
+    for copy, _ in bases:
+        shutil.rmtree(copy, ignore_errors=True)
+        subprocess.run(["cp", "-r", str(src), str(copy)], check=True)
     # the run before, on files older than the index's racy window (a file changed in the last
     # RACY_S is never stored: a copy made just now would leave most rows out of the index)
     time.sleep(RACY_S + 0.5)
-    scan_once(base, xdg, ["scan"])  # its index is written into the cache
+    for copy, code in bases:
+        scan_once(copy, xdg, ["scan"], code)  # its index is written into the cache
     index_bytes = sum(p.stat().st_size for p in (base / "cachedoctor-index").iterdir())
     with contextlib.closing(sqlite3.connect(base / "cachedoctor-index" / "index.sqlite")) as db:
         index_rows = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-    runs: dict[str, list[Result]] = {"travel": [], "cold": []}
+    other = "baseline" if baseline else "cold"
+    runs: dict[str, list[Result]] = {"travel": [], other: []}
     floors: dict[str, list[float]] = {"L": [], "R": []}
-    for _ in range(reps):
-        for variant in ("travel", "cold"):  # alternating: load on the machine hits both
-            restore(base, restored, keep_index=variant == "travel")
+    for rep in range(reps):
+        order = ("travel", other) if rep % 2 == 0 else (other, "travel")
+        for variant in order:  # alternating: load on the machine hits both
+            code = baseline if variant == "baseline" else None
+            restore(other_base if code else base, restored, keep_index=variant != "cold")
             harness.floor_read(str(restored))  # the page cache as after a restore
-            runs[variant].append(scan_once(restored, xdg, argv))
-            if variant == "travel":  # the index came with the copy: none in the user dir
+            runs[variant].append(scan_once(restored, xdg, argv, code))
+            if variant != "cold":  # the index came with the copy: none in the user dir
                 runs[variant][-1]["user_dir_untouched"] = not _fallback_index(xdg, restored)
         for name, fn in (("L", harness.floor_list), ("R", harness.floor_read)):
             t0 = time.perf_counter()
             fn(str(restored))
             floors[name].append(time.perf_counter() - t0)
-    shutil.rmtree(restored, ignore_errors=True)
-    shutil.rmtree(base, ignore_errors=True)
-    shutil.rmtree(xdg, ignore_errors=True)
+    for folder in (restored, base, other_base, xdg):
+        shutil.rmtree(folder, ignore_errors=True)
     out: Result = {
         "corpus": src.name,
         "argv": argv,
@@ -114,7 +129,19 @@ def bench_corpus(src: Path, work: Path, reps: int, argv: list[str]) -> Result:
         min(out["travel"]["all_s"]) / floor,
         max(out["travel"]["all_s"]) / floor,
     ]
-    out["travel_over_cold"] = out["travel"]["median_s"] / out["cold"]["median_s"]
+    out[f"travel_over_{other}"] = out["travel"]["median_s"] / out[other]["median_s"]
+    if baseline:
+        out["baseline_code"] = baseline
+        out["baseline"]["user_dir_untouched"] = all(
+            r["user_dir_untouched"] for r in runs["baseline"]
+        )
+        pairs = [t["seconds"] / b["seconds"] for t, b in zip(*runs.values(), strict=True)]
+        out["travel_over_baseline_per_pair"] = {
+            "median": statistics.median(pairs),
+            "min": min(pairs),
+            "max": max(pairs),
+        }
+        out["baseline_over_L_plus_R"] = out["baseline"]["median_s"] / floor
     return out
 
 
@@ -146,6 +173,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--hash", action="store_true", help="also time XXH3 against BLAKE2b")
     parser.add_argument("--json-output", action="store_true", help="time `scan --json`")
+    parser.add_argument("--baseline", help="another checkout's src/: its travel scan, not cold")
     parser.add_argument("--work", help="where the copies go (default: a temporary folder)")
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args()
@@ -159,7 +187,7 @@ def main() -> None:
             if args.hash:
                 results.setdefault("hash", []).append(bench_hash(src, args.reps))
                 print(json.dumps(results["hash"][-1]), flush=True)
-            res = bench_corpus(src, work_root / name, args.reps, argv)
+            res = bench_corpus(src, work_root / name, args.reps, argv, args.baseline)
             results["corpora"].append(res)
             print(json.dumps({k: v for k, v in res.items() if k != "floors"}), flush=True)
             print(json.dumps(res["floors"]), flush=True)

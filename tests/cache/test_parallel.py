@@ -248,8 +248,8 @@ def test_a_few_entries_that_decompress_large_go_to_the_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fewer entries and bytes than the minimums still go to the pool when their zstd frames
-    declare MIN_PARALLEL_DECLARED bytes or more (large programs compress 50 x); a zlib file or
-    a damaged frame declares nothing."""
+    declare enough (large programs compress 50 x): MIN_PARALLEL_DECLARED x N / (N - 1) bytes
+    or more on N cores; a zlib file or a damaged frame declares nothing."""
     import zlib
 
     import zstandard
@@ -271,12 +271,19 @@ def test_a_few_entries_that_decompress_large_go_to_the_pool(
         return real_pooled(batches, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(parallel, "_pooled", spy)
-    for declared, expected in ((3 * (2 << 20) + 1, []), (3 * (2 << 20), [5])):
+    # on 2 cores the pool pays from twice MIN_PARALLEL_DECLARED (parallel.min_declared)
+    for declared, expected in ((3 * (1 << 20) + 1, []), (3 * (1 << 20), [5])):
         monkeypatch.setattr(parallel, "MIN_PARALLEL_DECLARED", declared)
         pools.clear()
         got = list(parallel.decode_entries(listing, workers=2))
         assert pools == expected and len(got) == 5
         assert [e.decompressed_size for e in got[:3]] == [2 << 20] * 3
+    # with more cores a pool's start is shared by more of the decode: it pays sooner
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_DECLARED", (4 << 20) + 3)
+    for workers, expected in ((2, []), (3, []), (4, [5])):  # over 8 and 6 MiB; 5.3 MiB
+        pools.clear()
+        list(parallel.decode_entries(listing, workers=workers))
+        assert pools == expected, workers
 
 
 def _listed(d: Path) -> dict[str, listdir.DirItem]:

@@ -34,7 +34,9 @@ BATCH_BYTES = 8 << 20
 BATCH_ENTRIES = 256
 MIN_PARALLEL_ENTRIES = 64  # fewer entries than this...
 MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this...
-MIN_PARALLEL_DECLARED = 32 << 20  # ...and fewer declared decompressed: decode in this process
+# ...and fewer declared decompressed bytes than this x N / (N - 1) on N cores (min_declared):
+# decode in this process
+MIN_PARALLEL_DECLARED = 32 << 20
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None, bool]  # path, key, the first tier only (``defer_hlo``)
@@ -101,6 +103,16 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def min_declared(workers: int) -> int:
+    """The declared decompressed bytes from which a pool of ``workers`` (this process and
+    ``workers - 1`` forked ones) pays for its start. A pool's wall is about its start plus a
+    1/N share of the decode, so it beats one process once the decode is worth N/(N-1) starts:
+    twice ``MIN_PARALLEL_DECLARED`` on 2 cores, near it on many (docs/performance.md, "First
+    scans, sixth round": on 2 cores a pool cost 7-23 % more wall than one process for 22 to 60
+    MB of large programs, ``benchmarks/bench_pool.py``)."""
+    return MIN_PARALLEL_DECLARED * workers // max(1, workers - 1)
 
 
 def _decode_batch(jobs: Sequence[Job], max_decompressed: int, digested: bool) -> list[Decoded]:
@@ -209,13 +221,14 @@ def _decode_items(
 
     sizes = [i.size for i in items]
     workers = default_workers() if workers is None else max(1, workers)
+    pool_from = min_declared(workers)
 
     def small() -> bool:  # too little work for a pool (the frames' headers read last, if at all)
         return (
             len(items) < MIN_PARALLEL_ENTRIES
             and sum(sizes) < MIN_PARALLEL_BYTES
             and decompress.declared_total(job(n)[0] for n in range(len(items)))
-            < MIN_PARALLEL_DECLARED
+            < pool_from
         )
 
     if executor is None and (workers == 1 or len(items) <= 1 or small()):
