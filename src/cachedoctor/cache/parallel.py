@@ -109,9 +109,9 @@ def min_declared(workers: int) -> int:
     """The declared decompressed bytes from which a pool of ``workers`` (this process and
     ``workers - 1`` forked ones) pays for its start. A pool's wall is about its start plus a
     1/N share of the decode, so it beats one process once the decode is worth N/(N-1) starts:
-    twice ``MIN_PARALLEL_DECLARED`` on 2 cores, near it on many (docs/performance.md, "First
-    scans, sixth round": on 2 cores a pool cost 7-23 % more wall than one process for 22 to 60
-    MB of large programs, ``benchmarks/bench_pool.py``)."""
+    twice ``MIN_PARALLEL_DECLARED`` on 2 cores, near it on many (docs/performance.md,
+    Performance III, "Sixth round": on 2 cores a pool cost 7-23 % more wall than one process
+    for 22 to 60 MB of large programs, ``benchmarks/bench_pool.py``; not measured on more)."""
     return MIN_PARALLEL_DECLARED * workers // max(1, workers - 1)
 
 
