@@ -227,8 +227,7 @@ def _decode_items(
         return (
             len(items) < MIN_PARALLEL_ENTRIES
             and sum(sizes) < MIN_PARALLEL_BYTES
-            and decompress.declared_total(job(n)[0] for n in range(len(items)))
-            < pool_from
+            and decompress.declared_total(job(n)[0] for n in range(len(items))) < pool_from
         )
 
     if executor is None and (workers == 1 or len(items) <= 1 or small()):
