@@ -14,7 +14,7 @@ NOW = 1_800_000_000.0
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45), ("45", 45), ("2w", 1209600),
+    [("30d", 30 * 86400), ("12h", 43200), ("90min", 5400), ("45s", 45), ("45", 45), ("2w", 1209600),
      (" 1.5H ", 5400), (".5d", 43200), (0, 0), (2.5, 2.5)],
 )  # fmt: skip
 def test_durations(text: str | float, seconds: float) -> None:
@@ -29,14 +29,14 @@ def test_what_is_not_a_duration_says_which_units_are(text: object) -> None:
     with pytest.raises(ValueError) as err:
         parse_duration(text)  # type: ignore[arg-type]
     assert "not a duration" in str(err.value)
-    assert "s, m, h, d or w" in str(err.value)
+    assert "s, min, h, d or w" in str(err.value)
     assert "could not convert" not in str(err.value)
 
 
 @pytest.mark.parametrize(
     ("text", "size"),
     [("50GB", 50 * 10**9), ("800MiB", 800 * 2**20), ("1024", 1024), ("1.5 GiB", 3 * 2**29),
-     ("10k", 10_000), (4096, 4096)],
+     ("10kB", 10_000), ("2 TiB", 2 * 2**40), (4096, 4096)],
 )  # fmt: skip
 def test_sizes(text: str | int, size: int) -> None:
     assert parse_size(text) == size
@@ -51,7 +51,7 @@ def test_what_is_not_a_size(text: object) -> None:
 def test_moments_ago_dates_and_unix_times() -> None:
     assert parse_since("2w", now=NOW) == NOW - 14 * 86400
     assert parse_since("7d", now=NOW) == NOW - 7 * 86400
-    assert parse_since("30m", now=NOW) == NOW - 1800
+    assert parse_since("30min", now=NOW) == NOW - 1800
     midnight = dt.datetime(2026, 1, 31, tzinfo=dt.UTC).timestamp()
     assert parse_since("2026-01-31") == midnight
     assert parse_since("1796075058") == 1796075058.0  # a Unix time, as api.md says
@@ -59,6 +59,32 @@ def test_moments_ago_dates_and_unix_times() -> None:
     for bad in ("soon", "2026-13-01", "7y", "-5", True, math.nan):
         with pytest.raises(ValueError, match="not a time"):
             parse_since(bad)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "meanings"),
+    [(parse_duration, "6m", "minutes or months"), (parse_since, "6m", "minutes or months"),
+     (parse_size, "800M", "10^6 or 2^20 bytes: write 800MB or 800MiB"),
+     (parse_size, "2k", "10^3 or 2^10"), (parse_size, "1.5g", "10^9 or 2^30"),
+     (parse_size, "3T", "10^12 or 2^40")],
+)  # fmt: skip
+def test_a_spelling_that_could_mean_two_things_is_refused(
+    parse: object, text: str, meanings: str
+) -> None:
+    """Issue 39: "6m" read as six minutes where six months was meant prunes what jobs use."""
+    with pytest.raises(ValueError, match="ambiguous") as err:
+        parse(text)  # type: ignore[operator]
+    assert meanings in str(err.value)
+
+
+def test_a_plan_states_durations_and_sizes_in_full() -> None:
+    from cachedoctor.units import say_duration, say_size
+
+    assert say_duration(60) == "1 minute (60 s)"
+    assert say_duration(90 * 60) == "90 minutes (5400 s)"
+    assert say_duration(14 * 86400) == "2 weeks (1209600 s)"
+    assert say_duration(5) == "5 s"
+    assert say_size(50 * 10**9) == "50,000,000,000 bytes (46.6 GiB)"
 
 
 @pytest.mark.parametrize(

@@ -13,21 +13,24 @@ import math
 import re
 import time
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-DURATION_FORMS = "a number with s, m, h, d or w: 30d, 12h, 90m, 2w"
+DURATION_UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DURATION_FORMS = "a number with s, min, h, d or w: 30d, 12h, 90min, 2w"
 SIZE_FORMS = "50GB, 800MiB or bytes: 1000000"
-SINCE_FORMS = "a time ago (7d, 12h, 30m, 2w), a UTC date (YYYY-MM-DD) or a Unix time (1767225600)"
+SINCE_FORMS = "a time ago (7d, 12h, 30min, 2w), a UTC date (YYYY-MM-DD) or a Unix time (1767225600)"
+# Spellings that mean two things to two readers, refused rather than guessed: a prune that
+# reads "6m" as six minutes where six months was meant removes what the jobs use.
+_AMBIGUOUS_DURATION = {"m": "minutes or months: write {n}min for minutes, or the days (d)"}
+_AMBIGUOUS_SIZE = {
+    u: "10^{p} or 2^{q} bytes: write {n}{U}B or {n}{U}iB" for u in ("k", "m", "g", "t")
+}
+_POWERS = {"k": (3, 10), "m": (6, 20), "g": (9, 30), "t": (12, 40)}
 
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
-    "k": 10**3,
     "kb": 10**3,
-    "m": 10**6,
     "mb": 10**6,
-    "g": 10**9,
     "gb": 10**9,
-    "t": 10**12,
     "tb": 10**12,
     "kib": 2**10,
     "mib": 2**20,
@@ -52,7 +55,7 @@ def _shown(value: object) -> str:
 
 
 def parse_duration(text: str | float) -> float:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``, a bare number of seconds -> seconds.
+    """``30d``, ``12h``, ``90min``, ``45s``, ``2w``, a bare number of seconds -> seconds.
 
     Raises ValueError naming the accepted units (``1y``, ``5x``, ``-3d`` and ``nan`` are not
     durations).
@@ -63,13 +66,17 @@ def parse_duration(text: str | float) -> float:
             raise ValueError(f"not a duration: {_shown(text)} (use {DURATION_FORMS})")
         return seconds
     match = _DURATION_RE.fullmatch(text.strip().lower())
+    if match and match.group(2) in _AMBIGUOUS_DURATION:
+        why = _AMBIGUOUS_DURATION[match.group(2)].format(n=match.group(1))
+        raise ValueError(f"ambiguous duration: {_shown(text)} could mean {why}")
     if not match or (match.group(2) or "s") not in DURATION_UNITS:
         raise ValueError(f"not a duration: {_shown(text)} (use {DURATION_FORMS})")
     return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
 
 
 def parse_size(text: str | int) -> int:
-    """``50GB`` (10^9), ``50GiB`` (2^30), ``800M``, ``1024`` -> bytes. Raises ValueError."""
+    """``50GB`` (10^9), ``50GiB`` (2^30), ``1024`` -> bytes. Raises ValueError, also for a
+    bare ``800M`` (decimal or binary?)."""
     if not isinstance(text, str):
         size = _finite_number(text)
         if size is None or size != int(size):
@@ -80,6 +87,10 @@ def parse_size(text: str | int) -> int:
     while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
         i -= 1
     number, unit = t[:i], t[i:]
+    if unit in _AMBIGUOUS_SIZE and _NUMBER_RE.fullmatch(number):
+        p, q = _POWERS[unit]
+        why = _AMBIGUOUS_SIZE[unit].format(p=p, q=q, n=number, U=unit.upper())
+        raise ValueError(f"ambiguous size: {_shown(text)} could mean {why}")
     if unit not in _SIZE_UNITS or not _NUMBER_RE.fullmatch(number):
         raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
     value = float(number) * _SIZE_UNITS[unit]
@@ -100,6 +111,9 @@ def parse_since(text: str | float, now: float | None = None) -> float:
     if _NUMBER_RE.fullmatch(t):
         return float(t)
     match = _DURATION_RE.fullmatch(t)
+    if match and match.group(2) in _AMBIGUOUS_DURATION:
+        why = _AMBIGUOUS_DURATION[match.group(2)].format(n=match.group(1))
+        raise ValueError(f"ambiguous time: {_shown(text)} could mean {why}")
     if match and match.group(2) in DURATION_UNITS:
         now = time.time() if now is None else now
         return now - float(match.group(1)) * DURATION_UNITS[match.group(2)]
@@ -133,3 +147,18 @@ def format_age(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds:.0f} s"
+
+
+def say_duration(seconds: float) -> str:
+    """A duration in full words and seconds, as a plan states what it understood:
+    ``1 minute (60 s)``, ``30 days (2592000 s)``."""
+    for unit, size in (("week", 7 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'' if n == 1 else 's'} ({seconds:.0f} s)"
+    return f"{seconds:g} s"
+
+
+def say_size(n: int) -> str:
+    """A size in full: ``50 GB = 50,000,000,000 bytes``."""
+    return f"{n:,} bytes ({format_bytes(n)})"

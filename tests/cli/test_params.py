@@ -22,7 +22,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     "args",
     [
         ["prune", "{d}", "--older-than", "2w"],
-        ["prune", "{d}", "--max-size", "1GiB", "--stale-after", "2w", "--lock-timeout", "1m"],
+        ["prune", "{d}", "--max-size", "1GiB", "--stale-after", "2w", "--lock-timeout", "1min"],
         ["stats", "{d}", "--since", "2w"],
         ["stats", "{d}", "--since", "2026-01-31"],
         ["stats", "{d}", "--since", "1796075058"],  # a Unix time, as the API takes it
@@ -38,7 +38,7 @@ def test_the_same_forms_work_everywhere(tmp_path: Path, args: list[str]) -> None
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["prune", "{d}", "--older-than", "1y"], "not a duration: '1y' (use a number with s, m, h"),
+        (["prune", "{d}", "--older-than", "1y"], "not a duration: '1y' (use a number with s, min"),
         (["prune", "{d}", "--older-than", "5x"], "not a duration: '5x'"),
         (["prune", "{d}", "--stale-after", "-1h"], "not a duration: '-1h'"),
         (["prune", "{d}", "--max-size", "lots"], "not a size: 'lots'"),

@@ -82,7 +82,7 @@ def test_max_modules_is_a_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["--zero", "--since", "1m"],
+        ["--zero", "--since", "1min"],
         ["--zero", "--module", "jit_nothing", "--apply"],
         ["--zero", "--json", "--apply"],
         ["--zero", "--html", "page.html", "--apply"],

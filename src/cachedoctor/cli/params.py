@@ -45,7 +45,7 @@ def as_typed(ctx: click.Context, name: str) -> str | None:
 
 
 SIZE = _UnitType("size", units.parse_size)  # bytes: 50GB, 800MiB, 1000000
-DURATION = _UnitType("duration", units.parse_duration)  # seconds: 30d, 12h, 90m, 2w, 45
+DURATION = _UnitType("duration", units.parse_duration)  # seconds: 30d, 12h, 90min, 2w, 45
 SINCE = _UnitType("when", units.parse_since)  # a Unix time: 7d ago, 2026-01-31, 1767225600
 
 

@@ -20,7 +20,7 @@ from cachedoctor.render.formats import renderer, write_report
     "--since",
     type=SINCE,
     metavar="WHEN",
-    help="Only records since WHEN: a time ago (7d, 12h, 30m, 2w), a UTC date (YYYY-MM-DD) or "
+    help="Only records since WHEN: a time ago (7d, 12h, 30min, 2w), a UTC date (YYYY-MM-DD) or "
     "a Unix time.",
 )
 @click.option("--module", metavar="NAME", help="Only this module (a glob such as 'jit_*' works).")
