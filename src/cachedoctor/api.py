@@ -185,6 +185,7 @@ def prune_plan(
     orphans: bool = False,
     relocated: bool = False,
     stale_jax: bool = False,
+    stale_jax_in_use: bool = False,
     module: str | None = None,
     xla_subcaches: bool = False,
 ) -> Plan:
@@ -205,6 +206,7 @@ def prune_plan(
             orphans=orphans,
             relocated=relocated,
             stale_jax=stale_jax,
+            stale_jax_in_use=stale_jax_in_use,
             module=module,
             xla_subcaches=xla_subcaches,
         )

@@ -63,9 +63,12 @@ def test_scan_diff_and_prune_plan(seed_cache: Path, copy_of: Callable[[Path], Pa
 
     cache = copy_of(seed_cache)  # with the access times JAX left: --duplicates reads them
     before = sorted(p.name for p in cache.iterdir())
-    plan = cachedoctor.prune_plan(cache, duplicates=True)
-    assert plan.entries_to_remove == len(_keys(cache, "jit_f")) - 1
+    plan = cachedoctor.prune_plan(cache, module="jit_f")
+    assert plan.entries_to_remove == len(_keys(cache, "jit_f"))
     assert {a.module for a in plan.actions if a.op == "remove-entry"} == {"jit_f"}
+    # unrecorded plain runs: nothing tells that no run computes these keys again (issue 39)
+    kept = cachedoctor.prune_plan(cache, duplicates=True)
+    assert kept.entries_to_remove == 0 and [s.name for s in kept.skipped] == ["jit_f"]
     assert sorted(p.name for p in cache.iterdir()) == before  # a plan deletes nothing
     assert plan.to_dict()["command"] == "prune"
 

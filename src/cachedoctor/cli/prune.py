@@ -25,20 +25,26 @@ if TYPE_CHECKING:
     "--older-than",
     type=DURATION,
     metavar="AGE",
-    help="Entries last used longer ago (30d, 12h, 90m, 2w).",
+    help=(
+        "Entries whose last use, as far as records bound it, is longer ago (30d, 12h, 90min, "
+        "2w); an entry no record dates is kept."
+    ),
 )
 @click.option(
     "--max-size",
     type=SIZE,
     metavar="SIZE",
-    help="Evict least recently used entries until the cache fits (50GB, 800MiB), as JAX's LRU.",
+    help=(
+        "Evict least recently used entries until the cache fits (50GB, 800MiB), as JAX's LRU; "
+        "a hard-linked file counts once."
+    ),
 )
 @click.option(
     "--duplicates",
     is_flag=True,
     help=(
-        "Same program under keys that change per run: remove the copies that records show "
-        "no run looks up again; keep the rest."
+        "Same program under keys that change per run: remove the copies whose writer's "
+        "record shows a per-process pointer in the key; keep the rest."
     ),
 )
 @click.option("--corrupt", is_flag=True, help="Entries JAX cannot load (truncated, damaged).")
@@ -52,7 +58,25 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Entries keyed for another spelling of the cache path (JAX misses them).",
 )
-@click.option("--stale-jax", is_flag=True, help="Entries written by another jaxlib.")
+@click.option(
+    "--jobs-cache-dir",
+    metavar="PATH",
+    help=(
+        "With --relocated: the cache dir as your jobs spell it (their "
+        "JAX_COMPILATION_CACHE_DIR); without it, entries written for another spelling of "
+        "this folder are kept."
+    ),
+)
+@click.option(
+    "--stale-jax",
+    is_flag=True,
+    help="Entries written by another jaxlib; those another JAX version used lately are kept.",
+)
+@click.option(
+    "--stale-jax-in-use",
+    is_flag=True,
+    help="As --stale-jax, and also the entries another JAX version sharing the cache uses.",
+)
 @click.option(
     "--module",
     metavar="GLOB",
@@ -92,7 +116,9 @@ def prune(
     corrupt: bool,
     orphans: bool,
     relocated: bool,
+    jobs_cache_dir: str | None,
     stale_jax: bool,
+    stale_jax_in_use: bool,
     module: str | None,
     xla_subcaches: bool,
     repair: bool,
@@ -123,7 +149,9 @@ def prune(
         corrupt=corrupt,
         orphans=orphans,
         relocated=relocated,
+        jobs_cache_dir=jobs_cache_dir,
         stale_jax=stale_jax,
+        stale_jax_in_use=stale_jax_in_use,
         module=module,
         xla_subcaches=xla_subcaches,
         repair=repair,

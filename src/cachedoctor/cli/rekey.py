@@ -26,6 +26,12 @@ from cachedoctor.render.formats import PlanReport, renderer
     "observe-mode manifest to their stable key, which `cachedoctor enable` makes JAX use.",
 )
 @click.option(
+    "--jobs-cache-dir",
+    metavar="PATH",
+    help="With --relocated: the cache dir as your jobs spell it; without it, entries written "
+    "for another spelling of this folder stay.",
+)
+@click.option(
     "--lock-timeout",
     type=DURATION,
     default="30s",
@@ -40,6 +46,7 @@ def rekey(
     do_apply: bool,
     as_json: bool,
     relocated: bool,
+    jobs_cache_dir: str | None,
     lock_timeout: float,
 ) -> None:
     """Move manifest-bearing entries to the key the current stable hasher gives them.
@@ -56,7 +63,9 @@ def rekey(
     open_cache_dir(cache_dir)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
-            lambda: plan_rekey(cache_dir, progress=progress, relocated=relocated),
+            lambda: plan_rekey(
+                cache_dir, progress=progress, relocated=relocated, jobs_cache_dir=jobs_cache_dir
+            ),
             cache_dir,
             do_apply,
             lock_timeout,

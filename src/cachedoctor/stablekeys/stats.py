@@ -129,6 +129,9 @@ CONFIG_NAMES = {
     "min_compile_time_secs": "persistent_cache_min_compile_time_secs",
     "min_entry_size_bytes": "persistent_cache_min_entry_size_bytes",
     "max_size": "compilation_cache_max_size",
+    # 1 when JAX's key leaves custom_partitioning pointers out: whether a key this process
+    # wrote is computed again by another process (prune --duplicates' evidence of a writer)
+    "remove_ptr_from_key": "remove_custom_partitioning_ptr_from_cache_key",
 }
 ENTRY_SUFFIX = "-cache"  # JAX's LRUCache names an entry <key>-cache (0.4.38 .. 0.12)
 
@@ -351,7 +354,9 @@ def _config_value(name: str) -> float | None:
         value = getattr(config, CONFIG_NAMES[name]).value
     except Exception:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):  # a flag, kept as a number like the other settings
+        return float(value)
+    if not isinstance(value, int | float):
         return None
     return value
 

@@ -68,9 +68,9 @@ class FileId:
     size: int
     mtime_ns: int
     version: str | None = None
-    # a removal that rests on "not read since it was written" (access time not after the
-    # write): a read since the plan (which moves the access time past it) cancels it
-    unread: bool = False
+    # a removal that rests on the access time the plan saw (not read since the write, or last
+    # read that long ago): a read since the plan, which moves the access time, cancels it
+    atime_ns: int | None = None
 
     @classmethod
     def of(cls, name: str, st: Stat) -> FileId:
@@ -79,7 +79,7 @@ class FileId:
     def matches(self, st: Stat) -> bool:
         if self.version is not None:
             return getattr(st, "version", None) == self.version
-        if self.unread and getattr(st, "st_atime_ns", 0) > st.st_mtime_ns:
+        if self.atime_ns is not None and getattr(st, "st_atime_ns", 0) > self.atime_ns:
             return False
         return (st.st_ino, st.st_size, st.st_mtime_ns) == (self.ino, self.size, self.mtime_ns)
 

@@ -9,6 +9,7 @@ decodes them when a rule needs scan's findings, and turns marked entries into re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -66,6 +67,8 @@ class PlannedEntry:
     ir_size: int = 0
     rules: list[tuple[Rule, str]] = field(default_factory=list)
     use: EntryUse | None = None  # what JAX's records say of its use (core/usage/lookups)
+    accessed_ns: int | None = None  # st_atime where the mount keeps it and it is evidence
+    nlink: int = 1  # the -cache file's names on its filesystem (the hook adopts by hard link)
 
     @property
     def module(self) -> str | None:
@@ -159,6 +162,7 @@ class PruneContext:
         # use (a bucket pays a listing and a GET per record for them)
         weighs_use = options.duplicates or options.older_than_s is not None
         weighs_use = weighs_use or options.max_size is not None
+        weighs_use = weighs_use or options.stale_jax or options.relocated
         self.key_index = _key_index(cd) if weighs_use else {}
 
     def read_atime(self, name: str) -> int | None:
@@ -225,6 +229,7 @@ def collect_entries(ctx: PruneContext) -> dict[str, PlannedEntry]:
         if st is None:
             continue  # vanished (JAX's eviction) or not a regular file
         e = PlannedEntry(item.key, item, FileId.of(item.name, st), last_used_ns=st.st_mtime_ns)
+        e.nlink = max(1, getattr(st, "st_nlink", 1))
         atime = atimes.get(item.key)
         if atime is not None and not atime.is_symlink:
             ast = ctx.cd.regular(atime.name)
@@ -252,6 +257,8 @@ def _use_of(ctx: PruneContext, e: PlannedEntry, st: Stat) -> EntryUse:
     accessed = getattr(st, "st_atime_ns", None)
     if accessed is not None and os.geteuid() not in (0, st.st_uid):
         accessed = None
+    if ctx.mount is not None and ctx.mount.tells_reads:
+        e.accessed_ns = accessed
     data = e.manifest.data if e.manifest is not None else None
     manifest = None
     if data is not None:
@@ -295,22 +302,50 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
         ctx.jax,
         ctx.now,
         manifests=ctx.manifest_data(),
-        root_as_given=ctx.as_given,
+        root_as_given=ctx.options.jobs_cache_dir or ctx.as_given,
     )
 
 
-def remove_entry(e: PlannedEntry) -> Action:
+def file_units(entries: list[PlannedEntry]) -> list[list[PlannedEntry]]:
+    """The entries grouped by the file they name: a hard-linked ``-cache`` file (the stable
+    hook adopts a plain entry by a link) is one file under several keys, its bytes counted
+    once (a bucket's objects, inode 0, are each their own)."""
+    units: dict[int, list[PlannedEntry]] = {}
+    alone: list[list[PlannedEntry]] = []
+    for e in entries:
+        if e.cache_id.ino and e.nlink > 1:
+            units.setdefault(e.cache_id.ino, []).append(e)
+        else:
+            alone.append([e])
+    return alone + list(units.values())
+
+
+def remove_entries(marked: list[PlannedEntry]) -> list[Action]:
+    """The removals of the marked entries; a hard-linked file's bytes count once, and only
+    when every name it has goes (else removing a name frees nothing)."""
+    actions = []
+    for unit in file_units(marked):
+        frees = len(unit) >= unit[0].nlink
+        actions += [remove_entry(e, frees and n == 0) for n, e in enumerate(unit)]
+    return actions
+
+
+def remove_entry(e: PlannedEntry, frees_file: bool = True) -> Action:
     """The removal of a marked entry; its -atime goes too when a use since the plan would
-    cancel the verdict (apply then compares it)."""
+    cancel the verdict (apply then compares it). ``frees_file``: the -cache file's bytes come
+    back (not for a hard link whose file keeps another name)."""
     files = [e.cache_id]
-    if e.atime_id is not None and any(r in _USE_SENSITIVE for r, _ in e.rules):
+    sensitive = any(r in _USE_SENSITIVE for r, _ in e.rules)
+    if sensitive and e.accessed_ns is not None:  # a read since the plan cancels the removal
+        files[0] = dataclasses.replace(e.cache_id, atime_ns=e.accessed_ns)
+    if e.atime_id is not None and sensitive:
         files.append(e.atime_id)
     return Action(
         op=Op.REMOVE_ENTRY,
         name=e.key,
         rules=tuple(r for r, _ in e.rules),
         reason="; ".join(reason for _, reason in e.rules),
-        bytes=e.unit_bytes,
+        bytes=e.unit_bytes - (0 if frees_file else e.item.size),
         module=e.module,
         last_used_ns=last_use(e)[0] if recorded_use(e) else None,  # never the file time
         files=tuple(files),
@@ -321,6 +356,20 @@ def recorded_use(e: PlannedEntry) -> bool:
     return e.used_from_atime or (e.use is not None and e.use.last_use_ns is not None)
 
 
+def latest_use(e: PlannedEntry) -> tuple[int | None, str]:
+    """The latest moment the entry's last use can be, by every record together, and how that
+    is known; (None, why not) when no record can tell (then the entry is kept)."""
+    use = e.use
+    if use is None or use.latest_use_ns is None:
+        evidence = use.evidence if use is not None else "no record"
+        return None, (
+            f"cannot tell when it was last used ({evidence}); what would tell it: JAX's LRU "
+            "(-atime files, jax_compilation_cache_max_size), a local relatime or strictatime "
+            "mount, or cachedoctor's stats records (CACHEDOCTOR_HOOK=stats)"
+        )
+    return use.latest_use_ns, use.latest_use_why
+
+
 def last_use(e: PlannedEntry) -> tuple[int, str]:
     """The latest use any record shows (JAX's -atime, a read's access time), else the file
     time, and which it is."""
@@ -328,4 +377,6 @@ def last_use(e: PlannedEntry) -> tuple[int, str]:
         return e.use.last_use_ns, e.use.last_use_source
     if e.used_from_atime:
         return e.last_used_ns, "-atime"
+    if e.use is not None and e.use.read_since_written is False:
+        return e.last_used_ns, "its write: not read since"
     return e.last_used_ns, "file time: no record of a use"

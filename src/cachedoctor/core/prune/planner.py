@@ -50,6 +50,7 @@ def plan_prune(
 def _plan(ctx: context.PruneContext) -> Plan:
     """Every selected rule of ``rules.RULES``, in its order, over the cache's entries."""
     options = ctx.options
+    ctx.notes.append(options.understood())
     state = context.PlanState(context.collect_entries(ctx))
     for rule in RULES:
         if rule.selected(options):

@@ -27,6 +27,7 @@ from cachedoctor import layout
 from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.prune import spelling
 from cachedoctor.core.prune.actions import (
     Action,
     Dir,
@@ -42,9 +43,11 @@ from cachedoctor.core.prune.actions import (
     remove_companions,
 )
 from cachedoctor.core.scan.report import lru_evidence
+from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
+from cachedoctor.storage import mounts
 from cachedoctor.storage.fsops import CacheDir, FileId
 from cachedoctor.storage.location import Location, Where
 
@@ -91,6 +94,7 @@ def plan_rekey(
     jax_info: JaxInfo | None = None,
     progress: Callable[[int, int], None] | None = None,
     relocated: bool = False,
+    jobs_cache_dir: str | None = None,
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
     follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
@@ -110,7 +114,16 @@ def plan_rekey(
         eviction = lru_evidence(listing).in_use
         manifests, _ = read_manifests(cd)
         adoptable = (
-            _relocated_keys(cd, listing, manifests, jax_info, now, where.spelling)
+            _relocated_keys(
+                cd,
+                listing,
+                manifests,
+                jax_info,
+                now,
+                jobs_cache_dir or where.spelling,
+                planned,
+                jobs_told=jobs_cache_dir is not None,
+            )
             if relocated
             else set()
         )
@@ -256,8 +269,13 @@ def _relocated_keys(
     jax_info: JaxInfo,
     now: float,
     as_given: str,
+    planned: _Planned,
+    *,
+    jobs_told: bool,
 ) -> set[str]:
-    """Keys of observe-mode entries that ``scan`` reports ``relocated`` (its evidence, reused)."""
+    """Keys of observe-mode entries that ``scan`` reports ``relocated`` (its evidence, reused)
+    for the spelling ``as_given``, less those a run may still hit (``spelling.keep_reason``:
+    a read since the write, or another spelling of this folder), which are skipped."""
     from cachedoctor.core.findings import FindingKind
     from cachedoctor.core.scan.build import build_report
 
@@ -266,27 +284,52 @@ def _relocated_keys(
         for m in manifests
         if m.data is not None and m.data.get("mode") == "observe" and not m.is_symlink
     }
-    infos = []
+    infos = {}
     for item in listing.entries:
         if item.key in observed and not item.is_symlink:
             info = reader.decode_entry(os.path.join(cd.path, item.name), key=item.key)
             assert isinstance(info, EntryInfo)
-            infos.append(info)
+            infos[item.key] = info
     report = build_report(
         listing,
-        infos,
+        list(infos.values()),
         jax_info,
         now,
         manifests=[m.data for m in manifests if not m.is_symlink],
         root_as_given=as_given,
     )
-    return {
-        key
-        for f in report.findings
-        if f.kind is FindingKind.RELOCATED
-        for key in f.entries
-        if key in observed
-    }
+    mount = mounts.mount_of(cd.path)
+    keys = set()
+    for f in report.findings:
+        if f.kind is not FindingKind.RELOCATED:
+            continue
+        for key in f.entries:
+            if key not in observed:
+                continue
+            info = infos[key]
+            written = os.path.dirname(info.autotune_dir or info.kernel_cache_file or "") or "."
+            keep = spelling.keep_reason(written, cd.path, jobs_told, _read_use(cd, key, mount, now))
+            if keep is None:
+                keys.add(key)
+            else:
+                planned.skipped.append(Skip(key, keep, Rule.RELOCATED))
+    return keys
+
+
+def _read_use(cd: CacheDir, key: str, mount: mounts.MountAtime | None, now: float) -> EntryUse:
+    """What the entry's access time and -atime file say of a read since its write."""
+    st = cd.regular(key + "-cache")
+    written = st.st_mtime_ns if st is not None else 0
+    accessed = st.st_atime_ns if st is not None and os.geteuid() in (0, st.st_uid) else None
+    return entry_use(
+        key,
+        written_ns=written,
+        accessed_ns=accessed,
+        lru_atime_ns=listdir.read_atime(os.path.join(cd.path, key + "-atime")),
+        mount=mount,
+        manifest=None,
+        now_ns=int(now * 1e9),
+    )
 
 
 def _interrupted_move(

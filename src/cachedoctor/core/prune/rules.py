@@ -10,14 +10,13 @@ cache; they add actions, skips and notes to the context.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachedoctor.core.findings import FindingKind, Severity
-from cachedoctor.core.prune import beside, context
+from cachedoctor.core.prune import beside, context, spelling
 from cachedoctor.core.prune.actions import Rule, Skip
 from cachedoctor.core.prune.context import (
     PlannedEntry,
@@ -25,6 +24,7 @@ from cachedoctor.core.prune.context import (
     PruneContext,
     expected_format,
     last_use,
+    latest_use,
 )
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.scan.report import ScanReport, real_problems
@@ -66,6 +66,13 @@ def rule_module(ctx: PruneContext, state: PlanState) -> None:
     if not ctx.options.entry_rules:
         for e in state.entries.values():
             e.rules.append((Rule.MODULE, f"module matches {pattern}"))
+    matched = sorted({e.module or "(unnamed)" for e in state.entries.values()})
+    more = len(matched) - 10
+    shown = ", ".join(matched[:10]) + (f" and {more} more" if more > 0 else "")
+    ctx.notes.append(
+        f"--module {pattern} matches {len(matched)} module{'' if len(matched) == 1 else 's'}"
+        + (f": {shown}" if matched else "")
+    )
 
 
 def decode(ctx: PruneContext, state: PlanState) -> None:
@@ -76,7 +83,7 @@ def remove_marked(ctx: PruneContext, state: PlanState) -> None:
     """A marked entry is removed whole (``context.remove_entry``)."""
     marked = [e for e in state.entries.values() if e.rules]
     state.removed = {e.key for e in marked}
-    ctx.actions += [context.remove_entry(e) for e in marked]
+    ctx.actions += context.remove_entries(marked)
 
 
 # --- the rules that mark entries ----------------------------------------------------------------
@@ -113,18 +120,20 @@ def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
 
 
 def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
-    """``--relocated``: exactly scan's ``relocated`` finding (compile options naming a cache path
-    other than the one JAX builds from the directory as spelled here, in an option JAX hashes,
-    with no stable-key manifest)."""
+    """``--relocated``: scan's ``relocated`` finding (compile options naming a cache path other
+    than the one JAX builds from the directory as the jobs spell it, in an option JAX hashes,
+    with no stable-key manifest), less the entries a run may still hit (``spelling``)."""
     from cachedoctor.storage.urls import jax_spelling
 
     entries = state.entries
-    spelled = jax_spelling(ctx.as_given)
+    jobs = ctx.options.jobs_cache_dir
+    spelled = jax_spelling(jobs or ctx.as_given)
     found = [f for f in _decoded(state).findings if f.kind is FindingKind.RELOCATED]
-    if found:
+    if found and jobs is None:
         ctx.notes.append(
             f"--relocated is judged for the cache dir spelled {spelled}, as given: JAX hashes the "
-            "spelling, not the directory, so if your runs spell it otherwise, plan with theirs"
+            "spelling, not the directory, so if your runs spell it otherwise, plan with "
+            "--jobs-cache-dir set to theirs"
         )
     for f in found:
         kernel = "xla_gpu_kernel_cache_file" in f.message  # the option this finding is about
@@ -135,6 +144,11 @@ def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
                     (e.info.kernel_cache_file if kernel else e.info.autotune_dir) if e.info else ""
                 )
                 where_dir = os.path.dirname(where or "") or "."
+                local = "" if ctx.cd.is_remote else ctx.cd.path
+                keep = spelling.keep_reason(where_dir, local, jobs is not None, e.use)
+                if keep is not None:
+                    ctx.skipped.append(Skip(key, keep, Rule.RELOCATED))
+                    continue
                 e.rules.append(
                     (
                         Rule.RELOCATED,
@@ -146,50 +160,109 @@ def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
 
 def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
     """``--stale-jax``: the jaxlib a manifest records, else the entry's payload layout, against
-    the installed jaxlib."""
+    the installed jaxlib. An entry of another jaxlib that a record shows in use since the
+    installed jaxlib first wrote to the cache is another version's live entry (a CI matrix, a
+    team's shared cache): kept, unless ``--stale-jax-in-use``."""
     installed = ctx.jax.jaxlib_version
     if installed is None:
         ctx.notes.append("--stale-jax: jaxlib is not installed here, so nothing is stale")
         return
     want = expected_format(installed)
+    candidates: list[tuple[PlannedEntry, str]] = []
+    ours: list[int] = []  # when the installed jaxlib's entries were written
     for e in state.entries.values():
-        if e.manifest is not None and e.manifest.jaxlib:
-            if e.manifest.jaxlib != installed:
-                e.rules.append(
-                    (
-                        Rule.STALE_JAX,
-                        f"manifest: written by jaxlib {e.manifest.jaxlib}, "
-                        f"installed is {installed}",
-                    )
-                )
-            continue
-        info = e.info
-        if info is None or any(p.kind != "unsupported" for p in info.problems):
-            continue
-        era = info.payload_format
-        if want is not None and era is not None and era != want:
-            e.rules.append(
-                (
-                    Rule.STALE_JAX,
-                    f"format {info.format_label}: jaxlib {installed} writes {want} entries",
-                )
+        other = _other_jaxlib(e, installed, want)
+        if other is not None:
+            candidates.append((e, other))
+        elif _of_jaxlib(e, installed, want):
+            ours.append(e.cache_id.mtime_ns)
+    first = min(ours, default=None)
+    for e, why in candidates:
+        used = _used_since(ctx, e, first, installed)
+        if used is None:
+            e.rules.append((Rule.STALE_JAX, why))
+        elif ctx.options.stale_jax_in_use:
+            e.rules.append((Rule.STALE_JAX, f"{why}; {used} (removed: --stale-jax-in-use)"))
+        else:
+            ctx.skipped.append(
+                Skip(e.key, f"{why}, but {used}; --stale-jax-in-use removes it", Rule.STALE_JAX)
             )
     ctx.notes.append(
         "--stale-jax decides from manifests (their jaxlib version) when present, else from the "
         "entry's layout (pjrt_ifrt header since jaxlib 0.9.1); entries of another jaxlib with "
-        "the same layout are not detected without a manifest"
+        "the same layout are not detected without a manifest. An entry of another jaxlib used "
+        "since the installed one first wrote here is kept: another JAX version shares the cache"
+    )
+
+
+def _other_jaxlib(e: PlannedEntry, installed: str, want: str | None) -> str | None:
+    """Why ``e`` was written by another jaxlib than ``installed``, or None."""
+    if e.manifest is not None and e.manifest.jaxlib:
+        if e.manifest.jaxlib != installed:
+            return f"manifest: written by jaxlib {e.manifest.jaxlib}, installed is {installed}"
+        return None
+    info = e.info
+    if info is None or any(p.kind != "unsupported" for p in info.problems):
+        return None
+    era = info.payload_format
+    if want is not None and era is not None and era != want:
+        return f"format {info.format_label}: jaxlib {installed} writes {want} entries"
+    return None
+
+
+def _of_jaxlib(e: PlannedEntry, installed: str, want: str | None) -> bool:
+    """Whether ``e`` may be the installed jaxlib's (its manifest says so, or its layout is the
+    one it writes): the earliest such write is when that jaxlib may have started here."""
+    if e.manifest is not None and e.manifest.jaxlib:
+        return e.manifest.jaxlib == installed
+    return e.info is not None and want is not None and e.info.payload_format == want
+
+
+def _used_since(
+    ctx: PruneContext, e: PlannedEntry, first: int | None, installed: str
+) -> str | None:
+    """Why ``e`` may still be used by the JAX version that wrote it, or None when the records
+    show no use since the installed jaxlib first wrote to the cache."""
+    if first is None:
+        return (
+            f"jaxlib {installed} (installed here) wrote no entry in this cache, so cannot tell "
+            "whether the version that wrote this one still runs on it"
+        )
+    latest, why = latest_use(e)
+    if latest is None:
+        return why
+    if latest < first:
+        return None
+    since = format_age(ctx.now - first / 1e9)
+    recorded, source = last_use(e)
+    return (
+        f"another JAX version uses it: last used {format_age(ctx.now - recorded / 1e9)} ago "
+        f"({source}), after jaxlib {installed} first wrote here {since} ago"
     )
 
 
 def rule_older_than(ctx: PruneContext, state: PlanState) -> None:
-    """``--older-than``: the last use a record shows (JAX's ``-atime``, or a read's access
-    time), else the file time."""
-    limit_ns = (ctx.now - (ctx.options.older_than_s or 0.0)) * 1e9
+    """``--older-than``: an entry goes only when the *latest* its last use can be is older than
+    the limit (a relatime access time is the first read, and later reads hide for a day); an
+    entry no record dates is kept and said so."""
+    limit_s = ctx.options.older_than_s or 0.0
+    limit_ns = (ctx.now - limit_s) * 1e9
     for e in state.entries.values():
-        last, source = last_use(e)
-        if last < limit_ns:
-            age = ctx.now - last / 1e9
-            e.rules.append((Rule.OLDER_THAN, f"last used {format_age(age)} ago ({source})"))
+        latest, why = latest_use(e)
+        if latest is None:
+            ctx.skipped.append(Skip(e.key, why, Rule.OLDER_THAN))
+            continue
+        if latest < limit_ns:
+            e.rules.append((Rule.OLDER_THAN, _age_reason(ctx, e, latest, why)))
+
+
+def _age_reason(ctx: PruneContext, e: PlannedEntry, latest: int, why: str) -> str:
+    """``last used 3 days ago (…)``: the recorded use and, where it is a window, its end."""
+    recorded, source = last_use(e)
+    said = f"last used {format_age(ctx.now - recorded / 1e9)} ago ({source})"
+    if latest > recorded:
+        said += f"; at most {format_age(ctx.now - latest / 1e9)} ago: {why}"
+    return said
 
 
 def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
@@ -204,8 +277,6 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
         for m in members:
             why = _not_looked_up(m, members)
             if why is not None:
-                if m.use is not None and m.use.read_since_written is False:
-                    m.cache_id = dataclasses.replace(m.cache_id, unread=True)
                 m.rules.append((Rule.DUPLICATES, why))
                 removed += 1
         if not removed:
@@ -215,63 +286,87 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
                 Skip(
                     module,
                     f"{len(members)} entries of one program kept: cannot tell which key runs "
-                    f"use ({uses})",
+                    f"use ({uses}); what would tell it: the writers' records, from the "
+                    "observe hook (CACHEDOCTOR_HOOK=observe: a manifest per key) or stats "
+                    "records (CACHEDOCTOR_HOOK=stats: each writer's pointer flag)",
                     Rule.DUPLICATES,
                 )
             )
     ctx.notes.append(
         "--duplicates removes a copy of a program whose key changes between runs only on a "
-        "record that no run looks it up again: its manifest shows a pointer in the key, it was "
-        "never read while a later run wrote another key, or it has no manifest beside the "
-        "stable key hooked runs look up; a copy with a record of use (-atime, access time, a "
-        "hit in a stats record) or a stable-key manifest is kept"
+        "record of how its writer computed the key: a manifest or a stats record showing the "
+        "custom_partitioning pointer in it (no later process computes that key). A copy with "
+        "a record of use (-atime, access time, a hit in a stats record), a stable-key "
+        "manifest, or no record of its writer (a plain run and one with JAX's pointer flag "
+        "write alike) is kept"
     )
 
 
 def _not_looked_up(m: PlannedEntry, group: list[PlannedEntry]) -> str | None:
-    """The record that no process will look ``m`` up again, or None (then it is kept)."""
+    """The record that no process will look ``m`` up again, or None (then it is kept).
+
+    Only a record of how ``m``'s own writer computed its key proves it: a manifest, or a stats
+    record, showing the per-process pointer in the key. That a later run wrote another key
+    instead of reading ``m`` proves nothing unless both runs computed keys the same way, and a
+    plain run and one with JAX's pointer flag leave the same bytes (issue: the flag
+    population's key removed before its second run)."""
     use = m.use
     if use is None or use.looked_up_by_hook or use.read_since_written is True:
         return None
-    same = "same program as " + ", ".join(o.key for o in group if o is not m)
     if use.pointer_key is not None:
+        same = "same program as " + ", ".join(o.key for o in group if o is not m)
         return f"{same}; {use.pointer_key}"
-    written = m.cache_id.mtime_ns
-    later = [o for o in group if o is not m and o.cache_id.mtime_ns > written]
-    if use.read_since_written is False and later:
-        after = min(later, key=lambda o: o.cache_id.mtime_ns)
-        gap = format_age((after.cache_id.mtime_ns - written) / 1e9)
-        return (
-            f"{same}; {use.evidence}, while a later run wrote {after.key} {gap} after it "
-            "instead of reading it"
-        )
-    stable = [o for o in group if o.use is not None and o.use.looked_up_by_hook]
-    if stable and m.manifest is None:
-        return (
-            f"{same}; no manifest: a plain run's key, beside the stable key {stable[0].key} "
-            f"that hooked runs look up ({use.evidence})"
-        )
     return None
 
 
 def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
-    """``--max-size``, as JAX's ``_evict_if_needed``: pop the smallest (atime, key) of the
-    entries no other rule marked until the total fits."""
+    """``--max-size``, as JAX's ``_evict_if_needed`` but on what records can prove: pop the
+    file whose last use is latest-bounded earliest (a relatime access time counts up to a day
+    after it) until the total fits. A hard-linked file counts once and goes with all its
+    names; one with a name outside the cache frees nothing and stays. A file no record dates
+    is kept and said so."""
     budget = ctx.options.max_size or 0
-    remaining = sorted(
-        (e for e in state.entries.values() if not e.rules), key=lambda e: (e.last_used_ns, e.key)
-    )
-    total = sum(e.item.size for e in remaining)
-    for e in remaining:
+    marked = {e.key for e in state.entries.values() if e.rules}
+    dated: list[tuple[int, str, list[PlannedEntry], str]] = []
+    undated: list[tuple[PlannedEntry, str]] = []
+    total = 0
+    for unit in context.file_units(list(state.entries.values())):
+        left = [e for e in unit if e.key not in marked]
+        if not left:
+            continue
+        total += left[0].item.size
+        if len(unit) < unit[0].nlink:
+            ctx.skipped.extend(
+                Skip(
+                    e.key,
+                    "hard-linked from outside this cache: removing it frees nothing",
+                    Rule.MAX_SIZE,
+                )
+                for e in left
+            )
+            continue
+        bounds = [(latest_use(e), e) for e in left]
+        unknown = [(e, why) for (latest, why), e in bounds if latest is None]
+        if unknown:
+            undated += unknown
+            continue
+        (latest, why), e = max(bounds, key=lambda b: b[0][0] or 0)
+        dated.append((latest or 0, min(x.key for x in left), left, why))
+    dated.sort(key=lambda d: (d[0], d[1]))
+    for latest, _key, left, why in dated:
         if total <= budget:
             break
-        e.rules.append(
-            (
-                Rule.MAX_SIZE,
-                f"least recently used while the cache is over {budget} bytes ({total} bytes)",
+        for e in left:
+            e.rules.append(
+                (
+                    Rule.MAX_SIZE,
+                    f"least recently used while the cache is over {budget} bytes ({total} "
+                    "bytes): " + _age_reason(ctx, e, latest, why),
+                )
             )
-        )
-        total -= e.item.size
+        total -= left[0].item.size
+    if total > budget:
+        ctx.skipped.extend(Skip(e.key, why, Rule.MAX_SIZE) for e, why in undated)
 
 
 # --- the one ordered list -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CACHE_OWN_KINDS, CacheListing, DirItem, FileKind
@@ -83,7 +83,7 @@ def build_report(
         scanned_at=now,
         jax=jax_info,
         summary=_summary(listing, entries),
-        modules=_module_stats(entries, manifests),
+        modules=_module_stats(entries, manifests, _inodes(listing)),
         entries=tuple(entries),
         findings=tuple(findings),
         other_files=others,
@@ -105,7 +105,7 @@ def _summary(listing: CacheListing, all_entries: list[EntryInfo]) -> ScanSummary
             subcaches[item.name] = tree_size(listing.path(item)) if local_dir else item.size
     return ScanSummary(
         entries=len(entries),
-        bytes_on_disk=sum(e.size for e in entries),
+        bytes_on_disk=bytes_once(entries, _inodes(listing)),
         decompressed_bytes=sum(e.decompressed_size or 0 for e in entries),
         compile_seconds=sum(e.compile_time_s or 0 for e in entries),
         modules=len({e.module for e in entries}),
@@ -122,6 +122,26 @@ def _summary(listing: CacheListing, all_entries: list[EntryInfo]) -> ScanSummary
     )
 
 
+def _inodes(listing: CacheListing) -> dict[str, int]:
+    """Each entry's inode: two keys with one inode are one file (a hard link: the stable hook
+    adopts a plain entry by one). A bucket's objects have none (0): each is its own."""
+    return {i.key: i.ino for i in listing.entries if i.key is not None and i.ino}
+
+
+def bytes_once(entries: Iterable[EntryInfo], inodes: Mapping[str, int]) -> int:
+    """The entries' bytes on disk, a file under several names counted once."""
+    seen: set[int] = set()
+    total = 0
+    for e in entries:
+        ino = inodes.get(e.key, 0)
+        if ino:
+            if ino in seen:
+                continue
+            seen.add(ino)
+        total += e.size
+    return total
+
+
 def tree_size(path: os.PathLike[str] | str) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
@@ -132,7 +152,9 @@ def tree_size(path: os.PathLike[str] | str) -> int:
 
 
 def _module_stats(
-    entries: list[EntryInfo], manifests: Sequence[Mapping[str, object] | None] = ()
+    entries: list[EntryInfo],
+    manifests: Sequence[Mapping[str, object] | None] = (),
+    inodes: Mapping[str, int] | None = None,
 ) -> tuple[ModuleStats, ...]:
     by_module: dict[str, list[EntryInfo]] = defaultdict(list)
     for e in entries:
@@ -144,7 +166,7 @@ def _module_stats(
             module=module,
             entries=len(group),
             programs=len({e.program_digest or e.key for e in group if not undecodable(e)}),
-            bytes_on_disk=sum(e.size for e in group),
+            bytes_on_disk=bytes_once(group, inodes or {}),
             compile_seconds=sum(e.compile_time_s or 0 for e in group),
             key_modes=count_modes(modes[e.key] for e in group if e.key in modes),
             undecodable=sum(1 for e in group if undecodable(e)),

@@ -24,6 +24,10 @@ from cachedoctor.units import format_age
 # entry's write by more than this was written by a get (a hit). Two seconds also covers the
 # coarsest file-time granularity in use (FAT's 2 s).
 LRU_HIT_GAP_NS = 2_000_000_000
+# On a relatime mount the kernel moves st_atime on the first read after a write and then only
+# when the recorded access time is at least a day old (fs/inode.c, relatime_need_update): the
+# last read is at or after the recorded one and before it plus a day.
+RELATIME_WINDOW_NS = 86_400 * 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,10 @@ class EntryUse:
     last_use_source: str | None  # "-atime", "access time" or "stats record"
     looked_up_by_hook: bool  # a stable-mode manifest: hooked runs compute this key
     pointer_key: str | None  # evidence that the key holds a per-process pointer, or None
+    # the latest the last use can be, by every record together: the write when nothing read it
+    # since, a relatime access time plus a day (or now); None when no record can tell
+    latest_use_ns: int | None = None
+    latest_use_why: str = ""  # how ``latest_use_ns`` was bounded, for a plan's reason
 
 
 def entry_use(
@@ -94,23 +102,82 @@ def entry_use(
             f"JAX's -atime: not looked up since it was written {ago} ago (LRU eviction in use: "
             "the record JAX evicts by)"
         )
+    latest, why = _latest_use(
+        read,
+        written_ns,
+        lru_atime_ns,
+        accessed_ns if read is not None else None,
+        mount,
+        recorded,
+        now_ns,
+    )
     if read is None:
-        where = (
-            "a bucket"
-            if accessed_ns is None
-            else f"mount {mount.describe()}"
-            if mount
-            else ("a mount whose access-time policy is unknown")
-        )
-        evidence = f"no record of a read: no -atime after the write, and {where} keeps none"
+        evidence = _no_record(accessed_ns, mount)
     return EntryUse(
         key=key,
         read_since_written=read,
         evidence=evidence,
         last_use_ns=last,
         last_use_source=source,
+        latest_use_ns=latest,
+        latest_use_why=why,
         looked_up_by_hook=looked_up_by_hook(manifest),
-        pointer_key=pointer_evidence(manifest),
+        pointer_key=pointer_evidence(manifest) or _recorded_pointer(recorded),
+    )
+
+
+def _no_record(accessed_ns: int | None, mount: MountAtime | None) -> str:
+    where = (
+        "a bucket"
+        if accessed_ns is None
+        else f"mount {mount.describe()}"
+        if mount
+        else ("a mount whose access-time policy is unknown")
+    )
+    return f"no record of a read: no -atime after the write, and {where} keeps none"
+
+
+def _latest_use(
+    read: bool | None,
+    written_ns: int,
+    lru_atime_ns: int | None,
+    accessed_ns: int | None,
+    mount: MountAtime | None,
+    recorded: KeyUse | None,
+    now_ns: int,
+) -> tuple[int | None, str]:
+    """The latest moment the entry's last use can be, and how that is known; (None, "") when
+    no record bounds it (then an age or an LRU order cannot be told)."""
+    if read is None:
+        return None, ""
+    bounds: list[tuple[int, str]] = [(written_ns, "written")]
+    if lru_atime_ns is not None and lru_atime_ns > written_ns:
+        bounds.append((lru_atime_ns, "JAX's -atime"))
+    if mount is not None and mount.tells_reads and accessed_ns is not None:
+        if accessed_ns > written_ns and mount.policy == "relatime":
+            until = min(now_ns, accessed_ns + RELATIME_WINDOW_NS)
+            bounds.append(
+                (
+                    until,
+                    "access time on a relatime mount: the kernel records the first read after a "
+                    "write, then at most one a day, so the last read is at or after it and up "
+                    "to a day later",
+                )
+            )
+        elif accessed_ns > written_ns:
+            bounds.append((accessed_ns, "access time (strictatime mount: every read)"))
+    if recorded is not None and recorded.hits and recorded.last_hit_end is not None:
+        bounds.append((int(recorded.last_hit_end * 1e9), "a stats record's hit"))
+    return max(bounds)
+
+
+def _recorded_pointer(recorded: KeyUse | None) -> str | None:
+    """The stats records' word that the key's writer hashed the pointer, or None."""
+    if recorded is None or not recorded.pointer_writer:
+        return None
+    return (
+        "stats records: written by a process whose JAX key held the custom_partitioning "
+        "pointer (jax_remove_custom_partitioning_ptr_from_cache_key off, no stable hook)"
     )
 
 

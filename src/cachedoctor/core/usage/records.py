@@ -527,6 +527,15 @@ class KeyUse:
     writes: int
     processes: int  # records with a hit of the key
     last_hit_end: float | None  # the latest end of a record with a hit (epoch seconds)
+    # the key policies of the recorded processes that wrote the key (any time)
+    writers: frozenset[KeyPolicy] = frozenset()
+
+    @property
+    def pointer_writer(self) -> bool:
+        """A recorded process wrote this key while JAX's key held the pointer, and none wrote
+        it with the pointer left out: no later process computes it."""
+        said = {p.hashes_pointer for p in self.writers}
+        return said == {True}
 
     @property
     def evidence(self) -> str:
@@ -539,23 +548,49 @@ class KeyUse:
         return f"stats records: {hits} by {by}, last at {when}"
 
 
-KeyIndex = dict[str, tuple[tuple[float, KeyCounts], ...]]  # key: (record end, counts) each
+# key: (record end, counts, the writer's key policy) of each record naming it
+KeyIndex = dict[str, tuple[tuple[float, KeyCounts, "KeyPolicy"], ...]]
+
+
+@dataclass(frozen=True)
+class KeyPolicy:
+    """How a recording process computed its keys: its hook mode and JAX's pointer flag (None:
+    a record from before the flag was recorded, or a JAX without it)."""
+
+    hook: str
+    pointer_removed: bool | None
+
+    @property
+    def hashes_pointer(self) -> bool | None:
+        """Whether JAX's key of a custom_partitioning program held the per-process pointer in
+        this process: the flag off and no stable hook (which computes its own key)."""
+        if self.hook == "stable" or self.pointer_removed is None:
+            return None
+        return not self.pointer_removed
+
+
+def policy_of(r: Record) -> KeyPolicy:
+    flag = r.config.get("remove_ptr_from_key")
+    return KeyPolicy(r.hook, None if flag is None else bool(flag))
 
 
 def index_keys(records: list[Record]) -> KeyIndex:
     """Each key the records name, with every record's end time and counts of it."""
-    found: dict[str, list[tuple[float, KeyCounts]]] = {}
+    found: dict[str, list[tuple[float, KeyCounts, KeyPolicy]]] = {}
     for r in records:
+        policy = policy_of(r)
         for key, counts in r.keys.items():
-            found.setdefault(key, []).append((r.end, counts))
+            found.setdefault(key, []).append((r.end, counts, policy))
     return {key: tuple(seen) for key, seen in found.items()}
 
 
 def key_use(index: KeyIndex, key: str, ended_after: float | None = None) -> KeyUse | None:
     """``key``'s counts summed over the records that name it and (when ``ended_after`` is
     given) ended after that time; None when no such record names it."""
-    seen = [(end, k) for end, k in index.get(key, ()) if ended_after is None or end > ended_after]
-    if not seen:
+    named = index.get(key, ())
+    seen = [(end, k) for end, k, _ in named if ended_after is None or end > ended_after]
+    writers = frozenset(p for _, k, p in named if k.writes)
+    if not seen and not writers:
         return None
     hit_ends = [end for end, k in seen if k.hits]
     return KeyUse(
@@ -565,6 +600,7 @@ def key_use(index: KeyIndex, key: str, ended_after: float | None = None) -> KeyU
         writes=sum(k.writes for _, k in seen),
         processes=len(hit_ends),
         last_hit_end=max(hit_ends, default=None),
+        writers=writers,
     )
 
 
