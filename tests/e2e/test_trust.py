@@ -399,9 +399,9 @@ def test_prune_table_off_a_terminal_keeps_every_reason_whole(seed_cache: Path, c
 
     from cachedoctor.render.plan import short
 
-    cache = copy_of(seed_cache)  # with the access times JAX left: --duplicates reads them
-    text = cachedoctor("prune", str(cache), "--duplicates", env=_off_terminal_env())
-    doc = json.loads(cachedoctor("prune", str(cache), "--duplicates", "--json").stdout)
+    cache = copy_of(seed_cache)  # with the access times JAX left: the reasons quote them
+    text = cachedoctor("prune", str(cache), "--max-size", "1KB", env=_off_terminal_env())
+    doc = json.loads(cachedoctor("prune", str(cache), "--max-size", "1KB", "--json").stdout)
     assert doc["actions"], doc
     # a reason says how long ago the entry was written: the two runs are seconds apart
     ages = re.compile(r"\d+ (?:s|minutes|hours|days) ago")
