@@ -7,6 +7,7 @@ which hash paths relative to the cache: moving the entry to that key makes the h
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -59,3 +60,31 @@ def test_rekey_relocated_makes_jax_hit_the_copied_cache(tmp_path: Path) -> None:
     assert run.misses == []  # JAX loaded every adopted entry: nothing recompiled
     assert run.result == observed.result
     assert entries(moved) == adopted
+
+
+def test_rekey_relocated_through_another_spelling_moves_nothing_the_jobs_hit(
+    tmp_path: Path,
+) -> None:
+    """Issue 39, case 3: the observe jobs spell the cache absolutely and hit it; `rekey r
+    --relocated` typed from the parent judged every entry relocated for *its* spelling and moved
+    them to stable keys, so the observe jobs missed. Another spelling of this folder, and an
+    entry read since its write, stay; the jobs hit as before."""
+    cache = tmp_path / "r"
+    assert run_program("plain", cache, mode="observe").misses
+    assert run_program("plain", cache, mode="observe").misses == []  # the jobs hit
+    keys = entries(cache)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "rekey", "r", "--relocated", "--apply", "--json"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert entries(cache) == keys
+    skipped = json.loads(proc.stdout)["skipped"]
+    kept = {s["name"]: s["reason"] for s in skipped if s["rule"] == "relocated"}
+    assert set(kept) == set(keys)
+    assert all("a run that spells the cache so looks it up" in why for why in kept.values())
+    assert run_program("plain", cache, mode="observe").misses == []
