@@ -184,6 +184,7 @@ def prune_plan(
     corrupt: bool = False,
     orphans: bool = False,
     relocated: bool = False,
+    jobs_cache_dir: str | None = None,
     stale_jax: bool = False,
     stale_jax_in_use: bool = False,
     module: str | None = None,
@@ -192,7 +193,7 @@ def prune_plan(
     """The plan ``cachedoctor prune`` would carry out with these selectors (the same names as
     its options); it deletes nothing. Apply it with ``cachedoctor prune ... --apply``.
     ``older_than``: ``"30d"``, ``"2w"`` or seconds; ``max_size``: ``"50GB"``, ``"800MiB"`` or
-    bytes."""
+    bytes; ``jobs_cache_dir``: the cache dir as the jobs spell it (``--relocated``)."""
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
     from cachedoctor.errors import path_error
@@ -205,6 +206,7 @@ def prune_plan(
             corrupt=corrupt,
             orphans=orphans,
             relocated=relocated,
+            jobs_cache_dir=jobs_cache_dir,
             stale_jax=stale_jax,
             stale_jax_in_use=stale_jax_in_use,
             module=module,
