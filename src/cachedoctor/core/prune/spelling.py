@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from cachedoctor.core.usage.lookups import EntryUse
-from cachedoctor.storage.urls import is_url
+from cachedoctor.storage.location import Location
 
 
 def keep_reason(
@@ -22,16 +22,16 @@ def keep_reason(
 ) -> str | None:
     """Why a relocated entry written for ``written_dir`` stays, or None when it may go.
 
-    ``cache_real``: the cache's real path; ``jobs_told``: the user named the jobs' spelling,
-    so another spelling of this folder is not theirs."""
+    ``cache_real``: the cache's real path ("" for a bucket); ``jobs_told``: the user named the
+    jobs' spelling, so another spelling of this folder is not theirs."""
     if use is not None and use.read_since_written:
         return (
             f"written for a cache spelled {written_dir}, and {use.evidence}: a run that spells "
             "the cache so looks it up; if your jobs spell it otherwise, say so with "
             "--jobs-cache-dir"
         )
-    if jobs_told or is_url(written_dir):  # a URL is one spelling: another is another place
-        return None
+    if jobs_told or not cache_real or not Location.parse(written_dir).is_local:
+        return None  # on a bucket, or written for one: a URL names one place, not two
     if not os.path.isabs(written_dir):
         return (
             f"written for a cache spelled {written_dir}, relative to the writer's working "
