@@ -147,7 +147,7 @@ def _runs(
         try:
             code, logged, seconds = _logged_run(argv, label, env, stdout, stderr, log)
         except CommandFailedError as exc:  # it could not start
-            return CommandFailure(index, None, f"{label} could not start: {exc}", exc.slug)
+            return CommandFailure(index, None, str(exc), exc.slug)
         state.logged += logged
         state.records += read_records(state.cache, record_names(state.cache) - before)
         known = set(seen)
