@@ -76,7 +76,10 @@ def check(
     (or DIR) and every compilation cached. A module that gets a new entry on a later run although
     run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable; 1 an unstable
     key, a stale entry (--verify), or nothing checked (run 1 wrote no entry); 2 usage error, CMD
-    failed, or the --verify run did not compile every module run 1 did (NOT CHECKED).
+    failed, or the --verify run did not compile every module run 1 did (NOT CHECKED). The report
+    (and --junit FILE) is written on every outcome, a failed CMD included. Modules JAX would not
+    store are listed as NOT STORED with JAX's reason. DIR is given to CMD as typed (JAX hashes
+    its spelling into the keys).
     """
     from cachedoctor.core.check.check import run_check
 
