@@ -87,7 +87,7 @@ def refused(records: Sequence[Record], logged: Sequence[LoggedRefusal]) -> tuple
         # programs, some written); process > 0's refusals are not this module's story
         unwritten_only = replace(counters, writes=0, refused_process=0)
         reason = explain(ModuleEvidence(module, unwritten_only, processes, settings))
-        line = lines.get(module)
+        said = lines.get(module)
         found[module] = NotStored(
             module=module,
             kind=reason.kind.value,
@@ -95,7 +95,7 @@ def refused(records: Sequence[Record], logged: Sequence[LoggedRefusal]) -> tuple
             evidence=reason.evidence,
             advice=advice(reason, module),
             source=FROM_RECORDS,
-            jax_log=line.line if line else None,
+            jax_log=said.line if said else None,
         )
     for module, line in lines.items():
         if module not in found:
