@@ -64,13 +64,22 @@ if __name__ == "__main__":
     test_too_fast()
 """
 
-# JAX's words in compiler._cache_write (0.4.38 .. 0.12), read independently of cachedoctor's
+# the same program, each entry under JAX's minimum entry size instead
+TOO_SMALL = TOO_FAST.replace(
+    '"jax_persistent_cache_min_compile_time_secs", 60.0',
+    '"jax_persistent_cache_min_entry_size_bytes", 10**9',
+)
+
+# JAX's words in compiler._cache_write and compilation_cache.put_executable_and_time
+# (0.4.38 .. 0.12), read independently of cachedoctor's
 JAX_REFUSAL = re.compile(
-    r"^Not writing persistent cache entry for '(?P<module>[^']+)' because "
-    r"(?:it took < (?P<min>[\d.]+) seconds to compile|(?P<callbacks>it uses host callbacks))[^\n]*",
+    r"^Not writing persistent cache entry (?:for '(?P<module>[^']+)' because "
+    r"(?:it took < (?P<min>[\d.]+) seconds to compile|(?P<callbacks>it uses host callbacks))"
+    r"|with key '(?P<key>[^']+)' since its size \((?P<size>\d+) bytes\) is less than "
+    r"threshold)[^\n]*",
     re.M,
 )
-KIND = {"min": "under-min-compile-time", "callbacks": "host-callbacks"}
+KIND = {"min": "under-min-compile-time", "callbacks": "host-callbacks", "size": "under-min-size"}
 
 
 def cachedoctor(
@@ -98,8 +107,9 @@ def jax_said(log: Path) -> dict[str, tuple[str, str]]:
     """Module -> (reason kind, JAX's line), from JAX's own log file."""
     said: dict[str, tuple[str, str]] = {}
     for m in JAX_REFUSAL.finditer(log.read_text()):
-        kind = KIND["min" if m.group("min") else "callbacks"]
-        said.setdefault(m.group("module"), (kind, m.group(0)))
+        kind = KIND[next(k for k in KIND if m.group(k))]
+        module = m.group("module") or m.group("key").rsplit("-", 1)[0]
+        said.setdefault(module, (kind, m.group(0)))
     return said
 
 
@@ -239,3 +249,30 @@ def test_dir_is_given_to_the_command_as_typed(tmp_path: Path) -> None:
     verify = doc["verify"]  # the verify run looked up the runs' keys, and found each
     assert verify["not_checked"] == [] and verify["checks"]
     assert {c["outcome"] for c in verify["checks"]} == {"same-program"}
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("observe", [True, False], ids=["records", "log"])
+def test_not_stored_under_the_minimum_entry_size(
+    tmp_path: Path, observe: bool, python: str
+) -> None:
+    """JAX's put refuses an entry under its minimum size, naming the key, not the module."""
+    (tmp_path / "too_small.py").write_text(TOO_SMALL)
+    own, log = tmp_path / "jax-own.log", tmp_path / "check.log"
+    flags = [] if observe else ["--no-observe"]
+    proc = cachedoctor(
+        "check", "--runs", "1", "--quiet", "--log", str(log), "--format", "json", *flags,
+        "--", python, "too_small.py", cwd=tmp_path, env=check_env(JAX_OWN_LOG=str(own)),
+    )  # fmt: skip
+    doc = json.loads(proc.stdout)
+    said = jax_said(own)
+    assert said["jit_double"][0] == "under-min-size", own.read_text()  # the oracle
+    reasons = {r["module"]: r for r in doc["not_stored_reasons"]}
+    assert doc["not_stored"] == sorted(said) == sorted(reasons), proc.stderr
+    for module, (kind, line) in said.items():
+        got = reasons[module]
+        assert got["kind"] == kind and got["jax_log"] == line, got
+        assert got["source"] == ("stats records" if observe else "JAX's log")
+    if observe:  # the setting the process ran with
+        evidence = reasons["jit_double"]["evidence"]
+        assert "jax_persistent_cache_min_entry_size_bytes = 1000000000" in evidence
