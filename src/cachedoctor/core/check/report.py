@@ -247,8 +247,8 @@ class CheckReport:
         if self.nothing_checked:
             why = "the command compiled nothing with JAX's persistent cache on"
             if self.refused:
-                why = "JAX refused to store what the command compiled (NOT STORED above)"
-            elif not self.temporary:
+                why = "JAX refused to store what the command compiled (NOT STORED)"
+            if not self.temporary:
                 why += f", or only hit entries already in {self.cache_dir} (use a fresh --dir)"
             return (
                 f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
