@@ -7,14 +7,26 @@ outcome with real JAX.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
+from cachedoctor.cli.check import exit_code
 from cachedoctor.core.check import check as core
-from cachedoctor.core.check.report import CheckReport, KeyCheck, ObserveStatus, Outcome, RunResult
+from cachedoctor.core.check.report import (
+    CheckReport,
+    CommandFailure,
+    KeyCheck,
+    ObserveStatus,
+    Outcome,
+    RunResult,
+)
 from cachedoctor.core.check.report import VerifyResult as Verify
+from cachedoctor.errors import CachedoctorError, ExitCode
 
 A, B = "jit_a-" + "a" * 64, "jit_b-" + "b" * 64
 
@@ -69,3 +81,28 @@ def test_help_says_what_each_exit_status_means() -> None:
 def test_one_unchecked_module_is_singular() -> None:
     line = report(Verify(3, 1, 1.0, 2, (SAME,), ("jit_b",), "it exited with 1")).summary_line()
     assert "1 module was not checked by --verify (it exited with 1): jit_b" in line
+
+
+def test_a_failed_command_still_writes_its_reports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """JSON on stdout and the --junit file, then the error (exit 2): CI uploads what it needs."""
+    failure = CommandFailure(2, 3, "run 2/2 failed: `python` exited with 3 (output above)")
+    runs = (RunResult(1, 0, 1.0, (A,)), RunResult(2, 3, 1.0, ()))
+    made = replace(report(None), runs=runs, modules=(), command_failed=failure)
+    monkeypatch.setattr(core, "run_check", lambda *a, **k: made)
+    junit = tmp_path / "check.xml"
+    result = CliRunner().invoke(
+        cli, ["check", "--format", "json", "--junit", str(junit), "--", "python"]
+    )
+    assert isinstance(result.exception, CachedoctorError), result.output
+    assert result.exception.slug == "command-failed" and result.exception.code == 2
+    assert str(result.exception) == failure.message
+    doc = json.loads(result.stdout)
+    assert doc["failed"] is True and doc["nothing_checked"] is False
+    assert doc["command_failed"] == {
+        "run": 2, "returncode": 3, "message": failure.message, "slug": "command-failed"
+    }  # fmt: skip
+    assert exit_code(made) == ExitCode.USAGE
+    (case,) = ET.parse(junit).getroot().iter("testcase")
+    assert case.get("name") == "run 2" and case.find("failure") is not None

@@ -171,7 +171,10 @@ def test_check_names_modules_jax_never_stores(tmp_path: Path) -> None:
     report = run_check([sys.executable, str(script)], base_env=env)
     assert report.not_stored == ("jit_noisy",)
     assert "jit_quiet" in report.modules and "jit_noisy" not in report.modules
-    assert "never stores modules with host callbacks: jit_noisy" in report.summary_line()
+    assert "not stored by JAX, so compiled afresh every run: jit_noisy" in report.summary_line()
+    (why,) = report.refused  # JAX's reason, from the hook's records, its line quoted
+    assert why.kind == "host-callbacks" and why.source == "stats records"
+    assert why.jax_log is not None and set(NOT_STORED_RE.findall(why.jax_log)) == {"jit_noisy"}
 
 
 def test_scan_names_modules_jax_never_stores_and_manifests_do_not_churn(tmp_path: Path) -> None:

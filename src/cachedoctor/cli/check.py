@@ -76,7 +76,10 @@ def check(
     (or DIR) and every compilation cached. A module that gets a new entry on a later run although
     run 1 compiled it has an unstable cache key. Exit status: 0 all keys stable; 1 an unstable
     key, a stale entry (--verify), or nothing checked (run 1 wrote no entry); 2 usage error, CMD
-    failed, or the --verify run did not compile every module run 1 did (NOT CHECKED).
+    failed, or the --verify run did not compile every module run 1 did (NOT CHECKED). The report
+    (and --junit FILE) is written on every outcome, a failed CMD included. Modules JAX would not
+    store are listed as NOT STORED with JAX's reason. DIR is given to CMD as typed (JAX hashes
+    its spelling into the keys).
     """
     from cachedoctor.core.check.check import run_check
 
@@ -106,16 +109,21 @@ def check(
     )
     if junit_file:
         write_report(junit_file, report, "junit")
+    failure = report.command_failed
     if output is not None:
         write_report(output, report, fmt)
-    else:
+    elif failure is None or fmt != "text":  # a failed CMD's text is its one error line
         renderer(fmt).render(report, stdout_console())
+    if failure is not None:  # after every report is written: the error line, exit 2
+        raise CachedoctorError(failure.message, slug=failure.slug)
     ctx.exit(int(exit_code(report)))
 
 
 def exit_code(report: CheckReport) -> ExitCode:
-    """1 for what the check found; 2 when the verify run did not compile every module run 1
-    did and found nothing else (it could not vouch for them, as when CMD fails)."""
+    """1 for what the check found; 2 when CMD failed, or the verify run did not compile every
+    module run 1 did and found nothing else (it could not vouch for them, as when CMD fails)."""
+    if report.command_failed is not None:
+        return ExitCode.USAGE
     verify = report.verify
     if report.unstable or (verify is not None and verify.stale) or report.nothing_checked:
         return ExitCode.FINDINGS

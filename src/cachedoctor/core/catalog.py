@@ -477,7 +477,8 @@ RULES: tuple[Rule, ...] = (
         "diffrax; under its minimum compile time or entry size; not process 0), its write "
         "failed, its LRU evicted it, something removed it, or `unknown` when no stats record "
         "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give; "
-        "`cachedoctor check -- CMD` names host-callback modules from JAX's own log line.",
+        "`cachedoctor check -- CMD` names the modules JAX would not store in its runs with "
+        "the same reasons, from its processes' stats records or JAX's own log line.",
         why="Such a module recompiles in every run although the cache is on.",
         cases=(NOT_STORED,),
         example=Example(

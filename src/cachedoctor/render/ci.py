@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from cachedoctor._version import __version__
-from cachedoctor.core.check.report import CheckReport, Outcome, VerifyResult
+from cachedoctor.core.check.report import CheckReport, NotStored, Outcome, VerifyResult
 from cachedoctor.core.lint import LintReport
 from cachedoctor.core.scan.report import SCHEMA_VERSION
 from cachedoctor.errors import count
@@ -76,15 +77,10 @@ def render_check(report: CheckReport, console: Console) -> None:
     console.print(f"observe: {report.observe.detail}")
     if report.verify is not None:
         _render_verify(report.verify, console)
-    for module in report.not_stored:
-        console.print(
-            Text(
-                f"NOT STORED {module}: JAX does not write cache entries for modules that use "
-                "host callbacks (pure_callback, io_callback, jax.debug.print, equinox checks), "
-                "so it recompiles every run",
-                style="yellow",
-            )
-        )
+    for line in not_stored_lines(report.refused):
+        console.print(Text(line, style="yellow") if line.startswith("NOT STORED") else line)
+    if report.command_failed is not None:
+        console.print(Text(f"COMMAND FAILED {report.command_failed.message}", style="bold red"))
     for m in report.unstable:
         lines = m.explanation_lines()
         label = "PROGRAM CHANGES" if m.program_changes else "UNSTABLE"
@@ -101,6 +97,18 @@ def render_check(report: CheckReport, console: Console) -> None:
         console.print(f"log: {report.log_path}")
     style = "bold red" if report.failed else "bold green"
     console.print(Text(report.summary_line(), style=style))
+
+
+def not_stored_lines(refused: Sequence[NotStored]) -> list[str]:
+    """Each module JAX would not store: JAX's reason, what it rests on, JAX's line, advice."""
+    lines = []
+    for n in refused:
+        lines.append(f"NOT STORED {n.module}: {n.summary}; it is compiled afresh every run")
+        lines.append(f"  evidence ({n.source}): {n.evidence}")
+        if n.jax_log and n.source != "JAX's log":
+            lines.append(f"  JAX's log: {n.jax_log}")
+        lines.append(f"  → {n.advice}")
+    return lines
 
 
 def _render_verify(v: VerifyResult, console: Console) -> None:
@@ -142,6 +150,8 @@ def check_document(report: CheckReport) -> dict[str, Any]:
         "observe": to_plain(report.observe),
         "verify": _verify_dict(report.verify),
         "not_stored": list(report.not_stored),
+        "not_stored_reasons": [to_plain(n) for n in report.refused],
+        "command_failed": to_plain(report.command_failed),
         "per_process": [
             {"module": m, "process_index": p, "fields": list(f)} for m, p, f in report.per_process
         ],

@@ -54,7 +54,20 @@ def lint_lines(report: LintReport) -> Iterator[str]:
 
 
 def check_lines(report: CheckReport) -> Iterator[str]:
-    """Annotations for a check report: one error per unstable module or stale entry."""
+    """Annotations for a check report: one error per unstable module or stale entry, or for a
+    failed run of CMD; one warning per module JAX would not store."""
+    if report.command_failed is not None:
+        yield command(
+            "error",
+            report.command_failed.message,
+            {"title": f"cachedoctor check: run {report.command_failed.run} failed"},
+        )
+    for n in report.refused:
+        yield command(
+            "warning",
+            f"{n.summary}; it is compiled afresh every run\n{n.evidence}\n→ {n.advice}",
+            {"title": f"cachedoctor check: not stored ({n.module})"},
+        )
     for m in report.unstable:
         yield command(
             "error",

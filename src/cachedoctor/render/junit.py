@@ -4,7 +4,8 @@
 finding, so a clean cache shows as "N passed" rather than an empty report. A finding at or above
 ``--fail-on`` is a ``<failure>``; a baselined or ignored one is ``<skipped>``; one below the
 threshold passes with its message in ``<system-out>``. ``check``: one testcase per module run 1
-compiled, failing when its key was unstable.
+compiled, failing when its key was unstable; one skipped testcase per module JAX would not store
+(JAX's reason); one failing testcase for a run of CMD that failed.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ def lint_cases(report: LintReport) -> list[Case]:
 def check_cases(report: CheckReport) -> list[Case]:
     unstable = {m.module: m for m in report.unstable}
     cases = []
+    failure = report.command_failed
+    if failure is not None:  # the check stopped at this run: nothing else was judged
+        line = report.summary_line()
+        cases.append(Case("cachedoctor.commands.check", f"run {failure.run}", failure=(line, line)))
+    for n in report.refused:  # no entry, so its key was not checked
+        body = f"{n.evidence}\n→ {n.advice}" + (f"\nJAX's log: {n.jax_log}" if n.jax_log else "")
+        cases.append(
+            Case(
+                "cachedoctor.commands.check.not-stored",
+                n.module,
+                skipped=f"not stored by JAX: {n.summary}",
+                output=body,
+            )
+        )
     if report.nothing_checked:
         line = report.summary_line()
         cases.append(Case("cachedoctor.commands.check", "run 1", failure=(line, line)))

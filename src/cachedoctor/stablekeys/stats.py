@@ -29,8 +29,9 @@ in 0.4.38 .. 0.12), each a counter of the module:
 - ``writes_lost``: the write event came, JAX's put returned, and no entry exists (JAX's LRU
   drops an entry larger than ``max_size`` with a warning; or another process evicted it at once);
 - ``refused_process``: this is not process 0 (JAX: "Not writing ... since process_id != 0");
-- ``refused_host_callbacks``: the compile had host callbacks (JAX: "Not writing persistent
-  cache entry for '...' because it uses host callbacks");
+- ``refused_host_callbacks``: the compile had host callbacks and this JAX's ``_cache_write``
+  refuses them (it takes ``host_callbacks``: 0.4.38 .. 0.10; 0.12 stores such modules) (JAX:
+  "Not writing persistent cache entry for '...' because it uses host callbacks");
 - ``refused_compile_time``: JAX did not call its put with neither of those, the minimum compile
   time above 0: the one reason left in ``_cache_write`` (JAX: "because it took < ... seconds");
 - ``refused_size``: JAX's put ran, sent no write event and raised nothing, the minimum entry
@@ -161,6 +162,7 @@ class _Recorder:
 
 
 _recorder: _Recorder | None = None
+_refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start)
 _listening = False  # JAX's listeners are registered: this process records
 _lock = threading.Lock()
 _local = threading.local()
@@ -332,7 +334,7 @@ def _outcome(call: _Call) -> str | None:
 
     if distributed.global_state.process_id != 0:
         return "refused_process"
-    if call.host_callbacks:
+    if call.host_callbacks and _refuses_host_callbacks:
         return "refused_host_callbacks"
     return "refused_compile_time" if (_config_value("min_compile_time_secs") or 0) > 0 else None
 
@@ -396,10 +398,22 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_executable_and_time
 
 
+def _writes_refuse_host_callbacks(compiler: Any) -> bool:
+    """Whether this JAX's ``compiler._cache_write`` refuses a module with host callbacks: the
+    releases that do take them as an argument (0.4.38 .. 0.10); 0.12 neither takes nor refuses
+    them."""
+    try:
+        import inspect
+
+        return "host_callbacks" in inspect.signature(compiler._cache_write).parameters
+    except (AttributeError, TypeError, ValueError):
+        return True
+
+
 def start(mode: str) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
     the listener API or ``compile_or_get_cached``."""
-    global _recorder, _listening
+    global _recorder, _listening, _refuses_host_callbacks
     with _lock:
         if _recorder is not None:
             return True
@@ -407,6 +421,7 @@ def start(mode: str) -> bool:
     try:
         from jax._src import compilation_cache, compiler, monitoring
 
+        _refuses_host_callbacks = _writes_refuse_host_callbacks(compiler)
         original = compiler.compile_or_get_cached
         if getattr(original, "__cachedoctor_original__", None) is None:
             compiler.compile_or_get_cached = _wrap(original)

@@ -163,6 +163,35 @@ class VerifyResult:
 
 
 @dataclass(frozen=True)
+class NotStored:
+    """A module JAX compiled and would not store, with JAX's reason: it recompiles every run.
+
+    ``kind``: a ``reasons.ReasonKind`` value (``host-callbacks``, ``under-min-compile-time``,
+    ``under-min-size``, ``write-failed``); ``source``: what the reason rests on, ``stats
+    records`` (the hook in CMD's processes saw JAX's ``_cache_write`` decide; pytest's log
+    capture cannot hide that) or ``JAX's log`` (only its line in CMD's output); ``jax_log``:
+    JAX's own line for it, when that reached CMD's output (``JAX_EXPLAIN_CACHE_MISSES``)."""
+
+    module: str
+    kind: str
+    summary: str
+    evidence: str
+    advice: str
+    source: str
+    jax_log: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandFailure:
+    """A run of CMD that failed: the check stopped there and judged nothing (exit 2)."""
+
+    run: int
+    returncode: int | None  # None: it could not be started
+    message: str  # the one line: which run, how it failed, where its output is
+    slug: str = "command-failed"  # the error's slug: command-failed, command-not-found, ...
+
+
+@dataclass(frozen=True)
 class CheckReport:
     argv: tuple[str, ...]
     cache_dir: str
@@ -175,11 +204,17 @@ class CheckReport:
     observe: ObserveStatus
     verify: VerifyResult | None
     scan: ScanReport | None = field(default=None, repr=False)
-    # modules JAX compiled but refused to store ("uses host callbacks"): they recompile each run
-    not_stored: tuple[str, ...] = ()
+    # modules JAX compiled but refused to store, with its reason: they recompile each run
+    refused: tuple[NotStored, ...] = ()
     # processes > 0 of a jax.distributed job whose keys differ from process 0's only in what
     # JAX hashes per process (the manifests' components): (module, process, fields)
     per_process: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    command_failed: CommandFailure | None = None  # a run of CMD failed: nothing was judged
+
+    @property
+    def not_stored(self) -> tuple[str, ...]:
+        """The modules JAX refused to store (``refused``), by name."""
+        return tuple(n.module for n in self.refused)
 
     @property
     def compiled_in_run1(self) -> tuple[str, ...]:
@@ -188,24 +223,41 @@ class CheckReport:
 
     @property
     def nothing_checked(self) -> bool:
-        """Run 1 wrote no entry and no later run recompiled: there is no evidence either way."""
+        """Run 1 wrote no entry and no later run recompiled: there is no evidence either way
+        (a failed CMD is its own outcome: ``command_failed``)."""
+        if self.command_failed is not None:
+            return False
         return not self.compiled_in_run1 and not self.unstable and self.verify is None
 
     @property
     def failed(self) -> bool:
-        """Unstable keys, stale entries, nothing checked, or modules --verify left unchecked."""
+        """CMD failed, unstable keys, stale entries, nothing checked, or modules --verify left
+        unchecked."""
         verify = self.verify
         stale_or_unchecked = bool(verify and (verify.stale or verify.not_checked))
-        return bool(self.unstable) or stale_or_unchecked or self.nothing_checked
+        failed_cmd = self.command_failed is not None
+        return failed_cmd or bool(self.unstable) or stale_or_unchecked or self.nothing_checked
 
     def summary_line(self) -> str:
-        n = len(self.runs)
+        if self.command_failed is not None:
+            return (
+                f"cachedoctor check: nothing was judged: {self.command_failed.message}"
+                + self._not_stored_clause()
+            )
         if self.nothing_checked:
             why = "the command compiled nothing with JAX's persistent cache on"
+            if self.refused:
+                why = "JAX refused to store what the command compiled (NOT STORED)"
             if not self.temporary:
                 why += f", or only hit entries already in {self.cache_dir} (use a fresh --dir)"
-            return f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
-        checked_runs = n
+            return (
+                f"cachedoctor check: nothing was checked: run 1 wrote no cache entry: {why}"
+                + self._not_stored_clause()
+            )
+        return f"cachedoctor check: {self._head()}"
+
+    def _head(self) -> str:
+        n = len(self.runs)
         compiled = count(len(self.compiled_in_run1), "module")
         if self.unstable:
             head = f"{len(self.unstable)} of {len(self.modules)} modules recompiled in a later run"
@@ -218,10 +270,8 @@ class CheckReport:
                     f"{';' if unstable else ''} (the program itself changes between runs, so a "
                     f"new key is right; make it deterministic): {', '.join(changing)}"
                 )
-        elif checked_runs >= 2:
-            head = f"all {compiled} compiled in run 1 hit in runs 2..{checked_runs}"
         elif n >= 2:
-            head = f"{compiled} compiled in run 1"
+            head = f"all {compiled} compiled in run 1 hit in runs 2..{n}"
         else:
             head = f"{compiled} compiled; one run cannot show instability"
         if self.verify and self.verify.not_checked:
@@ -230,11 +280,7 @@ class CheckReport:
                 f"{'was' if len(self.verify.not_checked) == 1 else 'were'} not checked by "
                 f"--verify ({self.verify.reason}): " + ", ".join(self.verify.not_checked)
             )
-        if self.not_stored:
-            head += (
-                f"; {count(len(self.not_stored), 'module')} recompile every run because JAX never "
-                f"stores modules with host callbacks: {', '.join(self.not_stored)}"
-            )
+        head += self._not_stored_clause()
         if self.per_process:
             modules = sorted({m for m, _, _ in self.per_process})
             fields = sorted({f for _, _, fs in self.per_process for f in fs})
@@ -252,7 +298,18 @@ class CheckReport:
                 f"; --verify: no stale entry ({count(len(same), 'module')} hold the program a "
                 "fresh compile gives)"
             )
-        return f"cachedoctor check: {head}"
+        return head
+
+    def _not_stored_clause(self) -> str:
+        """``; not stored by JAX, so compiled afresh every run: jit_f (JAX's reason)`` for
+        each reason, or nothing."""
+        by_summary: dict[str, list[str]] = {}
+        for n in self.refused:
+            by_summary.setdefault(n.summary, []).append(n.module)
+        return "".join(
+            f"; not stored by JAX, so compiled afresh every run: {', '.join(modules)} ({summary})"
+            for summary, modules in by_summary.items()
+        )
 
 
 def module_of_key(key: str) -> str:

@@ -75,10 +75,49 @@ def run_program(
 BOOT_DIR = Path(__file__).resolve().parents[2] / "_check_boot"
 
 
-# JAX's own words (jax_explain_cache_misses) for a module it refuses to store
-_NOT_STORED = re.compile(
-    rb"Not writing persistent cache entry for '([^'\s]+)' because it uses host callbacks"
+# JAX's own words (``jax_explain_cache_misses``) for a compile it does not store: its
+# ``compiler._cache_write`` names the module, ``compilation_cache.put_executable_and_time`` the
+# key (jax 0.4.38 .. 0.12; 0.11 and later store modules with host callbacks)
+_NOT_WRITING = re.compile(
+    rb"Not writing persistent cache entry (?:for '(?P<module>[^'\s]+)'|with key "
+    rb"'(?P<key>[^'\s]+)') (?:because|since) (?P<why>[^\r\n]*)"
 )
+_WHY_KIND = (  # the start of JAX's reason -> reasons.ReasonKind value
+    (b"it uses host callbacks", "host-callbacks"),
+    (b"it took < ", "under-min-compile-time"),
+    (b"its size ", "under-min-size"),
+)
+_MAX_LINE = 4096  # a partial line kept between reads (JAX's lines are far shorter)
+
+
+@dataclass(frozen=True)
+class LoggedRefusal:
+    """One of JAX's "Not writing persistent cache entry" lines in CMD's output."""
+
+    module: str
+    kind: str  # a reasons.ReasonKind value
+    why: str  # JAX's reason, after "because" / "since"
+    line: str  # JAX's words from "Not writing" to the end of the line
+
+
+def logged_refusals(data: bytes) -> list[LoggedRefusal]:
+    """JAX's refusals in ``data`` (whole lines), in order; a line whose reason this does not
+    know (the cache not initialised) is left out."""
+    found = []
+    for match in _NOT_WRITING.finditer(data):
+        why = match.group("why")
+        kind = next((k for start, k in _WHY_KIND if why.startswith(start)), None)
+        if kind is None:
+            continue
+        named = match.group("module")
+        if named is not None:
+            module = named.decode(errors="replace")
+        else:  # the size refusal names the key, <module>-<hash>
+            parsed = listdir.parse_key(match.group("key").decode(errors="replace"))
+            module = (parsed[1] if parsed else None) or "(unnamed)"
+        text = match.group(0).decode(errors="replace").strip()
+        found.append(LoggedRefusal(module, kind, why.decode(errors="replace").strip(), text))
+    return found
 
 
 def check_env(
@@ -106,12 +145,12 @@ def check_env(
 
 
 class _Tee:
-    """Copies a child's stream to a sink and the log as it arrives; spots modules not stored."""
+    """Copies a child's stream to a sink and the log as it arrives; spots JAX's refusals."""
 
     def __init__(self, sink: IO[bytes] | None, log: IO[bytes], lock: threading.Lock) -> None:
         self.sink, self.log, self.lock = sink, log, lock
-        self.not_stored: list[str] = []
-        self._tail = b""
+        self.refusals: list[LoggedRefusal] = []
+        self._tail = b""  # the last, unfinished line
 
     def pump(self, fd: int) -> None:
         while True:
@@ -125,11 +164,10 @@ class _Tee:
                         self.sink.write(chunk)
                         self.sink.flush()
             data = self._tail + chunk
-            for match in _NOT_STORED.finditer(data):
-                module = match.group(1).decode()
-                if module not in self.not_stored:
-                    self.not_stored.append(module)
-            self._tail = data[-200:]
+            end = data.rfind(b"\n") + 1
+            self.refusals += logged_refusals(data[:end])
+            self._tail = data[end:][-_MAX_LINE:]
+        self.refusals += logged_refusals(self._tail)
         os.close(fd)
 
 
@@ -139,8 +177,8 @@ def run_once(
     stdout: IO[bytes] | None,
     stderr: IO[bytes] | None,
     log: IO[bytes],
-) -> tuple[int, list[str]]:
-    """Run the command once, teeing its output; (exit code, modules JAX did not store)."""
+) -> tuple[int, list[LoggedRefusal]]:
+    """Run the command once, teeing its output; (exit code, JAX's refusals in its output)."""
     lock = threading.Lock()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -171,7 +209,7 @@ def run_once(
     finally:
         for t in threads:
             t.join(timeout=30)
-    return code, sorted({*tees[0].not_stored, *tees[1].not_stored})
+    return code, [*tees[0].refusals, *tees[1].refusals]
 
 
 def entry_keys(cache_dir: str) -> list[str]:

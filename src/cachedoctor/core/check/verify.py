@@ -57,8 +57,11 @@ def verify_run(
     note: Progress,
     run: int,
     observe: bool,
+    spelling: str | None = None,
 ) -> FreshRun:
-    """Run CMD once, reading ``cache`` without trusting it; its output goes to the log only."""
+    """Run CMD once, reading ``cache`` without trusting it; its output goes to the log only.
+
+    ``spelling``: the cache folder as CMD's runs were given it (JAX hashes that into the keys)."""
     folder = os.path.join(workdir, "verify-fresh")
     os.makedirs(folder, exist_ok=True)
     before = len(entry_keys(cache))
@@ -66,7 +69,7 @@ def verify_run(
     log.write(f"=== cachedoctor check run {run} (--verify): cache read, not trusted\n".encode())
     log.flush()
     start = time.monotonic()
-    env = check_env(base, cache, observe=observe, verify_fresh=folder)
+    env = check_env(base, spelling or cache, observe=observe, verify_fresh=folder)
     code, _ = run_once(argv, env, None, None, log)
     seconds = time.monotonic() - start
     log.write(f"=== run {run} (--verify) exited with {code} after {seconds:.1f} s\n".encode())
