@@ -89,9 +89,8 @@ def test_a_read_a_relatime_mount_hides_keeps_the_entry(tmp_path: Path) -> None:
     assert run_all(cache) == first  # no hit lost
 
 
-def test_an_access_time_older_than_its_window_dates_the_last_use(tmp_path: Path) -> None:
-    """The window's end bounds the last read: first read 3 days ago, so last used at most 2
-    days ago; --older-than 1d takes it and says both."""
+def written_then_read_days_ago(tmp_path: Path) -> Path:
+    """A cache written 4 days ago and first read 3 days ago (the kernel's record of it)."""
     cache = tmp_path / "cache"
     needs_relatime(tmp_path)
     run_all(cache)
@@ -99,6 +98,13 @@ def test_an_access_time_older_than_its_window_dates_the_last_use(tmp_path: Path)
     now = time.time_ns()
     for f in entry_files(cache):
         os.utime(f, ns=(now - 3 * 86400 * 10**9, now - 4 * 86400 * 10**9))
+    return cache
+
+
+def test_an_access_time_older_than_its_window_dates_the_last_use(tmp_path: Path) -> None:
+    """The window's end bounds the last read: first read 3 days ago, so last used at most 2
+    days ago; --older-than 1d takes it and says both."""
+    cache = written_then_read_days_ago(tmp_path)
     plan = plan_prune(cache, PruneOptions.from_selectors(older_than="1d"))
     assert removed(plan) == {f.name[: -len("-cache")] for f in entry_files(cache)}
     for a in plan.actions:
@@ -109,13 +115,7 @@ def test_an_access_time_older_than_its_window_dates_the_last_use(tmp_path: Path)
 
 
 def test_a_read_between_plan_and_apply_cancels_an_age_removal(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    needs_relatime(tmp_path)
-    run_all(cache)
-    run_all(cache)
-    now = time.time_ns()
-    for f in entry_files(cache):
-        os.utime(f, ns=(now - 3 * 86400 * 10**9, now - 4 * 86400 * 10**9))
+    cache = written_then_read_days_ago(tmp_path)
     plan = plan_prune(cache, PruneOptions.from_selectors(older_than="1d"))
     assert len(removed(plan)) == len(entry_files(cache))
     hit = run_all(cache)  # a day past the recorded read: the kernel records this one
