@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -32,15 +33,7 @@ SIZES = ("16", "24")  # two programs of the plain kind: two entries of jit_g
 
 def run_plain(cache: Path, size: str, mode: str = "none") -> set[str]:
     """One run of the plain program; the keys JAX says it hit."""
-    env = hookrun.base_env(
-        cache,
-        JAX_LOG_COMPILES="1",
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-        CACHEDOCTOR_PLAIN_SIZE=size,
-    )
-    run = hookrun.run_program("plain", cache, mode=mode, env=env)
-    return set(HIT_RE.findall(run.stderr + run.stdout))
+    return run_plain_with(cache, size, sys.executable, mode)
 
 
 def run_all(cache: Path, mode: str = "none") -> set[str]:
@@ -223,7 +216,9 @@ def test_stale_jax_keeps_what_another_jax_version_sharing_the_cache_uses(
     assert run_plain_with(cache, "24", other) == later_hits  # no hit lost
 
 
-def run_plain_with(cache: Path, size: str, python: str) -> set[str]:
+def run_plain_with(cache: Path, size: str, python: str, mode: str = "none") -> set[str]:
+    """One run of the plain program by ``python`` (another JAX's interpreter, say): the keys
+    JAX's own log says it hit."""
     env = hookrun.base_env(
         cache,
         JAX_LOG_COMPILES="1",
@@ -231,5 +226,5 @@ def run_plain_with(cache: Path, size: str, python: str) -> set[str]:
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
         CACHEDOCTOR_PLAIN_SIZE=size,
     )
-    run = hookrun.run_program("plain", cache, mode="none", env=env, python=python)
+    run = hookrun.run_program("plain", cache, mode=mode, env=env, python=python)
     return set(HIT_RE.findall(run.stderr + run.stdout))

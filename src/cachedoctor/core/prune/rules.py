@@ -350,8 +350,9 @@ def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
         if unknown:
             undated += unknown
             continue
-        (latest, why), e = max(bounds, key=lambda b: b[0][0] or 0)
-        dated.append((latest or 0, min(x.key for x in left), left, why))
+        known = [(latest, why) for (latest, why), _ in bounds if latest is not None]
+        latest, why = max(known)  # the file's last use: the latest of its names'
+        dated.append((latest, min(x.key for x in left), left, why))
     dated.sort(key=lambda d: (d[0], d[1]))
     for latest, _key, left, why in dated:
         if total <= budget:
