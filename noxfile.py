@@ -126,7 +126,7 @@ def crossver(session: nox.Session) -> None:
     CACHEDOCTOR_COMPAT_PYTHONS; without them they skip, naming this session.
     """
     session.install("-e", ".[test]")
-    other = Path(session.cache_dir) / f"jax-{CROSSVER_JAX}"
+    other = Path(session.cache_dir).resolve() / f"jax-{CROSSVER_JAX}"  # tests run CMD elsewhere
     python = other / "bin" / "python"
     if not python.exists():
         session.run("python", "-m", "venv", str(other))
@@ -159,7 +159,8 @@ def mutation(session: nox.Session) -> None:
     if unknown:
         session.error(f"not a mutation target: {', '.join(unknown)} (choose from {targets})")
     session.install("-e", ".[test]", "mutmut==3.8.1")
-    env = {"CACHEDOCTOR_PREBUILT_CACHES": str(Path(session.cache_dir) / "mutation-caches")}
+    prebuilt = Path(session.cache_dir).resolve() / "mutation-caches"
+    env = {"CACHEDOCTOR_PREBUILT_CACHES": str(prebuilt)}
     # mutant names are module.function: one glob per module
     patterns = [m[len("src/") : -len(".py")].replace("/", ".") + ".*" for m in modules]
     # two workers: each mutant runs its covering tests, and a few of those start JAX processes

@@ -77,7 +77,7 @@ def other_jax_python() -> str:
         pytest.skip(CROSSVER_SKIP)
     if not os.path.exists(python):
         pytest.fail(f"{OTHER_JAX_ENV}={python} does not exist")
-    return python
+    return os.path.abspath(python)  # tests run it from their own folders
 
 
 def raw_payload_layout(entry: Path) -> str:

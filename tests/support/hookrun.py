@@ -130,8 +130,9 @@ NO_COMPAT_PYTHONS = "no compat interpreter (`nox -s crossver` sets CACHEDOCTOR_C
 
 
 def compat_pythons() -> list[str]:
+    """The interpreters named, a relative path made absolute: tests run them from elsewhere."""
     raw = os.environ.get("CACHEDOCTOR_COMPAT_PYTHONS", "")
-    return [p for p in raw.split(os.pathsep) if p.strip()]
+    return [os.path.abspath(p) if os.sep in p else p for p in raw.split(os.pathsep) if p.strip()]
 
 
 def compat_params() -> list[object]:
