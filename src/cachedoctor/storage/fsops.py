@@ -126,6 +126,35 @@ class CacheDir:
             raise
         return CacheDir(fd, os.path.join(self.path, name))
 
+    def walk(self, relpath: str, *, create: bool = False) -> CacheDir:
+        """The folder ``relpath`` (``a/b``) below this one, each part opened without following
+        a link: the caller closes it. Raises FileNotFoundError when a part is absent (with
+        ``create``: made, mode 0o755), and OSError ELOOP (a symbolic link; not followed) or
+        ENOTDIR (a file) where a part is not a folder of its own."""
+        here = CacheDir(os.dup(self.fd), self.path)
+        for part in (p for p in relpath.split("/") if p):
+            if part in (".", ".."):
+                here.close()
+                raise OSError(errno.EINVAL, "not a name inside the cache", relpath)
+            try:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=here.fd)
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(part, flags, dir_fd=here.fd)
+            except OSError as exc:
+                path = os.path.join(here.path, part)
+                try:
+                    st = here.lstat(part) if exc.errno in (errno.ENOTDIR, errno.ELOOP) else None
+                finally:
+                    here.close()
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    raise OSError(errno.ELOOP, "a symbolic link; not followed", path) from None
+                raise OSError(exc.errno, exc.strerror, path) from None
+            here.close()
+            here = CacheDir(fd, os.path.join(here.path, part))
+        return here
+
     # --- looking ------------------------------------------------------------------------------
 
     is_remote = False
@@ -249,6 +278,34 @@ class CacheDir:
         try:
             self._write_temp(tmp, data, mode)
             return self._publish(tmp, name)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+
+    def write_replacing(self, name: str, data: bytes, mode: int = 0o600) -> None:
+        """Replace ``name`` with ``data`` whole: temp file in this folder, fsync, ``rename``
+        over the name. A link standing at ``name`` is replaced, never followed, and a file
+        with another name elsewhere (a hard link) keeps its bytes."""
+        tmp = self._temp_name()
+        try:
+            self._write_temp(tmp, data, mode)
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+
+    def link_replacing(self, src: str, dst: str) -> None:
+        """Give the regular file ``src`` the name ``dst``, replacing what stands there: a hard
+        link (where there are none, a copy read through ``open_regular``) under a temp name,
+        then ``rename``. A link at ``src`` is refused (ELOOP or EINVAL), never followed."""
+        if self.regular(src) is None:
+            raise OSError(errno.EINVAL, "not a regular file", os.path.join(self.path, src))
+        tmp = self._temp_name()
+        try:
+            if not self._link_no_clobber(src, tmp):
+                with open_regular(src, dir_fd=self.fd) as fin, self._open_temp(tmp, 0o644) as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            os.rename(tmp, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
