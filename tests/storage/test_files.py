@@ -82,5 +82,6 @@ def test_link_replacing_publishes_the_file_under_the_new_name_never_a_link(
             with pytest.raises(OSError):
                 cd.link_replacing(missing, "jit_f-other-cache")
     assert dst.read_bytes() == b"entry" and src.read_bytes() == b"entry"
-    assert sorted(os.listdir(tmp_path)) == ["jit_f-link-cache", "jit_f-new-cache", "jit_f-old-cache"]
+    names = ["jit_f-link-cache", "jit_f-new-cache", "jit_f-old-cache"]
+    assert sorted(os.listdir(tmp_path)) == names
     assert outside.read_bytes() == b"secret"

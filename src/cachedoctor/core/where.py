@@ -40,8 +40,8 @@ __all__ = [
     "default_location",
     "open_cache_dir",
     "open_executor",
-    "proof_of_cache",
     "parse_executor",
+    "proof_of_cache",
     "telling_waits",
 ]
 

@@ -366,7 +366,9 @@ class CacheDir:
         return True
 
     def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str:
-        """Clear permission bits on a regular file, through an O_NOFOLLOW descriptor."""
+        """Clear permission bits on a regular file, through an O_NOFOLLOW descriptor. A file
+        with another name (a hard link, perhaps outside the cache) shares its mode with it: it
+        is left as it is (``"hard-linked"``)."""
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
         except FileNotFoundError:
@@ -381,6 +383,8 @@ class CacheDir:
                 return "not-a-file"
             if expected is not None and st.st_ino != expected.ino:
                 return "changed"
+            if st.st_nlink > 1:
+                return "hard-linked: it has another name, which shares its mode"
             os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~clear_bits)
             return "done"
         finally:

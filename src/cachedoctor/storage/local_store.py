@@ -102,7 +102,10 @@ class LocalStore:
         if not sub:  # the common case (an entry): one open, no folder walked
             return open_regular(self.url_of(name))
         with self._folder(sub) as folder:
-            return open_regular(base, dir_fd=folder.fd)
+            try:
+                return open_regular(base, dir_fd=folder.fd)
+            except OSError as exc:  # named by its whole path, as an open by path names it
+                raise OSError(exc.errno, exc.strerror, self.url_of(name)) from None
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult:
         """Unlink ``name`` if its inode, size and mtime are still those of the plan.
