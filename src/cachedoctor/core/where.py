@@ -99,6 +99,7 @@ def proof_of_cache(listing: CacheListing) -> str | None:
     - a stats record the hook wrote (its ``format``) or a manifest that parses.
     """
     from cachedoctor.cache.listdir import FileKind
+    from cachedoctor.cache.model import EntryInfo
     from cachedoctor.cache.reader import decode_entry
 
     regular = {i.name: i for i in listing.items if not i.is_symlink and not i.is_dir}
@@ -111,7 +112,7 @@ def proof_of_cache(listing: CacheListing) -> str | None:
             return f"{item.name} and its -atime file"
     for item in entries[:PROOF_DECODES]:
         info = decode_entry(listing.path(item), defer_hlo=True)
-        if not info.problems:
+        if isinstance(info, EntryInfo) and not info.problems:
             return f"{item.name} decodes as a JAX cache entry"
     return _own_records(listing.root)
 

@@ -124,6 +124,9 @@ def _local_folder(cache_dir: str | os.PathLike[str], *, create: bool = False) ->
     """The manifests folder of a local cache dir, open: read and written relative to it, never
     through a link planted at ``cachedoctor-manifests/`` or at a manifest (``CacheDir``).
     FileNotFoundError when absent (made with ``create``); OSError ELOOP where a link stands."""
+    if create:  # the hook may write before JAX has made the cache dir (the user's to name)
+        with contextlib.suppress(FileExistsError):  # a file there: the open says ENOTDIR
+            os.makedirs(cache_dir, exist_ok=True)
     with CacheDir.open(cache_dir) as root, root.walk(MANIFEST_DIRNAME, create=create) as folder:
         yield folder
 

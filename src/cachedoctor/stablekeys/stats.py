@@ -506,6 +506,8 @@ def _write_local(cache_dir: str, name: str, data: bytes) -> str:
     without following a link (``CacheDir``): a link planted at ``cachedoctor-stats/`` is
     refused (OSError ELOOP), never written through."""
     folder_name, _, base = name.rpartition("/")
+    with contextlib.suppress(FileExistsError):  # made by JAX, usually; a file there: ENOTDIR
+        os.makedirs(cache_dir, exist_ok=True)
     with CacheDir.open(cache_dir) as root, root.walk(folder_name, create=True) as folder:
         if not folder.write_new(base, data, mode=0o600):
             raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
