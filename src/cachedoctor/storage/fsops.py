@@ -147,6 +147,8 @@ class CacheDir:
                     here.close()
                 if st is not None and stat.S_ISLNK(st.st_mode):
                     raise OSError(errno.ELOOP, "a symbolic link; not followed", path) from None
+                if exc.errno == errno.ENOTDIR:  # a file where the folder should be
+                    raise NotADirectoryError(errno.ENOTDIR, "not a folder", path) from None
                 raise OSError(exc.errno, exc.strerror, path) from None
             here.close()
             here = CacheDir(fd, os.path.join(here.path, part))
