@@ -48,7 +48,14 @@ class NotACacheError(CachedoctorError):
 
     slug = "not-a-cache"
 
-    def __init__(self, where: str, files: int) -> None:
+    def __init__(self, where: str, files: int, *, unproven: str | None = None) -> None:
+        if unproven is not None:  # names alone: not enough for a command that removes files
+            super().__init__(
+                f"{clip(where)} does not look like a JAX cache: {count(files, 'file')}, but no "
+                "entry that decodes, no entry with its -atime file, no stats record or manifest;"
+                f" {unproven} changes only a JAX cache"
+            )
+            return
         super().__init__(
             f"{clip(where)} does not look like a JAX cache: {count(files, 'file')}, but no cache "
             "entry, -atime file or XLA sub-cache; give the cache directory"

@@ -157,5 +157,133 @@ def test_a_wrong_value_is_named_with_its_own_line(tmp_path: Path, text: str, lin
     """In process: the line is the one in [cachedoctor], never an earlier table's same key."""
     path = tmp_path / "config.toml"
     path.write_text(text)
-    with pytest.raises(settings.ConfigError, match=rf": line {line}: hook = \"bogus\": "):
+    with pytest.raises(settings.ConfigError, match=rf"[:;] line {line}: hook = \"bogus\": "):
         settings.load(path)
+
+
+# --- every key read as written ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        # the issue's file: keys at the top, before any table, reach nothing
+        ('cache_dir = "/c"\nhook = "stats"\n', ['line 1: cache_dir = "/c": outside', "line 2"]),
+        ('[cachedoctor]\ncache_dir = "/c"\n[tool.x]\na = 1\n', ["line 3: [tool]: outside"]),
+        ('[cachedoctor]\ncache_dir = "/c"\n[[runs]]\nn = 1\n', ["line 3: [[runs]]: outside"]),
+        ('[cachedoctor]\ncache_dir = "~/jaxcache"\n', ["line 2: cache_dir", "does not expand ~"]),
+        ('[cachedoctor]\ncache_dir = "/c"\nmax_size = 0\n', ["line 3: max_size = 0", "stores"]),
+        ('[cachedoctor]\ncache_dir = "/c"\nmax_size = -2\n', ["line 3: max_size = -2"]),
+        ('[cachedoctor]\ncache_dir = "jaxcache"\n', ["line 2: cache_dir", "a relative path"]),
+        # a key = inside a string or an array is not a key; a header in a string is not one
+        (
+            'note = """\nhook = 1\n[cachedoctor]\n"""\n[cachedoctor]\nmax_size = 0\n',
+            ['line 1: note = "hook = 1\\n[cachedoctor]\\n": outside', "line 6: max_size = 0"],
+        ),
+        (
+            "[cachedoctor]\nxs = [\n  'max_size = 0', # hook = 2\n  [1, 2],\n]\nmax_size = 0\n",
+            ["line 2: xs = ", "line 6: max_size = 0"],
+        ),
+        ("[cachedoctor]\ns = '''it''s'''\n'max_size' = 0\n", ["line 2: s = ", "line 3: max_size"]),
+        ('[cachedoctor]\nt = {a = "}", b = [1]}\nmax_size = 0\n', ["line 2: t = ", "line 3: max"]),
+    ],
+)
+def test_every_key_is_used_or_named_with_its_line(
+    tmp_path: Path, text: str, named: list[str]
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(settings.ConfigError) as err:
+        settings.load(path)
+    message = str(err.value)
+    assert "\n" not in message, message
+    for needle in named:
+        assert needle in message, message
+
+
+def test_the_lines_are_checked_against_what_tomllib_parsed() -> None:
+    """Where the scan of the text and the parser disagree, no line rather than a wrong one."""
+    import tomllib
+
+    text = '[cachedoctor]\nhook = "x"\n'
+    assert settings.key_lines(text, tomllib.loads(text)) == {
+        ("cachedoctor",): 1,
+        ("cachedoctor", "hook"): 2,
+    }
+    assert settings.key_lines(text, {"cachedoctor": {"other": 1}}) == {}
+
+
+def test_a_good_file_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        "# written by hand\n[cachedoctor]  # the one table\n"
+        'cache_dir = "/data/jax"\nmax_size = -1\nmin_compile_time_secs = 0.5\n'
+        "xla_caches = 'none'\nhook = \"stats\"\nrecord_ir = true\n"
+    )
+    assert settings.load(path) == {
+        "cache_dir": "/data/jax",
+        "max_size": -1,
+        "min_compile_time_secs": 0.5,
+        "xla_caches": "none",
+        "hook": "stats",
+        "record_ir": True,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "body",
+    [
+        'cache_dir = "/c"\n',  # before the table: nothing reads it
+        '[cachedoctor]\ncache_dir = "~/jaxcache"\n',
+        '[cachedoctor]\ncache_dir = "/c"\nmax_size = 0\n',
+    ],
+    ids=["outside", "tilde", "max-size-0"],
+)
+def test_status_refuses_and_the_hook_falls_back_to_jax(tmp_path: Path, body: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(body)
+    status = run("status", env=_env(config))
+    assert status.returncode == 2, status
+    (line,) = status.stderr.strip().splitlines()
+    assert line.startswith(f"cachedoctor: config: config file {config}: line "), line
+    plain, _ = in_force(_env(tmp_path / "absent.toml"))
+    got, stderr = in_force(_env(config))
+    assert got["jax"] == plain["jax"] and got["hook"] is None, got
+    said = [x for x in stderr.splitlines() if "cachedoctor" in x]
+    assert len(said) == 1 and "activation failed" in said[0], stderr
+
+
+@pytest.mark.slow
+def test_jax_writes_a_folder_named_tilde_and_stores_nothing_at_max_size_0(tmp_path: Path) -> None:
+    """The oracle for two refusals: what JAX itself does with these values."""
+    program = (
+        "import jax, jax.numpy as jnp; jax.jit(lambda x: x * 2 + 1)(jnp.arange(4.0))"
+        ".block_until_ready()"
+    )
+    home, work, absolute = tmp_path / "home", tmp_path / "work", tmp_path / "absolute"
+    for folder in (home, work):
+        folder.mkdir()
+    env = {
+        **_env(tmp_path / "absent.toml"),
+        "HOME": str(home),
+        "JAX_PLATFORMS": "cpu",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    for extra in (
+        {"JAX_COMPILATION_CACHE_DIR": "~/jaxcache"},
+        {"JAX_COMPILATION_CACHE_DIR": str(absolute), "JAX_COMPILATION_CACHE_MAX_SIZE": "0"},
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", program],
+            env={**env, **extra},
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert list((work / "~" / "jaxcache").glob("*-cache")), sorted(work.rglob("*"))
+    assert not (home / "jaxcache").exists()
+    assert not list(absolute.glob("*-cache")) if absolute.exists() else True

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from cachedoctor.storage.files import atomic_file, replace_with_link, replacing, write_atomic
+from cachedoctor.storage.files import atomic_file, replacing, write_atomic
+from cachedoctor.storage.fsops import CacheDir
 
 
 def test_write_replaces_whole_and_sets_the_mode(tmp_path: Path) -> None:
@@ -56,13 +58,30 @@ def test_replacing_renames_the_path_over_or_removes_it(tmp_path: Path) -> None:
     assert target.read_bytes().startswith(b"SQLite format 3")
 
 
-def test_replace_with_link_publishes_a_copy_under_the_new_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hard_links", [True, False], ids=["links", "no-links"])
+def test_link_replacing_publishes_the_file_under_the_new_name_never_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool
+) -> None:
+    """The hook's re-keying: the same bytes under a second name, replacing what stood there;
+    a name that is a symbolic link is refused, and its target is neither read nor changed."""
+    if not hard_links:
+
+        def no_link(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EPERM, "no hard links here")
+
+        monkeypatch.setattr(os, "link", no_link)
     src, dst = tmp_path / "jit_f-old-cache", tmp_path / "jit_f-new-cache"
     src.write_bytes(b"entry")
     dst.write_bytes(b"stale")
-    replace_with_link(src, dst, temp_prefix=".cachedoctor-rekey-")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_bytes(b"secret")
+    (tmp_path / "jit_f-link-cache").symlink_to(outside)
+    with CacheDir.open(tmp_path) as cd:
+        cd.link_replacing(src.name, dst.name)
+        for missing in ("missing", "jit_f-link-cache"):
+            with pytest.raises(OSError):
+                cd.link_replacing(missing, "jit_f-other-cache")
     assert dst.read_bytes() == b"entry" and src.read_bytes() == b"entry"
-    assert sorted(os.listdir(tmp_path)) == ["jit_f-new-cache", "jit_f-old-cache"]
-    with pytest.raises(FileNotFoundError):
-        replace_with_link(tmp_path / "missing", dst, temp_prefix=".cachedoctor-rekey-")
-    assert sorted(os.listdir(tmp_path)) == ["jit_f-new-cache", "jit_f-old-cache"]
+    names = ["jit_f-link-cache", "jit_f-new-cache", "jit_f-old-cache"]
+    assert sorted(os.listdir(tmp_path)) == names
+    assert outside.read_bytes() == b"secret"

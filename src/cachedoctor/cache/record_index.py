@@ -41,6 +41,7 @@ from pathlib import Path
 
 from cachedoctor.cache import index
 from cachedoctor.storage.files import replacing
+from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.stores import Store
 
 FORMAT = "cachedoctor-records-index-v2"
@@ -90,7 +91,8 @@ def list_folder(store: Store, sub: str, now: float) -> list[Listed]:
         ]
     racy_ns = int((now - index.RACY_S) * 1e9)
     items = []
-    with os.scandir(store.url_of(sub)) as it:
+    # the folder opened without following a link (a link at cachedoctor-stats/: OSError)
+    with CacheDir.open(store.url) as root, root.walk(sub) as folder, os.scandir(folder.fd) as it:
         for de in it:
             try:
                 st = de.stat(follow_symlinks=False)

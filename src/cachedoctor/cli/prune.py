@@ -158,7 +158,7 @@ def prune(
         stale_after=as_typed(ctx, "stale_after") or stale_after,
     )
     cache_dir = cache_location(directory)
-    open_cache_dir(cache_dir)
+    open_cache_dir(cache_dir, changes="prune --apply" if do_apply else None)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
             lambda: plan_prune(cache_dir, options, progress=progress),

@@ -60,7 +60,7 @@ def rekey(
     from cachedoctor.core.prune.rekey import plan_rekey
 
     cache_dir = cache_location(directory)
-    open_cache_dir(cache_dir)
+    open_cache_dir(cache_dir, changes="rekey --apply" if do_apply else None)
     with progress_bar(not as_json, "planning") as progress:
         plan, result = plan_and_apply(
             lambda: plan_rekey(

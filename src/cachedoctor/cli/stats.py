@@ -81,7 +81,7 @@ def stats(
     elif apply:
         raise click.UsageError("--apply only goes with --zero")
     cache_dir = cache_location(directory)
-    open_cache_dir(cache_dir)
+    open_cache_dir(cache_dir, changes="stats --zero --apply" if zero_stats and apply else None)
     console = stdout_console()
     try:
         if zero_stats:

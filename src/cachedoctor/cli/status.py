@@ -19,8 +19,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     Exit status: 0 as configured; 1 the fresh interpreter does not run as configured (it
     cannot import jax or cachedoctor, activation failed, the hook or recording is off although
     configured, or max_size is set without the filelock package JAX's LRU eviction needs);
-    2 a broken config file (bad TOML or a wrong-typed value, each named with its line) or
-    another error.
+    2 a broken config file (bad TOML, a key outside [cachedoctor] or not a setting, a value of the
+    wrong type or one JAX would misread: a cache_dir with ~ or relative, max_size 0; each named
+    with its line) or another error.
     """
     report = activation.status()
     problems = report.problems

@@ -238,7 +238,8 @@ STATS_RECORD_UNREADABLE = Case(
     severity=Severity.WARNING,
     evidence="the file does not parse as a stats record",
     advice="a torn file from a killed process or a file that is not cachedoctor's: inspect it; "
-    "`cachedoctor stats --zero --apply` archives it with the records and removes it",
+    "`cachedoctor stats --zero --apply` archives it with the records and removes it (a "
+    "symbolic link it never follows: it leaves it where it is)",
 )
 STATS_RECORD_BROKEN = Case(
     K.STATS_RECORD,

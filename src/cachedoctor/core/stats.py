@@ -28,6 +28,7 @@ from cachedoctor.core.usage.records import (
     record_files,
     total,
 )
+from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.location import Location, Where
 from cachedoctor.storage.stores import Store, open_store
@@ -117,6 +118,7 @@ class ZeroReport:
     archive: str | None  # where the records went (None on a dry run or with none to archive)
     records: tuple[str, ...]
     applied: bool
+    left: tuple[tuple[str, str], ...] = ()  # (name, why) of each record neither read nor removed
 
 
 def _evidence(
@@ -251,13 +253,20 @@ def zero(cache_dir: Where, *, apply: bool) -> ZeroReport:
     if not apply or not names:
         return ZeroReport(None, tuple(names), applied=False)
     versions = {i.name: i.version for i in store.list(STATS_DIRNAME)}
-    lines = []
+    lines, archived, left = [], [], []
     for name in names:
-        with store.open_read(f"{STATS_DIRNAME}/{name}") as fh:
-            lines.append(fh.read(MAX_RECORD_BYTES + 1).decode("utf-8", "replace").strip())
+        try:  # a link is never followed (ELOOP): left where it is, with why
+            with store.open_read(f"{STATS_DIRNAME}/{name}") as fh:
+                lines.append(fh.read(MAX_RECORD_BYTES + 1).decode("utf-8", "replace").strip())
+        except OSError as exc:
+            left.append((name, os_reason(exc)))
+            continue
+        archived.append(name)
+    if not archived:
+        return ZeroReport(None, (), applied=True, left=tuple(left))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     archive = f"{STATS_DIRNAME}/{ARCHIVE_PREFIX}{stamp}{ARCHIVE_SUFFIX}"
     store.write_atomic(archive, ("\n".join(lines) + "\n").encode())
-    for name in names:
+    for name in archived:
         store.delete_if_unchanged(f"{STATS_DIRNAME}/{name}", versions.get(name))
-    return ZeroReport(store.url_of(archive), tuple(names), applied=True)
+    return ZeroReport(store.url_of(archive), tuple(archived), applied=True, left=tuple(left))

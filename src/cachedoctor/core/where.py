@@ -11,12 +11,20 @@ executor choice (``parse_executor``, ``open_executor``) as they are.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cachedoctor.cache.listdir import CacheListing, list_cache
 from cachedoctor.errors import NoCacheDirError, NotACacheError, path_error
+from cachedoctor.layout import (
+    ATIME_SUFFIX,
+    CACHE_SUFFIX,
+    MANIFEST_DIRNAME,
+    MANIFEST_SUFFIX,
+    STATS_DIRNAME,
+)
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.retry import telling_waits
@@ -33,6 +41,7 @@ __all__ = [
     "open_cache_dir",
     "open_executor",
     "parse_executor",
+    "proof_of_cache",
     "telling_waits",
 ]
 
@@ -54,10 +63,13 @@ def default_location(explicit: Location | str | None) -> Location | None:
         return None
 
 
-def open_cache_dir(where: Location) -> CacheListing | None:
+def open_cache_dir(where: Location, *, changes: str | None = None) -> CacheListing | None:
     """Check what the user named before a command works on it: a readable directory that is
     empty or holds a JAX cache. Raises the one-line error of each condition (``no-such-dir``,
     ``not-a-dir``, ``permission-denied``, ``symlink-loop``, ``io``, ``not-a-cache``).
+
+    ``changes``: the command (``prune --apply``...) removes or moves files, so a name is not
+    evidence enough; the folder must hold what no stray file fakes (:func:`proof_of_cache`).
 
     A bucket is not listed here (None): the store reports its own errors.
     """
@@ -69,7 +81,61 @@ def open_cache_dir(where: Location) -> CacheListing | None:
         raise path_error(exc, where.spelling) from None
     if not listing.looks_like_cache:
         raise NotACacheError(where.spelling, len(listing.items))
+    if changes is not None and listing.items and proof_of_cache(listing) is None:
+        raise NotACacheError(where.spelling, len(listing.items), unproven=changes)
     return listing
+
+
+PROOF_DECODES = 8  # entries tried, smallest first, before the folder is judged on the rest
+
+
+def proof_of_cache(listing: CacheListing) -> str | None:
+    """What shows that a local folder is a JAX cache (or cachedoctor's records beside one),
+    by content rather than by name, or None. A file named like an entry may be anybody's; the
+    evidence is what JAX or cachedoctor wrote, each read without following a link:
+
+    - an entry that decodes as a JAX cache entry (``cache/reader``, first tier);
+    - an entry with its ``-atime`` file of 8 bytes, the pair JAX's LRU writes together;
+    - a stats record the hook wrote (its ``format``) or a manifest that parses.
+    """
+    from cachedoctor.cache.listdir import FileKind
+    from cachedoctor.cache.model import EntryInfo
+    from cachedoctor.cache.reader import decode_entry
+
+    regular = {i.name: i for i in listing.items if not i.is_symlink and not i.is_dir}
+    entries = sorted(
+        (i for i in regular.values() if i.kind is FileKind.ENTRY), key=lambda i: i.size
+    )
+    for item in entries:
+        atime = regular.get(f"{item.key}{ATIME_SUFFIX}")
+        if atime is not None and atime.size == 8 and item.name.endswith(CACHE_SUFFIX):
+            return f"{item.name} and its -atime file"
+    for item in entries[:PROOF_DECODES]:
+        info = decode_entry(listing.path(item), defer_hlo=True)
+        if isinstance(info, EntryInfo) and not info.problems:
+            return f"{item.name} decodes as a JAX cache entry"
+    return _own_records(listing.root)
+
+
+def _own_records(root: str) -> str | None:
+    """A stats record or a manifest in ``root`` that parses as cachedoctor's, or None."""
+    from cachedoctor.stablekeys.manifest import iter_manifests
+    from cachedoctor.stablekeys.stats import RECORD_FORMAT, RECORD_SUFFIX
+    from cachedoctor.storage.fsops import CacheDir
+
+    with contextlib.suppress(StopIteration):
+        return f"{MANIFEST_DIRNAME}/{next(iter(iter_manifests(root))).key}{MANIFEST_SUFFIX}"
+    try:
+        with CacheDir.open(root) as top, top.walk(STATS_DIRNAME) as folder:
+            for name in folder.listdir():
+                if not name.endswith(RECORD_SUFFIX):
+                    continue
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    if json.loads(folder.read_small(name) or b"").get("format") == RECORD_FORMAT:
+                        return f"{STATS_DIRNAME}/{name}"
+    except OSError:
+        pass
+    return None
 
 
 def parse_executor(text: str) -> ExecutorChoice:

@@ -170,7 +170,11 @@ def _render_groups(title: str, groups: Sequence[Group], console: Console) -> Non
 
 
 def render_zero(report: ZeroReport, console: Console) -> None:
-    if not report.records:
+    for name, why in report.left:
+        console.print(f"left alone: {name} ({why})", markup=False)
+    if not report.records and report.left:
+        console.print("no stats record could be read: nothing archived")
+    elif not report.records:
         console.print("no stats records to archive")
     elif not report.applied:
         console.print(

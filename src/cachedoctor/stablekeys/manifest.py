@@ -42,7 +42,8 @@ from cachedoctor.stablekeys.keys import (
     combine,
     replayed_key,
 )
-from cachedoctor.storage.files import open_regular, write_atomic
+from cachedoctor.storage.files import open_regular
+from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
 if TYPE_CHECKING:
@@ -116,6 +117,18 @@ def manifest_dir(cache_dir: str | os.PathLike[str]) -> Path:
 
 def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
     return manifest_dir(cache_dir) / f"{key}{MANIFEST_SUFFIX}"
+
+
+@contextlib.contextmanager
+def _local_folder(cache_dir: str | os.PathLike[str], *, create: bool = False) -> Iterator[CacheDir]:
+    """The manifests folder of a local cache dir, open: read and written relative to it, never
+    through a link planted at ``cachedoctor-manifests/`` or at a manifest (``CacheDir``).
+    FileNotFoundError when absent (made with ``create``); OSError ELOOP where a link stands."""
+    if create:  # the hook may write before JAX has made the cache dir (the user's to name)
+        with contextlib.suppress(FileExistsError):  # a file there: the open says ENOTDIR
+            os.makedirs(cache_dir, exist_ok=True)
+    with CacheDir.open(cache_dir) as root, root.walk(MANIFEST_DIRNAME, create=create) as folder:
+        yield folder
 
 
 # --- gs:// and s3:// cache dirs ----------------------------------------------------------------
@@ -192,9 +205,14 @@ def manifest_keys(cache_dir: str | os.PathLike[str]) -> set[str]:
         if store is not None:
             names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
         else:
-            names = os.listdir(manifest_dir(cache_dir))
-    except FileNotFoundError:
+            with _local_folder(cache_dir) as folder:
+                names = folder.listdir()
+    except (FileNotFoundError, NotADirectoryError):
         return set()
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        return set()  # a link where the folder should be: not ours to read
     return {
         n[: -len(MANIFEST_SUFFIX)]
         for n in names
@@ -339,12 +357,15 @@ def key_mode_summary(manifests: Iterable[Manifest]) -> dict[str, Any]:
     }
 
 
-def _atomic_write(path: Path, data: bytes, create: bool = False) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:  # a file where the folder should be: not "already written"
-        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path.parent)) from exc
-    write_atomic(path, data, mode=0o644 & ~_umask(), create=create)
+def _atomic_write(cache_dir: str | os.PathLike[str], name: str, data: bytes, create: bool) -> None:
+    """Write ``cachedoctor-manifests/<name>`` whole (``create``: only if absent, else
+    FileExistsError); the folder is made when absent, and no link on the way is followed."""
+    with _local_folder(cache_dir, create=True) as folder:
+        if create:
+            if not folder.write_new(name, data, mode=0o644 & ~_umask()):
+                raise FileExistsError(errno.EEXIST, "File exists", os.path.join(folder.path, name))
+        else:
+            folder.write_replacing(name, data, mode=0o644 & ~_umask())
 
 
 def _umask() -> int:
@@ -374,8 +395,7 @@ def write_manifest(
             if store is not None:
                 store.write_atomic(_object(manifest.key, MANIFEST_IR_SUFFIX), ir, create=create)
             else:
-                assert path is not None
-                _atomic_write(path.with_name(manifest.key + MANIFEST_IR_SUFFIX), ir, create)
+                _atomic_write(cache_dir, manifest.key + MANIFEST_IR_SUFFIX, ir, create)
         if not manifest.has_ir:
             manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
     data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
@@ -383,7 +403,7 @@ def write_manifest(
         store.write_atomic(_object(manifest.key), data, create=create)
         return store.url_of(_object(manifest.key))
     assert path is not None
-    _atomic_write(path, data, create)
+    _atomic_write(cache_dir, path.name, data, create)
     return path
 
 
@@ -398,15 +418,16 @@ def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | Non
         return None if found is None else _parse(store.url_of(_object(key)), found)
     path = manifest_path(cache_dir, key)
     try:
-        raw = _read_regular(path)
+        raw = _read_regular(cache_dir, path.name)
     except FileNotFoundError:
         return None
     return _parse(path, raw)
 
 
-def _read_regular(path: Path) -> bytes:
-    """A manifest's bytes; a FIFO or device named like one is refused, never waited on."""
-    with open_regular(path) as fh:
+def _read_regular(cache_dir: str | os.PathLike[str], name: str) -> bytes:
+    """A manifest's bytes; a FIFO or device named like one is refused, never waited on, and a
+    link at the folder or the file is never followed (OSError)."""
+    with _local_folder(cache_dir) as folder, open_regular(name, dir_fd=folder.fd) as fh:
         return fh.read()
 
 
@@ -426,14 +447,17 @@ def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
     if store is not None:
         yield from _iter_objects(store)
         return
-    folder = manifest_dir(cache_dir)
-    if not folder.is_dir():
+    try:
+        with _local_folder(cache_dir) as folder:
+            names = folder.listdir()
+    except OSError:  # none, or a link or a file where the folder should be: nothing of ours
         return
-    for path in sorted(folder.glob(f"*{MANIFEST_SUFFIX}")):
-        if path.name.startswith("."):
+    folder_path = manifest_dir(cache_dir)
+    for name in names:
+        if name.startswith(".") or not name.endswith(MANIFEST_SUFFIX):
             continue
         try:
-            yield _parse(path, _read_regular(path))
+            yield _parse(folder_path / name, _read_regular(cache_dir, name))
         except (OSError, ManifestError):
             continue
 
@@ -469,7 +493,7 @@ def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
         raw = _read_object(store, _object(key, MANIFEST_IR_SUFFIX))
         return None if raw is None else gzip.decompress(raw).decode()
     try:
-        data = _read_regular(manifest_dir(cache_dir) / (key + MANIFEST_IR_SUFFIX))
+        data = _read_regular(cache_dir, key + MANIFEST_IR_SUFFIX)
     except FileNotFoundError:
         return None
     return gzip.decompress(data).decode()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachedoctor.storage.files import replace_with_link
+from cachedoctor.layout import ATIME_SUFFIX, CACHE_SUFFIX
+from cachedoctor.storage.fsops import CacheDir
 
 
 def rekey_entry(cache_dir: str | os.PathLike[str], old_key: str, new_key: str) -> bool:
@@ -22,18 +23,21 @@ def rekey_entry(cache_dir: str | os.PathLike[str], old_key: str, new_key: str) -
 
 
 def _rekey_entry(cache_dir: Path, old_key: str, new_key: str) -> bool:
-    src = cache_dir / f"{old_key}-cache"
-    if not src.exists():
-        return False
-    for suffix in ("-atime", "-cache"):  # the -cache file last: its presence means "complete"
-        s = cache_dir / f"{old_key}{suffix}"
-        if not s.exists():
-            continue
-        try:
-            replace_with_link(
-                s, cache_dir / f"{new_key}{suffix}", temp_prefix=".cachedoctor-rekey-"
-            )
-        except OSError:
-            if suffix == "-cache":
+    """The files are looked up and linked relative to the cache folder, never through a link
+    (``CacheDir``): an entry name that is a symbolic link is not re-keyed."""
+    try:
+        with CacheDir.open(cache_dir) as cd:
+            if cd.regular(f"{old_key}{CACHE_SUFFIX}") is None:
                 return False
+            # the -cache file last: its presence means "complete"
+            for suffix in (ATIME_SUFFIX, CACHE_SUFFIX):
+                if cd.regular(f"{old_key}{suffix}") is None:
+                    continue
+                try:
+                    cd.link_replacing(f"{old_key}{suffix}", f"{new_key}{suffix}")
+                except OSError:
+                    if suffix == CACHE_SUFFIX:
+                        return False
+    except OSError:
+        return False
     return True

@@ -122,14 +122,46 @@ def load(path: Path | None = None, *, check: bool = True) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"config file {path}: {SECTION} must be a [{SECTION}] table")
     if check:
-        problems = [
-            f"{_line_of(key, text)}{key} = {_shown(value)}: {problem}"
-            for key, value in table.items()
-            if (problem := value_problem(key, value)) is not None
-        ]
+        problems = _problems(data, table, key_lines(text, data))
         if problems:
-            raise ConfigError(f"config file {path}: {'; '.join(problems)}")
+            raise ConfigError(f"config file {path}: {'; '.join(p for _, p in sorted(problems))}")
     return dict(table)
+
+
+def _problems(
+    data: dict[str, Any], table: dict[str, Any], lines: dict[tuple[str, ...], int]
+) -> list[tuple[int, str]]:
+    """(line, what is wrong) of every key that is not a usable setting: one outside the
+    ``[cachedoctor]`` table (nothing would read it) or a value :func:`value_problem` refuses."""
+    out = []
+    for key, value in data.items():
+        if key != SECTION:
+            line = lines.get((key,), 0)
+            out.append(
+                (
+                    line,
+                    f"{_at(line)}{_shown_key(key, value)}: outside the [{SECTION}] "
+                    f"table, so nothing reads it (settings go under [{SECTION}])",
+                )
+            )
+    for key, value in table.items():
+        if (problem := value_problem(key, value)) is not None:
+            line = lines.get((SECTION, key), 0)
+            out.append((line, f"{_at(line)}{key} = {_shown(value)}: {problem}"))
+    return out
+
+
+def _at(line: int) -> str:
+    return f"line {line}: " if line else ""
+
+
+def _shown_key(key: str, value: Any) -> str:
+    """A top-level name as the file spells it: ``[table]``, ``[[array of tables]]`` or a key."""
+    if isinstance(value, dict):
+        return f"[{key}]"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return f"[[{key}]]"
+    return f"{key} = {_shown(value)}"
 
 
 def value_problem(key: str, value: Any) -> str | None:
@@ -137,7 +169,12 @@ def value_problem(key: str, value: Any) -> str | None:
     if key == "cache_dir":
         if not isinstance(value, str) or not value:
             return "expected a directory path or a gs:// / s3:// URL, as a string"
-        if "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+        if value.startswith("~"):
+            return (
+                "JAX does not expand ~: each process would write a folder named ~ in its "
+                "working directory; give the absolute path"
+            )
+        if "://" not in value and not os.path.isabs(value):
             return "a relative path: each process would resolve it against its own folder"
     elif key == "xla_caches":
         if value not in XLA_CACHE_CHOICES:
@@ -148,43 +185,167 @@ def value_problem(key: str, value: Any) -> str | None:
     elif key == "record_ir":
         if not isinstance(value, bool):
             return "expected true or false"
-    elif key in ("min_compile_time_secs", "min_entry_size_bytes", "max_size"):
+    elif key == "max_size":  # jax_compilation_cache_max_size: 0 stores nothing, -1 no limit
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+            return (
+                "expected a size in bytes > 0, or -1 for no limit (0 turns JAX's cache off: "
+                "jax_compilation_cache_max_size = 0 stores nothing)"
+            )
+    elif key in ("min_compile_time_secs", "min_entry_size_bytes"):
         fractions = key == "min_compile_time_secs"
-        low = -1 if key == "max_size" else 0
-        expected = f"expected {'a number' if fractions else 'a whole number'} >= {low}"
+        expected = f"expected {'a number' if fractions else 'a whole number'} >= 0"
         if isinstance(value, bool) or not isinstance(value, (int, float) if fractions else int):
             return expected
-        if not math.isfinite(value) or value < low:
+        if not math.isfinite(value) or value < 0:
             return expected
     elif key != "created_dirs":  # created_dirs: written by enable, read by disable
         return f"not a setting (known: {', '.join(OPTION_BY_KEY)})"
     return None
 
 
-def _line_of(key: str, text: str) -> str:
-    """``line N: `` of ``key = …`` in the ``[cachedoctor]`` table, or of a top-level
-    ``cachedoctor.key = …`` (tomllib gives no value positions); ``""`` when not found."""
-    import re
+def key_lines(text: str, data: dict[str, Any]) -> dict[tuple[str, ...], int]:
+    """The line where each top-level name and each key of ``[cachedoctor]`` is first defined
+    (tomllib gives no positions): ``(name,)`` and ``(SECTION, key)`` to a line number.
 
-    name = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
-    in_table = re.compile(rf"^\s*{name}\s*=")
-    dotted = re.compile(rf"^\s*{SECTION}\s*\.\s*{name}\s*=")
-    header = re.compile(r"^\s*\[\s*([^\]]*?)\s*\]")
-    table = ""
-    for number, line in enumerate(text.splitlines(), 1):
-        found = header.match(line)
-        if found:
-            table = found.group(1).strip("\"'")
-        elif (table == SECTION and in_table.match(line)) or (not table and dotted.match(line)):
-            return f"line {number}: "
-    return ""
+    A scan of the text that knows TOML's statements: table headers (``[a."b.c"]``,
+    ``[[a]]``), dotted and quoted keys (decoded by tomllib itself), and values skipped whole
+    (strings of the four kinds, multi-line ones included, arrays and inline tables across
+    lines, comments), so a ``key =`` inside a string or an array is never taken for a key.
+    Its names are checked against what tomllib parsed (``data``); where they differ, no line is
+    given rather than a wrong one ({}).
+    """
+    found: dict[tuple[str, ...], int] = {}
+    try:
+        for path, line in _statements(text):
+            for n in (1, 2):
+                if len(path) >= n and (n == 1 or path[0] == SECTION):
+                    found.setdefault(path[:n], line)
+    except (ValueError, IndexError):
+        return {}
+    names = {p[0] for p in found}
+    keys = {p[1] for p in found if len(p) == 2}
+    table = data.get(SECTION)
+    if names != set(data) or keys != set(table if isinstance(table, dict) else ()):
+        return {}
+    return found
+
+
+_BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _statements(text: str) -> list[tuple[tuple[str, ...], int]]:
+    """(full key path, line) of each table header and each key/value statement."""
+    out: list[tuple[tuple[str, ...], int]] = []
+    table: tuple[str, ...] = ()
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+        elif c == "#":
+            i = _line_end(text, i)
+        elif c == "[":
+            line = text.count("\n", 0, i) + 1
+            double = text.startswith("[[", i)
+            path, i = _key(text, i + (2 if double else 1))
+            i = text.index("]]" if double else "]", i) + (2 if double else 1)
+            table = path
+            out.append((table, line))
+        else:
+            line = text.count("\n", 0, i) + 1
+            path, i = _key(text, i)
+            if text[i] != "=":
+                raise ValueError("no = after a key")
+            out.append((table + path, line))
+            i = _skip_value(text, i + 1)
+    return out
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end
+
+
+def _key(text: str, i: int) -> tuple[tuple[str, ...], int]:
+    """A dotted key from ``i`` (spaces around its dots): its parts, decoded, and the index
+    after it and the spaces that follow."""
+    import tomllib
+
+    parts = []
+    while True:
+        while text[i] in " \t":
+            i += 1
+        if text[i] in "\"'":
+            end = _string_end(text, i)
+            parts.append(str(tomllib.loads(f"k = {text[i:end]}")["k"]))
+            i = end
+        else:
+            start = i
+            while i < len(text) and text[i] in _BARE:
+                i += 1
+            if i == start:
+                raise ValueError("not a key")
+            parts.append(text[start:i])
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == ".":
+            i += 1
+            continue
+        return tuple(parts), i
+
+
+def _string_end(text: str, i: int) -> int:
+    """The index after the string that starts at ``i`` (basic or literal, one line or
+    multi-line; escapes in basic strings; up to two quotes before a closing triple)."""
+    q = text[i]
+    if text.startswith(q * 3, i):
+        end = i + 3
+        while True:
+            if q == '"' and text[end] == "\\":
+                end += 2
+            elif text.startswith(q * 3, end):
+                extra = 0  # """a"""" ends with a quote in the string: at most two more
+                while extra < 2 and text.startswith(q, end + 3 + extra):
+                    extra += 1
+                return end + 3 + extra
+            else:
+                end += 1
+    end = i + 1
+    while text[end] != q:
+        if text[end] == "\n":
+            raise ValueError("a string across lines")
+        end += 2 if q == '"' and text[end] == "\\" else 1
+    return end + 1
+
+
+def _skip_value(text: str, i: int) -> int:
+    """The index of the end of the line the value from ``i`` ends on: strings skipped whole,
+    brackets and braces across lines counted, comments inside arrays skipped."""
+    depth = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            i = _string_end(text, i)
+            continue
+        if c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "#":
+            i = _line_end(text, i)
+            continue
+        elif c == "\n" and depth <= 0:
+            return i
+        i += 1
+    return i
 
 
 def _shown(value: Any) -> str:
     import json
 
-    scalar = isinstance(value, str | bool | int | float)
-    text = _toml_value(value) if scalar else json.dumps(value, default=str)
+    scalar = isinstance(value, bool | int | float)  # a string as JSON: a newline stays \n
+    text = _toml_value(value) if scalar else json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 60 else text[:59] + "…"
 
 

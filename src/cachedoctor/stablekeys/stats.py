@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -69,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.storage.files import atomic_file
+from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
 # The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
@@ -520,6 +521,19 @@ def record_name(record: dict[str, Any]) -> str:
     return f"{stamp}-{host}-{record['pid']}-{uuid.uuid4().hex[:8]}{RECORD_SUFFIX}"
 
 
+def _write_local(cache_dir: str, name: str, data: bytes) -> str:
+    """Write the record ``cachedoctor-stats/<name>`` as a new file, relative to the folder opened
+    without following a link (``CacheDir``): a link planted at ``cachedoctor-stats/`` is
+    refused (OSError ELOOP), never written through."""
+    folder_name, _, base = name.rpartition("/")
+    with contextlib.suppress(FileExistsError):  # made by JAX, usually; a file there: ENOTDIR
+        os.makedirs(cache_dir, exist_ok=True)
+    with CacheDir.open(cache_dir) as root, root.walk(folder_name, create=True) as folder:
+        if not folder.write_new(base, data, mode=0o600):
+            raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
+    return os.path.join(cache_dir, name)
+
+
 def write_record() -> str | None:
     """At exit: write this process's record into the cache dir; never raises.
 
@@ -542,11 +556,7 @@ def write_record() -> str | None:
             store.write_atomic(name, data)
             _recorder.written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown
-            path = os.path.join(where.spelling, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with atomic_file(path, temp_prefix=".cachedoctor-tmp-") as fh:
-                fh.write(data)
-            _recorder.written = path
+            _recorder.written = _write_local(where.spelling, name, data)
         return _recorder.written
     except Exception as exc:
         _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")

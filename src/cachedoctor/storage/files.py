@@ -5,10 +5,11 @@ the one way cachedoctor replaces a file by path: readers see the old file or the
 
 A unique temp file in the target's folder is written and fsynced, then ``os.replace``d over the
 target, so concurrent writers each publish a complete file and a crash leaves no half-written
-one. Manifests, the config file, the scan index, reports (``-o``, ``--junit``, ``--html``),
-baselines, extracted payloads (``show --extract``), local stores and the hook's re-keyed entries
-all go through here. Writes inside a cache directory that must never clobber a
-file or follow a symbolic link use ``fsops.CacheDir`` (``write_new``, ``link_noreplace``).
+one. The config file, the scan index, reports (``-o``, ``--junit``, ``--html``), baselines and
+extracted payloads (``show --extract``) go through here. Every write inside a cache directory
+(manifests, stats records, a local store's files, the hook's re-keyed entries, prune's and
+rekey's changes) goes through ``fsops.CacheDir`` instead, relative to a folder opened without
+following a link (``write_new``, ``write_replacing``, ``link_noreplace``, ``link_replacing``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -102,18 +101,6 @@ def write_atomic(
     """Replace ``path`` with ``data`` whole (see :func:`atomic_file`, also for ``create``)."""
     with atomic_file(path, mode=mode, create=create) as fh:
         fh.write(data)
-
-
-def replace_with_link(src: StrPath, dst: StrPath, *, temp_prefix: str) -> None:
-    """Give ``src``'s content the name ``dst``, replacing it whole: a hard link (or, where there
-    are none, a full copy) under a temp name beside ``dst``, then ``os.replace``."""
-    tmp = os.path.join(os.path.dirname(os.fspath(dst)), f"{temp_prefix}{secrets.token_hex(16)}.tmp")
-    with _removed_on_failure(tmp):
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, TypeVar
 
-from cachedoctor.storage.files import atomic_file, open_regular
+from cachedoctor.storage.files import open_regular
+from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.model import DeleteOutcome, DeleteResult, IoStats, StoreItem
 from cachedoctor.storage.retry import bounded_map
 
@@ -51,20 +52,40 @@ class LocalStore:
             is_dir=stat.S_ISDIR(st.st_mode),
         )
 
+    @contextlib.contextmanager
+    def _folder(self, sub: str, *, create: bool = False) -> Iterator[CacheDir]:
+        """The folder ``sub`` of the root, open, every part of it below the root a folder of
+        its own (``CacheDir.walk``: a link planted at ``cachedoctor-stats/`` is never entered;
+        OSError ELOOP). The root itself is the user's to name, a link included."""
+        if create:
+            with contextlib.suppress(FileExistsError):  # a file there: the open says ENOTDIR
+                os.makedirs(self.root, exist_ok=True)
+        with CacheDir.open(self.root) as root, root.walk(sub, create=create) as folder:
+            yield folder
+
     def list(self, sub: str = "") -> builtins.list[StoreItem]:
         """Names directly under the root, or under its folder ``sub`` (e.g. the manifests)."""
         items = []
-        with os.scandir(self.url_of(sub) if sub else self.root) as it:
+        with self._folder(sub) as folder, os.scandir(folder.fd) as it:
             for de in it:
                 with contextlib.suppress(OSError):  # vanished: a concurrent JAX eviction
                     items.append(self._item(de.name, de.stat(follow_symlinks=False)))
         return sorted(items, key=lambda i: i.name)
 
     def stat(self, name: str) -> StoreItem | None:
+        """The file's item (links not followed), None when absent, or when a folder on its way
+        is not one (a link there leads outside the cache)."""
+        sub, base = _split(name)
         try:
-            return self._item(name, os.lstat(self.url_of(name)))
-        except FileNotFoundError:
+            with self._folder(sub) as folder:
+                st = folder.lstat(base)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            return None
+        return None if st is None else self._item(name, st)
 
     def fresh_version(self, name: str) -> str | None:
         """The file's version now (``stat``'s), None when it is gone."""
@@ -77,47 +98,57 @@ class LocalStore:
         yield
 
     def open_read(self, name: str) -> BinaryIO:
-        return open_regular(self.url_of(name))
+        sub, base = _split(name)
+        if not sub:  # the common case (an entry): one open, no folder walked
+            return open_regular(self.url_of(name))
+        with self._folder(sub) as folder:
+            try:
+                return open_regular(base, dir_fd=folder.fd)
+            except OSError as exc:  # named by its whole path, as an open by path names it
+                raise OSError(exc.errno, exc.strerror, self.url_of(name)) from None
 
     def delete_if_unchanged(self, name: str, version: str | None) -> DeleteResult:
         """Unlink ``name`` if its inode, size and mtime are still those of the plan.
 
         POSIX has no conditional unlink: the window is one lstat-to-unlink, and JAX never
         rewrites an entry in place (it writes a new file), so a changed file is caught here.
+        The file is looked up and removed relative to its folder, opened without following a
+        link (``CacheDir``).
         """
-        path = self.url_of(name)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
-        if version is not None and local_version(st) != version:
-            return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
+        sub, base = _split(name)
+        with self._folder(sub) as folder:
+            st = folder.lstat(base)
+            if st is None:
+                return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
+            if version is not None and local_version(st) != version:
+                return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
+            try:
+                os.unlink(base, dir_fd=folder.fd)
+            except FileNotFoundError:
+                return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
 
     def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
         """Temp file in the same directory, fsync, rename: readers see old or new, never half.
 
-        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``). With
-        ``create``, FileExistsError when it exists (a hard link publishes it, never replacing).
+        ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``), made when
+        absent; no part of the way is a link followed (``CacheDir``). With ``create``,
+        FileExistsError when it exists (a hard link publishes it, never replacing).
         """
-        target = self.url_of(name)
-        folder = os.path.dirname(target)
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except FileExistsError as exc:  # a file where the folder should be (not "exists")
-            raise NotADirectoryError(errno.ENOTDIR, "not a folder", folder) from exc
-        with atomic_file(target, temp_prefix=".cachedoctor-tmp-", create=create) as fh:
-            fh.write(data)
-        with contextlib.suppress(OSError):
-            dfd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        sub, base = _split(name)
+        with self._folder(sub, create=True) as folder:
+            if create:
+                if not folder.write_new(base, data, mode=0o600):
+                    raise FileExistsError(errno.EEXIST, "File exists", self.url_of(name))
+            else:
+                folder.write_replacing(base, data)
+            folder.fsync()
 
     def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> builtins.list[Any]:
         return bounded_map(fn, items, self.workers)
+
+
+def _split(name: str) -> tuple[str, str]:
+    """``a/b/c`` -> (``a/b``, ``c``): the folder below the root and the name in it."""
+    sub, _, base = name.rpartition("/")
+    return sub, base

@@ -31,7 +31,8 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage import urls
 
 if TYPE_CHECKING:
-    from cachedoctor.storage.fsops import CacheDir, StoreDir
+    from cachedoctor.storage.fsops import CacheDir
+    from cachedoctor.storage.store_dir import StoreDir
     from cachedoctor.storage.stores import Store
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -179,7 +180,8 @@ class Location:
     def open_dir(self) -> CacheDir | StoreDir:
         """The folder API that removes and rewrites without following links (local) or only
         when an object is unchanged (bucket). The caller closes it."""
-        from cachedoctor.storage.fsops import CacheDir, StoreDir
+        from cachedoctor.storage.fsops import CacheDir
+        from cachedoctor.storage.store_dir import StoreDir
 
         if self.is_local:
             return CacheDir.open(self.spelling)

@@ -16,10 +16,13 @@ Everything returns frozen dataclasses with a list of problems; nothing here rais
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from cachedoctor.errors import os_reason
 from cachedoctor.formats import textproto
@@ -195,6 +198,22 @@ def parse_autotune_text(text: str) -> AutotuneResultInfo:
     return _result_info(entry, None, None, None, count)
 
 
+def _open_file(path: Path) -> tuple[BinaryIO, int]:
+    """``path`` open for reading and its size, when it is a regular file: a symbolic link is
+    refused (ELOOP), never followed, and a FIFO or device is refused without blocking (this
+    layer reads no cache file: ``storage/files.open_regular`` is not for it to import)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_autotune_file(path: Path, *, max_bytes: int = MAX_AUTOTUNE_FILE_BYTES) -> AutotuneEntry:
     """Read and interpret one per-fusion file; problems are returned, never raised."""
     problems: list[str] = []
@@ -202,11 +221,11 @@ def read_autotune_file(path: Path, *, max_bytes: int = MAX_AUTOTUNE_FILE_BYTES) 
     if not name_ok:
         problems.append("name is not a 43-character url-safe base64 SHA-256 + .textproto")
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            problems.append(f"{size} bytes, over the {max_bytes}-byte limit: not parsed")
-            return AutotuneEntry(path.name, size, name_ok, None, tuple(problems))
-        with path.open("rb") as fh:
+        fh, size = _open_file(path)
+        with fh:
+            if size > max_bytes:
+                problems.append(f"{size} bytes, over the {max_bytes}-byte limit: not parsed")
+                return AutotuneEntry(path.name, size, name_ok, None, tuple(problems))
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
         problems.append(f"cannot read: {os_reason(exc)}")
@@ -236,6 +255,10 @@ def scan_autotune_dir(
     tmp: list[str] = []
     other: list[str] = []
     total = 0
+    if path.is_symlink():  # never entered: its files are outside the cache
+        return AutotuneDirReport(
+            path, True, (), (), (), 0, (), (), ("a symbolic link; not followed",)
+        )
     if not path.is_dir():
         return AutotuneDirReport(path, False, (), (), (), 0, (), (), ())
     try:
@@ -249,7 +272,7 @@ def scan_autotune_dir(
             break
         try:
             if child.is_dir(follow_symlinks=False):
-                if child.name == "tmp":
+                if child.name == "tmp":  # a folder itself (not a link): listed, never read
                     for sub in sorted(os.scandir(child.path), key=lambda e: e.name):
                         tmp.append(sub.name)
                         total += sub.stat(follow_symlinks=False).st_size
@@ -372,8 +395,7 @@ def _kernel_entry(field: StreamField) -> KernelCacheEntry:
 def read_kernel_cache(path: Path, *, max_entries: int = MAX_KERNEL_ENTRIES) -> KernelCacheReport:
     """Read the kernel cache file streaming; a missing or damaged file gives problems."""
     try:
-        size = path.stat().st_size
-        fh = path.open("rb")
+        fh, size = _open_file(path)
     except OSError as exc:
         return KernelCacheReport(path, 0, False, None, (), 0, (f"cannot read: {os_reason(exc)}",))
     with fh:
@@ -446,5 +468,5 @@ def scan_subcaches(cache_dir: Path) -> SubcacheReport:
     kernel = cache_dir / KERNEL_CACHE_FILE
     return SubcacheReport(
         autotune=scan_autotune_dir(cache_dir / AUTOTUNE_DIR),
-        kernel_cache=read_kernel_cache(kernel) if kernel.is_file() else None,
+        kernel_cache=read_kernel_cache(kernel) if kernel.is_file() or kernel.is_symlink() else None,
     )

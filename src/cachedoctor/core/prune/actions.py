@@ -23,16 +23,29 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cachedoctor import layout
 from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.errors import path_error
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.plaindata import ToDict
-from cachedoctor.storage.fsops import CacheDir, FileId, StoreDir
+from cachedoctor.storage.fsops import CacheDir, FileId
 from cachedoctor.storage.location import Location
+from cachedoctor.storage.store_dir import StoreDir
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.stores import Store
 
 Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
+
+
+def store_of(cd: Dir) -> Store:
+    """The folder or prefix as a ``Store`` (what the stats records and the scan read through):
+    a local folder's store reads each file below it without following a link, as ``cd`` does."""
+    from cachedoctor.storage.stores import open_store
+
+    return cd.as_store() if isinstance(cd, StoreDir) else open_store(cd.path)
 
 
 SCHEMA_VERSION = 1

@@ -19,6 +19,7 @@ from cachedoctor.core.prune.actions import (
     _folder,
     open_dir,
     remove_companions,
+    store_of,
 )
 from cachedoctor.errors import CachedoctorError, os_reason
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
@@ -75,7 +76,7 @@ def _apply_remote(cd: Dir, plan: Plan, progress: Progress | None) -> list[Outcom
                 progress(outcome)
         return outcome
 
-    return list(cd.as_store().map(one, list(plan.actions)))
+    return list(store_of(cd).map(one, list(plan.actions)))
 
 
 def _apply_remove_entry(cd: Dir, a: Action) -> Outcome:

@@ -26,6 +26,7 @@ from cachedoctor.core.prune.actions import (
     Rule,
     Skip,
     read_manifests,
+    store_of,
 )
 from cachedoctor.core.scan.build import build_report
 from cachedoctor.core.scan.report import (
@@ -116,7 +117,7 @@ def _key_index(cd: Dir) -> records.KeyIndex:
     """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
     left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
     try:
-        found, _problems = records.read_records(cd.as_store())
+        found, _problems = records.read_records(store_of(cd))
     except (OSError, ValueError):
         return {}
     return records.index_keys(found)
@@ -145,7 +146,7 @@ class PruneContext:
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
         if cd.is_remote:
-            self.listing = listdir.list_cache(cd.as_store())
+            self.listing = listdir.list_cache(store_of(cd))
             cd.remember(
                 (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
             )
@@ -283,7 +284,7 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
     infos: list[EntryInfo] = []
     if ctx.cd.is_remote:  # concurrent ranged reads, the same decoder
         decoded = reader.decode_store_entries(
-            ctx.cd.as_store(), [e.item for e in entries.values()], progress=ctx.progress
+            store_of(ctx.cd), [e.item for e in entries.values()], progress=ctx.progress
         )
         for e, done in zip(entries.values(), decoded, strict=True):
             e.info = done
