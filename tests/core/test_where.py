@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from cachedoctor.cache.listdir import list_cache
 from cachedoctor.core.where import proof_of_cache
-from cachedoctor.layout import ATIME_SUFFIX, CACHE_SUFFIX, STATS_DIRNAME
+from cachedoctor.layout import ATIME_SUFFIX, CACHE_SUFFIX, MANIFEST_DIRNAME, STATS_DIRNAME
 from cachedoctor.stablekeys.stats import RECORD_FORMAT
 from tests.support.cli import invoke
 
@@ -62,6 +63,12 @@ def test_what_counts_as_proof(tmp_path: Path) -> None:
     assert proof_of_cache(list_cache(home)) is None
     (home / f"{KEY}{ATIME_SUFFIX}").write_bytes(b"\x00" * 8)
     assert proof_of_cache(list_cache(home)) == f"{KEY}{CACHE_SUFFIX} and its -atime file"
+    (home / f"{KEY}{CACHE_SUFFIX}").unlink()  # the -atime an interrupted removal left
+    assert proof_of_cache(list_cache(home)) is None  # zero is no time JAX writes
+    (home / f"{KEY}{ATIME_SUFFIX}").write_bytes((time.time_ns() + 10**9).to_bytes(8, "little"))
+    assert proof_of_cache(list_cache(home)) == f"{KEY}{ATIME_SUFFIX}, a time JAX's LRU wrote"
+    (home / f"{KEY}{ATIME_SUFFIX}").write_bytes((time.time_ns() * 2).to_bytes(8, "little"))
+    assert proof_of_cache(list_cache(home)) is None
     (home / f"{KEY}{ATIME_SUFFIX}").unlink()
     (home / STATS_DIRNAME).mkdir()
     (home / STATS_DIRNAME / "note.json").write_text(json.dumps({"format": "other"}))
@@ -81,3 +88,16 @@ def test_a_cache_jax_wrote_is_proven_by_its_entries(seed_cache: Path, tmp_path: 
     assert proof is not None and proof.endswith("decodes as a JAX cache entry"), proof
     (cache / ".bashrc").write_text("a stray file beside them changes nothing\n")
     assert proof_of_cache(list_cache(cache)) == proof
+
+
+def test_what_a_finished_prune_leaves_has_nothing_to_prove(tmp_path: Path) -> None:
+    """JAX's and cachedoctor's lock files and an emptied folder of its own: nothing to change."""
+    cache = tmp_path / "cache"
+    (cache / MANIFEST_DIRNAME).mkdir(parents=True)
+    (cache / ".lockfile").touch()
+    (cache / ".cachedoctor-lock").touch()
+    code, out, err = invoke("prune", str(cache), "--older-than", "0s", "--apply")
+    assert code == 0 and "nothing to do" in out, (code, out, err)
+    (cache / MANIFEST_DIRNAME / "notes.txt").write_text("not a manifest\n")
+    code, out, err = invoke("prune", str(cache), "--older-than", "0s", "--apply")
+    assert code == 2 and err.startswith("cachedoctor: not-a-cache: "), (code, out, err)

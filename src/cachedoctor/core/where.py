@@ -13,21 +13,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from cachedoctor.cache.listdir import CacheListing, list_cache
+from cachedoctor.cache.listdir import CacheListing, DirItem, list_cache
 from cachedoctor.errors import NoCacheDirError, NotACacheError, path_error
 from cachedoctor.layout import (
     ATIME_SUFFIX,
     CACHE_SUFFIX,
     MANIFEST_DIRNAME,
     MANIFEST_SUFFIX,
+    OWN_LOCKFILE,
     STATS_DIRNAME,
 )
 from cachedoctor.stablekeys.settings import resolve_cache_dir
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.retry import telling_waits
+
+# 2018-01-01 in nanoseconds: before JAX's persistent cache, so no -atime JAX wrote holds less
+EARLIEST_ATIME_NS = 1_514_764_800 * 10**9
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -81,9 +86,27 @@ def open_cache_dir(where: Location, *, changes: str | None = None) -> CacheListi
         raise path_error(exc, where.spelling) from None
     if not listing.looks_like_cache:
         raise NotACacheError(where.spelling, len(listing.items))
-    if changes is not None and listing.items and proof_of_cache(listing) is None:
+    if changes is not None and _holds_files(listing) and proof_of_cache(listing) is None:
         raise NotACacheError(where.spelling, len(listing.items), unproven=changes)
     return listing
+
+
+def _holds_files(listing: CacheListing) -> bool:
+    """Whether the folder holds anything a command could change: lock files and empty folders
+    of cachedoctor's own are what a finished prune leaves of a cache, with nothing to prove."""
+    from cachedoctor.cache.listdir import FileKind
+
+    for item in listing.items:
+        if item.is_symlink or item.kind not in (FileKind.LOCKFILE, FileKind.CACHEDOCTOR):
+            return True
+        if item.is_dir:
+            with contextlib.suppress(OSError):
+                if not os.listdir(listing.path(item)):
+                    continue
+            return True
+        if item.kind is FileKind.CACHEDOCTOR and item.name != OWN_LOCKFILE:
+            return True
+    return False
 
 
 PROOF_DECODES = 8  # entries tried, smallest first, before the folder is judged on the rest
@@ -96,6 +119,8 @@ def proof_of_cache(listing: CacheListing) -> str | None:
 
     - an entry that decodes as a JAX cache entry (``cache/reader``, first tier);
     - an entry with its ``-atime`` file of 8 bytes, the pair JAX's LRU writes together;
+    - an ``-atime`` file alone whose 8 bytes are a time JAX could have written (2018 to a day from
+      now): what JAX's LRU leaves when an entry's removal was cut short;
     - a stats record the hook wrote (its ``format``) or a manifest that parses.
     """
     from cachedoctor.cache.listdir import FileKind
@@ -114,7 +139,20 @@ def proof_of_cache(listing: CacheListing) -> str | None:
         info = decode_entry(listing.path(item), defer_hlo=True)
         if isinstance(info, EntryInfo) and not info.problems:
             return f"{item.name} decodes as a JAX cache entry"
-    return _own_records(listing.root)
+    return _orphan_atime(listing, regular.values()) or _own_records(listing.root)
+
+
+def _orphan_atime(listing: CacheListing, items: Iterable[DirItem]) -> str | None:
+    """An ``-atime`` file whose content is a time in nanoseconds JAX could have written."""
+    from cachedoctor.cache.listdir import FileKind, read_atime
+
+    latest = time.time_ns() + 86_400 * 10**9
+    for item in items:
+        if item.kind is FileKind.ATIME and item.size == 8:
+            value = read_atime(listing.path(item))
+            if value is not None and EARLIEST_ATIME_NS <= value <= latest:
+                return f"{item.name}, a time JAX's LRU wrote"
+    return None
 
 
 def _own_records(root: str) -> str | None:

@@ -195,7 +195,7 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
     assert killed_mid_apply >= 1
     # the next run with the same arguments finishes what the kills left (orphaned -atime files)
     done = subprocess.run([*argv, "--apply"], env=cli_env(), capture_output=True)
-    assert done.returncode == 0
+    assert done.returncode == 0, (sorted(os.listdir(root)), done.stderr)
     assert entry_keys(root) == set()
     assert not list(root.glob("*-atime"))
     # manifests without entry wait for --orphans past --stale-after (the hook writes them early)
