@@ -25,7 +25,7 @@ from cachedoctor.core.usage import reasons
 from cachedoctor.core.usage.reasons import ModuleEvidence, ReasonKind
 from cachedoctor.core.usage.records import Counters, parse_record
 from cachedoctor.layout import STATS_DIRNAME
-from tests.support.hookrun import base_env, entries
+from tests.support.hookrun import base_env, compat_params, entries
 
 PROGRAM = Path(__file__).resolve().parents[1] / "support" / "callbacks_program.py"
 CALLBACKS_RE = re.compile(
@@ -33,14 +33,21 @@ CALLBACKS_RE = re.compile(
 )
 TOO_FAST_RE = re.compile(r"Not writing persistent cache entry for '([^']+)' because it took <")
 WRITING_RE = re.compile(r"Writing (\S+) to persistent compilation cache with key")
+WRITTEN_KEY_RE = re.compile(r"Writing \S+ to persistent compilation cache with key '([^']+)'")
 ERROR_RE = re.compile(r"Error writing persistent compilation cache entry for '([^']+)'")
 TOO_LARGE_RE = re.compile(r"Cache value for key '([^']+)-[0-9a-f]{64}' of size \d+ bytes exceeds")
 
 
-def run(cache: Path, *functions: str, mode: str = "stable", **env: str) -> str:
+# this venv's JAX (0.10) and each compat interpreter (0.12 refuses no host callbacks)
+PYTHONS = [pytest.param(sys.executable, id="this-jax"), *compat_params()]
+
+
+def run(
+    cache: Path, *functions: str, mode: str = "stable", python: str = sys.executable, **env: str
+) -> str:
     """The callbacks program with the start-up hook; JAX's log (stderr)."""
     proc = subprocess.run(
-        [sys.executable, str(PROGRAM), *functions],
+        [python, str(PROGRAM), *functions],
         capture_output=True,
         text=True,
         env=base_env(cache, CACHEDOCTOR_HOOK=mode, **env),
@@ -133,8 +140,15 @@ def test_a_module_jax_wrote_and_its_lru_evicted_is_evicted_everywhere(tmp_path: 
     said = verdicts(cache)
     (module,) = gone
     assert said[module] == dict.fromkeys(("scan", "stats", "lint"), "evicted-by-lru"), said
-    (kept,) = held  # its entry is there: no evidence of why it never hit, and no guess
-    assert said[kept] == dict.fromkeys(("stats", "lint"), "unknown"), said
+    (kept,) = held  # its entry is there, but JAX wrote the same key 3 times: evicted twice
+    keys = Counter(k for log in logs for k in WRITTEN_KEY_RE.findall(log) if k.startswith(kept))
+    assert list(keys.values()) == [3] and entries(cache, kept) == list(keys), keys
+    assert said[kept] == dict.fromkeys(("stats", "lint"), "evicted-by-lru"), said
+    kept_row = next(
+        m for m in cli_json("stats", str(cache), "--json")["modules"] if m["module"] == kept
+    )
+    assert "3 writes whose entry existed afterwards" in kept_row["reason_evidence"]
+    assert "the cache holds 1 entry of it now: 2 written and gone" in kept_row["reason_evidence"]
     report = cli_json("stats", str(cache), "--json")
     row = next(m for m in report["modules"] if m["module"] in gone)
     assert "jax_compilation_cache_max_size = 4000" in row["reason_evidence"]
@@ -195,6 +209,48 @@ def test_under_the_minimum_compile_time_quotes_the_setting(tmp_path: Path) -> No
     assert "jax_persistent_cache_min_compile_time_secs = 30 in the records" in row["reason"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("python", PYTHONS)
+def test_host_callbacks_get_the_reason_jax_logged(tmp_path: Path, python: str) -> None:
+    """Under a minimum compile time JAX <= 0.10 refuses a host-callback module for its
+    callbacks, 0.12 for its compile time (it stores host callbacks): the records and every
+    command give the reason JAX's own log gives, on each JAX."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {"CALLBACKS_MIN_COMPILE_SECS": "30"}
+    logs = [run(cache, "printing", "plain", python=python, **env) for _ in range(3)]
+    callbacks = Counter(m for log in logs for m in CALLBACKS_RE.findall(log))
+    too_fast = Counter(m for log in logs for m in TOO_FAST_RE.findall(log))
+    assert callbacks + too_fast == {"jit_printing": 3, "jit_plain": 3}, logs[0][-3000:]
+    assert record_counts(cache, "refused_host_callbacks") == callbacks
+    assert record_counts(cache, "refused_compile_time") == too_fast
+
+    said = verdicts(cache)
+    jaxs = {m: "host-callbacks" for m in callbacks} | {
+        m: "under-min-compile-time" for m in too_fast
+    }
+    for module, kind in jaxs.items():
+        assert said[module] == dict.fromkeys(("scan", "stats", "lint"), kind), said
+    row = next(
+        m
+        for m in cli_json("stats", str(cache), "--json")["modules"]
+        if m["module"] == "jit_printing"
+    )
+    quoted = "uses host callbacks" if callbacks else "because it took < ... seconds to compile"
+    assert quoted in row["reason_evidence"] and "jit_printing" in row["reason_evidence"], row
+
+    # without a minimum compile time: written by the JAX that stores host callbacks, else refused
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    logs = [run(bare, "printing", mode="stats", python=python) for _ in range(2)]
+    written = Counter(m for log in logs for m in WRITING_RE.findall(log))
+    refused = Counter(m for log in logs for m in CALLBACKS_RE.findall(log))
+    assert written + refused == {"jit_printing": 1 if written else 2}, logs[0][-3000:]
+    assert bool(written) == (not callbacks)  # one JAX, one behaviour
+    assert record_counts(bare, "writes") == written
+    assert record_counts(bare, "refused_host_callbacks") == refused
+
+
 # --- without JAX: records of older cachedoctors, and the rule on evidence -----------------------
 
 OLD_RECORD = {  # as cachedoctor wrote it before outcomes: "writes" was JAX's write event
@@ -245,3 +301,25 @@ def test_written_and_gone_is_evicted_only_with_the_lru_in_use() -> None:
     assert reasons.explain(no_lru).kind is ReasonKind.REMOVED
     held = ModuleEvidence("jit_f", c, 2, held=True, scan_kind=FindingKind.UNSTABLE_KEY)
     assert reasons.explain(held).kind is ReasonKind.UNSTABLE_KEY
+
+
+def test_fewer_entries_held_than_written_is_evicted_only_with_the_lru_in_use() -> None:
+    c = Counters(requests=3, misses=3, writes=3)
+    lru = ModuleEvidence("jit_f", c, 3, held=True, lru="1 -atime files", entries=1)
+    assert reasons.explain(lru).kind is ReasonKind.EVICTED_BY_LRU
+    for ev in (
+        ModuleEvidence("jit_f", c, 3, held=True, entries=1),  # no LRU: no guess
+        ModuleEvidence("jit_f", c, 3, held=True, lru="3 -atime files", entries=3),
+        ModuleEvidence("jit_f", c, 3, held=True, lru="1 -atime files"),  # entries not counted
+    ):
+        assert reasons.explain(ev).kind is ReasonKind.UNKNOWN, ev
+    unstable = ModuleEvidence(
+        "jit_f",
+        c,
+        3,
+        held=True,
+        lru="1 -atime files",
+        entries=1,
+        scan_kind=FindingKind.UNSTABLE_KEY,
+    )
+    assert reasons.explain(unstable).kind is ReasonKind.UNSTABLE_KEY  # the key, not the LRU

@@ -474,7 +474,8 @@ RULES: tuple[Rule, ...] = (
         what="Key manifests (`cachedoctor enable`, observe or stable) of modules with no entry "
         "beside them, one finding per reason, each module's evidence quoted: JAX refused it "
         "(host callbacks: `pure_callback`, `io_callback`, `jax.debug.print`, equinox checks in "
-        "diffrax; under its minimum compile time or entry size; not process 0), its write "
+        "diffrax, refused up to JAX 0.10 and stored by 0.12; under its minimum compile time or "
+        "entry size; not process 0), its write "
         "failed, its LRU evicted it, something removed it, or `unknown` when no stats record "
         "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give; "
         "`cachedoctor check -- CMD` names host-callback modules from JAX's own log line.",
@@ -482,8 +483,9 @@ RULES: tuple[Rule, ...] = (
         cases=(NOT_STORED,),
         example=Example(
             NOT_STORED,
-            "3 modules compiled with this cache without an entry (host-callbacks: JAX does not "
-            "store a module with host callbacks (jax.debug.print, pure_callback, io_callback)): "
+            "3 modules compiled with this cache without an entry (host-callbacks: this JAX does "
+            "not store a module with host callbacks (jax.debug.print, pure_callback, "
+            "io_callback)): "
             "jit_io, jit_printing, jit_pure",
             (
                 (

@@ -145,6 +145,7 @@ def _evidence(
         scan_kind=reasons.scan_kinds(scan.findings).get(module),
         atime_gap=reasons.atime_gap(summary.entries, summary.entry_atime_files, lru),
         undecodable=row.entries if row is not None and row.undecodable == row.entries else 0,
+        entries=row.entries if row is not None else 0,
     )
 
 

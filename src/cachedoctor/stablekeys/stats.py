@@ -20,7 +20,7 @@ leaves its counter at zero):
 
 A miss is a request without a hit (JAX's ``PERSISTENT COMPILATION CACHE MISS`` log line). Each
 miss then has one outcome, decided as JAX's ``compiler._cache_write`` decides it (the same code
-in 0.4.38 .. 0.12), each a counter of the module:
+in 0.4.38 .. 0.12 but for host callbacks, below), each a counter of the module:
 
 - ``writes``: the write event came and the entry exists afterwards (``<key>-cache`` in a local
   cache dir, one ``stat``; on ``gs://`` / ``s3://``: JAX's put returned, no request is made);
@@ -29,8 +29,10 @@ in 0.4.38 .. 0.12), each a counter of the module:
 - ``writes_lost``: the write event came, JAX's put returned, and no entry exists (JAX's LRU
   drops an entry larger than ``max_size`` with a warning; or another process evicted it at once);
 - ``refused_process``: this is not process 0 (JAX: "Not writing ... since process_id != 0");
-- ``refused_host_callbacks``: the compile had host callbacks (JAX: "Not writing persistent
-  cache entry for '...' because it uses host callbacks");
+- ``refused_host_callbacks``: the compile had host callbacks and this JAX's ``_cache_write``
+  refuses them (JAX <= 0.10: "Not writing persistent cache entry for '...' because it uses host
+  callbacks"). Detected, not assumed: JAX 0.12's ``_cache_write`` takes no ``host_callbacks``
+  and stores such modules like any other (:func:`refuses_host_callbacks`);
 - ``refused_compile_time``: JAX did not call its put with neither of those, the minimum compile
   time above 0: the one reason left in ``_cache_write`` (JAX: "because it took < ... seconds");
 - ``refused_size``: JAX's put ran, sent no write event and raised nothing, the minimum entry
@@ -159,6 +161,7 @@ class _Recorder:
 
 _recorder: _Recorder | None = None
 _listening = False  # JAX's listeners are registered: this process records
+_refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start())
 _lock = threading.Lock()
 _local = threading.local()
 
@@ -329,9 +332,21 @@ def _outcome(call: _Call) -> str | None:
 
     if distributed.global_state.process_id != 0:
         return "refused_process"
-    if call.host_callbacks:
+    if call.host_callbacks and _refuses_host_callbacks:
         return "refused_host_callbacks"
     return "refused_compile_time" if (_config_value("min_compile_time_secs") or 0) > 0 else None
+
+
+def refuses_host_callbacks(cache_write: Callable[..., Any] | None) -> bool:
+    """Whether JAX's ``compiler._cache_write`` refuses a module with host callbacks: it takes
+    them as its ``host_callbacks`` parameter (0.4.38 .. 0.10) only to refuse them; 0.12's takes
+    none and writes such a module like any other."""
+    try:
+        import inspect
+
+        return "host_callbacks" in inspect.signature(cache_write).parameters
+    except (TypeError, ValueError):
+        return True  # as every JAX before 0.11 does
 
 
 def _entry_exists(key: str) -> bool:
@@ -394,7 +409,7 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
 def start(mode: str) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
     the listener API or ``compile_or_get_cached``."""
-    global _recorder, _listening
+    global _recorder, _listening, _refuses_host_callbacks
     with _lock:
         if _recorder is not None:
             return True
@@ -402,6 +417,7 @@ def start(mode: str) -> bool:
     try:
         from jax._src import compilation_cache, compiler, monitoring
 
+        _refuses_host_callbacks = refuses_host_callbacks(getattr(compiler, "_cache_write", None))
         original = compiler.compile_or_get_cached
         if getattr(original, "__cachedoctor_original__", None) is None:
             compiler.compile_or_get_cached = _wrap(original)

@@ -54,7 +54,8 @@ class ModuleEvidence:
     """What is known of one module. ``counters``: its records summed (None: no record of it);
     ``settings``: each cache setting's values in those records; ``held``: whether the cache
     holds an entry of it now (None: not looked); ``lru``: what shows JAX's LRU in use (None:
-    nothing does); ``scan_kind``: the scan's key finding on its entries; ``atime_gap``: entries
+    nothing does); ``entries``: how many entries of it the cache holds (None: not looked);
+    ``scan_kind``: the scan's key finding on its entries; ``atime_gap``: entries
     without an ``-atime`` file while the LRU is in use (its eviction pass then raises);
     ``undecodable``: entries of it held, none of which decodes."""
 
@@ -67,6 +68,7 @@ class ModuleEvidence:
     scan_kind: FindingKind | None = None
     atime_gap: int = 0  # entries without an -atime file while JAX's LRU is in use
     undecodable: int = 0  # the cache holds this many entries of it, and none decodes
+    entries: int | None = None  # the cache holds this many entries of it (None: not looked)
 
 
 _JAX_NAME = {name: f"jax_{jax_name}" for name, jax_name in CONFIG_NAMES.items()}
@@ -162,6 +164,14 @@ def explain(ev: ModuleEvidence) -> Reason:
     if ev.scan_kind is not None:
         label = "unstable key" if ev.scan_kind is FindingKind.UNSTABLE_KEY else "relocated"
         return Reason(ReasonKind(ev.scan_kind.value), label, f"scan finding {ev.scan_kind.value}")
+    if ev.lru is not None and ev.entries is not None and c.checked_writes > ev.entries:
+        return Reason(
+            ReasonKind.EVICTED_BY_LRU,
+            "evicted by JAX's LRU",
+            f"stats records: {count(c.checked_writes, 'write')} whose entry existed afterwards; "
+            f"the cache holds {count(ev.entries, 'entry', 'entries')} of it now: "
+            f"{c.checked_writes - ev.entries} written and gone; JAX's LRU is in use ({ev.lru})",
+        )
     if ev.processes == 1:
         return Reason(
             ReasonKind.ONE_PROCESS, "asked by one process so far", "stats records of 1 process"
@@ -209,8 +219,8 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
     if kind is ReasonKind.HOST_CALLBACKS:
         return Reason(
             kind,
-            "JAX does not store a module with host callbacks (jax.debug.print, pure_callback, "
-            "io_callback)",
+            "this JAX does not store a module with host callbacks (jax.debug.print, "
+            "pure_callback, io_callback)",
             f"stats records: {of} compiled with host callbacks; "
             + _REFUSED_LOG.format(m=m, why="it uses host callbacks"),
         )
@@ -229,7 +239,7 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
         return Reason(
             kind,
             "JAX does not store a module that compiles faster than its minimum compile time",
-            f"stats records: {of} not written, without host callbacks, in process 0, with "
+            f"stats records: {of} not put by JAX, in process 0, with "
             f"{setting} ({c.compile_secs / max(c.misses, 1):.2f} s per compile call); "
             + _REFUSED_LOG.format(m=m, why="it took < ... seconds to compile"),
         )

@@ -93,7 +93,7 @@ def not_stored_findings(
         missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
     if not missing:
         return []
-    held = {listdir.module_of(k) for k in entry_keys if k}
+    held = Counter(listdir.module_of(k) for k in entry_keys if k)
     settings = reasons.settings_of(records)
     own = listing_lru(listing)  # the entries' own -atime files and the .lockfile (no orphans)
     atimes = len(own.with_atime)
@@ -104,7 +104,15 @@ def not_stored_findings(
     for module in sorted(missing):
         counters, processes = reasons.summed(records, module)
         evidence = reasons.ModuleEvidence(
-            module, counters, processes, settings, module in held, lru, kinds.get(module), gap
+            module,
+            counters,
+            processes,
+            settings,
+            module in held,
+            lru,
+            kinds.get(module),
+            gap,
+            entries=held[module],
         )
         why = reasons.explain(evidence)
         by_kind[why.kind].append((module, why))
