@@ -251,6 +251,34 @@ def test_host_callbacks_get_the_reason_jax_logged(tmp_path: Path, python: str) -
     assert record_counts(bare, "refused_host_callbacks") == refused
 
 
+@pytest.mark.slow
+def test_a_stable_hooked_cache_is_never_told_to_turn_stable_keys_off(tmp_path: Path) -> None:
+    """Stable keys on, the records archived: no reason is known, and the advice is to run with
+    the hook again (it records), never `enable --stats-only`; followed, it gives JAX's reason."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {"CALLBACKS_MIN_COMPILE_SECS": "30"}
+    run(cache, "plain", mode="stable", **env)
+    archived = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(cache), "--zero", "--apply"],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        timeout=300,
+    )
+    assert archived.returncode == 0, archived.stderr
+    findings = cli_json("scan", str(cache), "--json")["findings"]
+    (found,) = [f for f in findings if f["kind"] == "not-stored"]
+    assert "(unknown:" in found["message"] and "jit_plain" in found["message"], found
+    assert "stable mode" in found["evidence"], found
+    assert "stats-only" not in found["advice"] + found["evidence"], found
+    assert "run it again with the hook on" in found["advice"], found
+
+    log = run(cache, "plain", mode="stable", **env)  # the advice, followed
+    assert TOO_FAST_RE.findall(log) == ["jit_plain"], log[-3000:]
+    assert verdicts(cache)["jit_plain"]["scan"] == "under-min-compile-time"
+
+
 # --- without JAX: records of older cachedoctors, and the rule on evidence -----------------------
 
 OLD_RECORD = {  # as cachedoctor wrote it before outcomes: "writes" was JAX's write event
@@ -323,3 +351,14 @@ def test_fewer_entries_held_than_written_is_evicted_only_with_the_lru_in_use() -
         scan_kind=FindingKind.UNSTABLE_KEY,
     )
     assert reasons.explain(unstable).kind is ReasonKind.UNSTABLE_KEY  # the key, not the LRU
+
+
+def test_a_stable_hooked_module_is_not_told_to_enable_stable_keys() -> None:
+    c = Counters(requests=3, misses=3, writes=3)
+    for hooked, enable in ((None, True), ("observe", True), ("stable", False)):
+        why = reasons.explain(ModuleEvidence("jit_f", c, 3, held=True, entries=3, hooked=hooked))
+        assert why.kind is ReasonKind.UNKNOWN
+        assert ("`cachedoctor enable`" in reasons.advice(why, "jit_f")) is enable, hooked
+    for hooked in ("stable", "observe"):
+        why = reasons.explain(ModuleEvidence("jit_f", None, 0, held=False, hooked=hooked))
+        assert "stats-only" not in reasons.advice(why, "jit_f") + why.evidence, hooked

@@ -40,6 +40,9 @@ class Reason:
     summary: str  # what happened, in a few words
     evidence: str  # what that rests on, quoted
     recorded: bool = True  # False: no stats record of the module, so nothing JAX said is known
+    # the hook's mode its key manifests show ("stable", "observe"; None: no manifest): every
+    # mode records, and `enable --stats-only` would turn its keys or manifests off
+    hooked: str | None = None
 
     @property
     def text(self) -> str:
@@ -55,9 +58,10 @@ class ModuleEvidence:
     ``settings``: each cache setting's values in those records; ``held``: whether the cache
     holds an entry of it now (None: not looked); ``lru``: what shows JAX's LRU in use (None:
     nothing does); ``entries``: how many entries of it the cache holds (None: not looked);
-    ``scan_kind``: the scan's key finding on its entries; ``atime_gap``: entries
-    without an ``-atime`` file while the LRU is in use (its eviction pass then raises);
-    ``undecodable``: entries of it held, none of which decodes."""
+    ``hooked``: the hook's mode its key manifests (or all records) show; ``scan_kind``: the
+    scan's key finding on its entries; ``atime_gap``: entries without an ``-atime`` file while
+    the LRU is in use (its eviction pass then raises); ``undecodable``: entries of it held,
+    none of which decodes."""
 
     module: str
     counters: Counters | None = None
@@ -69,6 +73,7 @@ class ModuleEvidence:
     atime_gap: int = 0  # entries without an -atime file while JAX's LRU is in use
     undecodable: int = 0  # the cache holds this many entries of it, and none decodes
     entries: int | None = None  # the cache holds this many entries of it (None: not looked)
+    hooked: str | None = None  # the hook's mode in its key manifests (None: none seen)
 
 
 _JAX_NAME = {name: f"jax_{jax_name}" for name, jax_name in CONFIG_NAMES.items()}
@@ -183,17 +188,25 @@ def explain(ev: ModuleEvidence) -> Reason:
         "no evidence of why",
         f"JAX wrote it {c.writes} times and {where}{lru}; `cachedoctor diff --module "
         f"{ev.module}` compares its keys",
+        hooked=ev.hooked,
     )
 
 
 def _without_records(ev: ModuleEvidence) -> Reason:
     lru = f"; JAX's LRU is in use ({ev.lru}): it may have evicted it" if ev.lru else ""
+    if ev.hooked:  # the hook ran, and records in every mode: its records are gone or unwritten
+        how = (
+            f"its key manifests show the hook ran in {ev.hooked} mode, which records too: the "
+            "records of those runs were archived (`stats --zero`), removed or never written"
+        )
+    else:
+        how = "`cachedoctor enable --stats-only` records why JAX does not store a module"
     return Reason(
         ReasonKind.UNKNOWN,
         "no evidence of why",
-        f"no stats record of {ev.module}{lru}; `cachedoctor enable --stats-only` records why "
-        "JAX does not store a module",
+        f"no stats record of {ev.module}{lru}; {how}",
         recorded=False,
+        hooked=ev.hooked,
     )
 
 
@@ -325,12 +338,19 @@ def advice(reason: Reason, module: str) -> str:
         return "find what removes entries (prune schedules, cleanup jobs)"
     if kind is ReasonKind.ONE_PROCESS:
         return "nothing yet: the next process hits if its key is the same"
+    explain = (
+        "JAX_EXPLAIN_CACHE_MISSES=1 (JAX logs a compile under the minimum time, an entry under "
+        "the minimum size, and up to JAX 0.10 host callbacks)"
+    )
+    if not reason.recorded and reason.hooked:  # never --stats-only: it turns the hook's keys off
+        return f"run it again with the hook on ({reason.hooked} mode records), or with {explain}"
     if not reason.recorded:  # nothing JAX said is known: ask for its words, guess nothing
         return (
-            "record JAX's reason: `cachedoctor enable --stats-only` (stats records), or run with "
-            "JAX_EXPLAIN_CACHE_MISSES=1 (JAX logs host callbacks, a compile under the minimum "
-            "time, an entry under the minimum size)"
+            "record JAX's reason: `cachedoctor enable --stats-only` (stats records), or run "
+            f"with {explain}"
         )
+    if reason.hooked == "stable":  # its keys are stable keys already
+        return f"run `cachedoctor diff --module {module}` to see what changes its key"
     return (
         f"run `cachedoctor diff --module {module}` to see what changes its key, "
         "`cachedoctor enable` for stable keys"

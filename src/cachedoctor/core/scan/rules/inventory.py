@@ -87,10 +87,14 @@ def not_stored_findings(
     """
     entry_keys = {i.key for i in listing.entries}
     missing: dict[str, list[str]] = defaultdict(list)
+    hooked: dict[str, set[str]] = defaultdict(set)  # the hook's modes in each module's manifests
     for m in manifests:
         if m is None or not isinstance(m.get("key"), str) or m["key"] in entry_keys:
             continue
-        missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
+        module = str(m.get("module_name") or "(unnamed)")
+        missing[module].append(str(m["key"]))
+        if isinstance(m.get("mode"), str):
+            hooked[module].add(str(m["mode"]))
     if not missing:
         return []
     held = Counter(listdir.module_of(k) for k in entry_keys if k)
@@ -113,6 +117,7 @@ def not_stored_findings(
             kinds.get(module),
             gap,
             entries=held[module],
+            hooked=_hook_mode(hooked[module]),
         )
         why = reasons.explain(evidence)
         by_kind[why.kind].append((module, why))
@@ -120,6 +125,11 @@ def not_stored_findings(
         _not_stored(kind, explained, {m: missing[m] for m, _ in explained})
         for kind, explained in sorted(by_kind.items())
     ]
+
+
+def _hook_mode(modes: set[str]) -> str | None:
+    """The hook's mode a module's manifests show: stable where any is (its keys are stable)."""
+    return "stable" if "stable" in modes else min(modes, default=None)
 
 
 _SHOWN = 5  # modules whose evidence a not-stored finding quotes
