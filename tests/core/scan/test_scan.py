@@ -398,3 +398,25 @@ def test_lru_line_and_missing_atime_agree(
         f"LRU eviction in use (-atime files beside {with_atime} of {len(keys)} entries; "
         "no .lockfile; 1 -atime file without an entry)"
     )
+
+
+@pytest.mark.slow
+def test_an_undecodable_entry_adds_no_compile_time(
+    seed_cache: Path, copy_of: Callable[[Path], Path]
+) -> None:
+    """A damaged entry whose first four bytes read as 19,352,772 s: its bytes are no compile
+    time, so the total stays what JAX's entries hold, and the summary counts it as without."""
+    import zstandard
+
+    cache = copy_of(seed_cache)
+    before = scan_directory(cache).summary
+    assert before.without_compile_time == 0
+    head = (19_352_772).to_bytes(4, "big")
+    damaged = zstandard.ZstdCompressor().compress(head + b"\x0a\xff" + os.urandom(64))
+    (cache / ("jit_f-" + "ab" * 32 + "-cache")).write_bytes(damaged)
+    after = scan_directory(cache).summary
+    assert after.entries == before.entries + 1 and after.corrupt == before.corrupt + 1
+    assert after.compile_seconds == before.compile_seconds
+    assert after.without_compile_time == 1
+    module = next(m for m in scan_directory(cache).modules if m.module == "jit_f")
+    assert module.compile_seconds < 19_352_772
