@@ -231,21 +231,24 @@ class CheckReport:
                 f"--verify ({self.verify.reason}): " + ", ".join(self.verify.not_checked)
             )
         if self.not_stored:
+            n = len(self.not_stored)
             head += (
-                f"; {count(len(self.not_stored), 'module')} recompile every run because JAX never "
-                f"stores modules with host callbacks: {', '.join(self.not_stored)}"
+                f"; {count(n, 'module')} {_recompile(n)} every run because this JAX does not "
+                f"store modules with host callbacks: {', '.join(self.not_stored)}"
             )
         if self.per_process:
             modules = sorted({m for m, _, _ in self.per_process})
             fields = sorted({f for _, _, fs in self.per_process for f in fs})
             head += (
-                f"; {count(len(modules), 'module')} recompile every run in processes > 0 of a "
+                f"; {count(len(modules), 'module')} {_recompile(len(modules))} every run in "
+                "processes > 0 of a "
                 f"jax.distributed job, whose keys differ from process 0's only in "
                 f"{', '.join(fields)} (JAX hashes it per process and writes only from process "
                 f"0): {', '.join(modules)}"
             )
         if self.verify and self.verify.stale:
-            head += f"; {len(self.verify.stale)} stale entries (--verify)"
+            stale = len(self.verify.stale)
+            head += f"; {count(stale, 'stale entry', 'stale entries')} (--verify)"
         elif self.verify and self.verify.checks:
             same = self.verify.verified_modules
             head += (
@@ -253,6 +256,10 @@ class CheckReport:
                 "fresh compile gives)"
             )
         return f"cachedoctor check: {head}"
+
+
+def _recompile(n: int) -> str:
+    return "recompiles" if n == 1 else "recompile"
 
 
 def module_of_key(key: str) -> str:

@@ -66,7 +66,8 @@ def autotune_advice(autotune: subcaches.AutotuneDirReport) -> str:
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         )
         parts.append(
-            f"remove {shown} yourself: they are not named as XLA names its files, and "
+            f"remove {shown} yourself: {'it is' if len(foreign) == 1 else 'they are'} not "
+            "named as XLA names its files, and "
             "cachedoctor never removes a file it does not recognise"
         )
     return (
