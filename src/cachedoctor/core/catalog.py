@@ -240,6 +240,13 @@ STATS_RECORD_UNREADABLE = Case(
     advice="a torn file from a killed process or a file that is not cachedoctor's: inspect it; "
     "`cachedoctor stats --zero --apply` archives it with the records and removes it",
 )
+STATS_RECORD_NO_ACCESS = Case(
+    K.STATS_RECORD,
+    when="a record cannot be opened or read (permissions, an I/O error): not torn, unread",
+    severity=Severity.WARNING,
+    evidence="the system's answer when cachedoctor opened or read it: {reason}",
+    advice="{fix}; `stats --zero` cannot archive a record it cannot read",
+)
 STATS_RECORD_BROKEN = Case(
     K.STATS_RECORD,
     when="a record breaks a rule its recorder keeps",
@@ -551,13 +558,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         K.STATS_RECORD,
         Family.USAGE,
-        summary=f"a torn, foreign or rule-breaking file in {STATS_DIRNAME}/",
-        what=f"Checks each file in {STATS_DIRNAME}/: a record that does not parse, one that "
-        "breaks a rule its recorder keeps, a file named neither as a record nor as an archive. "
-        "Each is left out of the totals.",
+        summary=f"a torn, unreadable, foreign or rule-breaking file in {STATS_DIRNAME}/",
+        what=f"Checks each file in {STATS_DIRNAME}/: a record that does not parse (torn or not "
+        "cachedoctor's), one that cannot be opened or read (permissions, I/O: its bytes are "
+        "unknown, so it is not called torn), one that breaks a rule its recorder keeps, a file "
+        "named neither as a record nor as an archive. Each is left out of the totals.",
         why="The totals of `stats` and the reasons of `scan` and `lint` rest on the records: a "
         "bad one is left out, and said so, rather than counted.",
-        cases=(STATS_RECORD_UNREADABLE, STATS_RECORD_BROKEN, STATS_RECORD_FOREIGN),
+        cases=(
+            STATS_RECORD_UNREADABLE,
+            STATS_RECORD_NO_ACCESS,
+            STATS_RECORD_BROKEN,
+            STATS_RECORD_FOREIGN,
+        ),
         commands="stats, lint",
         example=Example(
             STATS_RECORD_UNREADABLE,
