@@ -102,3 +102,26 @@ def test_files_a_command_reads_writes_or_runs(tmp_path: Path) -> None:
         said = [x for x in proc.stderr.splitlines() if not x.startswith("cachedoctor check: run")]
         assert proc.returncode == 2 and len(said) == 1, (argv, proc.stderr)
         assert said[0].startswith(f"cachedoctor: {line}"), (argv, said[0])
+
+
+@pytest.mark.slow
+def test_a_bucket_without_credentials_gets_cachedoctors_line_first(tmp_path: Path) -> None:
+    """gcsfs's bucket-type probe logs google-auth's "default credentials were not found" and
+    falls back by itself: the user's stderr starts (and here ends) with cachedoctor's line."""
+    pytest.importorskip("gcsfs")
+    env = {k: v for k, v in cli_env().items() if not k.startswith(("GOOGLE_", "STORAGE_EMU"))}
+    env["CLOUDSDK_CONFIG"] = str(tmp_path / "no-gcloud")  # no application default credentials
+    env["NO_GCE_CHECK"] = "True"  # google-auth: no metadata server to ask
+    proc = subprocess.run(
+        [SCRIPT, "scan", "gs://cachedoctor-no-such-bucket/cache"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("cachedoctor: "), proc.stderr
+    assert len(lines) == 1, proc.stderr
+    debug = subprocess.run(
+        [SCRIPT, "scan", "gs://cachedoctor-no-such-bucket/cache"],
+        capture_output=True, text=True, env={**env, "CACHEDOCTOR_DEBUG": "1"}, timeout=300,
+    )  # fmt: skip
+    assert "Could not determine bucket type" in debug.stderr  # what it hides, and only that

@@ -7,6 +7,7 @@ empty directory never import jax.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -92,6 +93,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
+    _quiet_gcsfs_fallback()
     args = sys.argv[1:] if argv is None else argv
     if args and not args[0].startswith("-"):  # a command runs (not --help or --version alone)
         _keep_freed_memory()
@@ -123,6 +125,22 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(int(ExitCode.USAGE))
+
+
+def _quiet_gcsfs_fallback() -> None:
+    """Keep gcsfs's "Could not determine bucket type ..., falling back to GCSFileSystem" off
+    stderr, so that a command's first line is cachedoctor's own: gcsfs falls back by itself,
+    and the line (google-auth's "default credentials were not found" inside it) came before the
+    one-line error that says what failed. CACHEDOCTOR_DEBUG=1 keeps it."""
+    if os.environ.get("CACHEDOCTOR_DEBUG"):
+        return
+    gcsfs = logging.getLogger("gcsfs")
+    if _not_the_fallback not in gcsfs.filters:  # main() runs more than once in a test process
+        gcsfs.addFilter(_not_the_fallback)
+
+
+def _not_the_fallback(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Could not determine bucket type")
 
 
 def _keep_freed_memory() -> None:

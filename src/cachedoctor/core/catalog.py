@@ -153,6 +153,18 @@ MIXED_VERSIONS = Case(
     advice="entries from other JAX versions never hit after an upgrade; "
     "`cachedoctor prune --stale-jax` lists them",
 )
+OTHER_JAXLIB = Case(
+    K.MIXED_VERSIONS,
+    when="entries written for a cache at another path set DebugOptions fields the installed "
+    "jaxlib does not define: another jaxlib wrote them, which is why JAX misses them (not "
+    "relocated)",
+    severity=Severity.INFO,
+    evidence="the compile options stored in each entry: JAX stores every DebugOptions default "
+    "of the jaxlib that compiled it, and {jaxlib} defines none of fields {fields}; XLA never "
+    "reuses a removed field's number",
+    advice="they hit only under the jaxlib that wrote them, whatever the cache's path; "
+    "`cachedoctor prune --stale-jax --apply` removes them",
+)
 MIXED_PLATFORMS = Case(
     K.MIXED_PLATFORMS,
     when="sound entries are for more than one platform",
@@ -435,10 +447,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         K.MIXED_VERSIONS,
         Family.INVENTORY,
-        summary="entries in several JAX formats",
-        what="Counts the sound entries by payload layout, which changes with JAX's version.",
+        summary="entries in several JAX formats, or of another jaxlib",
+        what="Counts the sound entries by payload layout, which changes with JAX's version. "
+        "Entries written for a cache at another path are told apart from a relocated copy by "
+        "their compile options: an entry that sets DebugOptions fields the installed jaxlib "
+        "does not define was written by another jaxlib (jaxlib 0.12.0.1's entries set 49 fields "
+        "0.10.2 lacks, and 0.10.2's set 14 that 0.12.0.1 dropped), and is this finding, never "
+        "`relocated`.",
         why="Entries of another JAX version never hit after an upgrade; they only take space.",
-        cases=(MIXED_VERSIONS,),
+        cases=(MIXED_VERSIONS, OTHER_JAXLIB),
         example=Example(MIXED_VERSIONS, "entries in several JAX formats: 12× ifrt-v3, 3× pjrt"),
     ),
     Rule(

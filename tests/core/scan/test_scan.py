@@ -20,6 +20,7 @@ from cachedoctor.core.scan.build import build_report
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from tests.support.caches import entries_of, make_cache, other_jax_python, raw_payload_layout
+from tests.support.hookrun import base_env, compat_params
 from tests.support.sessioncache import SharedBuilds
 
 
@@ -420,3 +421,40 @@ def test_an_undecodable_entry_adds_no_compile_time(
     assert after.without_compile_time == 1
     module = next(m for m in scan_directory(cache).modules if m.module == "jit_f")
     assert module.compile_seconds < 19_352_772
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", compat_params())
+def test_a_moved_copy_of_another_jaxlib_is_not_called_relocated(
+    tmp_path: Path, python: str
+) -> None:
+    """Another jaxlib's cache, copied to another path: JAX misses its entries even at the path
+    they were written for (its own log says so), so they are another jaxlib's, never
+    `relocated`; `prune --stale-jax`, as the advice says, removes them."""
+    import subprocess
+    import sys
+
+    from tests.support.hookrun import MISS_RE, run_program
+
+    orig, moved = tmp_path / "orig", tmp_path / "moved"
+    orig.mkdir()
+    run_program("plain", orig, mode="none", python=python)
+    shutil.copytree(orig, moved)
+    keys = sorted(i.key for i in listdir.list_cache(moved).entries)
+    report = scan_directory(moved)
+    kinds = {f.kind for f in report.findings}
+    assert FindingKind.RELOCATED not in kinds, [f.message for f in report.findings]
+    (other,) = [f for f in report.findings if f.kind is FindingKind.MIXED_VERSIONS]
+    assert sorted(other.entries) == keys and "another jaxlib" in other.message, other
+    assert "prune --stale-jax" in other.advice
+
+    # JAX's own behaviour: this JAX misses them at the spelling they were written for
+    log = run_program("plain", orig, mode="none").stderr
+    assert "jit_g" in MISS_RE.findall(log), log[-3000:]
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "prune", str(moved), "--stale-jax", "--apply"],
+        capture_output=True, text=True, env=base_env(None), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not listdir.list_cache(moved).entries

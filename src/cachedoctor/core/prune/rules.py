@@ -30,6 +30,7 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.scan.report import ScanReport, real_problems
 from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.units import format_age
+from cachedoctor.xla.optionschema import undefined_debug_fields
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,16 @@ def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
         info = e.info
         if info is None or any(p.kind != "unsupported" for p in info.problems):
             continue
+        other = undefined_debug_fields(info.debug_fields)
+        if other and other[0]:
+            e.rules.append(
+                (
+                    Rule.STALE_JAX,
+                    f"compile options: DebugOptions fields {min(other[0])} and "
+                    f"{len(other[0]) - 1} more that jaxlib {installed} does not define",
+                )
+            )
+            continue
         era = info.payload_format
         if want is not None and era is not None and era != want:
             e.rules.append(
@@ -176,8 +187,8 @@ def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
             )
     ctx.notes.append(
         "--stale-jax decides from manifests (their jaxlib version) when present, else from the "
-        "entry's layout (pjrt_ifrt header since jaxlib 0.9.1); entries of another jaxlib with "
-        "the same layout are not detected without a manifest"
+        "entry's compile options (DebugOptions fields the installed jaxlib does not define: "
+        "another jaxlib's defaults), else its layout (pjrt_ifrt header since jaxlib 0.9.1)"
     )
 
 
