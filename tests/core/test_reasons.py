@@ -164,7 +164,7 @@ def test_a_module_jax_wrote_and_its_lru_evicted_is_evicted_everywhere(tmp_path: 
 
 @pytest.mark.slow
 def test_a_failed_put_is_no_write_and_never_evicted(tmp_path: Path) -> None:
-    """Entries without -atime files, then LRU on: JAX's eviction pass raises in every put."""
+    """Entries without -atime files, then LRU on: JAX 0.10's eviction pass raises in every put."""
     cache = tmp_path / "cache"
     cache.mkdir()
     run(cache, "plain")  # no max size: an entry without an -atime file

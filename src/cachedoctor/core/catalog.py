@@ -372,13 +372,15 @@ RULES: tuple[Rule, ...] = (
         "use: JAX's `.lockfile`, or `-atime` files beside other entries (JAX writes them only "
         "with eviction on). `-atime` files of no entry are no evidence (`orphan`); the summary's "
         "`LRU eviction` line counts the same evidence.",
-        why="JAX's eviction pass fails on an entry without its `-atime` file, and that stops all "
-        "cache writes.",
+        why="JAX up to 0.10 fails its eviction pass on an entry without its `-atime` file, and "
+        "that stops all cache writes; JAX 0.12 takes such an entry as the least recently used "
+        "and evicts it first.",
         cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED),
         example=Example(
             MISSING_ATIME_LOCKED,
             "8 entries have no -atime file while LRU eviction is in use (.lockfile present); "
-            "JAX's eviction pass fails on them and stops all cache writes",
+            "JAX up to 0.10 fails its eviction pass on them, which stops all cache writes (0.12 "
+            "evicts them first)",
         ),
     ),
     Rule(

@@ -283,8 +283,8 @@ def _failed_writes(ev: ModuleEvidence, c: Counters) -> str:
     if ev.atime_gap:
         said += (
             f"; the listing: {ev.atime_gap} more entries than -atime files while JAX's LRU is "
-            "in use: its eviction pass raises FileNotFoundError on an entry without one "
-            "(`cachedoctor prune --repair --apply` recreates them)"
+            "in use: up to 0.10 its eviction pass raises FileNotFoundError on an entry without "
+            "one (0.12 evicts it first; `cachedoctor prune --repair --apply` recreates them)"
         )
     return said
 

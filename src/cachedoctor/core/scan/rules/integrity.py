@@ -27,8 +27,8 @@ def atime_findings(listing: CacheListing) -> list[Finding]:
         findings.append(
             catalog.MISSING_ATIME_LOCKED.finding(
                 f"{_entries_have(missing, links)} no -atime file while LRU eviction is in use "
-                "(.lockfile present); JAX's eviction pass fails on them and stops all cache "
-                "writes",
+                "(.lockfile present); JAX up to 0.10 fails its eviction pass on them, which "
+                "stops all cache writes (0.12 evicts them first)",
                 entries=missing,
             )
         )
