@@ -109,6 +109,7 @@ def test_a_bucket_without_credentials_gets_cachedoctors_line_first(tmp_path: Pat
     """gcsfs's bucket-type probe logs google-auth's "default credentials were not found" and
     falls back by itself: the user's stderr starts (and here ends) with cachedoctor's line."""
     pytest.importorskip("gcsfs")
+    assert SCRIPT, "the cachedoctor console script is not installed in this environment"
     env = {k: v for k, v in cli_env().items() if not k.startswith(("GOOGLE_", "STORAGE_EMU"))}
     env["CLOUDSDK_CONFIG"] = str(tmp_path / "no-gcloud")  # no application default credentials
     env["NO_GCE_CHECK"] = "True"  # google-auth: no metadata server to ask

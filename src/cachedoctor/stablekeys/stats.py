@@ -341,12 +341,14 @@ def refuses_host_callbacks(cache_write: Callable[..., Any] | None) -> bool:
     """Whether JAX's ``compiler._cache_write`` refuses a module with host callbacks: it takes
     them as its ``host_callbacks`` parameter (0.4.38 .. 0.10) only to refuse them; 0.12's takes
     none and writes such a module like any other."""
+    if cache_write is None:
+        return True  # as 0.4.38 .. 0.10.2 do
     try:
         import inspect
 
         return "host_callbacks" in inspect.signature(cache_write).parameters
     except (TypeError, ValueError):
-        return True  # as every JAX before 0.11 does
+        return True
 
 
 def _entry_exists(key: str) -> bool:

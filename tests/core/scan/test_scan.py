@@ -440,7 +440,7 @@ def test_a_moved_copy_of_another_jaxlib_is_not_called_relocated(
     orig.mkdir()
     run_program("plain", orig, mode="none", python=python)
     shutil.copytree(orig, moved)
-    keys = sorted(i.key for i in listdir.list_cache(moved).entries)
+    keys = sorted(str(i.key) for i in listdir.list_cache(moved).entries)
     report = scan_directory(moved)
     kinds = {f.kind for f in report.findings}
     assert FindingKind.RELOCATED not in kinds, [f.message for f in report.findings]
