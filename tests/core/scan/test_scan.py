@@ -444,6 +444,8 @@ def test_a_moved_copy_of_another_jaxlib_is_not_called_relocated(
     report = scan_directory(moved)
     kinds = {f.kind for f in report.findings}
     assert FindingKind.RELOCATED not in kinds, [f.message for f in report.findings]
+    if installed_jax().hashes_autotune_dir is False:
+        pytest.skip("this JAX does not hash the autotune path: no copy is relocated for it")
     (other,) = [f for f in report.findings if f.kind is FindingKind.MIXED_VERSIONS]
     assert sorted(other.entries) == keys and "another jaxlib" in other.message, other
     assert "prune --stale-jax" in other.advice
