@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import click
@@ -93,7 +94,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
-    _quiet_gcsfs_fallback()
+    _quiet_bucket_clients()
     args = sys.argv[1:] if argv is None else argv
     if args and not args[0].startswith("-"):  # a command runs (not --help or --version alone)
         _keep_freed_memory()
@@ -127,13 +128,20 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(int(ExitCode.USAGE))
 
 
-def _quiet_gcsfs_fallback() -> None:
-    """Keep gcsfs's "Could not determine bucket type ..., falling back to GCSFileSystem" off
-    stderr, so that a command's first line is cachedoctor's own: gcsfs falls back by itself,
-    and the line (google-auth's "default credentials were not found" inside it) came before the
-    one-line error that says what failed. CACHEDOCTOR_DEBUG=1 keeps it."""
+def _quiet_bucket_clients() -> None:
+    """Keep two lines of the bucket clients off stderr, so that a command's first line is
+    cachedoctor's own (its one-line error says what failed): gcsfs's "Could not determine bucket
+    type ..., falling back to GCSFileSystem" (it falls back by itself; google-auth's "default
+    credentials were not found" inside it), and google-auth's warning about gcloud user
+    credentials without a quota project (a billing note for API calls, not about the cache).
+    CACHEDOCTOR_DEBUG=1 keeps both."""
     if os.environ.get("CACHEDOCTOR_DEBUG"):
         return
+    warnings.filterwarnings(
+        "ignore",
+        message="Your application has authenticated using end user credentials",
+        category=UserWarning,
+    )
     gcsfs = logging.getLogger("gcsfs")
     if _not_the_fallback not in gcsfs.filters:  # main() runs more than once in a test process
         gcsfs.addFilter(_not_the_fallback)
