@@ -73,6 +73,17 @@ MISSING_ATIME_UNLOCKED = Case(
     evidence="the listing: -atime files beside other entries, none beside these, no .lockfile",
     advice=MISSING_ATIME_LOCKED.advice,
 )
+MISSING_ATIME_EVICTED_FIRST = Case(
+    K.MISSING_ATIME,
+    when="entries lack their -atime file under JAX's LRU, and the installed JAX's eviction pass "
+    "takes such an entry as the least recently used (0.12) instead of failing on it (0.10)",
+    severity=Severity.WARNING,
+    evidence="the listing: -cache files without -atime, and JAX's .lockfile or -atime files "
+    "beside other entries; the installed JAX {jax}'s lru_cache.py checks that an -atime file "
+    "exists before it reads one",
+    advice="JAX evicts these first whatever their use; `cachedoctor prune --repair --apply` "
+    "recreates the -atime files",
+)
 ORPHAN_ATIME = Case(
     K.ORPHAN,
     when="-atime files have no entry",
@@ -375,7 +386,7 @@ RULES: tuple[Rule, ...] = (
         why="JAX up to 0.10 fails its eviction pass on an entry without its `-atime` file, and "
         "that stops all cache writes; JAX 0.12 takes such an entry as the least recently used "
         "and evicts it first.",
-        cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED),
+        cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED, MISSING_ATIME_EVICTED_FIRST),
         example=Example(
             MISSING_ATIME_LOCKED,
             "8 entries have no -atime file while LRU eviction is in use (.lockfile present); "

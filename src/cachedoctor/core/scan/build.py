@@ -71,7 +71,7 @@ def build_report(
     findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
     findings += not_stored_findings(listing, first_process_only(manifests), records, findings)
     findings += process_findings(manifests)
-    findings += atime_findings(listing)
+    findings += atime_findings(listing, jax_info)
     findings += corrupt_findings(entries, now)
     findings += insecure_findings(listing)
     findings += mixtures(entries)
