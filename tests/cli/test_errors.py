@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -102,3 +103,42 @@ def test_files_a_command_reads_writes_or_runs(tmp_path: Path) -> None:
         said = [x for x in proc.stderr.splitlines() if not x.startswith("cachedoctor check: run")]
         assert proc.returncode == 2 and len(said) == 1, (argv, proc.stderr)
         assert said[0].startswith(f"cachedoctor: {line}"), (argv, said[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("credentials", "hidden"),
+    [
+        # gcsfs's bucket-type probe logs google-auth's "default credentials were not found"
+        (None, "Could not determine bucket type"),
+        # google-auth warns about gcloud user credentials without a quota project
+        ("gcloud-user", "UserWarning: Your application has authenticated using end user"),
+    ],
+)
+def test_a_bucket_command_prints_cachedoctors_line_first(
+    tmp_path: Path, credentials: str | None, hidden: str
+) -> None:
+    """What the bucket clients print on their own comes after nothing: the user's stderr starts
+    (and here ends) with cachedoctor's one line; CACHEDOCTOR_DEBUG=1 shows what was hidden."""
+    pytest.importorskip("gcsfs")
+    assert SCRIPT, "the cachedoctor console script is not installed in this environment"
+    gcloud = tmp_path / "gcloud"
+    gcloud.mkdir()
+    if credentials == "gcloud-user":  # what `gcloud auth application-default login` leaves
+        from google.auth import _cloud_sdk
+
+        adc = {"type": "authorized_user", "client_id": _cloud_sdk.CLOUD_SDK_CLIENT_ID,
+               "client_secret": "x", "refresh_token": "y"}  # fmt: skip
+        (gcloud / "application_default_credentials.json").write_text(json.dumps(adc))
+    env = {k: v for k, v in cli_env().items() if not k.startswith(("GOOGLE_", "STORAGE_EMU"))}
+    env["CLOUDSDK_CONFIG"] = str(gcloud)
+    env["NO_GCE_CHECK"] = "True"  # google-auth: no metadata server to ask
+    argv = [SCRIPT, "scan", "gs://cachedoctor-no-such-bucket/cache"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("cachedoctor: ") and len(lines) == 1, proc.stderr
+    debug = subprocess.run(
+        argv, capture_output=True, text=True, env={**env, "CACHEDOCTOR_DEBUG": "1"}, timeout=300
+    )
+    assert hidden in debug.stderr, debug.stderr  # what it hides shows with CACHEDOCTOR_DEBUG

@@ -151,6 +151,56 @@ def test_torn_and_foreign_files_are_findings(
     assert re.search(r"processes\s+3\b", out.out)
 
 
+def _without_root_override() -> list[str]:
+    """A prefix that runs a command without root's power to read any file (so a mode-000 file
+    is refused as it is to any user), or nothing when this is not root."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE: every file is readable")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def _record_findings(cache: Path) -> tuple[int, list[dict[str, str]]]:
+    proc = subprocess.run(
+        [*_without_root_override(), sys.executable, "-m", "cachedoctor", "stats", str(cache),
+         "--json"],
+        capture_output=True, text=True, env=base_env(None), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    return doc["processes"], [f for f in doc["findings"] if f["kind"] == "stats-record"]
+
+
+@pytest.mark.slow
+def test_a_record_that_cannot_be_read_is_not_torn_and_the_advice_works(
+    recorded_cache: Path, copy_of
+) -> None:
+    """Permission denied (the system's own refusal) and a link the reader will not follow: not
+    called torn, and following each advice gets the record counted again."""
+    cache = copy_of(recorded_cache)
+    folder = cache / STATS_DIRNAME
+    first = sorted(folder.glob("*.json"))[0]
+    first.chmod(0)
+    processes, found = _record_findings(cache)
+    assert processes == 2, found
+    (finding,) = found
+    assert "cannot be read (permission denied)" in finding["message"], finding
+    assert "torn" not in finding["advice"] + finding["message"], finding
+    assert "`chmod a+r` the file" in finding["advice"], finding
+    first.chmod(0o644)  # the advice, followed
+    assert _record_findings(cache) == (3, [])
+
+    link = folder / "20990101T000000-vm-1-00000000.json"
+    link.symlink_to(first)
+    processes, (finding,) = _record_findings(cache)
+    assert processes == 3 and "symbolic link" in finding["message"], finding
+    assert "remove the link" in finding["advice"] and "chmod" not in finding["advice"], finding
+    link.unlink()  # the advice, followed
+    assert _record_findings(cache) == (3, [])
+
+
 @pytest.mark.slow
 def test_records_that_break_a_rule_are_findings_not_totals(recorded_cache: Path, copy_of) -> None:
     """Issue 29 (8): beside the records of 3 real processes, a record claiming more hits than

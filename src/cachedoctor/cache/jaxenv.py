@@ -23,6 +23,9 @@ class JaxInfo:
     hashes_autotune_dir: bool | None
     hashes_kernel_cache_file: bool | None
     cache_key_source: str | None
+    # JAX's LRU takes an entry without its -atime file as the least recently used (0.12) rather
+    # than failing its eviction pass on it (0.10.2); None: lru_cache.py could not be read
+    lru_evicts_without_atime: bool | None = None
 
 
 def _version(dist: str) -> str | None:
@@ -74,9 +77,27 @@ def installed_jax() -> JaxInfo:
             hashes_autotune = not clears_field(fn, "xla_gpu_per_fusion_autotune_cache_dir")
             hashes_kernel = not clears_field(fn, "xla_gpu_kernel_cache_file")
     return JaxInfo(
+        lru_evicts_without_atime=_lru_evicts_without_atime(),
         jax_version=_version("jax"),
         jaxlib_version=_version("jaxlib"),
         hashes_autotune_dir=hashes_autotune,
         hashes_kernel_cache_file=hashes_kernel,
         cache_key_source=str(source_file) if source_file else None,
     )
+
+
+def _lru_evicts_without_atime() -> bool | None:
+    """Whether the installed ``LRUCache._evict_if_needed`` checks that an entry's ``-atime``
+    file exists before reading it (0.12: such an entry counts as the least recently used) or
+    reads it unchecked (0.10.2: FileNotFoundError, and the put fails)."""
+    source_file = _jax_src_file("_src/lru_cache.py")
+    if source_file is None:
+        return None
+    try:
+        text = source_file.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    method = re.search(r"def _evict_if_needed\(.*?(?=\n  def |\Z)", text, re.S)
+    if method is None or "atime_path.read_bytes()" not in method.group(0):
+        return None
+    return "atime_path.exists()" in method.group(0)

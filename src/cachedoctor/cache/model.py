@@ -99,6 +99,9 @@ class EntryInfo:
     autotune_dir: str | None = None
     kernel_cache_file: str | None = None
     autotune_mode: str | None = None
+    # the DebugOptions field numbers its compile options set, as ranges (compile_options.
+    # number_ranges): numbers the installed jaxlib does not define show another jaxlib's entry
+    debug_fields: str | None = None
     hlo: hlo_mod.HloSummary | None = None
     gpu: GpuSummary | None = None
     sections: tuple[Section, ...] = ()

@@ -7,9 +7,11 @@ empty directory never import jax.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import click
@@ -92,6 +94,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: one line per error, a traceback only with CACHEDOCTOR_DEBUG=1."""
     _no_startup_activation()
+    _quiet_bucket_clients()
     args = sys.argv[1:] if argv is None else argv
     if args and not args[0].startswith("-"):  # a command runs (not --help or --version alone)
         _keep_freed_memory()
@@ -123,6 +126,29 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(int(ExitCode.USAGE))
+
+
+def _quiet_bucket_clients() -> None:
+    """Keep two lines of the bucket clients off stderr, so that a command's first line is
+    cachedoctor's own (its one-line error says what failed): gcsfs's "Could not determine bucket
+    type ..., falling back to GCSFileSystem" (it falls back by itself; google-auth's "default
+    credentials were not found" inside it), and google-auth's warning about gcloud user
+    credentials without a quota project (a billing note for API calls, not about the cache).
+    CACHEDOCTOR_DEBUG=1 keeps both."""
+    if os.environ.get("CACHEDOCTOR_DEBUG"):
+        return
+    warnings.filterwarnings(
+        "ignore",
+        message="Your application has authenticated using end user credentials",
+        category=UserWarning,
+    )
+    gcsfs = logging.getLogger("gcsfs")
+    if _not_the_fallback not in gcsfs.filters:  # main() runs more than once in a test process
+        gcsfs.addFilter(_not_the_fallback)
+
+
+def _not_the_fallback(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Could not determine bucket type")
 
 
 def _keep_freed_memory() -> None:

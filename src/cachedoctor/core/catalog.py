@@ -73,6 +73,17 @@ MISSING_ATIME_UNLOCKED = Case(
     evidence="the listing: -atime files beside other entries, none beside these, no .lockfile",
     advice=MISSING_ATIME_LOCKED.advice,
 )
+MISSING_ATIME_EVICTED_FIRST = Case(
+    K.MISSING_ATIME,
+    when="entries lack their -atime file under JAX's LRU, and the installed JAX's eviction pass "
+    "takes such an entry as the least recently used (0.12) instead of failing on it (0.10)",
+    severity=Severity.WARNING,
+    evidence="the listing: -cache files without -atime, and JAX's .lockfile or -atime files "
+    "beside other entries; the installed JAX {jax}'s lru_cache.py checks that an -atime file "
+    "exists before it reads one",
+    advice="JAX evicts these first whatever their use; `cachedoctor prune --repair --apply` "
+    "recreates the -atime files",
+)
 ORPHAN_ATIME = Case(
     K.ORPHAN,
     when="-atime files have no entry",
@@ -152,6 +163,18 @@ MIXED_VERSIONS = Case(
     evidence="each entry's payload layout (decoded)",
     advice="entries from other JAX versions never hit after an upgrade; "
     "`cachedoctor prune --stale-jax` lists them",
+)
+OTHER_JAXLIB = Case(
+    K.MIXED_VERSIONS,
+    when="entries written for a cache at another path set DebugOptions fields the installed "
+    "jaxlib does not define: another jaxlib wrote them, which is why JAX misses them (not "
+    "relocated)",
+    severity=Severity.INFO,
+    evidence="the compile options stored in each entry: JAX stores every DebugOptions default "
+    "of the jaxlib that compiled it, and {jaxlib} defines none of fields {fields}; XLA never "
+    "reuses a removed field's number",
+    advice="they hit only under the jaxlib that wrote them, whatever the cache's path; "
+    "`cachedoctor prune --stale-jax --apply` removes them",
 )
 MIXED_PLATFORMS = Case(
     K.MIXED_PLATFORMS,
@@ -240,6 +263,13 @@ STATS_RECORD_UNREADABLE = Case(
     advice="a torn file from a killed process or a file that is not cachedoctor's: inspect it; "
     "`cachedoctor stats --zero --apply` archives it with the records and removes it (a "
     "symbolic link it never follows: it leaves it where it is)",
+)
+STATS_RECORD_NO_ACCESS = Case(
+    K.STATS_RECORD,
+    when="a record cannot be opened or read (permissions, an I/O error): not torn, unread",
+    severity=Severity.WARNING,
+    evidence="the system's answer when cachedoctor opened or read it: {reason}",
+    advice="{fix}; `stats --zero` cannot archive a record it cannot read",
 )
 STATS_RECORD_BROKEN = Case(
     K.STATS_RECORD,
@@ -354,13 +384,15 @@ RULES: tuple[Rule, ...] = (
         "use: JAX's `.lockfile`, or `-atime` files beside other entries (JAX writes them only "
         "with eviction on). `-atime` files of no entry are no evidence (`orphan`); the summary's "
         "`LRU eviction` line counts the same evidence.",
-        why="JAX's eviction pass fails on an entry without its `-atime` file, and that stops all "
-        "cache writes.",
-        cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED),
+        why="JAX up to 0.10 fails its eviction pass on an entry without its `-atime` file, and "
+        "that stops all cache writes; JAX 0.12 takes such an entry as the least recently used "
+        "and evicts it first.",
+        cases=(MISSING_ATIME_LOCKED, MISSING_ATIME_UNLOCKED, MISSING_ATIME_EVICTED_FIRST),
         example=Example(
             MISSING_ATIME_LOCKED,
             "8 entries have no -atime file while LRU eviction is in use (.lockfile present); "
-            "JAX's eviction pass fails on them and stops all cache writes",
+            "JAX up to 0.10 fails its eviction pass on them, which stops all cache writes (0.12 "
+            "evicts them first)",
         ),
     ),
     Rule(
@@ -429,10 +461,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         K.MIXED_VERSIONS,
         Family.INVENTORY,
-        summary="entries in several JAX formats",
-        what="Counts the sound entries by payload layout, which changes with JAX's version.",
+        summary="entries in several JAX formats, or of another jaxlib",
+        what="Counts the sound entries by payload layout, which changes with JAX's version. "
+        "Entries written for a cache at another path are told apart from a relocated copy by "
+        "their compile options: an entry that sets DebugOptions fields the installed jaxlib "
+        "does not define was written by another jaxlib (jaxlib 0.12.0.1's entries set 49 fields "
+        "0.10.2 lacks, and 0.10.2's set 14 that 0.12.0.1 dropped), and is this finding, never "
+        "`relocated`.",
         why="Entries of another JAX version never hit after an upgrade; they only take space.",
-        cases=(MIXED_VERSIONS,),
+        cases=(MIXED_VERSIONS, OTHER_JAXLIB),
         example=Example(MIXED_VERSIONS, "entries in several JAX formats: 12× ifrt-v3, 3× pjrt"),
     ),
     Rule(
@@ -475,7 +512,8 @@ RULES: tuple[Rule, ...] = (
         what="Key manifests (`cachedoctor enable`, observe or stable) of modules with no entry "
         "beside them, one finding per reason, each module's evidence quoted: JAX refused it "
         "(host callbacks: `pure_callback`, `io_callback`, `jax.debug.print`, equinox checks in "
-        "diffrax; under its minimum compile time or entry size; not process 0), its write "
+        "diffrax, refused up to JAX 0.10 and stored by 0.12; under its minimum compile time or "
+        "entry size; not process 0), its write "
         "failed, its LRU evicted it, something removed it, or `unknown` when no stats record "
         "says. The reasons are those of docs/stats.md, the same as `stats` and `lint` give; "
         "`cachedoctor check -- CMD` names the modules JAX would not store in its runs with "
@@ -484,8 +522,9 @@ RULES: tuple[Rule, ...] = (
         cases=(NOT_STORED,),
         example=Example(
             NOT_STORED,
-            "3 modules compiled with this cache without an entry (host-callbacks: JAX does not "
-            "store a module with host callbacks (jax.debug.print, pure_callback, io_callback)): "
+            "3 modules compiled with this cache without an entry (host-callbacks: this JAX does "
+            "not store a module with host callbacks (jax.debug.print, pure_callback, "
+            "io_callback)): "
             "jit_io, jit_printing, jit_pure",
             (
                 (
@@ -551,13 +590,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         K.STATS_RECORD,
         Family.USAGE,
-        summary=f"a torn, foreign or rule-breaking file in {STATS_DIRNAME}/",
-        what=f"Checks each file in {STATS_DIRNAME}/: a record that does not parse, one that "
-        "breaks a rule its recorder keeps, a file named neither as a record nor as an archive. "
-        "Each is left out of the totals.",
+        summary=f"a torn, unreadable, foreign or rule-breaking file in {STATS_DIRNAME}/",
+        what=f"Checks each file in {STATS_DIRNAME}/: a record that does not parse (torn or not "
+        "cachedoctor's), one that cannot be opened or read (permissions, I/O: its bytes are "
+        "unknown, so it is not called torn), one that breaks a rule its recorder keeps, a file "
+        "named neither as a record nor as an archive. Each is left out of the totals.",
         why="The totals of `stats` and the reasons of `scan` and `lint` rest on the records: a "
         "bad one is left out, and said so, rather than counted.",
-        cases=(STATS_RECORD_UNREADABLE, STATS_RECORD_BROKEN, STATS_RECORD_FOREIGN),
+        cases=(
+            STATS_RECORD_UNREADABLE,
+            STATS_RECORD_NO_ACCESS,
+            STATS_RECORD_BROKEN,
+            STATS_RECORD_FOREIGN,
+        ),
         commands="stats, lint",
         example=Example(
             STATS_RECORD_UNREADABLE,

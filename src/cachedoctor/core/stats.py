@@ -125,13 +125,15 @@ def _evidence(
     module: str,
     counters: Counters,
     processes: int,
-    settings: dict[str, tuple[float, ...]],
+    fold: Fold,
     scan: ScanReport | None,
 ) -> ModuleEvidence:
     """What ``reasons.explain`` weighs for a module, as ``scan`` gathers it (rules/inventory);
-    ``settings``: the records' (``reasons.settings_of``)."""
+    the records' settings (``reasons.settings_of``) and hook modes from ``fold``."""
+    settings = fold.settings
+    hooked = fold.hooks[0] if len(fold.hooks) == 1 else None  # every process ran in one mode
     if scan is None:
-        return ModuleEvidence(module, counters, processes, settings)
+        return ModuleEvidence(module, counters, processes, settings, hooked=hooked)
     summary = scan.summary
     # the entries' own -atime files and the .lockfile, as scan judges them (orphans are none)
     lru = reasons.lru_evidence(summary.entry_atime_files, summary.lockfile, settings)
@@ -147,6 +149,8 @@ def _evidence(
         scan_kind=reasons.scan_kinds(scan.findings).get(module),
         atime_gap=reasons.atime_gap(summary.entries, summary.entry_atime_files, lru),
         undecodable=row.entries if row is not None and row.undecodable == row.entries else 0,
+        entries=row.entries if row is not None else 0,
+        hooked=hooked,
     )
 
 
@@ -175,7 +179,7 @@ def report_of(cache_dir: str, fold: Fold, scan: ScanReport | None) -> StatsRepor
         never = c.requests > 0 and c.hits == 0
         why = None
         if never:
-            why = reasons.explain(_evidence(t.name, c, t.processes, fold.settings, scan))
+            why = reasons.explain(_evidence(t.name, c, t.processes, fold, scan))
         rows.append(ModuleRow(t.name, t.processes, c, never, why))
     rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
     return StatsReport(

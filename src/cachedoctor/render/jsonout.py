@@ -36,7 +36,7 @@ def to_plain(value: Any) -> Any:
 
 
 # How a scan decoded an entry (cache/tiers.py), not what it holds: not in the JSON documents.
-ENTRY_FIELDS_NOT_SHOWN = ("program_signature", "hlo_deferred")
+ENTRY_FIELDS_NOT_SHOWN = ("program_signature", "hlo_deferred", "debug_fields")
 
 
 def entry_dict(entry: EntryInfo) -> dict[str, Any]:

@@ -133,8 +133,8 @@ def _no_records(report: StatsReport, scope: list[str]) -> str:
             f"cachedoctor-stats/{report.archives[-1]}); each process records at its exit"
         )
     return (
-        "no stats records: run JAX with the hook (`cachedoctor enable`, or "
-        "`cachedoctor enable --stats-only` to record without changing keys)"
+        "no stats records: run JAX with the hook (`cachedoctor enable`: every mode records; "
+        "`--stats-only` where JAX's own keys must stay, which turns stable keys off)"
     )
 
 

@@ -23,6 +23,16 @@ def _counts(pairs: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{name} ({n})" for name, n in pairs) or "-"
 
 
+def _compile_time(s: ScanSummary) -> str:
+    """The stored compile times added up, and how many entries have none (undecodable)."""
+    if not s.without_compile_time:
+        return f"{s.compile_seconds} s"
+    return (
+        f"{s.compile_seconds} s ({count(s.without_compile_time, 'entry', 'entries')} "
+        "undecodable: no compile time)"
+    )
+
+
 def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) -> None:
     s = report.summary
     console.print(Text(f"cache {report.cache_dir}", style="bold"))
@@ -35,7 +45,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
         ("entries", _entries(s)),
         ("on disk", format_bytes(s.bytes_on_disk)),
         ("decompressed", format_bytes(s.decompressed_bytes)),
-        ("compile time stored", f"{s.compile_seconds} s"),
+        ("compile time stored", _compile_time(s)),
         ("modules", str(s.modules)),
         ("platforms", _counts(s.platforms)),
         ("formats", _counts(s.formats)),

@@ -20,7 +20,7 @@ leaves its counter at zero):
 
 A miss is a request without a hit (JAX's ``PERSISTENT COMPILATION CACHE MISS`` log line). Each
 miss then has one outcome, decided as JAX's ``compiler._cache_write`` decides it (the same code
-in 0.4.38 .. 0.12), each a counter of the module:
+in 0.4.38 .. 0.12 but for host callbacks, below), each a counter of the module:
 
 - ``writes``: the write event came and the entry exists afterwards (``<key>-cache`` in a local
   cache dir, one ``stat``; on ``gs://`` / ``s3://``: JAX's put returned, no request is made);
@@ -30,8 +30,9 @@ in 0.4.38 .. 0.12), each a counter of the module:
   drops an entry larger than ``max_size`` with a warning; or another process evicted it at once);
 - ``refused_process``: this is not process 0 (JAX: "Not writing ... since process_id != 0");
 - ``refused_host_callbacks``: the compile had host callbacks and this JAX's ``_cache_write``
-  refuses them (it takes ``host_callbacks``: 0.4.38 .. 0.10; 0.12 stores such modules) (JAX:
-  "Not writing persistent cache entry for '...' because it uses host callbacks");
+  refuses them (JAX <= 0.10: "Not writing persistent cache entry for '...' because it uses host
+  callbacks"). Detected, not assumed: JAX 0.12's ``_cache_write`` takes no ``host_callbacks``
+  and stores such modules like any other (:func:`refuses_host_callbacks`);
 - ``refused_compile_time``: JAX did not call its put with neither of those, the minimum compile
   time above 0: the one reason left in ``_cache_write`` (JAX: "because it took < ... seconds");
 - ``refused_size``: JAX's put ran, sent no write event and raised nothing, the minimum entry
@@ -163,8 +164,8 @@ class _Recorder:
 
 
 _recorder: _Recorder | None = None
-_refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start)
 _listening = False  # JAX's listeners are registered: this process records
+_refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start())
 _lock = threading.Lock()
 _local = threading.local()
 
@@ -340,6 +341,20 @@ def _outcome(call: _Call) -> str | None:
     return "refused_compile_time" if (_config_value("min_compile_time_secs") or 0) > 0 else None
 
 
+def refuses_host_callbacks(cache_write: Callable[..., Any] | None) -> bool:
+    """Whether JAX's ``compiler._cache_write`` refuses a module with host callbacks: it takes
+    them as its ``host_callbacks`` parameter (0.4.38 .. 0.10) only to refuse them; 0.12's takes
+    none and writes such a module like any other."""
+    if cache_write is None:
+        return True  # as 0.4.38 .. 0.10.2 do
+    try:
+        import inspect
+
+        return "host_callbacks" in inspect.signature(cache_write).parameters
+    except (TypeError, ValueError):
+        return True
+
+
 def _entry_exists(key: str) -> bool:
     """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
     (JAX's put returned: no request per compile)."""
@@ -399,18 +414,6 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_executable_and_time
 
 
-def _writes_refuse_host_callbacks(compiler: Any) -> bool:
-    """Whether this JAX's ``compiler._cache_write`` refuses a module with host callbacks: the
-    releases that do take them as an argument (0.4.38 .. 0.10); 0.12 neither takes nor refuses
-    them."""
-    try:
-        import inspect
-
-        return "host_callbacks" in inspect.signature(compiler._cache_write).parameters
-    except (AttributeError, TypeError, ValueError):
-        return True
-
-
 def start(mode: str) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
     the listener API or ``compile_or_get_cached``."""
@@ -422,7 +425,7 @@ def start(mode: str) -> bool:
     try:
         from jax._src import compilation_cache, compiler, monitoring
 
-        _refuses_host_callbacks = _writes_refuse_host_callbacks(compiler)
+        _refuses_host_callbacks = refuses_host_callbacks(getattr(compiler, "_cache_write", None))
         original = compiler.compile_or_get_cached
         if getattr(original, "__cachedoctor_original__", None) is None:
             compiler.compile_or_get_cached = _wrap(original)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 
 from cachedoctor.formats import wire
 
@@ -43,6 +44,38 @@ def _decode_debug_options(buf: wire.Buffer, out: dict[str, object]) -> None:
     out["kernel_cache_file"] = wire.as_str(wire.first(f, DEBUG_KERNEL_CACHE_FILE)) or None
     mode = wire.as_int(wire.first(f, DEBUG_AUTOTUNE_MODE))
     out["autotune_mode"] = AUTOTUNE_MODES.get(mode, str(mode)) if mode is not None else None
+    out["debug_fields"] = number_ranges(f)
+
+
+def number_ranges(numbers: Iterable[int]) -> str:
+    """Field numbers as sorted ranges, ``1-3,5,7-9``: which DebugOptions fields an entry's
+    compile options set. JAX serializes every default of the jaxlib that compiled it, so a
+    number the installed jaxlib does not define shows an entry of another jaxlib."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(_span(run))
+        run = [n]
+    if run:
+        out.append(_span(run))
+    return ",".join(out)
+
+
+def _span(run: list[int]) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+
+
+def parse_ranges(text: str) -> frozenset[int]:
+    """The numbers of :func:`number_ranges`' text (an empty text: none)."""
+    numbers: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        numbers.update(range(int(low), int(high or low) + 1))
+    return frozenset(numbers)
 
 
 def decode_compile_options(buf: wire.Buffer) -> dict[str, object]:

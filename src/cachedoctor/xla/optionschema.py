@@ -323,6 +323,22 @@ def _installed_schema_cached() -> Schema | None:
     return None
 
 
+def undefined_debug_fields(debug_fields: str | None) -> tuple[frozenset[int], str] | None:
+    """The DebugOptions field numbers an entry's compile options set (``debug_fields``, as
+    ``compile_options.number_ranges`` wrote them) that the installed jaxlib does not define, and
+    that jaxlib's name; None when either is unknown. Not empty: another jaxlib wrote the entry
+    (JAX stores every default of its own jaxlib; XLA never reuses a removed number)."""
+    from cachedoctor.xla.compile_options import parse_ranges
+
+    schema = installed_schema()
+    if debug_fields is None or schema is None:
+        return None
+    info = schema.messages.get(DEBUG_OPTIONS)
+    if info is None or not info.fields:
+        return None
+    return parse_ranges(debug_fields) - frozenset(info.fields), schema.source
+
+
 # --- the static table --------------------------------------------------------------------------
 
 

@@ -109,7 +109,10 @@ def test_verify_finds_a_stale_hit(tmp_path: Path) -> None:
     assert "result: [1.0, 2.0" in proc.stdout  # run 1: the stale executable's (wrong) answer
     errors = [line for line in proc.stdout.splitlines() if line.startswith("::error")]
     assert any("cachedoctor check --verify (jit_f)" in e for e in errors), proc.stdout
-    assert "stale entries (--verify)" in proc.stdout.splitlines()[-1]
+    last = proc.stdout.splitlines()[-1]
+    stale = re.search(r"; (\d+) stale (entry|entries) \(--verify\)", last)
+    assert stale is not None, last
+    assert (stale.group(2) == "entry") == (stale.group(1) == "1"), last  # the noun's number
 
 
 def test_failing_command_is_reported(tmp_path: Path) -> None:

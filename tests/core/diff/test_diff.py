@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,10 +20,13 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.check.runner import program_env, run_command
 from cachedoctor.core.diff.compare import diff_entries, diff_module
 from cachedoctor.core.diff.report import VerdictKind
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import EntryNotFoundError
 from cachedoctor.programs import program_path
 from cachedoctor.xla import optionschema
 from tests.support.caches import cli_env, make_cache, other_jax_python, raw_payload_layout
+from tests.support.hookrun import compat_params, run_program
 from tests.support.sessioncache import SharedBuilds
 
 AUTOTUNE_FIELD = "executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir"
@@ -393,3 +397,40 @@ def test_manifest_components_that_differ_are_named(
     assert "111 vs 222" in report.verdict.line
     os.unlink(mf.manifest_path(cache, b.key))
     assert diff_entries(a.path, b.path).manifest.note.endswith("(no manifest for B)")
+
+
+WRITTEN_RE = re.compile(r"Writing (\S+) to persistent compilation cache with key '([^']+)'")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", [pytest.param(sys.executable, id="this-jax"), *compat_params()])
+def test_a_stable_key_and_plain_jaxs_key_are_one_program_not_instability(
+    tmp_path: Path, python: str
+) -> None:
+    """One program run under `cachedoctor enable`'s stable keys, then without the hook: two
+    keys JAX logs writing, one program. diff agrees with scan's same-program: no instability,
+    and no advice to enable what made the pair."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    module = "jit_g"
+    written = {}
+    for mode in ("stable", "none"):  # the other order hits: the hook also looks up JAX's key
+        log = run_program("plain", cache, mode=mode, python=python).stderr
+        written[mode] = dict(WRITTEN_RE.findall(log))[module]  # JAX's own log of its write
+    stable, plain = written["stable"], written["none"]
+    assert plain != stable, written
+
+    report = diff_entries(cache / f"{plain}-cache", cache / f"{stable}-cache")
+    v = report.verdict
+    assert v.kind is VerdictKind.SAME_EXECUTABLE and report.equivalent, v
+    assert "(key instability)" not in v.line and "not key instability" in v.line, v.line
+    assert "cachedoctor enable" not in (v.advice or ""), v.advice
+    assert report.manifest.hooked == (False, True)
+    # the hook computed JAX's own key of its compile: the key plain JAX logged writing
+    assert f"JAX's own key of B's compile: {plain}" in " ".join(v.because), v.because
+
+    scan = scan_directory(cache)
+    kinds = {f.kind for f in scan.findings if f.module == module}
+    assert FindingKind.SAME_PROGRAM in kinds and FindingKind.UNSTABLE_KEY not in kinds, kinds
+    module_report = diff_module(cache, module)
+    assert [r.verdict.line for r in module_report.reports] == [v.line]

@@ -68,6 +68,7 @@ def test_following_the_advice_clears_the_finding(
     (finding,) = subcache_findings(cache)
     advice = str(finding["advice"])
     assert ("cachedoctor prune" in advice) is mentions_prune, advice
+    assert "they are" not in advice, advice  # one file: "it is"
     follow(advice, cache)
     assert subcache_findings(cache) == [], advice
     assert not planted.exists()

@@ -285,13 +285,15 @@ class CheckReport:
             modules = sorted({m for m, _, _ in self.per_process})
             fields = sorted({f for _, _, fs in self.per_process for f in fs})
             head += (
-                f"; {count(len(modules), 'module')} recompile every run in processes > 0 of a "
+                f"; {count(len(modules), 'module')} {_recompile(len(modules))} every run in "
+                "processes > 0 of a "
                 f"jax.distributed job, whose keys differ from process 0's only in "
                 f"{', '.join(fields)} (JAX hashes it per process and writes only from process "
                 f"0): {', '.join(modules)}"
             )
         if self.verify and self.verify.stale:
-            head += f"; {len(self.verify.stale)} stale entries (--verify)"
+            stale = len(self.verify.stale)
+            head += f"; {count(stale, 'stale entry', 'stale entries')} (--verify)"
         elif self.verify and self.verify.checks:
             same = self.verify.verified_modules
             head += (
@@ -310,6 +312,10 @@ class CheckReport:
             f"; not stored by JAX, so compiled afresh every run: {', '.join(modules)} ({summary})"
             for summary, modules in by_summary.items()
         )
+
+
+def _recompile(n: int) -> str:
+    return "recompiles" if n == 1 else "recompile"
 
 
 def module_of_key(key: str) -> str:

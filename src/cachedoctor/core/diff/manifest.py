@@ -107,7 +107,13 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
         return ManifestSection(False, f"{NO_MANIFEST} (a manifest is unreadable: {exc})")
     if ma is None or mb is None:
         which = "either entry" if ma is None and mb is None else ("A" if ma is None else "B")
-        return ManifestSection(False, f"{NO_MANIFEST} (no manifest for {which})")
+        return ManifestSection(
+            False,
+            f"{NO_MANIFEST} (no manifest for {which})",
+            stable_keys=(_of(ma, "stable_key"), _of(mb, "stable_key")),
+            jax_keys=(_of(ma, "jax_key"), _of(mb, "jax_key")),
+            hooked=(_hooked(ma), _hooked(mb)),
+        )
     components = _components(ma, mb)
     va = {v["field"]: v for v in ma.volatile}
     vb = {v["field"]: v for v in mb.volatile}
@@ -158,4 +164,15 @@ def manifest_section(a: EntrySide, b: EntrySide, context: int) -> ManifestSectio
         versions=versions,
         ir_diff=ir_diff,
         backend_configs=tuple(configs),
+        hooked=(_hooked(ma), _hooked(mb)),
     )
+
+
+def _of(m: Manifest | None, name: str) -> str | None:
+    return None if m is None else getattr(m, name)
+
+
+def _hooked(m: Manifest | None) -> bool:
+    """The entry's key is the hook's stable key: a stable-mode manifest whose key is not the
+    hook's fallback to JAX's own (as ``core/usage/lookups.looked_up_by_hook`` reads it)."""
+    return m is not None and m.mode == "stable" and m.key_mode != "fallback"

@@ -97,6 +97,9 @@ class ManifestSection:
     versions: tuple[tuple[str, str | None, str | None], ...] = ()  # name, a, b (differing only)
     ir_diff: tuple[str, ...] = ()  # unified diff of the recorded canonical modules
     backend_configs: tuple[tuple[str, str, str], ...] = ()  # target, a, b from the IR text
+    # each side's key is the hook's stable key: its manifest is stable mode, not a fallback to
+    # JAX's key (known even when the other side has no manifest)
+    hooked: tuple[bool, bool] = (False, False)
 
 
 @dataclass(frozen=True)

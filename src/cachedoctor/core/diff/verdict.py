@@ -111,6 +111,9 @@ def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestS
         f"the decompressed payloads are byte-identical (sha256 {digest}…): same compiled "
         "module, compile options and object code"
     ]
+    pair = _stable_and_plain(manifest, ia.key, ib.key)
+    if pair is not None:
+        return _stable_and_plain_verdict(a, pair, because)
     changed = [c for c in manifest.components if not c.same]
     if manifest.available and changed:
         because.append("the key manifests differ in: " + ", ".join(c.name for c in changed))
@@ -134,9 +137,10 @@ def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestS
             "CustomSPMDPartitioning backend_config is a per-run pointer (key instability)"
         )
     else:
+        # nothing shows a key input that changes per run: as scan's same-program, no instability
         line = (
             "same executable under different keys: the keys differ in an input not stored "
-            "in the entry (key instability)"
+            "in the entry"
         )
     if cp:
         because.append(cp)
@@ -156,6 +160,38 @@ def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestS
     else:
         advice = f"{ENABLE_ADVICE}; with record_ir its manifests name the differing input"
     return Verdict(VerdictKind.SAME_EXECUTABLE, line, tuple(because), advice, True)
+
+
+def _stable_and_plain(manifest: ManifestSection, key_a: str, key_b: str) -> str | None:
+    """Why one key is the hook's stable key and the other plain JAX's key, or None: one
+    program under the two keys ``cachedoctor enable`` and plain JAX give it (scan's
+    ``same-program``, never instability)."""
+    if manifest.hooked[0] == manifest.hooked[1]:
+        return None
+    s, p = (0, 1) if manifest.hooked[0] else (1, 0)
+    name, keys = "AB", (key_a, key_b)
+    said = (
+        f"{name[s]}'s key is the stable-key hook's (its manifest: stable mode); {name[p]}'s is "
+        f"JAX's own (no stable-mode manifest: a run without the hook wrote it)"
+    )
+    if manifest.jax_keys[s] == keys[p]:
+        said += f"; the hook recorded JAX's own key of {name[s]}'s compile: {keys[p]}, {name[p]}'s"
+    return said
+
+
+def _stable_and_plain_verdict(a: EntryDetail, pair: str, because: list[str]) -> Verdict:
+    because.append(pair)
+    cp = _custom_partitioning_evidence(a)
+    if cp:
+        because.append(cp)
+    return Verdict(
+        VerdictKind.SAME_EXECUTABLE,
+        "same executable under two keys: the stable key of `cachedoctor enable` and plain "
+        "JAX's key (one program, not key instability)",
+        tuple(because),
+        "nothing to fix: runs with the hook look up the stable key, runs without it JAX's own",
+        True,
+    )
 
 
 def _same_program_verdict(options: OptionsSection, hlo: HloSection, execs: BytesSection) -> Verdict:

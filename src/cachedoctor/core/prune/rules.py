@@ -30,6 +30,7 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.scan.report import ScanReport, real_problems
 from cachedoctor.core.scan.rules.keys import unstable_groups
 from cachedoctor.units import format_age
+from cachedoctor.xla.optionschema import undefined_debug_fields
 
 
 @dataclass(frozen=True)
@@ -189,9 +190,10 @@ def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
             )
     ctx.notes.append(
         "--stale-jax decides from manifests (their jaxlib version) when present, else from the "
-        "entry's layout (pjrt_ifrt header since jaxlib 0.9.1); entries of another jaxlib with "
-        "the same layout are not detected without a manifest. An entry of another jaxlib used "
-        "since the installed one first wrote here is kept: another JAX version shares the cache"
+        "entry's compile options (DebugOptions fields the installed jaxlib does not define: "
+        "another jaxlib's defaults), else its layout (pjrt_ifrt header since jaxlib 0.9.1). An "
+        "entry of another jaxlib used since the installed one first wrote here is kept: another "
+        "JAX version shares the cache"
     )
 
 
@@ -204,6 +206,12 @@ def _other_jaxlib(e: PlannedEntry, installed: str, want: str | None) -> str | No
     info = e.info
     if info is None or any(p.kind != "unsupported" for p in info.problems):
         return None
+    other = undefined_debug_fields(info.debug_fields)
+    if other and other[0]:
+        return (
+            f"compile options: DebugOptions fields {min(other[0])} and {len(other[0]) - 1} "
+            f"more that jaxlib {installed} does not define"
+        )
     era = info.payload_format
     if want is not None and era is not None and era != want:
         return f"format {info.format_label}: jaxlib {installed} writes {want} entries"
@@ -215,7 +223,10 @@ def _of_jaxlib(e: PlannedEntry, installed: str, want: str | None) -> bool:
     one it writes): the earliest such write is when that jaxlib may have started here."""
     if e.manifest is not None and e.manifest.jaxlib:
         return e.manifest.jaxlib == installed
-    return e.info is not None and want is not None and e.info.payload_format == want
+    if e.info is None or want is None or e.info.payload_format != want:
+        return False
+    other = undefined_debug_fields(e.info.debug_fields)
+    return not (other and other[0])
 
 
 def _used_since(

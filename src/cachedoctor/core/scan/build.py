@@ -71,7 +71,7 @@ def build_report(
     findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
     findings += not_stored_findings(listing, first_process_only(manifests), records, findings)
     findings += process_findings(manifests)
-    findings += atime_findings(listing)
+    findings += atime_findings(listing, jax_info)
     findings += corrupt_findings(entries, now)
     findings += insecure_findings(listing)
     findings += mixtures(entries)
@@ -107,7 +107,7 @@ def _summary(listing: CacheListing, all_entries: list[EntryInfo]) -> ScanSummary
         entries=len(entries),
         bytes_on_disk=bytes_once(entries, _inodes(listing)),
         decompressed_bytes=sum(e.decompressed_size or 0 for e in entries),
-        compile_seconds=sum(e.compile_time_s or 0 for e in entries),
+        compile_seconds=sum(stored_compile_time(e) or 0 for e in entries),
         modules=len({e.module for e in entries}),
         platforms=tuple(Counter(e.platform for e in entries if e.ok).most_common()),
         formats=tuple(Counter(e.format_label for e in entries if e.ok).most_common()),
@@ -119,6 +119,7 @@ def _summary(listing: CacheListing, all_entries: list[EntryInfo]) -> ScanSummary
         entry_atime_files=len(lru.with_atime),
         orphan_atime_files=len(lru.orphans),
         lockfile=lru.lockfile,
+        without_compile_time=sum(1 for e in entries if stored_compile_time(e) is None),
     )
 
 
@@ -140,6 +141,12 @@ def bytes_once(entries: Iterable[EntryInfo], inodes: Mapping[str, int]) -> int:
             seen.add(ino)
         total += e.size
     return total
+
+
+def stored_compile_time(e: EntryInfo) -> int | None:
+    """The compile time JAX stored in a decodable entry; None for an undecodable one, whose
+    first four bytes are no compile time (a damaged file can read as 19,352,772 s)."""
+    return None if undecodable(e) else e.compile_time_s
 
 
 def tree_size(path: os.PathLike[str] | str) -> int:
@@ -167,7 +174,7 @@ def _module_stats(
             entries=len(group),
             programs=len({e.program_digest or e.key for e in group if not undecodable(e)}),
             bytes_on_disk=bytes_once(group, inodes or {}),
-            compile_seconds=sum(e.compile_time_s or 0 for e in group),
+            compile_seconds=sum(stored_compile_time(e) or 0 for e in group),
             key_modes=count_modes(modes[e.key] for e in group if e.key in modes),
             undecodable=sum(1 for e in group if undecodable(e)),
         )

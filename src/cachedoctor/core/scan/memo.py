@@ -54,7 +54,7 @@ from cachedoctor.core.scan.report import (
 )
 from cachedoctor.storage import urls
 
-MEMO_FORMAT = "cachedoctor-scan-memo-v3"
+MEMO_FORMAT = "cachedoctor-scan-memo-v4"
 _BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
 
 

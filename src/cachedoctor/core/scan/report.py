@@ -63,6 +63,8 @@ class ScanSummary:
     entry_atime_files: int = 0  # entries with an -atime file of the same key
     orphan_atime_files: int = 0  # -atime files with no entry of the same key
     lockfile: bool = False  # JAX's .lockfile (its LRU cache locks it around every get/put)
+    # entries whose compile time is not in ``compile_seconds``: undecodable, none is known
+    without_compile_time: int = 0
 
 
 @dataclass(frozen=True)

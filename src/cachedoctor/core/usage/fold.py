@@ -40,7 +40,7 @@ from cachedoctor.storage.stores import Store
 
 _REQUESTS = 0  # values_of(c)[_REQUESTS] is c.requests
 assert values_of(Counters(requests=1))[_REQUESTS] == 1
-FORMAT = "fold-v1"  # the body's layout: in the key, so another is never read
+FORMAT = "fold-v2"  # the body's layout: in the key, so another is never read
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class Fold:
     since: float | None = None  # the options it was folded with
     module: str | None = None
     archives: tuple[str, ...] = ()  # the archives of --zero in the folder (names), sorted
+    hooks: tuple[str, ...] = ()  # the hook's modes the records added up ran with, sorted
 
     @property
     def never_hit(self) -> bool:
@@ -108,6 +109,7 @@ def fold_records(
         problems=tuple(problems),
         since=since,
         module=module,
+        hooks=tuple(sorted({r.hook for r in records})),
     )
 
 
@@ -191,6 +193,7 @@ def freeze(fold: Fold) -> str:
             fold.since,
             fold.module,
             fold.archives,
+            fold.hooks,
         ]
     )
 
@@ -219,9 +222,20 @@ def thaw(body: str) -> Fold | None:
     """What :func:`freeze` kept, or None when the body is not one of ours."""
     try:
         doc = json.loads(body)
-        fmt, read, processes, modules, days, hosts, settings, problems, since, module, archives = (
-            doc
-        )
+        (
+            fmt,
+            read,
+            processes,
+            modules,
+            days,
+            hosts,
+            settings,
+            problems,
+            since,
+            module,
+            archives,
+            hooks,
+        ) = doc
         if fmt != FORMAT or type(read) is not int or type(processes) is not int:
             return None
         if not (since is None or type(since) in (int, float)) or not (
@@ -239,6 +253,7 @@ def thaw(body: str) -> Fold | None:
             since=since,
             module=module,
             archives=tuple(map(str, archives)),
+            hooks=tuple(map(str, hooks)),
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -40,6 +40,9 @@ class Reason:
     summary: str  # what happened, in a few words
     evidence: str  # what that rests on, quoted
     recorded: bool = True  # False: no stats record of the module, so nothing JAX said is known
+    # the hook's mode its key manifests show ("stable", "observe"; None: no manifest): every
+    # mode records, and `enable --stats-only` would turn its keys or manifests off
+    hooked: str | None = None
 
     @property
     def text(self) -> str:
@@ -54,9 +57,11 @@ class ModuleEvidence:
     """What is known of one module. ``counters``: its records summed (None: no record of it);
     ``settings``: each cache setting's values in those records; ``held``: whether the cache
     holds an entry of it now (None: not looked); ``lru``: what shows JAX's LRU in use (None:
-    nothing does); ``scan_kind``: the scan's key finding on its entries; ``atime_gap``: entries
-    without an ``-atime`` file while the LRU is in use (its eviction pass then raises);
-    ``undecodable``: entries of it held, none of which decodes."""
+    nothing does); ``entries``: how many entries of it the cache holds (None: not looked);
+    ``hooked``: the hook's mode its key manifests (or all records) show; ``scan_kind``: the
+    scan's key finding on its entries; ``atime_gap``: entries without an ``-atime`` file while
+    the LRU is in use (its eviction pass then raises); ``undecodable``: entries of it held,
+    none of which decodes."""
 
     module: str
     counters: Counters | None = None
@@ -67,6 +72,8 @@ class ModuleEvidence:
     scan_kind: FindingKind | None = None
     atime_gap: int = 0  # entries without an -atime file while JAX's LRU is in use
     undecodable: int = 0  # the cache holds this many entries of it, and none decodes
+    entries: int | None = None  # the cache holds this many entries of it (None: not looked)
+    hooked: str | None = None  # the hook's mode in its key manifests (None: none seen)
 
 
 _JAX_NAME = {name: f"jax_{jax_name}" for name, jax_name in CONFIG_NAMES.items()}
@@ -162,6 +169,14 @@ def explain(ev: ModuleEvidence) -> Reason:
     if ev.scan_kind is not None:
         label = "unstable key" if ev.scan_kind is FindingKind.UNSTABLE_KEY else "relocated"
         return Reason(ReasonKind(ev.scan_kind.value), label, f"scan finding {ev.scan_kind.value}")
+    if ev.lru is not None and ev.entries is not None and c.checked_writes > ev.entries:
+        return Reason(
+            ReasonKind.EVICTED_BY_LRU,
+            "evicted by JAX's LRU",
+            f"stats records: {count(c.checked_writes, 'write')} whose entry existed afterwards; "
+            f"the cache holds {count(ev.entries, 'entry', 'entries')} of it now: "
+            f"{c.checked_writes - ev.entries} written and gone; JAX's LRU is in use ({ev.lru})",
+        )
     if ev.processes == 1:
         return Reason(
             ReasonKind.ONE_PROCESS, "asked by one process so far", "stats records of 1 process"
@@ -173,17 +188,25 @@ def explain(ev: ModuleEvidence) -> Reason:
         "no evidence of why",
         f"JAX wrote it {c.writes} times and {where}{lru}; `cachedoctor diff --module "
         f"{ev.module}` compares its keys",
+        hooked=ev.hooked,
     )
 
 
 def _without_records(ev: ModuleEvidence) -> Reason:
     lru = f"; JAX's LRU is in use ({ev.lru}): it may have evicted it" if ev.lru else ""
+    if ev.hooked:  # the hook ran, and records in every mode: its records are gone or unwritten
+        how = (
+            f"its key manifests show the hook ran in {ev.hooked} mode, which records too: the "
+            "records of those runs were archived (`stats --zero`), removed or never written"
+        )
+    else:
+        how = "`cachedoctor enable --stats-only` records why JAX does not store a module"
     return Reason(
         ReasonKind.UNKNOWN,
         "no evidence of why",
-        f"no stats record of {ev.module}{lru}; `cachedoctor enable --stats-only` records why "
-        "JAX does not store a module",
+        f"no stats record of {ev.module}{lru}; {how}",
         recorded=False,
+        hooked=ev.hooked,
     )
 
 
@@ -209,8 +232,8 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
     if kind is ReasonKind.HOST_CALLBACKS:
         return Reason(
             kind,
-            "JAX does not store a module with host callbacks (jax.debug.print, pure_callback, "
-            "io_callback)",
+            "this JAX does not store a module with host callbacks (jax.debug.print, "
+            "pure_callback, io_callback)",
             f"stats records: {of} compiled with host callbacks; "
             + _REFUSED_LOG.format(m=m, why="it uses host callbacks"),
         )
@@ -229,7 +252,7 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
         return Reason(
             kind,
             "JAX does not store a module that compiles faster than its minimum compile time",
-            f"stats records: {of} not written, without host callbacks, in process 0, with "
+            f"stats records: {of} not put by JAX, in process 0, with "
             f"{setting} ({c.compile_secs / max(c.misses, 1):.2f} s per compile call); "
             + _REFUSED_LOG.format(m=m, why="it took < ... seconds to compile"),
         )
@@ -260,8 +283,8 @@ def _failed_writes(ev: ModuleEvidence, c: Counters) -> str:
     if ev.atime_gap:
         said += (
             f"; the listing: {ev.atime_gap} more entries than -atime files while JAX's LRU is "
-            "in use: its eviction pass raises FileNotFoundError on an entry without one "
-            "(`cachedoctor prune --repair --apply` recreates them)"
+            "in use: up to 0.10 its eviction pass raises FileNotFoundError on an entry without "
+            "one (0.12 evicts it first; `cachedoctor prune --repair --apply` recreates them)"
         )
     return said
 
@@ -315,12 +338,19 @@ def advice(reason: Reason, module: str) -> str:
         return "find what removes entries (prune schedules, cleanup jobs)"
     if kind is ReasonKind.ONE_PROCESS:
         return "nothing yet: the next process hits if its key is the same"
+    explain = (
+        "JAX_EXPLAIN_CACHE_MISSES=1 (JAX logs a compile under the minimum time, an entry under "
+        "the minimum size, and up to JAX 0.10 host callbacks)"
+    )
+    if not reason.recorded and reason.hooked:  # never --stats-only: it turns the hook's keys off
+        return f"run it again with the hook on ({reason.hooked} mode records), or with {explain}"
     if not reason.recorded:  # nothing JAX said is known: ask for its words, guess nothing
         return (
-            "record JAX's reason: `cachedoctor enable --stats-only` (stats records), or run with "
-            "JAX_EXPLAIN_CACHE_MISSES=1 (JAX logs host callbacks, a compile under the minimum "
-            "time, an entry under the minimum size)"
+            "record JAX's reason: `cachedoctor enable --stats-only` (stats records), or run "
+            f"with {explain}"
         )
+    if reason.hooked == "stable":  # its keys are stable keys already
+        return f"run `cachedoctor diff --module {module}` to see what changes its key"
     return (
         f"run `cachedoctor diff --module {module}` to see what changes its key, "
         "`cachedoctor enable` for stable keys"

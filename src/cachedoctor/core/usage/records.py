@@ -5,6 +5,7 @@ A torn or foreign file is a finding, never an error.
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import json
@@ -379,7 +380,7 @@ def parse_record(file: str, data: bytes) -> Record:
 
 def read_records(store: Store, *, use_index: bool = True) -> tuple[list[Record], list[Finding]]:
     """Every record in ``cachedoctor-stats/``; each file that is not a sound record (torn,
-    foreign, or breaking a rule its recorder keeps) is a finding and is left out.
+    unreadable, foreign, or breaking a rule its recorder keeps) is a finding and is left out.
 
     Each record file is read and checked once: what that gave is kept in the records index
     (``cache/record_index.py``), from which a later call takes every file unchanged since."""
@@ -446,7 +447,7 @@ def _read_one(store: Store, name: str, path: str) -> tuple[Record | Finding, str
         with store.open_read(path) as fh:
             data = fh.read(MAX_RECORD_BYTES + 1)
     except OSError as exc:
-        return _unreadable(path, os_reason(exc)), None
+        return _no_access(path, exc), None
     try:
         record = parse_record(name, data)
     except RuleBroken as exc:
@@ -615,6 +616,30 @@ def _unreadable(path: str, reason: str) -> Finding:
     return catalog.STATS_RECORD_UNREADABLE.finding(
         f"{path} is not a readable stats record ({reason}); it is left out",
         entries=(path,),
+    )
+
+
+def _no_access(path: str, exc: OSError) -> Finding:
+    """A record the system would not let cachedoctor read: its bytes are unknown, so it is not
+    called torn, and the advice is the one that lets it be read."""
+    reason = os_reason(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        fix = (
+            "make it readable to the user running cachedoctor (`chmod a+r` the file, or run as "
+            "its owner): its numbers are then counted"
+        )
+    elif exc.errno == errno.ELOOP or "symbolic link" in reason:
+        fix = (
+            "the recorder never writes a link and cachedoctor never follows one: put the record "
+            "it points to in its place, or remove the link"
+        )
+    else:
+        fix = "run `stats` again once the storage answers; if it keeps failing, copy it out"
+    return catalog.STATS_RECORD_NO_ACCESS.finding(
+        f"{path} cannot be read ({reason}); it is left out",
+        entries=(path,),
+        reason=reason,
+        fix=fix,
     )
 
 

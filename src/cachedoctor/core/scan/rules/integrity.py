@@ -5,6 +5,7 @@ files, entries that do not decode.
 from __future__ import annotations
 
 from cachedoctor import layout
+from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core import catalog
@@ -18,17 +19,34 @@ from cachedoctor.core.scan.report import (
 from cachedoctor.errors import count
 
 
-def atime_findings(listing: CacheListing) -> list[Finding]:
+def atime_findings(listing: CacheListing, jax_info: JaxInfo | None = None) -> list[Finding]:
+    """Entries without their -atime file under JAX's LRU (judged by what the installed JAX's
+    eviction pass does with one), -atime files without an entry, leftover temporary files."""
     lru = lru_evidence(listing)
     links = {i.key for i in listing.entries if i.is_symlink}
     findings = []
     missing = lru.without_atime
-    if missing and lru.lockfile:
+    if (
+        missing
+        and (lru.lockfile or lru.with_atime)
+        and jax_info
+        and jax_info.lru_evicts_without_atime
+    ):
+        findings.append(
+            catalog.MISSING_ATIME_EVICTED_FIRST.finding(
+                f"{_entries_have(missing, links)} no -atime file while LRU eviction is in use; "
+                f"JAX {jax_info.jax_version} takes them as the least recently used and evicts "
+                "them first",
+                entries=missing,
+                jax=str(jax_info.jax_version),
+            )
+        )
+    elif missing and lru.lockfile:
         findings.append(
             catalog.MISSING_ATIME_LOCKED.finding(
                 f"{_entries_have(missing, links)} no -atime file while LRU eviction is in use "
-                "(.lockfile present); JAX's eviction pass fails on them and stops all cache "
-                "writes",
+                "(.lockfile present); JAX up to 0.10 fails its eviction pass on them, which "
+                "stops all cache writes (0.12 evicts them first)",
                 entries=missing,
             )
         )

@@ -66,7 +66,8 @@ def autotune_advice(autotune: subcaches.AutotuneDirReport) -> str:
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         )
         parts.append(
-            f"remove {shown} yourself: they are not named as XLA names its files, and "
+            f"remove {shown} yourself: {'it is' if len(foreign) == 1 else 'they are'} not "
+            "named as XLA names its files, and "
             "cachedoctor never removes a file it does not recognise"
         )
     return (
@@ -87,13 +88,17 @@ def not_stored_findings(
     """
     entry_keys = {i.key for i in listing.entries}
     missing: dict[str, list[str]] = defaultdict(list)
+    hooked: dict[str, set[str]] = defaultdict(set)  # the hook's modes in each module's manifests
     for m in manifests:
         if m is None or not isinstance(m.get("key"), str) or m["key"] in entry_keys:
             continue
-        missing[str(m.get("module_name") or "(unnamed)")].append(str(m["key"]))
+        module = str(m.get("module_name") or "(unnamed)")
+        missing[module].append(str(m["key"]))
+        if isinstance(m.get("mode"), str):
+            hooked[module].add(str(m["mode"]))
     if not missing:
         return []
-    held = {listdir.module_of(k) for k in entry_keys if k}
+    held = Counter(listdir.module_of(k) for k in entry_keys if k)
     settings = reasons.settings_of(records)
     own = listing_lru(listing)  # the entries' own -atime files and the .lockfile (no orphans)
     atimes = len(own.with_atime)
@@ -104,7 +109,16 @@ def not_stored_findings(
     for module in sorted(missing):
         counters, processes = reasons.summed(records, module)
         evidence = reasons.ModuleEvidence(
-            module, counters, processes, settings, module in held, lru, kinds.get(module), gap
+            module,
+            counters,
+            processes,
+            settings,
+            module in held,
+            lru,
+            kinds.get(module),
+            gap,
+            entries=held[module],
+            hooked=_hook_mode(hooked[module]),
         )
         why = reasons.explain(evidence)
         by_kind[why.kind].append((module, why))
@@ -112,6 +126,11 @@ def not_stored_findings(
         _not_stored(kind, explained, {m: missing[m] for m, _ in explained})
         for kind, explained in sorted(by_kind.items())
     ]
+
+
+def _hook_mode(modes: set[str]) -> str | None:
+    """The hook's mode a module's manifests show: stable where any is (its keys are stable)."""
+    return "stable" if "stable" in modes else min(modes, default=None)
 
 
 _SHOWN = 5  # modules whose evidence a not-stored finding quotes

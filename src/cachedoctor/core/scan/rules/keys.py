@@ -15,6 +15,7 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import KeyModeUse
+from cachedoctor.errors import count
 
 if TYPE_CHECKING:
     from cachedoctor.stablekeys.manifest import Manifest
@@ -239,6 +240,7 @@ def relocated_findings(
     )
     hits = {option: _hit_values(root, option) for _, option, _ in checks}
     moved: dict[str, list[tuple[EntryInfo, str]]] = defaultdict(list)
+    other = _OtherJaxlib()
     judged: dict[tuple[str, str], bool] = {}  # entries name few distinct paths: judge each once
     for e in entries:
         if e.key in stable_keys:
@@ -250,13 +252,60 @@ def relocated_findings(
             miss = judged.get((option, value))
             if miss is None:
                 miss = judged[(option, value)] = _misses(value, option, hits[option])
-            if miss:
+            if miss and not other.wrote(e):
                 moved[option].append((e, value))
     hashed_by_option = {option: hashed for _, option, hashed in checks}
     return [
         _relocated(root, option, pairs, jax_info, hashed_by_option[option], hits[option])
         for option, pairs in moved.items()
-    ]
+    ] + other.findings()
+
+
+class _OtherJaxlib:
+    """The entries another jaxlib wrote, by the DebugOptions fields their compile options set
+    that the installed jaxlib does not define: JAX misses them for that, not their path."""
+
+    def __init__(self) -> None:
+        self.judged: dict[str, tuple[frozenset[int], str] | None] = {}
+        self.entries: list[EntryInfo] = []
+        self.fields: set[int] = set()
+        self.jaxlib = ""
+
+    def wrote(self, e: EntryInfo) -> bool:
+        from cachedoctor.xla.optionschema import undefined_debug_fields
+
+        if e.debug_fields is None:
+            return False
+        if e.debug_fields not in self.judged:  # one run's entries share their options
+            self.judged[e.debug_fields] = undefined_debug_fields(e.debug_fields)
+        found = self.judged[e.debug_fields]
+        if not found or not found[0]:
+            return False
+        if e not in self.entries:
+            self.entries.append(e)
+        self.fields |= found[0]
+        self.jaxlib = found[1].split(" (", 1)[0]  # "jaxlib 0.10.2 (libjax_common.so)"
+        return True
+
+    def findings(self) -> list[Finding]:
+        if not self.entries:
+            return []
+        shown = sorted(self.fields)
+        fields = ", ".join(map(str, shown[:5])) + (
+            f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+        )
+        n = len(self.entries)
+        return [
+            catalog.OTHER_JAXLIB.finding(
+                f"{count(n, 'entry', 'entries')} for a cache at another path "
+                f"{'was' if n == 1 else 'were'} written by another jaxlib than the installed "
+                f"{self.jaxlib}, which never hits {'it' if n == 1 else 'them'}, wherever the "
+                "cache is",
+                entries=tuple(e.key for e in self.entries),
+                jaxlib=self.jaxlib,
+                fields=fields,
+            )
+        ]
 
 
 def _relocated(
