@@ -53,6 +53,7 @@ CROSSVER_TESTS = [
     "tests/core/prune/test_prune.py",
     "tests/core/scan/test_scan.py",
     "tests/stablekeys/test_hook_compat.py",
+    "tests/e2e/test_prune_matrix.py",
 ]
 
 

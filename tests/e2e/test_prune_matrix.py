@@ -20,10 +20,11 @@ Values that depend on the state: ``--older-than`` is the age of the state's last
 
 The default cells cover each failure of the issue and each selector once; the whole matrix
 (every selector alone, narrowed and in pairs, x 4 spellings x 3 states) is collected with
-``CACHEDOCTOR_PRUNE_MATRIX=full``, its extra cells marked ``matrix_full``. One cell:
-``pytest 'tests/e2e/test_prune_matrix.py::test_prune_keeps_what_jax_hits[duplicates-abs-written-flag]'``
-(or ``-k duplicates-abs-written``). The second JAX comes from ``CACHEDOCTOR_OTHER_JAX_PYTHON``
-(``nox -s crossver`` builds it; by hand: a venv with ``jax[cpu]==0.8.3``).
+``CACHEDOCTOR_PRUNE_MATRIX=full``, its extra cells marked ``matrix_full``. One cell, every
+population: ``pytest tests/e2e/test_prune_matrix.py -k duplicates-abs-written``; one population
+of it: ``-k duplicates-abs-written-flag``. The second JAX comes from
+``CACHEDOCTOR_OTHER_JAX_PYTHON`` (``nox -s crossver`` builds it and runs this file; by hand:
+``python3.11 -m venv V && V/bin/pip install jax==0.8.3 jaxlib==0.8.3``).
 """
 
 from __future__ import annotations
@@ -169,8 +170,15 @@ def test_prune_keeps_what_jax_hits(matrix: Matrix, cell: pm.Cell, who: str) -> N
     baseline = built.baseline[cell.timing]
     if who == "removed":
         assert result["code"] == 0, f"{said} exited {result['code']}: {result['err']}"
-        hit = {k: name for name, o in baseline.items() for k in pm.hit_keys(o)}
-        wrong = {k: f"{hit[k]} hits it; {reasons.get(k, '?')}" for k in result["removed"] if k in hit}
+        hit: dict[str, list[str]] = {}
+        for name, outcome in baseline.items():
+            for k in pm.hit_keys(outcome):
+                hit.setdefault(k, []).append(name)
+        wrong = {
+            k: f"{', '.join(hit[k])} hit it; {reasons.get(k, 'not in the plan')}"
+            for k in result["removed"]
+            if k in hit
+        }
         assert not wrong, f"{said} removed {len(wrong)} entries a rerun hits: {wrong}"
         return
     after = result["reruns"][who]
@@ -179,6 +187,5 @@ def test_prune_keeps_what_jax_hits(matrix: Matrix, cell: pm.Cell, who: str) -> N
     lost = sorted(set(before_hits) - set(after_hits))
     why = {k: reasons.get(k, "not removed by the plan") for k in lost}
     assert after_hits == before_hits, (
-        f"{who} hit {len(after_hits)} keys after {said}, {len(before_hits)} without it; "
-        f"lost: {why}"
+        f"{who} hit {len(after_hits)} keys after {said}, {len(before_hits)} without it; lost: {why}"
     )

@@ -8,12 +8,13 @@ into keys: the autotune sub-cache option). The populations:
   ``-atime`` files, ``.lockfile``); it writes first, as JAX's eviction reads the ``-atime`` of
   every entry before a write and fails on an entry without one;
 - ``plain``: the seed program (a ``custom_partitioning`` op: a pointer in ``jit_f``'s key), no
-  hook; it also writes last, so a plain process is the latest writer of ``jit_f``;
+  hook; while the cache is written, plain processes also write last (``LAST_WRITERS``, on 8
+  and on 4 devices), so a plain process is the latest writer of each ``jit_f`` program;
 - ``stable``, ``observe``, ``stats``: the seed program under ``CACHEDOCTOR_HOOK`` in that mode
   (``stable`` adopts the plain run's entries by hard link);
 - ``flag``, ``flag-observe``: the seed program with JAX's
-  ``jax_remove_custom_partitioning_ptr_from_cache_key``, plain and in observe mode (the latter
-  adding 2.0 instead of 1.0, so that each writes its own key and neither reads the other's);
+  ``jax_remove_custom_partitioning_ptr_from_cache_key``, plain and in observe mode (the latter on
+  4 CPU devices, the others on 8, so that each writes its own keys and neither reads the other's);
 - ``jax083``: the seed program under a second JAX (``CACHEDOCTOR_OTHER_JAX_PYTHON``, which
   ``nox -s crossver`` sets; absent, the population is left out and its tests skip).
 
@@ -65,7 +66,10 @@ HIT_PREFIX = "Persistent compilation cache hit for '"
 MISS_PREFIX = "PERSISTENT COMPILATION CACHE MISS for '"
 FLAG = {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "1"}
 LRU = {"JAX_COMPILATION_CACHE_MAX_SIZE": str(10**9)}
-OTHER_VARIANT = {"CACHEDOCTOR_SEED_ADD": "2.0"}  # another jit_f: its own key under the flag
+# Under the flag, two seed programs that differ only in what the partitioner computes have one
+# key (JAX's known stale-hit hazard); the flag-observe population runs on 4 devices instead of 8
+# so that it writes keys of its own, which no other population reads before a plain run writes.
+FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 TIMINGS = ("written", "read", "reread")
 REREAD_AFTER_S = 70  # the issue's gap between the first read and the next
 OLDER_MARGIN_S = 30  # --older-than: the last round's age plus this (under the 70 s gap)
@@ -99,12 +103,19 @@ def populations(other: str | None) -> list[Population]:
         Population("observe", "seed", "observe"),
         Population("stats", "seed", "stats"),
         Population("flag", "seed", None, FLAG),
-        Population("flag-observe", "seed", "observe", {**FLAG, **OTHER_VARIANT}),
+        Population("flag-observe", "seed", "observe", {**FLAG, **FOUR_DEVICES}),
     ]
     if other:
         pops.append(Population("jax083", "seed", None, python=other))
     return pops
 
+
+# The history's last writes: plain processes on each host size, after the flag populations wrote
+# and before they run again (the issue's case for --duplicates); not populations that rerun.
+LAST_WRITERS = [
+    Population("plain", "seed", None),
+    Population("plain-4", "seed", None, FOUR_DEVICES),
+]
 
 POPULATION_NAMES = ("lru", "plain", "stable", "observe", "stats", "flag", "flag-observe", "jax083")
 
@@ -126,7 +137,8 @@ def _keys_after(log: str, prefix: str) -> list[list[str]]:
 
 
 def run_population(cache: Path, pop: Population) -> dict[str, Any]:
-    """One process of ``pop`` on ``cache``: ``{"hits", "misses": [[module, key]], "rc", "tail"}``."""
+    """One process of ``pop`` on ``cache``: ``hits`` and ``misses`` (``[module, key]`` in
+    JAX's log), ``rc``, and the log's ``tail`` when it failed."""
     extra = {**pop.env, "JAX_LOG_COMPILES": "1"}
     if pop.hook:
         extra["CACHEDOCTOR_HOOK"] = pop.hook
@@ -235,10 +247,10 @@ def relatime(root: Path, before: dict[str, tuple[int, int]], since_ns: int) -> i
             st = path.lstat()
         except FileNotFoundError:
             continue
-        if st.st_mtime_ns == mtime and atime > mtime and since_ns - atime < DAY_NS:
-            if st.st_atime_ns != atime:
-                os.utime(path, ns=(atime, mtime))
-                kept += 1
+        unmoved = st.st_mtime_ns == mtime and atime > mtime and since_ns - atime < DAY_NS
+        if unmoved and st.st_atime_ns != atime:
+            os.utime(path, ns=(atime, mtime))
+            kept += 1
     return kept
 
 
@@ -292,9 +304,9 @@ def build(folder: Path, live: Path, pops: list[Population]) -> Built:
     shutil.rmtree(live, ignore_errors=True)
     live.mkdir(parents=True)
     start = time.time()
-    writes = [*pops, *(p for p in pops if p.name == "plain")]  # a plain process writes last
-    written = rerun(live, writes)
-    assert not any(o["rc"] for o in written.values()), written
+    writes = [*pops, *LAST_WRITERS]
+    failed = [(p.name, o["tail"]) for p in writes if (o := run_population(live, p))["rc"]]
+    assert not failed, f"a population failed while the matrix cache was written: {failed}"
     round_start, baseline, fit, recent, digests = {"written": start}, {}, {}, {}, {}
     recent["written"] = entry_bytes(live)
     for timing, after in (("written", "read"), ("read", "reread")):
@@ -383,7 +395,7 @@ def lock(path: Path) -> filelock.FileLock:
     return filelock.FileLock(str(path) + ".lock")
 
 
-# --- the cells -------------------------------------------------------------------------------------
+# --- the cells ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
