@@ -38,6 +38,11 @@ rerun hit. A rerun's result depends only on the files' bytes at that path (JAX l
 name and reads the bytes; LRU eviction reads the ``-atime`` files' bytes), so reruns are kept by
 a digest of the cache's bytes and a cell whose prune left the same bytes as another (or as the
 unpruned state) reuses that rerun; ``CACHEDOCTOR_PRUNE_MATRIX_MEMO=0`` reruns every cell.
+
+A rerun is one cache, as teams share it: when a population misses an entry the prune removed,
+it writes it again, and a population later in the order may hit that copy. So a population's
+test can pass while the entry it hits was removed; the cell's ``removed`` test catches that (no
+entry the command removed is one an unpruned rerun hit).
 """
 
 from __future__ import annotations
