@@ -202,6 +202,9 @@ def test_with_lru_on_the_atime_files_are_the_record(noatime_dir: Path) -> None:
 
 
 def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -> None:
+    """Observe mode records whether JAX's key held the pointer, and the partitioner calls: a
+    stable-hooked run replays those calls and hits the pointer key (JAX's log), so the plan
+    keeps each such key and says why; nothing the flag's run reads is removed either."""
     cache = tmp_path / "observe"
     pointer_keys = {run_seed(cache, "observe")[0] for _ in range(2)}
     flagged, _ = run_seed(cache, "observe", **FLAG)
@@ -213,11 +216,13 @@ def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -
     }
     assert recorded == {**dict.fromkeys(pointer_keys, True), flagged: False}
     plan = duplicates_plan(cache)
-    assert removed(plan) == pointer_keys  # the newest pointer key too: no run computes it again
-    for a in plan.actions:
-        assert "observe mode" in a.reason and "holds a custom_partitioning pointer" in a.reason
+    assert removed(plan) == set()
+    kept = {s.name: s.reason for s in plan.skipped if s.rule is Rule.DUPLICATES}
+    assert set(kept) == pointer_keys, kept
+    assert all("a run with the stable hook" in why for why in kept.values()), kept
     apply(plan)
     assert run_seed(cache, "observe", **FLAG) == (None, True)
+    assert run_seed(cache, "stable") == (None, True)  # it replays a recorded variant: a hit
 
 
 @pytest.mark.remote

@@ -276,6 +276,13 @@ def _age_reason(ctx: PruneContext, e: PlannedEntry, latest: int, why: str) -> st
     return said
 
 
+REPLAYED = (
+    "kept: JAX's key holds a custom_partitioning pointer, but its manifest records the "
+    "partitioner calls, and a run with the stable hook (CACHEDOCTOR_HOOK=stable) whose calls "
+    "reproduce them takes this key and hits it"
+)
+
+
 def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
     """``--duplicates``: in scan's unstable-key groups (the stored HLO shows a per-run key
     input), remove only the entries that records show no process will look up again; an entry
@@ -284,13 +291,16 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
     infos = [e.info for e in entries.values() if e.info is not None]
     for group, _evidence in unstable_groups(infos):
         members = [entries[i.key] for i in group]
-        removed = 0
+        decided = 0  # removed, or kept with a reason of its own
         for m in members:
             why = _not_looked_up(m, members)
             if why is not None:
                 m.rules.append((Rule.DUPLICATES, why))
-                removed += 1
-        if not removed:
+                decided += 1
+            elif m.use is not None and m.use.pointer_key and m.use.replayed_by_hook:
+                ctx.skipped.append(Skip(m.key, REPLAYED, Rule.DUPLICATES))
+                decided += 1
+        if not decided:
             module = members[0].module or "(unnamed)"
             uses = "; ".join(f"{m.key[-12:]}: {m.use.evidence}" for m in members if m.use)
             ctx.skipped.append(
@@ -308,8 +318,9 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
         "record of how its writer computed the key: a manifest or a stats record showing the "
         "custom_partitioning pointer in it (no later process computes that key). A copy with "
         "a record of use (-atime, access time, a hit in a stats record), a stable-key "
-        "manifest, or no record of its writer (a plain run and one with JAX's pointer flag "
-        "write alike) is kept"
+        "manifest, a manifest with recorded partitioner calls (the stable hook replays them), "
+        "or no record of its writer (a plain run and one with JAX's pointer flag write alike) "
+        "is kept"
     )
 
 
@@ -323,6 +334,8 @@ def _not_looked_up(m: PlannedEntry, group: list[PlannedEntry]) -> str | None:
     population's key removed before its second run)."""
     use = m.use
     if use is None or use.looked_up_by_hook or use.read_since_written is True:
+        return None
+    if use.replayed_by_hook:
         return None
     if use.pointer_key is not None:
         same = "same program as " + ", ".join(o.key for o in group if o is not m)

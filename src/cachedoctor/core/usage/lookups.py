@@ -41,6 +41,9 @@ class EntryUse:
     last_use_source: str | None  # "-atime", "access time" or "stats record"
     looked_up_by_hook: bool  # a stable-mode manifest: hooked runs compute this key
     pointer_key: str | None  # evidence that the key holds a per-process pointer, or None
+    # its manifest records the partitioner calls: a stable-hooked run whose calls reproduce
+    # them takes this key, whatever mode wrote it (stablekeys/hook._replay_candidates)
+    replayed_by_hook: bool = False
     # the latest the last use can be, by every record together: the write when nothing read it
     # since, a relatime access time plus a day (or now); None when no record can tell
     latest_use_ns: int | None = None
@@ -123,6 +126,7 @@ def entry_use(
         latest_use_why=why,
         looked_up_by_hook=looked_up_by_hook(manifest),
         pointer_key=pointer_evidence(manifest) or _recorded_pointer(recorded),
+        replayed_by_hook=replayed_by_hook(manifest),
     )
 
 
@@ -184,6 +188,12 @@ def _recorded_pointer(recorded: KeyUse | None) -> str | None:
 def looked_up_by_hook(m: Manifest | None) -> bool:
     """A stable-mode manifest (not the hook's ``fallback``): hooked runs compute this key."""
     return m is not None and m.mode == "stable" and m.key_mode != "fallback"
+
+
+def replayed_by_hook(m: Manifest | None) -> bool:
+    """A manifest with recorded partitioner calls: the stable hook takes any such variant of
+    the module (observe mode's too) whose calls reproduce, and JAX then hits its key."""
+    return m is not None and bool(m.replay) and m.base_key is not None
 
 
 def pointer_evidence(m: Manifest | None) -> str | None:
