@@ -19,7 +19,8 @@ import pytest
 
 from cachedoctor.cache import index, index_file, record_index
 from cachedoctor.core.stats import collect_stats
-from cachedoctor.core.usage import records
+from cachedoctor.core.usage import records, validate
+from cachedoctor.core.usage.model import Record
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.plaindata import plain
 from cachedoctor.storage.stores import open_store
@@ -44,13 +45,13 @@ def recorded_cache(shared_builds: SharedBuilds) -> Path:
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the record files parsed (not served from the index)."""
     seen: list[str] = []
-    real = records.parse_record
+    real = validate.parse_record
 
-    def counting(file: str, data: bytes) -> records.Record:
+    def counting(file: str, data: bytes) -> Record:
         seen.append(file)
         return real(file, data)
 
-    monkeypatch.setattr(records, "parse_record", counting)
+    monkeypatch.setattr(validate, "parse_record", counting)
     return seen
 
 
