@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, index_rows, parallel, reader, travel
+from cachedoctor.cache import index, index_file, index_rows, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
 from tests.support.caches import entries_of
@@ -28,7 +28,7 @@ NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compare
 @pytest.fixture(autouse=True)
 def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.delenv(travel.IN_CACHE_ENV, raising=False)  # each cache here is a copy
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
 
@@ -54,7 +54,7 @@ def test_second_scan_decodes_nothing_and_reports_the_same(cache: Path, decodes: 
     assert decodes == []
     assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
     # the index travels with the cache, in a folder of its own that no listing shows
-    assert index.index_path(cache) == cache.resolve() / "cachedoctor-index" / "index.sqlite"
+    assert index_file.index_path(cache) == cache.resolve() / "cachedoctor-index" / "index.sqlite"
     assert [p.name for p in cache.iterdir() if p.name.startswith("cachedoctor")] == [
         "cachedoctor-index"
     ]
@@ -136,7 +136,7 @@ def test_vanished_entry_leaves_the_index(cache: Path) -> None:
 
 
 def _index_file(cache: Path) -> Path:
-    path = index.index_path(cache)
+    path = index_file.index_path(cache)
     assert path.is_file()
     return path
 
@@ -249,7 +249,7 @@ def test_index_of_other_options_or_code_is_not_used(
 ) -> None:
     report(cache)
     assert not index.load(str(cache), (123,)).loaded  # another max_decompressed
-    monkeypatch.setattr(index, "_FINGERPRINT", b"another reader")
+    monkeypatch.setattr(index_file, "_FINGERPRINT", b"another reader")
     assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
 
 
@@ -278,7 +278,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
 def test_disabled_by_environment(
     cache: Path, decodes: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(index.DISABLE_ENV, "1")
+    monkeypatch.setenv(index_file.DISABLE_ENV, "1")
     report(cache)
     decodes.clear()
     report(cache)
@@ -288,19 +288,19 @@ def test_disabled_by_environment(
 def test_index_folder_is_bounded(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(travel.IN_CACHE_ENV, "0")  # the user cache dir's folder of indexes
     report(cache)
-    root = index.index_root()
+    root = index_file.index_root()
     for n in range(5):
-        (root / f"{n:032x}{index.SUFFIX}").write_bytes(b"x" * 1000)
-        os.utime(root / f"{n:032x}{index.SUFFIX}", (n, n))
-    first = index.index_path(cache).stat().st_size
-    monkeypatch.setattr(index, "MAX_TOTAL_BYTES", first + 2500)
+        (root / f"{n:032x}{index_file.SUFFIX}").write_bytes(b"x" * 1000)
+        os.utime(root / f"{n:032x}{index_file.SUFFIX}", (n, n))
+    first = index_file.index_path(cache).stat().st_size
+    monkeypatch.setattr(index_file, "MAX_TOTAL_BYTES", first + 2500)
     other = cache.parent / "other-cache"
     shutil.copytree(cache, other)
     report(other)
-    left = sorted(p.name for p in root.glob(f"*{index.SUFFIX}"))
-    assert index.index_path(other).name in left
-    assert f"{0:032x}{index.SUFFIX}" not in left  # the oldest went first
-    assert f"{4:032x}{index.SUFFIX}" in left
+    left = sorted(p.name for p in root.glob(f"*{index_file.SUFFIX}"))
+    assert index_file.index_path(other).name in left
+    assert f"{0:032x}{index_file.SUFFIX}" not in left  # the oldest went first
+    assert f"{4:032x}{index_file.SUFFIX}" in left
 
 
 def test_same_report_with_or_without_index_on_one_or_more_workers(

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import index, parallel, reader, travel
+from cachedoctor.cache import index, index_file, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
 from tests.support import sessioncache
@@ -38,7 +38,7 @@ OPTIONS = (reader.DEFAULT_MAX_DECOMPRESSED,)
 @pytest.fixture(autouse=True)
 def _travelling_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-first"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.delenv(travel.IN_CACHE_ENV, raising=False)  # every cache here is a copy
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
 
@@ -110,7 +110,7 @@ def test_restored_copy_is_served_from_its_index(
     decodes.clear()
     assert report(copy) == expected
     assert decodes == []  # every entry came from the index that came with the copy
-    fallback = index.fallback_path(copy)
+    fallback = index_file.fallback_path(copy)
     assert not fallback.exists()  # nothing of it in the (fresh) user cache dir
     # a CI runner scans a restored copy once: its files' identities are learnt by a second
     # scan in this place (served by digest again), and then the next scan hashes nothing
@@ -278,8 +278,8 @@ def test_cache_not_writable_keeps_its_index_in_the_user_cache_dir(
         expected = report(cache, use_index=False)
         assert report(cache) == expected
         assert not (cache / layout.INDEX_DIRNAME).exists()
-        assert index.index_path(cache) == index.fallback_path(cache)
-        assert index.fallback_path(cache).is_file()
+        assert index_file.index_path(cache) == index_file.fallback_path(cache)
+        assert index_file.fallback_path(cache).is_file()
         decodes.clear()
         assert report(cache) == expected
         assert decodes == []  # served from the user cache dir's index
@@ -295,7 +295,7 @@ def test_opt_out_keeps_the_index_out_of_the_cache(
     assert not (cache / layout.INDEX_DIRNAME).exists()
     decodes.clear()
     report(cache)
-    assert decodes == [] and index.fallback_path(cache).is_file()
+    assert decodes == [] and index_file.fallback_path(cache).is_file()
 
 
 def test_nothing_is_written_into_a_folder_without_entries(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import executors, index, listdir, reader
+from cachedoctor.cache import executors, index, index_file, listdir, reader
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
@@ -147,7 +147,7 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     assert sorted(read) == names
     # named by the URL as spelled (the listing says it is a bucket): existing indexes stay valid
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
-    assert (index.index_root() / (digest + index.SUFFIX)).is_file()
+    assert (index_file.index_root() / (digest + index_file.SUFFIX)).is_file()
     read.clear()
     assert scan_directory(url, now=0.0) == first
     assert read == []

@@ -18,16 +18,10 @@ from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.usage import reasons
 from cachedoctor.core.usage.fold import Fold, Total, fold_records, read_folded
+from cachedoctor.core.usage.model import Counters, Record, total
 from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
-from cachedoctor.core.usage.records import (
-    ARCHIVE_PREFIX,
-    ARCHIVE_SUFFIX,
-    MAX_RECORD_BYTES,
-    Counters,
-    Record,
-    record_files,
-    total,
-)
+from cachedoctor.core.usage.records import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, record_files
+from cachedoctor.core.usage.validate import MAX_RECORD_BYTES
 from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.location import Location, Where
