@@ -41,7 +41,9 @@ def _versioned_memory() -> type[Any]:
     memory = pytest.importorskip("fsspec.implementations.memory")
     counter = itertools.count(1)
 
-    class VersionedMemory(memory.MemoryFileSystem):  # type: ignore[misc]
+    base: Any = memory.MemoryFileSystem
+
+    class VersionedMemory(base):  # type: ignore[misc]
         store: dict[str, Any] = {}  # noqa: RUF012 - fsspec's own shape, one per test
         pseudo_dirs = [""]  # noqa: RUF012
         generations: dict[str, int] = {}  # noqa: RUF012
@@ -71,7 +73,7 @@ class MemoryBackend:
     article = "a"
     package = "fsspec"
     extra = "memory"
-    endpoint_variables = (ENDPOINT,)
+    endpoint_variables: tuple[str, ...] = (ENDPOINT,)
     strip_listed_names = True
     failures: Mapping[Op, Mapping[str, Failure]] = {
         Op.HEAD: {"missing": Failure.GONE},

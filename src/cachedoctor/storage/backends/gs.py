@@ -21,7 +21,7 @@ def _adapted(cls: Any) -> Any:
     if unwrapped is not None:  # gcsfs wraps _request in retry_request(retries=6)
         cls = type("CachedoctorGCSRequests", (cls,), {"_request": unwrapped})
 
-    class CachedoctorGCSFileSystem(cls):  # type: ignore[misc,valid-type]
+    class CachedoctorGCSFileSystem(cls):  # type: ignore[misc]
         async def _info(self, path: str, generation: Any = None, **kwargs: Any) -> Any:
             # gcsfs's first answer, bar the scan: the first entry of the parent's cached listing
             # with this name; anything else (a generation, no listing, no entry) is gcsfs's
@@ -49,7 +49,10 @@ class GcsBackend:
     article = "a"
     package = "gcsfs"
     extra = "gcs"
-    endpoint_variables = ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
+    endpoint_variables: tuple[str, ...] = (
+        "STORAGE_EMULATOR_HOST",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
+    )
     strip_listed_names = True  # gcsfs compares names without a trailing slash
     failures: Mapping[Op, Mapping[str, Failure]] = {
         Op.HEAD: {"404": Failure.GONE},

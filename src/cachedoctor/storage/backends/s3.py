@@ -55,7 +55,7 @@ class S3Backend:
     article = "an"
     package = "s3fs"
     extra = "s3"
-    endpoint_variables = (
+    endpoint_variables: tuple[str, ...] = (
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_S3",
         "AWS_DEFAULT_REGION",
