@@ -385,7 +385,7 @@ def test_s3_server_refuses_a_delete_of_a_changed_object(
     assert isinstance(store, RemoteStore)
     item = store.list()[0]
     store.fs.pipe_file(store.path_of(item.name), b"rewritten")
-    result = store._delete_s3(item.name, item.version)  # skip the pre-check on purpose
+    result = store._send_delete(item.name, item.version)  # skip the pre-check on purpose
     assert (result.outcome, result.conditional) == (DeleteOutcome.CHANGED, True)
     assert store.stat(item.name) is not None
 

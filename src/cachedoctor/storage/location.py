@@ -13,7 +13,8 @@ Spellings, decided here once:
 - a local path keeps the user's spelling (``caches/sp``, ``caches/sp/``, ``./c``): JAX hashes the
   spelling into keys (``urls.jax_spelling``) and the reports show it as typed; ``~`` is not
   expanded (the shell expands it; JAX does not), nor is a Windows-looking ``C:\\cache`` special;
-- ``gs://`` and ``s3://`` are buckets, shown as ``scheme://bucket/prefix`` (no trailing slash);
+- ``gs://`` and ``s3://`` (the schemes registered in :mod:`.backends`) are buckets, shown as
+  ``scheme://bucket/prefix`` (no trailing slash);
 - ``file:///abs/c`` is the local folder ``/abs/c`` (JAX's epath reads it so);
 - any other ``scheme://`` (``http://``, ``ftp://``) is refused with one line (``bad-url``): it is
   neither a folder nor a bucket cachedoctor can read. Where the value is JAX's own setting
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import urls
+from cachedoctor.storage import backends, urls
 
 if TYPE_CHECKING:
     from cachedoctor.storage.fsops import CacheDir
@@ -54,7 +55,7 @@ class Location:
         """The Location of what the user typed; a Location is returned as it is.
 
         Raises CachedoctorError (``bad-url``) for an empty string or a scheme that is neither
-        ``gs://`` nor ``s3://``.
+        ``file://`` nor a registered bucket's (``gs://``, ``s3://``).
         """
         if isinstance(where, Location):
             return where
@@ -68,9 +69,10 @@ class Location:
             return cls(text.removeprefix("file://"), True)
         other = _SCHEME_RE.match(text)
         if other:
+            buckets = [f"{b.article} {b.scheme}://bucket/prefix" for b in backends.schemes()]
             raise CachedoctorError(
                 f"{text[:200]}: {other.group('scheme')}:// is not supported; give a local "
-                "folder, a gs://bucket/prefix or an s3://bucket/prefix",
+                f"folder, {backends.with_or(buckets)}",
                 slug="bad-url",
             )
         return cls(text, True)
