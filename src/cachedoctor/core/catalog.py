@@ -1,14 +1,15 @@
-"""The finding kinds, one Rule each: family, cases (when, severity, evidence, advice), example.
+"""The finding kinds, one CatalogEntry each: family, cases (when, severity, evidence, advice),
+example.
 
 The rules of scan, stats and the stats records make their findings from these cases
 (``catalog.CORRUPT.finding(message, ...)``): the table holds the fixed words, the rule the data
 (a message names the module or the file; ``{fields}`` of evidence and advice are filled in).
-docs/findings.md is generated from RULES by ``python tools/check_docs.py --write``.
+docs/findings.md is generated from ENTRIES by ``python tools/check_docs.py --write``.
 """
 
 from __future__ import annotations
 
-from cachedoctor.core.findings import Case, Example, Family, FindingKind, Rule, Severity
+from cachedoctor.core.findings import Case, CatalogEntry, Example, Family, FindingKind, Severity
 from cachedoctor.layout import STATS_DIRNAME
 
 K = FindingKind
@@ -294,8 +295,8 @@ STATS_RECORD_FOREIGN = Case(
 _KEY = "jit_f-5a884addedb531961ab1f3ef2709805539e2ee92c3fbbec0483975a552e5c977"
 _CACHE = "/data/jaxcache"
 
-RULES: tuple[Rule, ...] = (
-    Rule(
+ENTRIES: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
         K.UNSTABLE_KEY,
         Family.KEYS,
         summary="one program under several keys, with evidence that a key input changes per run",
@@ -327,7 +328,7 @@ RULES: tuple[Rule, ...] = (
             module="jit_f",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.SAME_PROGRAM,
         Family.KEYS,
         summary="one program under several keys, with no evidence of an unstable key",
@@ -344,7 +345,7 @@ RULES: tuple[Rule, ...] = (
             module="jit_step",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.RELOCATED,
         Family.KEYS,
         summary="entries written for a cache dir spelled otherwise, which JAX never hits here",
@@ -376,7 +377,7 @@ RULES: tuple[Rule, ...] = (
             ),
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.MISSING_ATIME,
         Family.INTEGRITY,
         summary="entries without their -atime file while JAX's LRU eviction is on",
@@ -395,7 +396,7 @@ RULES: tuple[Rule, ...] = (
             "evicts them first)",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.CORRUPT,
         Family.INTEGRITY,
         summary="an entry that does not decode",
@@ -411,7 +412,7 @@ RULES: tuple[Rule, ...] = (
             module="jit_f",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.UNREADABLE,
         Family.INTEGRITY,
         summary="an entry cachedoctor cannot read, so cannot judge",
@@ -427,7 +428,7 @@ RULES: tuple[Rule, ...] = (
             module="jit_f",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.ORPHAN,
         Family.INTEGRITY,
         summary="-atime files without an entry, leftover temporary files",
@@ -437,7 +438,7 @@ RULES: tuple[Rule, ...] = (
         cases=(ORPHAN_ATIME, ORPHAN_TEMP),
         example=Example(ORPHAN_ATIME, "1 -atime file has no entry"),
     ),
-    Rule(
+    CatalogEntry(
         K.INSECURE,
         Family.SECURITY,
         summary="a cache others can write, entries of another user, symbolic links",
@@ -458,7 +459,7 @@ RULES: tuple[Rule, ...] = (
             (("mode", "drwxrwxrwx"), ("root", _CACHE)),
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.MIXED_VERSIONS,
         Family.INVENTORY,
         summary="entries in several JAX formats, or of another jaxlib",
@@ -472,7 +473,7 @@ RULES: tuple[Rule, ...] = (
         cases=(MIXED_VERSIONS, OTHER_JAXLIB),
         example=Example(MIXED_VERSIONS, "entries in several JAX formats: 12× ifrt-v3, 3× pjrt"),
     ),
-    Rule(
+    CatalogEntry(
         K.MIXED_PLATFORMS,
         Family.INVENTORY,
         summary="entries for several platforms (CPU and GPU) side by side",
@@ -481,7 +482,7 @@ RULES: tuple[Rule, ...] = (
         cases=(MIXED_PLATFORMS,),
         example=Example(MIXED_PLATFORMS, "entries for several platforms: 10× gpu, 4× cpu"),
     ),
-    Rule(
+    CatalogEntry(
         K.UNKNOWN_FILE,
         Family.INVENTORY,
         summary="files that are not part of a JAX cache",
@@ -491,7 +492,7 @@ RULES: tuple[Rule, ...] = (
         cases=(UNKNOWN_FILE,),
         example=Example(UNKNOWN_FILE, "1 file that is not part of a JAX cache"),
     ),
-    Rule(
+    CatalogEntry(
         K.SUBCACHE,
         Family.INVENTORY,
         summary="an XLA sub-cache with problems (kernel cache, autotune files)",
@@ -505,7 +506,7 @@ RULES: tuple[Rule, ...] = (
             "byte 0",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.NOT_STORED,
         Family.INVENTORY,
         summary="modules compiled with this cache that have no entry, and why",
@@ -539,7 +540,7 @@ RULES: tuple[Rule, ...] = (
             ),
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.MULTI_PROCESS,
         Family.PROCESSES,
         summary="the processes of a jax.distributed job: autotune roles, per-process keys",
@@ -562,7 +563,7 @@ RULES: tuple[Rule, ...] = (
             ),
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.NEVER_HIT,
         Family.USAGE,
         summary="a module that asked the cache in several processes and never hit",
@@ -587,7 +588,7 @@ RULES: tuple[Rule, ...] = (
             module="jit_f",
         ),
     ),
-    Rule(
+    CatalogEntry(
         K.STATS_RECORD,
         Family.USAGE,
         summary=f"a torn, unreadable, foreign or rule-breaking file in {STATS_DIRNAME}/",
@@ -613,4 +614,4 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-BY_KIND = {rule.kind: rule for rule in RULES}
+BY_KIND = {entry.kind: entry for entry in ENTRIES}
