@@ -1,4 +1,4 @@
-"""docs/findings.md, generated from the catalog of finding kinds (``core.catalog.ENTRIES``).
+"""docs/findings.md, generated from the catalog of finding kinds (``core.catalog_entries.ENTRIES``).
 
 One section per finding kind, in the manner of ruff's rule pages: what it does, why it matters,
 when it is raised and on what evidence, how to fix it, and an example printed as ``scan`` prints
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from cachedoctor.core.catalog import ENTRIES  # noqa: E402
+from cachedoctor.core.catalog_entries import ENTRIES  # noqa: E402
 from cachedoctor.core.findings import Case, CatalogEntry, Family, FindingKind  # noqa: E402
 
 TARGET = ROOT / "docs" / "findings.md"
@@ -27,9 +27,9 @@ HEADER = """# Findings
 Every verdict of `scan`, `lint` and `stats` is a finding: a kind, a severity (`info`, `warning`
 or `error`), a message that names the module or the file, one line of advice and the evidence it
 rests on (`evidence:` in the text output, `evidence` in JSON). Each kind below is one entry of
-the catalog of finding kinds in `src/cachedoctor/core/catalog.py`, the table the rules take
-their words from: this page is generated from it by `python tools/check_docs.py --write`, and
-`nox -s docs` fails when it is stale.
+the catalog of finding kinds in `src/cachedoctor/core/catalog_entries.py`, whose cases are the
+words the rules raise findings with (`src/cachedoctor/core/catalog.py`): this page is generated
+from it by `python tools/check_docs.py --write`, and `nox -s docs` fails when it is stale.
 
 `--fail-on warning` makes `scan` and `lint` exit 1 on warnings too (the default is `error`);
 `--ignore KIND` drops a kind (an unknown KIND is an error). In the templates below, a word in
@@ -146,6 +146,7 @@ def problems() -> Iterator[str]:
     kinds = [entry.kind for entry in ENTRIES]
     for kind in FindingKind:
         if kinds.count(kind) != 1:
-            yield f"finding kind {kind.value} has {kinds.count(kind)} entries in core/catalog.py"
+            n = kinds.count(kind)
+            yield f"finding kind {kind.value} has {n} entries in core/catalog_entries.py"
     if not TARGET.exists() or TARGET.read_text() != render():
         yield "docs/findings.md is stale: run `python tools/check_docs.py --write`"

@@ -1,7 +1,8 @@
-"""The catalog of finding kinds (core/catalog.py): one entry per kind, every case of it raised by
-some function of the package, no finding made outside it, and docs/findings.md generated from
-it. The code is read as Python compiles it (the names its functions load), not searched as text:
-a comment or a docstring that names a case does not count.
+"""The catalog of finding kinds (core/catalog_entries.py, its cases in core/catalog.py): one
+entry per kind, every case of it raised by some function of the package, no finding made outside
+it, and docs/findings.md generated from it. The code is read as Python compiles it (the names
+its functions load), not searched as text: a comment or a docstring that names a case does not
+count.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cachedoctor
-from cachedoctor.core import catalog
+from cachedoctor.core import catalog, catalog_entries
 from cachedoctor.core.findings import Case, FindingKind, Severity
 from tests.support.caches import REPO
 
@@ -45,24 +46,24 @@ def names_loaded_by_functions() -> dict[str, set[str]]:
 
 
 def test_every_finding_kind_has_exactly_one_entry() -> None:
-    kinds = [entry.kind for entry in catalog.ENTRIES]
+    kinds = [entry.kind for entry in catalog_entries.ENTRIES]
     assert sorted(kinds) == sorted(FindingKind), "a kind with no entry, or with two"
-    assert {entry.kind: entry for entry in catalog.ENTRIES} == catalog.BY_KIND
+    assert {entry.kind: entry for entry in catalog_entries.ENTRIES} == catalog_entries.BY_KIND
 
 
 def test_every_case_is_in_its_entry_and_named_in_the_catalog() -> None:
     """A case is one constant of core/catalog.py (so rules name it) and one case of one entry."""
-    listed = [case for entry in catalog.ENTRIES for case in entry.cases]
+    listed = [case for entry in catalog_entries.ENTRIES for case in entry.cases]
     assert len(listed) == len(set(map(id, listed))), "a case in two entries"
     assert {id(c) for c in listed} == {id(c) for c in CASES.values()}
     assert len({id(c) for c in CASES.values()}) == len(CASES), "a case under two names"
-    for entry in catalog.ENTRIES:
+    for entry in catalog_entries.ENTRIES:
         assert all(case.kind is entry.kind for case in entry.cases)
 
 
 def test_every_case_is_raised_by_a_function_of_the_package() -> None:
     loaded = names_loaded_by_functions()
-    del loaded["core/catalog.py"]
+    del loaded["core/catalog.py"], loaded["core/catalog_entries.py"]
     raised = set().union(*loaded.values())
     unraised = sorted(set(CASES) - raised)
     assert not unraised, f"cases of core/catalog.py no function raises: {unraised}"
@@ -87,7 +88,7 @@ def test_a_case_is_raised_only_at_its_severities() -> None:
 
 
 def test_each_example_fills_its_templates() -> None:
-    for entry in catalog.ENTRIES:
+    for entry in catalog_entries.ENTRIES:
         example = entry.example
         given = {name for name, _ in example.fill} | ({"module"} if example.module else set())
         assert example.case.fields() <= given | {"module"}, entry.kind
@@ -108,6 +109,6 @@ def test_docs_findings_md_is_generated_from_the_table() -> None:
     doc = _findings_doc()
     assert list(doc.problems()) == [], "run `python tools/check_docs.py --write`"
     text = (REPO / "docs" / "findings.md").read_text()
-    for entry in catalog.ENTRIES:
+    for entry in catalog_entries.ENTRIES:
         assert f"### `{entry.kind.value}`" in text
         assert entry.example.finding().message in text  # the example, as scan prints it
