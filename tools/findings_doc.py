@@ -90,7 +90,7 @@ def section(entry: CatalogEntry) -> str:
         f"### `{entry.kind.value}`",
         "",
         f"Family: {entry.family.value} · severity: {severity_text(entry)} · raised by: "
-        + ", ".join(f"`{c.strip()}`" for c in entry.commands.split(",")),
+        + ", ".join(f"`{c}`" for c in entry.raised_by.commands),
         "",
         "#### What it does",
         "",

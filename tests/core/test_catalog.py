@@ -16,7 +16,7 @@ import pytest
 
 import cachedoctor
 from cachedoctor.core import catalog, catalog_entries
-from cachedoctor.core.findings import Case, FindingKind, Severity
+from cachedoctor.core.findings import Case, FindingKind, Producer, Severity
 from tests.support.caches import REPO
 
 PACKAGE = Path(cachedoctor.__file__).parent
@@ -67,6 +67,29 @@ def test_every_case_is_raised_by_a_function_of_the_package() -> None:
     raised = set().union(*loaded.values())
     unraised = sorted(set(CASES) - raised)
     assert not unraised, f"cases of core/catalog.py no function raises: {unraised}"
+
+
+# Where each producer's code lives (CatalogEntry.raised_by): scan's rules, the stats records'.
+PRODUCED_IN = {
+    Producer.SCAN: ("core/scan/rules/",),
+    Producer.STATS_RECORDS: ("core/stats.py", "core/usage/"),
+}
+
+
+def test_every_case_is_raised_where_its_entry_says() -> None:
+    """An entry's ``raised_by`` is true: its cases are raised by functions of that producer's
+    modules, and a stats records' case by no scan rule (whose kinds test_registry.py binds)."""
+    loaded = names_loaded_by_functions()
+    name_of = {id(case): name for name, case in CASES.items()}
+    for entry in catalog_entries.ENTRIES:
+        for case in entry.cases:
+            name = name_of[id(case)]
+            where = sorted(path for path, names in loaded.items() if name in names)
+            home = [p for p in where if p.startswith(PRODUCED_IN[entry.raised_by])]
+            assert home, f"{name} ({entry.raised_by}) is raised in none of {where}"
+            if entry.raised_by is not Producer.SCAN:
+                scan = [p for p in where if p.startswith(PRODUCED_IN[Producer.SCAN])]
+                assert not scan, f"{name} is raised by scan ({scan}), not {entry.raised_by}"
 
 
 def test_findings_are_made_by_the_table_only() -> None:

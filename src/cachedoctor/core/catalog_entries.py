@@ -40,7 +40,7 @@ from cachedoctor.core.catalog import (
     UNREADABLE,
     UNSTABLE_KEY,
 )
-from cachedoctor.core.findings import CatalogEntry, Example, Family, FindingKind
+from cachedoctor.core.findings import CatalogEntry, Example, Family, FindingKind, Producer
 from cachedoctor.layout import STATS_DIRNAME
 
 K = FindingKind
@@ -324,7 +324,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "compiled in three or more processes and never hit, with the reason `stats` gives.",
         why="Each of those processes paid the compile time the cache should have saved.",
         cases=(NEVER_HIT,),
-        commands="stats, lint",
+        raised_by=Producer.STATS_RECORDS,
         example=Example(
             NEVER_HIT,
             "jit_f asked the cache in 3 processes and never hit (0.36 s compiling): unstable key",
@@ -357,7 +357,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
             STATS_RECORD_BROKEN,
             STATS_RECORD_FOREIGN,
         ),
-        commands="stats, lint",
+        raised_by=Producer.STATS_RECORDS,
         example=Example(
             STATS_RECORD_UNREADABLE,
             f"{STATS_DIRNAME}/20261202T015949-vm-5323-00424558.json is not a readable stats "

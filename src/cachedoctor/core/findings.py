@@ -69,6 +69,20 @@ class Family(enum.StrEnum):
     USAGE = "usage"  # the processes' stats records (cachedoctor-stats/)
 
 
+class Producer(enum.StrEnum):
+    """What raises a finding kind: its catalog entry's binding to the code, which the tests hold
+    both ways (tests/core/scan/test_registry.py, tests/core/test_catalog.py)."""
+
+    SCAN = "scan"  # a rule of core/scan/rules/registry.SCAN_RULES, over the listing and entries
+    # the stats records: core/usage/records.py (each file as it is read), core/stats.py (never-hit)
+    STATS_RECORDS = "stats-records"
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that show its findings (docs/findings.md's "raised by")."""
+        return ("scan", "lint") if self is Producer.SCAN else ("stats", "lint")
+
+
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
@@ -153,7 +167,7 @@ class CatalogEntry:
     why: str  # why it matters
     cases: tuple[Case, ...]
     example: Example
-    commands: str = "scan, lint"  # the commands that raise it
+    raised_by: Producer = Producer.SCAN
 
     def __post_init__(self) -> None:
         if not self.cases or any(c.kind is not self.kind for c in self.cases):
