@@ -5,8 +5,8 @@ python tools/check_docs.py --write  # regenerate docs/commands.md and docs/findi
 
 - docs/commands.md is generated from each command's --help; the README names every command and
   opens with the demo and the test command CI runs;
-- docs/findings.md is generated from the table of rules (core/catalog.py, by
-  tools/findings_doc.py), and every finding kind has exactly one rule there;
+- docs/findings.md is generated from the catalog of finding kinds (core/catalog_entries.py, by
+  tools/findings_doc.py), and every finding kind has exactly one entry there;
 - docs/architecture.md: every path and module it names in backticks exists (and the function or
   class named after it), each package's module list names exactly its modules, the registry's
   formats are the ones listed, no command imports a renderer other than the registry and the

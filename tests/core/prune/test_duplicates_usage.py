@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.core.prune.actions import Plan, Rule, Status
+from cachedoctor.core.prune.actions import Plan, Selector, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
@@ -51,7 +51,7 @@ def duplicates_plan(cache: Path | str) -> Plan:
 
 
 def removed(plan: Plan) -> set[str]:
-    return {a.name for a in plan.actions if Rule.DUPLICATES in a.rules}
+    return {a.name for a in plan.actions if Selector.DUPLICATES in a.rules}
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_an_unrecorded_pile_is_kept_for_the_pointer_flag_may_have_written_it(
     plain, _ = run_seed(cache)
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    skipped = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    skipped = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert len(skipped) == 1 and "cannot tell which key runs use" in skipped[0].reason
     assert "CACHEDOCTOR_HOOK=stats" in skipped[0].reason  # what would tell it
     apply(plan)
@@ -179,7 +179,7 @@ def test_without_a_record_of_use_nothing_is_removed(noatime_dir: Path) -> None:
     keys = {run_seed(cache)[0] for _ in range(2)}
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    skipped = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    skipped = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert len(skipped) == 1 and skipped[0].name == "jit_f"
     assert "cannot tell which key runs use" in skipped[0].reason
     assert "noatime" in skipped[0].reason
@@ -217,7 +217,7 @@ def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -
     assert recorded == {**dict.fromkeys(pointer_keys, True), flagged: False}
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    kept = {s.name: s.reason for s in plan.skipped if s.rule is Rule.DUPLICATES}
+    kept = {s.name: s.reason for s in plan.skipped if s.rule is Selector.DUPLICATES}
     assert set(kept) == pointer_keys, kept
     assert all("a run with the stable hook" in why for why in kept.values()), kept
     apply(plan)

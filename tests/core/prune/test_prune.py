@@ -18,7 +18,7 @@ from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
-from cachedoctor.core.prune.actions import Op, Plan, Rule, Status
+from cachedoctor.core.prune.actions import Op, Plan, Selector, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
@@ -56,7 +56,7 @@ def prune(root: Path, **options: object) -> tuple:  # type: ignore[type-arg]
     return plan, apply(plan)
 
 
-def rules_by_name(plan: Plan) -> dict[str, tuple[Rule, ...]]:
+def rules_by_name(plan: Plan) -> dict[str, tuple[Selector, ...]]:
     return {a.name: a.rules for a in plan.actions}
 
 
@@ -165,7 +165,7 @@ def test_max_size_evicts_what_jax_would(
     budget = total // 2
     LRUCache(str(theirs), max_size=budget)._evict_if_needed()
     plan, result = prune(ours, max_size=budget)
-    assert all(a.rules == (Rule.MAX_SIZE,) for a in plan.actions)
+    assert all(a.rules == (Selector.MAX_SIZE,) for a in plan.actions)
     assert result.count(Status.DONE) == len(plan.actions) > 0
     assert entry_keys(ours) == entry_keys(theirs)
     assert sum(p.stat().st_size for p in ours.glob("*-cache")) <= budget
@@ -186,7 +186,7 @@ def test_duplicates_without_a_record_of_the_writers_keep_the_group(
         age(root / f"{k}-cache", 1000 if i != 1 else 10)
     plan, result = prune(root, duplicates=True)
     assert plan.actions == () and result.count(Status.DONE) == 0
-    (kept,) = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    (kept,) = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert kept.name == "jit_f" and "cannot tell which key runs use" in kept.reason
     assert set(jit_f) <= entry_keys(root)
 
@@ -202,7 +202,7 @@ def test_corrupt_removes_damage_but_not_a_write_in_progress(
         p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     age(old, 3600)
     plan, result = prune(root, corrupt=True)
-    assert rules_by_name(plan) == {keys[0]: (Rule.CORRUPT,)}
+    assert rules_by_name(plan) == {keys[0]: (Selector.CORRUPT,)}
     assert any(s.name == keys[1] and "in progress" in s.reason for s in plan.skipped)
     assert result.count(Status.DONE) == 1
     assert not old.exists() and young.exists()
@@ -244,7 +244,7 @@ def test_any_run_finishes_an_interrupted_removal(
     os.unlink(root / f"{keys[0]}-cache")
     age(root / f"{keys[0]}-atime", 3600)
     plan, result = prune(root, older_than_s=30 * 86400, module=keys[0].rsplit("-", 1)[0])
-    assert [(a.name, a.rules) for a in plan.actions] == [(f"{keys[0]}-atime", (Rule.ORPHANS,))]
+    assert [(a.name, a.rules) for a in plan.actions] == [(f"{keys[0]}-atime", (Selector.ORPHANS,))]
     assert result.count(Status.DONE) == 1
     assert not (root / f"{keys[0]}-atime").exists()
     other = prune(root, older_than_s=30 * 86400, module="no_such_module*")[0]
@@ -258,7 +258,7 @@ def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_ca
     finding = [f for f in scan_directory(root).findings if f.kind is FindingKind.RELOCATED]
     assert finding, "a moved cache must be relocated on this JAX"
     plan, result = prune(root, relocated=True)
-    kept = {s.name: s.reason for s in plan.skipped if s.rule is Rule.RELOCATED}
+    kept = {s.name: s.reason for s in plan.skipped if s.rule is Selector.RELOCATED}
     assert {a.name for a in plan.actions} | set(kept) == set(finding[0].entries)
     assert plan.actions and result.count(Status.DONE) == len(plan.actions)
     # the seed's second run hit its helper modules (copied with their access times): a run
@@ -304,7 +304,7 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
     assert g and g != keys
     plan = plan_prune(root, PruneOptions(module="jit_g"))
     assert {a.name for a in plan.actions} == g
-    assert all(a.rules == (Rule.MODULE,) for a in plan.actions)
+    assert all(a.rules == (Selector.MODULE,) for a in plan.actions)
     # with another rule, --module narrows it: everything is older than 0 s, only jit_g goes
     plan = plan_prune(root, PruneOptions(module="jit_g", older_than_s=0))
     assert {a.name for a in plan.actions} == g
@@ -321,7 +321,7 @@ def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cac
     outside.write_text("keep")
     (sub / ("B" * 43 + ".textproto")).symlink_to(outside)
     plan = plan_prune(root, PruneOptions(orphans=True))
-    assert not any(a.rules == (Rule.XLA_SUBCACHES,) for a in plan.actions)
+    assert not any(a.rules == (Selector.XLA_SUBCACHES,) for a in plan.actions)
     assert any("not touched without --xla-subcaches" in n for n in plan.notes)
     plan, result = prune(root, xla_subcaches=True)
     assert [a.name for a in plan.actions] == [f"{layout.AUTOTUNE_DIR}/{'A' * 43}.textproto"]
@@ -498,7 +498,7 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     remove = Action(
         Op.REMOVE_ENTRY,
         key,
-        (Rule.OLDER_THAN, Rule.DUPLICATES),
+        (Selector.OLDER_THAN, Selector.DUPLICATES),
         "last used 40 days ago",
         2048,
         "jit_f",
@@ -508,7 +508,7 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     move = Action(
         Op.MOVE_ENTRY,
         "jit_g-" + "cd" * 32,
-        (Rule.REKEY,),
+        (Selector.REKEY,),
         "hasher v1 → v2",
         new_key="jit_g-" + "ef" * 32,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.core.prune.actions import Plan, Rule
+from cachedoctor.core.prune.actions import Plan, Selector
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
@@ -140,7 +140,7 @@ def test_hard_linked_entries_count_once(tmp_path: Path) -> None:
 
     # under the real bytes, a file goes with every name it has, and its bytes count once
     plan = plan_prune(cache, PruneOptions.from_selectors(max_size=real - 1))
-    gone = [a for a in plan.actions if Rule.MAX_SIZE in a.rules]
+    gone = [a for a in plan.actions if Selector.MAX_SIZE in a.rules]
     inodes = {(cache / f"{a.name}-cache").stat().st_ino for a in gone}
     names = {f.name[: -len("-cache")] for f in files if f.stat().st_ino in inodes}
     assert {a.name for a in gone} == names
@@ -170,7 +170,7 @@ def test_relocated_through_another_spelling_of_this_folder_keeps_the_entries(
     for spelled in ("r", "r/", str(link), "link"):
         plan = plan_prune(spelled, PruneOptions.from_selectors(relocated=True))
         assert removed(plan) == set(), spelled
-        kept = [s for s in plan.skipped if s.rule is Rule.RELOCATED]
+        kept = [s for s in plan.skipped if s.rule is Selector.RELOCATED]
         assert kept and all("--jobs-cache-dir" in s.reason for s in kept), spelled
     told = PruneOptions.from_selectors(relocated=True, jobs_cache_dir="r")
     plan = plan_prune("r", told)  # the user's word against the record: the record wins
@@ -207,7 +207,7 @@ def test_stale_jax_keeps_what_another_jax_version_sharing_the_cache_uses(
     gone = removed(plan)
     assert gone and gone <= old - later_hits
     assert not later_hits & gone
-    kept = {s.name for s in plan.skipped if s.rule is Rule.STALE_JAX}
+    kept = {s.name for s in plan.skipped if s.rule is Selector.STALE_JAX}
     assert later_hits <= kept and all(k in newer | old for k in kept)
     assert all("--stale-jax-in-use" in s.reason for s in plan.skipped if s.name in kept)
     anyway = plan_prune(cache, PruneOptions.from_selectors(stale_jax_in_use=True))

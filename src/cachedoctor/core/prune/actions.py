@@ -63,7 +63,10 @@ class Op(enum.StrEnum):
     DROP_DUPLICATE = "drop-duplicate"  # rekey: the new key already holds the same executable
 
 
-class Rule(enum.StrEnum):
+class Selector(enum.StrEnum):
+    """What took an action or a skip: a prune selector (``--older-than``...), ``rekey``, or the
+    stats folder's size bound (always on). The JSON keeps the fields ``rules`` and ``rule``."""
+
     OLDER_THAN = "older-than"
     MAX_SIZE = "max-size"
     DUPLICATES = "duplicates"
@@ -84,7 +87,7 @@ class Action:
 
     op: Op
     name: str  # the key for entry actions, else the file's path relative to the cache dir
-    rules: tuple[Rule, ...]  # every selected rule that matched; the first one "took" it
+    rules: tuple[Selector, ...]  # every selector that matched; the first one "took" it
     reason: str
     bytes: int = 0  # bytes freed (entry actions count -cache, -atime and manifest files)
     module: str | None = None
@@ -100,7 +103,7 @@ class Skip:
 
     name: str
     reason: str
-    rule: Rule | None = None
+    rule: Selector | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from cachedoctor.core.prune.actions import (
     Op,
     Outcome,
     Plan,
-    Rule,
+    Selector,
     Status,
     _folder,
     open_dir,
@@ -109,7 +109,7 @@ def _orphan_key(a: Action) -> str | None:
 
 
 def _apply_remove_file(cd: Dir, a: Action) -> Outcome:
-    if a.rules[0] is Rule.ORPHANS:
+    if a.rules[0] is Selector.ORPHANS:
         key = _orphan_key(a)
         if key is not None and cd.lstat(key + layout.CACHE_SUFFIX) is not None:
             return Outcome(a, Status.SKIPPED, "its entry exists again")

@@ -23,7 +23,7 @@ from cachedoctor.core.prune.actions import (
     Dir,
     ManifestFile,
     Op,
-    Rule,
+    Selector,
     Skip,
     read_manifests,
     store_of,
@@ -49,7 +49,7 @@ ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's
 IFRT_HEADER_SINCE = (0, 9, 1)
 
 # Rules whose verdict depends on when the entry was last used: a use since the plan cancels it.
-_USE_SENSITIVE = {Rule.OLDER_THAN, Rule.MAX_SIZE, Rule.DUPLICATES}
+_USE_SENSITIVE = {Selector.OLDER_THAN, Selector.MAX_SIZE, Selector.DUPLICATES}
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PlannedEntry:
     info: EntryInfo | None = None
     manifest: ManifestFile | None = None
     ir_size: int = 0
-    rules: list[tuple[Rule, str]] = field(default_factory=list)
+    rules: list[tuple[Selector, str]] = field(default_factory=list)
     use: EntryUse | None = None  # what JAX's records say of its use (core/usage/lookups)
     accessed_ns: int | None = None  # st_atime where the mount keeps it and it is evidence
     nlink: int = 1  # the -cache file's names on its filesystem (the hook adopts by hard link)
@@ -176,7 +176,7 @@ class PruneContext:
         return self.now - mtime_ns / 1e9
 
     def remove_file(
-        self, item_name: str, st: Stat, rule: Rule, reason: str, folder: str = ""
+        self, item_name: str, st: Stat, rule: Selector, reason: str, folder: str = ""
     ) -> None:
         self.actions.append(
             Action(

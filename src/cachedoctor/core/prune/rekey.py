@@ -35,7 +35,7 @@ from cachedoctor.core.prune.actions import (
     Op,
     Outcome,
     Plan,
-    Rule,
+    Selector,
     Skip,
     Status,
     open_cache,
@@ -163,20 +163,20 @@ def _plan_manifest(
     """One manifest's part of the plan: skipped (and why), already current, or a move."""
     label = f"{MANIFEST_DIRNAME}/{m.file}"
     if m.is_symlink:
-        planned.skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))
+        planned.skipped.append(Skip(label, "symbolic link: never followed", Selector.REKEY))
         return
     if m.data is None:
-        planned.skipped.append(Skip(label, "not a readable manifest", Rule.REKEY))
+        planned.skipped.append(Skip(label, "not a readable manifest", Selector.REKEY))
         return
     if m.data.get("key") != m.key:
         why = f"records key {m.data.get('key')!r}, not its file name"
-        planned.skipped.append(Skip(label, why, Rule.REKEY))
+        planned.skipped.append(Skip(label, why, Selector.REKEY))
         return
     if m.data.get("mode") != "stable" and not adopting:
         why = (
             f"{m.data.get('mode')}-mode manifest: JAX finds this entry by its own key, so it stays"
         )
-        planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+        planned.skipped.append(Skip(m.key, why, Selector.REKEY))
         return
     src = cd.regular(m.key + layout.CACHE_SUFFIX)
     if src is None:
@@ -185,12 +185,12 @@ def _plan_manifest(
             planned.actions.append(leftover)
         else:
             why = "manifest without entry (prune --orphans)"
-            planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+            planned.skipped.append(Skip(m.key, why, Selector.REKEY))
         return
     try:
         new = hasher.recompute(m.data)
     except ValueError as exc:
-        planned.skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Rule.REKEY))
+        planned.skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Selector.REKEY))
         return
     if new == m.key:
         planned.current += 1
@@ -212,7 +212,7 @@ def _plan_move(
     base = Action(
         op=Op.MOVE_ENTRY,
         name=m.key,
-        rules=(Rule.REKEY,),
+        rules=(Selector.REKEY,),
         reason=reason,
         module=parsed[1] if parsed else None,
         files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
@@ -242,7 +242,7 @@ def _plan_move(
         )
     else:
         why = f"new key {new} already holds a different executable; both kept"
-        planned.conflicts.append(Skip(m.key, why, Rule.REKEY))
+        planned.conflicts.append(Skip(m.key, why, Selector.REKEY))
 
 
 def _notes(hasher: KeyHasher, current: int, adopted: int | None) -> list[str]:
@@ -312,7 +312,7 @@ def _relocated_keys(
             if keep is None:
                 keys.add(key)
             else:
-                planned.skipped.append(Skip(key, keep, Rule.RELOCATED))
+                planned.skipped.append(Skip(key, keep, Selector.RELOCATED))
     return keys
 
 
@@ -352,7 +352,7 @@ def _interrupted_move(
     return Action(
         op=Op.REMOVE_FILE,
         name=f"{folder}/{m.file}",
-        rules=(Rule.REKEY,),
+        rules=(Selector.REKEY,),
         reason=f"left by an interrupted move to {new}: the entry and its manifest are there",
         bytes=st.st_size,
         files=(FileId.of(m.file, st),),
