@@ -473,7 +473,6 @@ LONG_MODULES = {
     ),
     # TEMPORARY: split by the other House III branches; remove both entries once merged
     "stablekeys/hook.py": "split in branch house-location / house-findings (House III)",
-    "core/catalog.py": "split in branch house-location / house-findings (House III)",
 }
 
 
