@@ -17,8 +17,16 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+class AsText:
+    """Mixin: :func:`plain` writes the value as its ``str()`` (a ``Location``: its spelling)."""
+
+    __slots__ = ()
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data (dataclass fields in order, enums by value)."""
+    if isinstance(value, AsText):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):

@@ -24,10 +24,13 @@ import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
 from cachedoctor.storage.files import open_regular
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.stores import Store
 
 LOCK_POLL_S = 0.05
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
@@ -50,6 +53,34 @@ class Stat(Protocol):
     def st_mtime_ns(self) -> int: ...
     @property
     def st_uid(self) -> int: ...
+
+
+class Folder(Protocol):
+    """What prune and rekey plan and apply with: a cache folder opened without following a
+    link (``CacheDir``) or a bucket prefix (``store_dir.StoreDir``), both made by
+    ``Location.open_dir``. Callers hold a ``Folder`` and ask it (``is_remote``, ``as_store``)
+    rather than testing which of the two it is."""
+
+    path: str
+    is_remote: bool
+
+    def close(self) -> None: ...
+    def __enter__(self) -> Folder: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def subdir(self, name: str, *, create: bool = False) -> Folder | None: ...
+    def listdir(self) -> list[str]: ...
+    def lstat(self, name: str) -> Stat | None: ...
+    def regular(self, name: str) -> Stat | None: ...
+    def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None: ...
+    def read_many(self, names: list[str], limit: int = 1 << 20) -> list[bytes | None]: ...
+    def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None: ...
+    def as_store(self) -> Store: ...
+    def lock(self, timeout: float = 30.0) -> contextlib.AbstractContextManager[bool]: ...
+    def unlink_if(self, expected: FileId | None, name: str | None = None) -> str: ...
+    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool: ...
+    def link_noreplace(self, src: str, dst: str) -> bool: ...
+    def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str: ...
+    def fsync(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -186,6 +217,13 @@ class CacheDir:
 
     def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None:
         """A folder's metadata is read again at each ``lstat``: nothing to remember."""
+
+    def as_store(self) -> Store:
+        """This folder as a ``Store`` (what the stats records and the scan read through): it
+        reads each file below it without following a link, as this folder does."""
+        from cachedoctor.storage.stores import open_store
+
+        return open_store(self.path)
 
     # --- locking ------------------------------------------------------------------------------
 

@@ -28,19 +28,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.plaindata import AsText
 from cachedoctor.storage import urls
 
 if TYPE_CHECKING:
-    from cachedoctor.storage.fsops import CacheDir
-    from cachedoctor.storage.store_dir import StoreDir
+    from cachedoctor.storage.fsops import Folder
     from cachedoctor.storage.stores import Store
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 @dataclass(frozen=True)
-class Location:
-    """A cache folder or entry: a local path (as typed) or a bucket URL (normalised)."""
+class Location(AsText):
+    """A cache folder or entry: a local path (as typed) or a bucket URL (normalised).
+
+    A report's ``to_dict`` writes it as its spelling (``plaindata.AsText``)."""
 
     spelling: str  # a local path as typed, or the bucket URL as ``urls`` normalises it
     is_local: bool
@@ -74,6 +76,12 @@ class Location:
                 slug="bad-url",
             )
         return cls(text, True)
+
+    @classmethod
+    def local(cls, path: str | os.PathLike[str]) -> Location:
+        """A local file or folder known to be one (a folder cachedoctor made, a path the system
+        gave): nothing is parsed, so a path is never taken for a URL."""
+        return cls(os.fspath(path), True)
 
     @classmethod
     def of_setting(cls, value: object) -> Location | None:
@@ -177,9 +185,14 @@ class Location:
             store = self._opened["store"] = open_store(self.spelling)
         return store
 
-    def open_dir(self) -> CacheDir | StoreDir:
-        """The folder API that removes and rewrites without following links (local) or only
-        when an object is unchanged (bucket). The caller closes it."""
+    def resolved(self) -> Location:
+        """A local folder by its real path (links resolved, as ``open_dir`` opens it); a
+        bucket as it is (its store kept)."""
+        return Location(os.path.realpath(self.spelling), True) if self.is_local else self
+
+    def open_dir(self) -> Folder:
+        """The folder API (``fsops.Folder``) that removes and rewrites without following links
+        (local) or only when an object is unchanged (bucket). The caller closes it."""
         from cachedoctor.storage.fsops import CacheDir
         from cachedoctor.storage.store_dir import StoreDir
 
