@@ -24,13 +24,10 @@ import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
 from cachedoctor.storage.files import open_regular
-
-if TYPE_CHECKING:
-    from cachedoctor.storage.stores import Store
 
 LOCK_POLL_S = 0.05
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
@@ -58,8 +55,8 @@ class Stat(Protocol):
 class Folder(Protocol):
     """What prune and rekey plan and apply with: a cache folder opened without following a
     link (``CacheDir``) or a bucket prefix (``store_dir.StoreDir``), both made by
-    ``Location.open_dir``. Callers hold a ``Folder`` and ask it (``is_remote``, ``as_store``)
-    rather than testing which of the two it is."""
+    ``Location.open_dir``. Callers hold a ``Folder`` and ask it (``is_remote``, ``read_many``)
+    rather than testing which of the two it is; its store is its Location's (``store()``)."""
 
     path: str
     is_remote: bool
@@ -74,7 +71,6 @@ class Folder(Protocol):
     def read_small(self, name: str, limit: int = 1 << 20) -> bytes | None: ...
     def read_many(self, names: list[str], limit: int = 1 << 20) -> list[bytes | None]: ...
     def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None: ...
-    def as_store(self) -> Store: ...
     def lock(self, timeout: float = 30.0) -> contextlib.AbstractContextManager[bool]: ...
     def unlink_if(self, expected: FileId | None, name: str | None = None) -> str: ...
     def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool: ...
@@ -217,13 +213,6 @@ class CacheDir:
 
     def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None:
         """A folder's metadata is read again at each ``lstat``: nothing to remember."""
-
-    def as_store(self) -> Store:
-        """This folder as a ``Store`` (what the stats records and the scan read through): it
-        reads each file below it without following a link, as this folder does."""
-        from cachedoctor.storage.stores import open_store
-
-        return open_store(self.path)
 
     # --- locking ------------------------------------------------------------------------------
 

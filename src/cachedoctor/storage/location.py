@@ -1,9 +1,12 @@
 """Where a cache is, as the user named it: a local folder or a bucket prefix, parsed once.
 
 ``Location.parse`` is made at the edge (the CLI's parameters, the Python API, the hook where it
-reads JAX's config value) and handed down; below the edge nothing parses a URL or tests a type to
-tell a bucket from a folder: it asks the Location (``is_local``, ``can_rename``, ``has_locks``,
-``has_modes``, ``has_atime``, ``store()``, ``open_dir()``).
+reads JAX's config value) and handed down to the last call: core entry points, listings, plans,
+manifests. Below the edge nothing parses a path or URL string again or tests a type to tell a
+bucket from a folder: it asks the Location what it can do (``can_rename``, ``has_locks``,
+``has_modes``, ``has_atime``), where it is (``local_path``, ``url``), or for its folder
+(``store()``, ``open_dir()``: an ``fsops.Folder``). ``tests/storage/test_location.py`` fails on a
+``Location.parse(`` or an ``.is_local`` below the edge.
 
 Cheap to import (the hook imports it at JAX start-up): the bucket client, the thread pools and the
 no-follow folder code are imported only by ``store()`` and ``open_dir()``.
@@ -199,8 +202,3 @@ class Location(AsText):
         if self.is_local:
             return CacheDir.open(self.spelling)
         return StoreDir(self.store())
-
-
-# What a core function is handed: a Location, or (the Python API, tests) a path or URL that the
-# function parses once with ``Location.parse`` at its top.
-Where = Location | str | os.PathLike[str]

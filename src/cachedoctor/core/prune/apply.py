@@ -104,7 +104,7 @@ def _apply_remote(cd: Folder, plan: Plan, progress: Progress | None) -> list[Out
                 progress(outcome)
         return outcome
 
-    return list(cd.as_store().map(one, list(plan.actions)))
+    return list(plan.cache_dir.store().map(one, list(plan.actions)))
 
 
 def _apply_remove_entry(cd: Folder, a: Action) -> Outcome:

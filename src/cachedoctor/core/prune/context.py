@@ -42,6 +42,7 @@ from cachedoctor.storage.fsops import FileId, Folder, Stat
 if TYPE_CHECKING:
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.storage.location import Location
+    from cachedoctor.storage.stores import Store
 
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
 # First jaxlib whose entries carry the pjrt_ifrt header (docs/format.md).
@@ -112,11 +113,11 @@ BUCKET_NOTE = (
 )
 
 
-def _key_index(cd: Folder) -> records.KeyIndex:
+def _key_index(store: Store) -> records.KeyIndex:
     """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
     left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
     try:
-        found, _problems = records.read_records(cd.as_store())
+        found, _problems = records.read_records(store)
     except (OSError, ValueError):
         return {}
     return records.index_keys(found)
@@ -145,7 +146,7 @@ class PruneContext:
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
         if cd.is_remote:
-            self.listing = listdir.list_cache(cd.as_store())
+            self.listing = listdir.list_cache(where.store())
             cd.remember(
                 (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
             )
@@ -163,7 +164,8 @@ class PruneContext:
         weighs_use = options.duplicates or options.older_than_s is not None
         weighs_use = weighs_use or options.max_size is not None
         weighs_use = weighs_use or options.stale_jax or options.relocated
-        self.key_index = _key_index(cd) if weighs_use else {}
+        # (a folder's store by its real path, as ``cd`` reads it; a bucket's is ``cd``'s own)
+        self.key_index = _key_index(where.resolved().store()) if weighs_use else {}
 
     def read_atime(self, name: str) -> int | None:
         if not self.cd.is_remote:
@@ -283,7 +285,7 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
     infos: list[EntryInfo] = []
     if ctx.cd.is_remote:  # concurrent ranged reads, the same decoder
         decoded = reader.decode_store_entries(
-            ctx.cd.as_store(), [e.item for e in entries.values()], progress=ctx.progress
+            ctx.where.store(), [e.item for e in entries.values()], progress=ctx.progress
         )
         for e, done in zip(entries.values(), decoded, strict=True):
             e.info = done
