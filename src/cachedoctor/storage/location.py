@@ -28,10 +28,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.plaindata import AsText
 from cachedoctor.storage import urls
 
 if TYPE_CHECKING:
@@ -42,10 +41,12 @@ _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 @dataclass(frozen=True)
-class Location(AsText):
+class Location:
     """A cache folder or entry: a local path (as typed) or a bucket URL (normalised).
 
-    A report's ``to_dict`` writes it as its spelling (``plaindata.AsText``)."""
+    A report's ``to_dict`` and ``--json`` write it as its spelling (``plaindata.as_text``)."""
+
+    plain_as_text: ClassVar[bool] = True
 
     spelling: str  # a local path as typed, or the bucket URL as ``urls`` normalises it
     is_local: bool
