@@ -214,6 +214,7 @@ REKEY_SCRIPT = """
 import hashlib, sys
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.rekey import plan_rekey
+from cachedoctor.storage.location import Location
 
 class Hasher:
     version = 2
@@ -226,7 +227,7 @@ def moved_key(key):
         return key
     return module + "-0000" + hashlib.sha256(digest.encode()).hexdigest()[4:]
 
-apply(plan_rekey(sys.argv[1], hasher=Hasher()))
+apply(plan_rekey(Location.parse(sys.argv[1]), hasher=Hasher()))
 """
 
 
