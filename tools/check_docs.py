@@ -417,9 +417,10 @@ def _scan_document_problems(cache: Path) -> Iterator[str]:
     from cachedoctor.core.findings import Finding
     from cachedoctor.core.scan.run import scan_directory
     from cachedoctor.render.jsonout import ENTRY_FIELDS_NOT_SHOWN, scan_document
+    from cachedoctor.storage.location import Location
 
     text = SCHEMA_DOC.read_text()
-    document = scan_document(scan_directory(str(cache), use_index=False))
+    document = scan_document(scan_directory(Location.parse(str(cache)), use_index=False))
     example = re.search(r"## `scan --json`\n\n```json\n(.*?)\n```", text, re.S)
     if example is None:
         yield "json-schema.md has no scan example"
@@ -471,8 +472,6 @@ LONG_MODULES = {
         "generated data table (python -m cachedoctor.xla.optionschema writes it from jaxlib's "
         "descriptors): one line per option field, no code to split"
     ),
-    # TEMPORARY: split by the other House III branches; remove both entries once merged
-    "stablekeys/hook.py": "split in branch house-location / house-findings (House III)",
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from cachedoctor.cache import index, index_file, index_rows, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of
 from tests.support.gpu_vectors import plain_gpu_entry
 
@@ -39,7 +40,7 @@ def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
 
 
 def report(d: Path, use_index: bool = True) -> str:
-    return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
+    return dumps(scan_document(scan_directory(Location.parse(d), now=NOW, use_index=use_index)))
 
 
 def entry_names(d: Path) -> list[str]:
@@ -67,7 +68,7 @@ def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> No
     data = victim.read_bytes()
     victim.write_bytes(data[: len(data) // 2])  # cut short: must now be reported corrupt
     decodes.clear()
-    got = scan_directory(cache, now=NOW)
+    got = scan_directory(Location.parse(cache), now=NOW)
     assert decodes == [victim.name]
     bad = [e for e in entries_of(got) if e.problems]
     assert [e.path for e in bad] == [str(victim)]
@@ -100,7 +101,7 @@ def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
     os.replace(swap, victim)
     decodes.clear()
     fresh = reader.decode_entry(victim)
-    got = {e.key: e for e in entries_of(scan_directory(cache, now=NOW))}
+    got = {e.key: e for e in entries_of(scan_directory(Location.parse(cache), now=NOW))}
     assert decodes.count(victim.name) == 2  # once by the test, once by the scan
     assert got[victim.name[: -len("-cache")]] == fresh
 
@@ -228,7 +229,9 @@ def test_gpu_entry_keeps_the_rest_of_the_index(
     """One GPU entry among CPU entries: every entry, the GPU one included, comes from the index."""
     gpu_entry = plain_gpu_entry(cache, real_hlo_with_config)
     expected = report(cache, use_index=False)
-    assert any(e.gpu is not None for e in entries_of(scan_directory(cache, now=NOW)))
+    assert any(
+        e.gpu is not None for e in entries_of(scan_directory(Location.parse(cache), now=NOW))
+    )
     decodes.clear()
     assert report(cache) == expected
     assert decodes == []
@@ -270,7 +273,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
     link = tmp_path / "link-to-cache"
     link.symlink_to(cache)
     decodes.clear()
-    got = scan_directory(link, now=NOW)
+    got = scan_directory(Location.parse(link), now=NOW)
     assert decodes == []
     assert all(e.path.startswith(str(link) + os.sep) for e in entries_of(got))
 
@@ -317,7 +320,7 @@ def test_same_report_with_or_without_index_on_one_or_more_workers(
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def scanned(use_index: bool, workers: int) -> tuple[str, tuple[object, ...]]:
-        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(Location.parse(cache), now=NOW, use_index=use_index, workers=workers)
         return dumps(scan_document(got)), entries_of(got)
 
     baseline = scanned(use_index=False, workers=1)
@@ -348,10 +351,10 @@ def test_streamed_json_is_byte_equal_with_or_without_index_on_one_or_more_worker
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def streamed(use_index: bool, workers: int) -> str:
-        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(Location.parse(cache), now=NOW, use_index=use_index, workers=workers)
         return "".join(iter_scan_json(got))
 
-    plain = scan_directory(cache, now=NOW, use_index=False, workers=1)
+    plain = scan_directory(Location.parse(cache), now=NOW, use_index=False, workers=1)
     whole = dumps(scan_document(plain))
     doc = json.loads(whole)
     assert doc["findings"] and doc["entries"]  # every streamed array has elements

@@ -26,6 +26,7 @@ from cachedoctor import layout
 from cachedoctor.cache import index, index_file, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support import sessioncache
 from tests.support.caches import EVICT, cli_env, entries_of, make_cache, needs_filelock
 
@@ -79,7 +80,7 @@ def digests_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def report(d: Path, use_index: bool = True) -> str:
-    return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
+    return dumps(scan_document(scan_directory(Location.parse(d), now=NOW, use_index=use_index)))
 
 
 def cli_json(d: Path, **env: str) -> dict[str, object]:
@@ -164,7 +165,7 @@ def test_a_flipped_byte_is_decoded_afresh(
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     fresh = reader.decode_entry(victim)
     decodes.clear()
-    got = {e.path: e for e in entries_of(scan_directory(copy, now=NOW))}
+    got = {e.path: e for e in entries_of(scan_directory(Location.parse(copy), now=NOW))}
     assert decodes == [victim.name]  # that entry alone
     assert got[str(victim)] == fresh
     if offset == "magic":  # its verdict: corrupt, as a scan without index says
@@ -303,6 +304,6 @@ def test_nothing_is_written_into_a_folder_without_entries(tmp_path: Path) -> Non
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     (checkout / "README.md").write_text("not a cache")
-    scan_directory(checkout, now=NOW)
-    scan_directory(checkout, now=NOW)
+    scan_directory(Location.parse(checkout), now=NOW)
+    scan_directory(Location.parse(checkout), now=NOW)
     assert sorted(p.name for p in checkout.iterdir()) == ["README.md"]

@@ -23,6 +23,7 @@ from cachedoctor.core.usage import records, validate
 from cachedoctor.core.usage.model import Record
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.plaindata import plain
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.stores import open_store
 from tests.support.hookrun import run_recorded
 from tests.support.sessioncache import SharedBuilds
@@ -91,10 +92,10 @@ def test_records_served_from_the_index_are_those_read_from_the_files(
     assert read(cache) == without  # repeated: every file from the index
     assert parsed == []
     # the whole report too (what `stats --json` prints)
-    served = collect_stats(str(cache))
+    served = collect_stats(Location.parse(str(cache)))
     assert parsed == []
     monkeypatch.setenv(index_file.DISABLE_ENV, "1")
-    fresh = collect_stats(str(cache))
+    fresh = collect_stats(Location.parse(str(cache)))
     assert len(parsed) == 4
     assert served.to_dict() == fresh.to_dict()
 

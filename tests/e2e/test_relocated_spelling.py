@@ -25,6 +25,7 @@ from cachedoctor.core.prune.actions import Selector
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.urls import jax_spelling
 
 pytestmark = pytest.mark.slow
@@ -102,11 +103,15 @@ def test_relocated_exactly_where_jax_misses(
     module_of = {k: k.rsplit("-", 1)[0] for k in old}
     spelling = used_as.format(base=base)
     monkeypatch.chdir(base)
-    report = scan_directory(spelling, use_index=False)
+    report = scan_directory(Location.parse(spelling), use_index=False)
     relocated = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     flagged = {k for f in relocated for k in f.entries}
-    plan = plan_prune(spelling, PruneOptions(relocated=True))  # the jobs' spelling unsaid
-    told = plan_prune(spelling, PruneOptions(relocated=True, jobs_cache_dir=spelling))
+    plan = plan_prune(
+        Location.parse(spelling), PruneOptions(relocated=True)
+    )  # the jobs' spelling unsaid
+    told = plan_prune(
+        Location.parse(spelling), PruneOptions(relocated=True, jobs_cache_dir=spelling)
+    )
     planned = told.actions
 
     try:

@@ -29,6 +29,7 @@ from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.storage.location import Location
 
 ProgramSpec = tuple[str, dict[str, str]]
 
@@ -183,7 +184,7 @@ def write_manifest(root: Path, key: str, jaxlib: str = "0.10.2", mode: str = "st
 
 def assert_usable(root: Path) -> None:
     """No corrupt entry, and every entry has its -atime when eviction is in use."""
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     kinds = {f.kind for f in report.findings}
     assert FindingKind.CORRUPT not in kinds, report.findings
     assert FindingKind.MISSING_ATIME not in kinds, report.findings

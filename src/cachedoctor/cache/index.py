@@ -44,12 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from cachedoctor.cache import index_file, index_rows, travel
-from cachedoctor.cache.index_file import SUFFIX, connect, open_checked
-
-# core/scan/memo.py reads these two as index.enabled and index.package_fingerprint (House III
-# left core/scan alone): named here for it, until it imports them from index_file
-from cachedoctor.cache.index_file import enabled as enabled
-from cachedoctor.cache.index_file import package_fingerprint as package_fingerprint
+from cachedoctor.cache.index_file import SUFFIX, connect, enabled, open_checked
 from cachedoctor.cache.index_rows import COLUMNS, PART_VALUES, SHARED_VALUES, SLOTS
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryInfo

@@ -20,6 +20,7 @@ from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.storage.location import Location
 from tests.support import hookrun
 from tests.support.buckets import running_servers
 
@@ -47,7 +48,7 @@ def run_seed(cache: Path | str, mode: str = "none", **extra: str) -> tuple[str |
 
 
 def duplicates_plan(cache: Path | str) -> Plan:
-    return plan_prune(cache, PruneOptions(duplicates=True))
+    return plan_prune(Location.parse(cache), PruneOptions(duplicates=True))
 
 
 def removed(plan: Plan) -> set[str]:
@@ -166,7 +167,7 @@ def test_a_scan_leaves_the_evidence_as_it_was(tmp_path: Path) -> None:
     assert before.st_atime_ns <= before.st_mtime_ns
     from cachedoctor.core.scan.run import scan_directory
 
-    scan_directory(cache)
+    scan_directory(Location.parse(cache))
     duplicates_plan(cache)
     after = (cache / f"{older}-cache").stat()
     assert after.st_atime_ns == before.st_atime_ns

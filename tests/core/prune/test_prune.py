@@ -25,6 +25,7 @@ from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import fsops
+from cachedoctor.storage.location import Location
 from cachedoctor.units import parse_duration, parse_size
 from tests.support.caches import (
     EVICT,
@@ -52,7 +53,7 @@ def age(path: Path, seconds: float) -> None:
 
 
 def prune(root: Path, **options: object) -> tuple:  # type: ignore[type-arg]
-    plan = plan_prune(root, PruneOptions(**options))  # type: ignore[arg-type]
+    plan = plan_prune(Location.parse(root), PruneOptions(**options))  # type: ignore[arg-type]
     return plan, apply(plan)
 
 
@@ -133,7 +134,7 @@ def test_older_than_uses_atime_then_file_time(
     set_atime(root, keys[0], now_ns - 48 * HOUR_NS)  # ...used two days ago per JAX's -atime
     os.unlink(root / f"{keys[1]}-atime")  # no -atime: the file time decides
     age(root / f"{keys[1]}-cache", 3 * 86400)
-    plan = plan_prune(root, PruneOptions(older_than_s=parse_duration("1d")))
+    plan = plan_prune(Location.parse(root), PruneOptions(older_than_s=parse_duration("1d")))
     assert {a.name for a in plan.actions} == {keys[0], keys[1]}
     reasons = {a.name: a.reason for a in plan.actions}
     assert "(-atime)" in reasons[keys[0]] and "(its write: not read since)" in reasons[keys[1]]
@@ -142,7 +143,7 @@ def test_older_than_uses_atime_then_file_time(
     assert entry_keys(root) == set(keys[2:])
     assert not (root / f"{keys[0]}-atime").exists()
     assert_usable(root)
-    assert plan_prune(root, PruneOptions(older_than_s=86400)).actions == ()
+    assert plan_prune(Location.parse(root), PruneOptions(older_than_s=86400)).actions == ()
 
 
 @pytest.mark.slow
@@ -255,7 +256,9 @@ def test_any_run_finishes_an_interrupted_removal(
 def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)  # written for the session's path: relocated here
     make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "48"})])  # native entries
-    finding = [f for f in scan_directory(root).findings if f.kind is FindingKind.RELOCATED]
+    finding = [
+        f for f in scan_directory(Location.parse(root)).findings if f.kind is FindingKind.RELOCATED
+    ]
     assert finding, "a moved cache must be relocated on this JAX"
     plan, result = prune(root, relocated=True)
     kept = {s.name: s.reason for s in plan.skipped if s.rule is Selector.RELOCATED}
@@ -264,7 +267,7 @@ def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_ca
     # the seed's second run hit its helper modules (copied with their access times): a run
     # that spells the cache as they were written looks them up, so they stay
     assert all("a run that spells the cache so looks it up" in why for why in kept.values())
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     assert report.entries  # the native entries stay
     still = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert {k for f in still for k in f.entries} == set(kept)
@@ -275,7 +278,7 @@ def test_stale_jax_from_layout_and_manifests(
     copy_of: Callable[[Path], Path], mixed_cache: Path
 ) -> None:
     root = copy_of(mixed_cache)
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     layouts = {p.name[: -len("-cache")]: raw_payload_layout(p) for p in root.glob("*-cache")}
     old_layout = {key for key, layout in layouts.items() if layout == "pjrt"}
     assert old_layout, "jax 0.8.3 writes entries without the pjrt_ifrt header"
@@ -302,11 +305,11 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
     keys = entry_keys(root)
     g = {k for k in keys if k.startswith("jit_g-")}
     assert g and g != keys
-    plan = plan_prune(root, PruneOptions(module="jit_g"))
+    plan = plan_prune(Location.parse(root), PruneOptions(module="jit_g"))
     assert {a.name for a in plan.actions} == g
     assert all(a.rules == (Selector.MODULE,) for a in plan.actions)
     # with another rule, --module narrows it: everything is older than 0 s, only jit_g goes
-    plan = plan_prune(root, PruneOptions(module="jit_g", older_than_s=0))
+    plan = plan_prune(Location.parse(root), PruneOptions(module="jit_g", older_than_s=0))
     assert {a.name for a in plan.actions} == g
 
 
@@ -320,7 +323,7 @@ def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cac
     outside = root.parent / "outside.textproto"
     outside.write_text("keep")
     (sub / ("B" * 43 + ".textproto")).symlink_to(outside)
-    plan = plan_prune(root, PruneOptions(orphans=True))
+    plan = plan_prune(Location.parse(root), PruneOptions(orphans=True))
     assert not any(a.rules == (Selector.XLA_SUBCACHES,) for a in plan.actions)
     assert any("not touched without --xla-subcaches" in n for n in plan.notes)
     plan, result = prune(root, xla_subcaches=True)
@@ -385,7 +388,7 @@ def test_a_file_changed_since_the_plan_is_skipped(
 ) -> None:
     root = copy_of(evict_cache)
     keys = sorted(entry_keys(root))
-    plan = plan_prune(root, PruneOptions(older_than_s=0))
+    plan = plan_prune(Location.parse(root), PruneOptions(older_than_s=0))
     set_atime(root, keys[0], time.time_ns())  # a JAX process used it meanwhile
     rewritten = root / f"{keys[1]}-cache"
     rewritten.write_bytes(rewritten.read_bytes())  # rewritten meanwhile (new mtime)
@@ -514,7 +517,7 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     )
     plan = Plan(
         "prune",
-        "/c",
+        Location.parse("/c"),
         0.0,
         ("older-than 30d",),
         (remove, move),
@@ -604,8 +607,8 @@ def test_stats_records_are_read_only_for_selectors_that_weigh_use(
         return [], []
 
     monkeypatch.setattr(records, "read_records", read_records)
-    plan_prune(tmp_path, PruneOptions(corrupt=True, orphans=True))
+    plan_prune(Location.parse(tmp_path), PruneOptions(corrupt=True, orphans=True))
     assert reads == []
-    plan_prune(tmp_path, PruneOptions(duplicates=True))
-    plan_prune(tmp_path, PruneOptions(older_than_s=60))
+    plan_prune(Location.parse(tmp_path), PruneOptions(duplicates=True))
+    plan_prune(Location.parse(tmp_path), PruneOptions(older_than_s=60))
     assert len(reads) == 2

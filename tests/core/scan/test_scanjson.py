@@ -27,6 +27,7 @@ from cachedoctor.core.scan import run
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string, renderer, scan_parts
 from cachedoctor.render.jsonout import iter_scan_json
+from cachedoctor.storage.location import Location
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow  # every test here uses a cache JAX wrote
@@ -181,10 +182,10 @@ def test_the_kept_text_as_bytes_or_as_text_is_the_document(
 ) -> None:
     """The JSON writer writes kept text as bytes under a stream that writes ASCII as it is, and
     as text elsewhere (another encoding, a ``StringIO``): the same document either way."""
-    plain = "".join(iter_scan_json(scan_directory(cache, now=NOW, use_index=False)))
-    first = run.scan_json(cache, scan_parts(), now=NOW)
+    plain = "".join(iter_scan_json(scan_directory(Location.parse(cache), now=NOW, use_index=False)))
+    first = run.scan_json(Location.parse(cache), scan_parts(), now=NOW)
     decodes.clear()
-    again = run.scan_json(cache, scan_parts(), now=NOW)
+    again = run.scan_json(Location.parse(cache), scan_parts(), now=NOW)
     assert first.kept is not None and again.kept is not None and decodes == []
     assert again.report.entries is None and again.report.other_files is None
     assert "".join(iter_scan_json(again)) == plain

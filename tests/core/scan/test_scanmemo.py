@@ -27,6 +27,7 @@ from cachedoctor.core.scan.report import RECENT_WRITE_S, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of, write_manifest
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
@@ -66,7 +67,7 @@ def document(report: ScanReport) -> str:
 
 
 def scanned(root: Path, now: float = NOW, **kwargs: object) -> ScanReport:
-    return scan_directory(root, now=now, **kwargs)  # type: ignore[arg-type]
+    return scan_directory(Location.parse(root), now=now, **kwargs)  # type: ignore[arg-type]
 
 
 def served(report: ScanReport) -> bool:

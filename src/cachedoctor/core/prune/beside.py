@@ -15,13 +15,13 @@ import stat
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.cache.listdir import DirItem, FileKind
-from cachedoctor.core.prune.actions import WRITE_BITS, Action, Dir, Op, Selector, Skip
+from cachedoctor.core.prune.actions import WRITE_BITS, Action, Op, Selector, Skip
 from cachedoctor.core.prune.context import ORPHAN_ATIME_GRACE_S, PlanState, PruneContext
 from cachedoctor.core.scan.build import tree_size
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, STATS_DIRNAME
 from cachedoctor.storage import fsops
-from cachedoctor.storage.fsops import FileId
+from cachedoctor.storage.fsops import FileId, Folder
 from cachedoctor.units import format_age, format_bytes
 from cachedoctor.xla import subcaches
 
@@ -312,7 +312,7 @@ MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest
 
 
 def plan_folder_bound(
-    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
+    cd: Folder, max_bytes: int = MAX_FOLDER_BYTES
 ) -> tuple[list[Action], str | None]:
     """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
     the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""

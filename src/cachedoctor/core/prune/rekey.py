@@ -30,7 +30,6 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.prune import spelling
 from cachedoctor.core.prune.actions import (
     Action,
-    Dir,
     ManifestFile,
     Op,
     Outcome,
@@ -48,8 +47,8 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import CacheDir, FileId
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.fsops import CacheDir, FileId, Folder
+from cachedoctor.storage.location import Location
 
 
 class KeyHasher(Protocol):
@@ -80,14 +79,14 @@ def default_hasher() -> KeyHasher:
     return _StableHasher()
 
 
-def _digest(cd: Dir, key: str) -> str | None:
+def _digest(cd: Folder, key: str) -> str | None:
     info = reader.decode_entry(os.path.join(cd.path, key + layout.CACHE_SUFFIX), key=key)
     assert isinstance(info, EntryInfo)
     return info.executable_digest
 
 
 def plan_rekey(
-    cache_dir: Where,
+    cache_dir: Location,
     *,
     hasher: KeyHasher | None = None,
     now: float | None = None,
@@ -98,7 +97,7 @@ def plan_rekey(
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
     follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
-    where = Location.parse(cache_dir)
+    where = cache_dir
     if not where.can_rename:
         raise CachedoctorError(
             "rekey works on local cache directories only: a bucket has no atomic rename or "
@@ -133,7 +132,7 @@ def plan_rekey(
             _plan_manifest(cd, m, hasher, m.key in adoptable, planned)
     return Plan(
         command="rekey",
-        cache_dir=cd.path,
+        cache_dir=where.resolved(),
         created_at=now,
         selectors=(),
         actions=tuple(planned.actions),
@@ -371,7 +370,7 @@ def _moved_manifest(raw: bytes, old: str, new: str) -> bytes | None:
     return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
 
 
-def apply_action(cd: Dir, a: Action) -> Outcome:
+def apply_action(cd: Folder, a: Action) -> Outcome:
     """Carry out one MOVE_ENTRY or DROP_DUPLICATE; the caller holds JAX's lock."""
     old, new = a.name, a.new_key
     assert new is not None
@@ -405,7 +404,7 @@ def apply_action(cd: Dir, a: Action) -> Outcome:
     return Outcome(a, Status.DONE, f"now {new}")
 
 
-def _drop_if_same(cd: Dir, a: Action, old: str, new: str) -> Outcome:
+def _drop_if_same(cd: Folder, a: Action, old: str, new: str) -> Outcome:
     """Drop the source when the new key holds the same executable; else report the conflict.
 
     The plan compared the two files; when the target is still that very file (inode, size,

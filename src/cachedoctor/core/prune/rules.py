@@ -128,7 +128,7 @@ def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
 
     entries = state.entries
     jobs = ctx.options.jobs_cache_dir
-    spelled = jax_spelling(jobs or ctx.as_given)
+    spelled = jax_spelling(jobs) if jobs else ctx.where.jax_spelling
     found = [f for f in _decoded(state).findings if f.kind is FindingKind.RELOCATED]
     if found and jobs is None:
         ctx.notes.append(

@@ -23,7 +23,7 @@ from cachedoctor.core.scan.report import (
 )
 from cachedoctor.core.scan.rules.keys import count_modes, key_modes_by_entry
 from cachedoctor.core.scan.rules.registry import ScanInput, run_rules
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.usage.model import Record
 from cachedoctor.xla import subcaches
 
 

@@ -22,14 +22,11 @@ from cachedoctor.core.usage import validate
 from cachedoctor.core.usage.model import (
     KEY_VALUES,
     KeyCounts,
+    Record,
     make_key_counts,
     sparse_counters,
     thawed_counters,
 )
-
-# core/scan/ (run, build, rules/inventory) imports Record from here (House III left core/scan
-# alone): named here for it, until it imports it from model
-from cachedoctor.core.usage.model import Record as Record
 from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import RECORD_SUFFIX

@@ -33,7 +33,7 @@ from cachedoctor.core.scan.rules.keys import (
 )
 from cachedoctor.core.scan.rules.processes import first_process_only, process_findings
 from cachedoctor.core.scan.rules.security import insecure_findings
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.usage.model import Record
 from cachedoctor.xla import subcaches
 
 K = FindingKind
