@@ -96,13 +96,13 @@ def _gcs_server() -> Iterator[tuple[str, Put]]:
     from gcp_storage_emulator.server import create_server
 
     sys.path.insert(0, str(ROOT))
-    from tests.test_storage_remote import Proxy, _serve
+    from tests.support.buckets import Proxy, serve
 
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="bench")
     server.start()
     try:
-        with _serve(Proxy(port, every=0, fix_multipart=True)) as endpoint:
+        with serve(Proxy(port, every=0, fix_multipart=True)) as endpoint:
             os.environ.update(
                 {
                     "STORAGE_EMULATOR_HOST": endpoint,

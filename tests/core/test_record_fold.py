@@ -23,7 +23,7 @@ from cachedoctor.cache import index, index_file, record_index
 from cachedoctor.core.usage import fold, records
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store
-from tests.core.test_record_index import record_files, recorded_cache, settled  # noqa: F401
+from tests.support.caches import record_files
 from tests.support.cli import invoke
 
 COMMANDS = [
@@ -75,9 +75,9 @@ def folds(cache: Path) -> int:
 
 @pytest.mark.slow
 def test_a_repeated_stats_and_lint_print_the_same_bytes_from_one_fold(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
-    settled: None,  # noqa: F811
+    settled: None,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -99,9 +99,9 @@ def test_a_repeated_stats_and_lint_print_the_same_bytes_from_one_fold(
 
 @pytest.mark.slow
 def test_a_fold_is_never_served_once_the_folder_changed(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
-    settled: None,  # noqa: F811
+    settled: None,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -140,7 +140,7 @@ def test_a_fold_is_never_served_once_the_folder_changed(
 
 @pytest.mark.slow
 def test_no_fold_is_kept_while_a_record_may_still_be_written(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,

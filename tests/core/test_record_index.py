@@ -25,21 +25,7 @@ from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.plaindata import plain
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.stores import open_store
-from tests.support.hookrun import run_recorded
-from tests.support.sessioncache import SharedBuilds
-
-
-@pytest.fixture(scope="module")
-def recorded_cache(shared_builds: SharedBuilds) -> Path:
-    """The seed program run three times with stats recording (as tests/core/test_stats.py)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
+from tests.support.caches import record_files
 
 
 @pytest.fixture
@@ -56,12 +42,6 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-@pytest.fixture
-def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Files copied a moment ago count as settled (their ctime is the copy's): no racy window."""
-    monkeypatch.setattr(index, "RACY_S", 0.0)
-
-
 def read(cache: Path, *, use_index: bool = True) -> tuple[object, object]:
     found, problems = records.read_records(open_store(cache), use_index=use_index)
     return plain(found), plain(problems)
@@ -71,10 +51,6 @@ def rows(cache: Path) -> dict[str, str]:
     """Name -> identity of each row of the cache's records index."""
     with sqlite3.connect(index_file.side_path(cache, record_index.PART)) as db:
         return {os.fsdecode(n): i for n, i in db.execute("SELECT name, identity FROM records")}
-
-
-def record_files(cache: Path) -> list[Path]:
-    return sorted((cache / STATS_DIRNAME).glob("*.json"))
 
 
 @pytest.mark.slow
