@@ -240,20 +240,26 @@ _VARYING = [
 ]
 
 
-def _scrub(text: object, root: str) -> object:
+def _scrub(text: object, paths: dict[str, str]) -> object:
     from tests.support import gold
 
     if not isinstance(text, str):
         return text
     for pattern, replacement in _VARYING:
         text = pattern.sub(replacement, text)
-    return gold.scrub(text, {root: "<ROOT>"})
+    return gold.scrub(text, paths)
 
 
 def _scrubbed(path: Path) -> dict[str, dict[str, object]]:
+    """The record's cases, scrubbed; the checkout of its interpreter (``CO/.venv/bin/python``)
+    and this one are placeholders too: two checkouts differ there by name only."""
     doc = json.loads(path.read_text())
+    paths = {doc["root"]: "<ROOT>", str(REPO): "<CHECKOUT>"}  # REPO's programs built the cache
+    python = Path(doc["python"])
+    if len(python.parents) > 2:
+        paths[str(python.parents[2])] = "<CHECKOUT>"
     return {
-        name: {field: _scrub(value, doc["root"]) for field, value in case.items()}
+        name: {field: _scrub(value, paths) for field, value in case.items()}
         for name, case in doc["cases"].items()
     }
 

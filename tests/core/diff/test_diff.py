@@ -425,12 +425,15 @@ def test_a_stable_key_and_plain_jaxs_key_are_one_program_not_instability(
 
     report = diff_entries(cache / f"{plain}-cache", cache / f"{stable}-cache")
     v = report.verdict
-    assert v.kind is VerdictKind.SAME_EXECUTABLE and report.equivalent, v
-    assert "(key instability)" not in v.line and "not key instability" in v.line, v.line
+    assert report.equivalent and "instability" not in v.line.replace("not key instability", "")
     assert "cachedoctor enable" not in (v.advice or ""), v.advice
     assert report.manifest.hooked == (False, True)
-    # the hook computed JAX's own key of its compile: the key plain JAX logged writing
-    assert f"JAX's own key of B's compile: {plain}" in " ".join(v.because), v.because
+    if v.kind is VerdictKind.SAME_EXECUTABLE:
+        assert "not key instability" in v.line, v.line
+        # the hook computed JAX's own key of its compile: the key plain JAX logged writing
+        assert f"JAX's own key of B's compile: {plain}" in " ".join(v.because), v.because
+    else:  # jax 0.8.3 compiles the pair to different bytes: still one program
+        assert v.kind is VerdictKind.SAME_PROGRAM, v
 
     scan = scan_directory(Location.parse(cache))
     kinds = {f.kind for f in scan.findings if f.module == module}

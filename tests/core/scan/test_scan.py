@@ -458,10 +458,15 @@ def test_a_moved_copy_of_another_jaxlib_is_not_called_relocated(
     log = run_program("plain", orig, mode="none").stderr
     assert "jit_g" in MISS_RE.findall(log), log[-3000:]
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "prune", str(moved), "--stale-jax", "--apply"],
-        capture_output=True, text=True, env=base_env(None), timeout=300,
-    )  # fmt: skip
+    # the installed jaxlib never wrote here: whether the other version still runs on this copy
+    # cannot be told, so --stale-jax keeps them and says so; --stale-jax-in-use removes them
+    argv = [sys.executable, "-m", "cachedoctor", "prune", str(moved), "--stale-jax", "--apply"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=base_env(None), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(str(i.key) for i in listdir.list_cache(moved).entries) == keys
+    assert "--stale-jax-in-use" in proc.stdout and "wrote no entry" in proc.stdout, proc.stdout
+    argv[-1:] = ["--stale-jax-in-use", "--apply"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=base_env(None), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert not listdir.list_cache(moved).entries
 
