@@ -387,14 +387,21 @@ def test_lru_line_and_missing_atime_agree(
         with_atime,
         1,
     )
+    # as the installed JAX's eviction pass treats an entry without one (jax 0.12 evicts it
+    # first; up to 0.10 the pass fails and stops all writes)
+    evicts_first = installed_jax().lru_evicts_without_atime
     (missing,) = kinds(report)[FindingKind.MISSING_ATIME]
-    assert missing.severity is Severity.ERROR and missing.entries == (keys[0],)
+    assert missing.severity is (Severity.WARNING if evicts_first else Severity.ERROR)
+    assert missing.entries == (keys[0],)
 
     (cache / ".lockfile").unlink()  # a copy without dot files: the -atime files stay evidence
     report = scan_directory(Location.parse(cache))
     (missing,) = kinds(report)[FindingKind.MISSING_ATIME]
     assert missing.severity is Severity.WARNING and missing.entries == (keys[0],)
-    assert f"{with_atime} entries have one" in missing.message
+    if evicts_first:
+        assert "evicts them first" in missing.message, missing.message
+    else:
+        assert f"{with_atime} entries have one" in missing.message
     assert "does not seem to run" not in missing.message
     from tests.support.cli import invoke
 
