@@ -96,13 +96,13 @@ def _gcs_server() -> Iterator[tuple[str, Put]]:
     from gcp_storage_emulator.server import create_server
 
     sys.path.insert(0, str(ROOT))
-    from tests.test_storage_remote import Proxy, _serve
+    from tests.support.buckets import Proxy, serve
 
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="bench")
     server.start()
     try:
-        with _serve(Proxy(port, every=0, fix_multipart=True)) as endpoint:
+        with serve(Proxy(port, every=0, fix_multipart=True)) as endpoint:
             os.environ.update(
                 {
                     "STORAGE_EMULATOR_HOST": endpoint,
@@ -156,6 +156,7 @@ def main() -> None:
         from cachedoctor.cache import listdir, reader
         from cachedoctor.core.scan.run import scan_directory
         from cachedoctor.storage import remote_store, stores
+        from cachedoctor.storage.location import Location
 
         sources = sorted(p for p in Path(args.source).glob("*-cache") if p.is_file())
         if not sources:
@@ -187,12 +188,12 @@ def main() -> None:
             return decode_item(*a, **kw)
 
         reader.decode_item = counting  # type: ignore[assignment]
-        first = _median_s(lambda: scan_directory(url), 1)
+        first = _median_s(lambda: scan_directory(Location.parse(url)), 1)
         read_first, decoded[:] = len(decoded), []
         lst, repeated, ratios = [], [], []
         for _ in range(args.reps):  # alternating, so that load on the machine hits both
             lst.append(_median_s(listing, 1))
-            repeated.append(_median_s(lambda: scan_directory(url), 1))
+            repeated.append(_median_s(lambda: scan_directory(Location.parse(url)), 1))
             ratios.append(repeated[-1] / lst[-1])
         read_repeated = len(decoded) // args.reps
         lst_s, rep_s = statistics.median(lst), statistics.median(repeated)
@@ -208,7 +209,7 @@ def main() -> None:
         )
         if not args.no_unindexed:
             os.environ["CACHEDOCTOR_NO_INDEX"] = "1"
-            no_index = _median_s(lambda: scan_directory(url), 1)
+            no_index = _median_s(lambda: scan_directory(Location.parse(url)), 1)
             print(
                 f"scan without the index {no_index * 1000:9.0f} ms"
                 f"  {no_index / lst_s:6.2f} x listing"

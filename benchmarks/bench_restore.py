@@ -68,7 +68,7 @@ def scan_once(d: Path, xdg: Path, argv: list[str], code: str | None = None) -> R
 
 
 def _fallback_index(xdg: Path, cache: Path) -> bool:
-    """Whether the user cache dir holds an index of ``cache`` (``index.fallback_path``)."""
+    """Whether the user cache dir holds an index of ``cache`` (``index_file.fallback_path``)."""
     name = hashlib.sha256(os.fsencode(os.path.realpath(cache))).hexdigest()[:32]
     return (xdg / "cachedoctor" / "index" / f"{name}.sqlite").exists()
 

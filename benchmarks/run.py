@@ -207,10 +207,13 @@ def drop_index(d: str) -> None:
     """Remove whatever scan index exists for ``d`` (first-scan measurements start cold)."""
     shutil.rmtree(os.path.join(d, "cachedoctor-index"), ignore_errors=True)
     try:
-        from cachedoctor.cache import index
-    except ImportError:
-        return
-    for path in index.index_locations(d):
+        from cachedoctor.cache import index_file as where
+    except ImportError:  # a baseline from before House III: cache/index.py held it
+        try:
+            from cachedoctor.cache import index as where  # type: ignore[no-redef]
+        except ImportError:
+            return
+    for path in where.index_locations(d):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 

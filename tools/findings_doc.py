@@ -1,9 +1,9 @@
-"""docs/findings.md, generated from the table of rules (``cachedoctor.core.catalog.RULES``).
+"""docs/findings.md, generated from the catalog of finding kinds (``core.catalog_entries.ENTRIES``).
 
 One section per finding kind, in the manner of ruff's rule pages: what it does, why it matters,
 when it is raised and on what evidence, how to fix it, and an example printed as ``scan`` prints
 it (the real renderer, the real templates). ``tools/check_docs.py --write`` writes the page;
-``tools/check_docs.py`` fails when it is stale or when a finding kind has no rule.
+``tools/check_docs.py`` fails when it is stale or when a finding kind has no entry.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from cachedoctor.core.catalog import RULES  # noqa: E402
-from cachedoctor.core.findings import Case, Family, FindingKind, Rule  # noqa: E402
+from cachedoctor.core.catalog_entries import ENTRIES  # noqa: E402
+from cachedoctor.core.findings import Case, CatalogEntry, Family, FindingKind  # noqa: E402
 
 TARGET = ROOT / "docs" / "findings.md"
 
@@ -27,9 +27,9 @@ HEADER = """# Findings
 Every verdict of `scan`, `lint` and `stats` is a finding: a kind, a severity (`info`, `warning`
 or `error`), a message that names the module or the file, one line of advice and the evidence it
 rests on (`evidence:` in the text output, `evidence` in JSON). Each kind below is one entry of
-the table of rules in `src/cachedoctor/core/catalog.py`, the table the rules take their words
-from: this page is generated from it by `python tools/check_docs.py --write`, and `nox -s docs`
-fails when it is stale.
+the catalog of finding kinds in `src/cachedoctor/core/catalog_entries.py`, whose cases are the
+words the rules raise findings with (`src/cachedoctor/core/catalog.py`): this page is generated
+from it by `python tools/check_docs.py --write`, and `nox -s docs` fails when it is stale.
 
 `--fail-on warning` makes `scan` and `lint` exit 1 on warnings too (the default is `error`);
 `--ignore KIND` drops a kind (an unknown KIND is an error). In the templates below, a word in
@@ -43,17 +43,17 @@ def placeholders(text: str) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: "⟨" + m.group(1).replace("_", " ") + "⟩", text)
 
 
-def severity_text(rule: Rule) -> str:
+def severity_text(entry: CatalogEntry) -> str:
     """The default severity, then each other one with when it is used."""
     others: dict[str, list[str]] = {}
-    for case in rule.cases:
-        if case.severity is not rule.severity:
+    for case in entry.cases:
+        if case.severity is not entry.severity:
             others.setdefault(case.severity.label, []).append(case.when)
         for other, when in case.otherwise:
             others.setdefault(other.label, []).append(when)
     return "; ".join(
         [
-            rule.severity.label,
+            entry.severity.label,
             *(f"{label} when {'; or when '.join(w)}" for label, w in others.items()),
         ]
     )
@@ -63,7 +63,7 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def example_output(rule: Rule) -> str:
+def example_output(entry: CatalogEntry) -> str:
     """The example finding as the text output prints it."""
     from rich.console import Console
 
@@ -71,7 +71,7 @@ def example_output(rule: Rule) -> str:
 
     out = io.StringIO()
     console = Console(file=out, width=100, no_color=True, highlight=False, soft_wrap=True)
-    render_finding_list([rule.example.finding()], console)
+    render_finding_list([entry.example.finding()], console)
     return out.getvalue().rstrip()
 
 
@@ -85,56 +85,56 @@ def _cases_table(cases: tuple[Case, ...]) -> Iterator[str]:
         yield f"| {case.when} | {severity} | {placeholders(case.evidence)} |"
 
 
-def section(rule: Rule) -> str:
+def section(entry: CatalogEntry) -> str:
     lines = [
-        f"### `{rule.kind.value}`",
+        f"### `{entry.kind.value}`",
         "",
-        f"Family: {rule.family.value} · severity: {severity_text(rule)} · raised by: "
-        + ", ".join(f"`{c.strip()}`" for c in rule.commands.split(",")),
+        f"Family: {entry.family.value} · severity: {severity_text(entry)} · raised by: "
+        + ", ".join(f"`{c}`" for c in entry.raised_by.commands),
         "",
         "#### What it does",
         "",
-        rule.what,
+        entry.what,
         "",
         "#### Why it matters",
         "",
-        rule.why,
+        entry.why,
         "",
         "#### When, on what evidence",
         "",
-        *_cases_table(rule.cases),
+        *_cases_table(entry.cases),
         "",
         "#### How to fix",
         "",
     ]
-    if len(rule.cases) == 1:
-        lines.append(_sentence(placeholders(rule.cases[0].advice)))
+    if len(entry.cases) == 1:
+        lines.append(_sentence(placeholders(entry.cases[0].advice)))
     else:
-        lines += [f"- {_sentence(c.when)}: {placeholders(c.advice)}" for c in rule.cases]
-    lines += ["", "#### Example", "", "```text", example_output(rule), "```", ""]
+        lines += [f"- {_sentence(c.when)}: {placeholders(c.advice)}" for c in entry.cases]
+    lines += ["", "#### Example", "", "```text", example_output(entry), "```", ""]
     return "\n".join(lines)
 
 
 def render() -> str:
     parts = [HEADER, "| kind | family | severity | what it finds |", "|---|---|---|---|"]
-    for rule in RULES:
-        anchor = rule.kind.value  # GitHub's anchor of "### `kind`"
+    for entry in ENTRIES:
+        anchor = entry.kind.value  # GitHub's anchor of "### `kind`"
         parts.append(
-            f"| [`{rule.kind.value}`](#{anchor}) | {rule.family.value} | "
-            f"{'/'.join(_severities(rule))} | {rule.summary} |"
+            f"| [`{entry.kind.value}`](#{anchor}) | {entry.family.value} | "
+            f"{'/'.join(_severities(entry))} | {entry.summary} |"
         )
     parts.append("")
     for family in Family:
-        rules = [r for r in RULES if r.family is family]
-        if rules:
+        entries = [r for r in ENTRIES if r.family is family]
+        if entries:
             parts.append(f"## {family.value.capitalize()}\n")
-            parts += [section(r) for r in rules]
+            parts += [section(r) for r in entries]
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _severities(rule: Rule) -> list[str]:
-    found = [rule.severity]
-    for case in rule.cases:
+def _severities(entry: CatalogEntry) -> list[str]:
+    found = [entry.severity]
+    for case in entry.cases:
         for severity in (case.severity, *dict(case.otherwise)):
             if severity not in found:
                 found.append(severity)
@@ -142,10 +142,11 @@ def _severities(rule: Rule) -> list[str]:
 
 
 def problems() -> Iterator[str]:
-    """A finding kind without exactly one rule in the table; a stale page."""
-    kinds = [rule.kind for rule in RULES]
+    """A finding kind without exactly one entry in the table; a stale page."""
+    kinds = [entry.kind for entry in ENTRIES]
     for kind in FindingKind:
         if kinds.count(kind) != 1:
-            yield f"finding kind {kind.value} has {kinds.count(kind)} rules in core/catalog.py"
+            n = kinds.count(kind)
+            yield f"finding kind {kind.value} has {n} entries in core/catalog_entries.py"
     if not TARGET.exists() or TARGET.read_text() != render():
         yield "docs/findings.md is stale: run `python tools/check_docs.py --write`"

@@ -17,8 +17,17 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def as_text(value: Any) -> bool:
+    """Whether :func:`plain` writes ``value`` as its ``str()``: a class that says so with
+    ``plain_as_text = True`` (a ``Location``: its spelling). Asked of the class, so that the
+    hook's cheap ``storage/location.py`` need not import this module."""
+    return getattr(type(value), "plain_as_text", False) is True
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data (dataclass fields in order, enums by value)."""
+    if as_text(value):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):

@@ -17,6 +17,7 @@ from cachedoctor.cache import listdir, reader
 from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from tests.support.caches import make_cache
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
@@ -46,7 +47,9 @@ def test_atime_files_follow_release(seed_cache: Path) -> None:
 
 
 def test_seed_program_is_unstable_on_this_release(seed_cache: Path) -> None:
-    (finding,) = [f for f in scan_directory(seed_cache).findings if f.module == "jit_f"]
+    (finding,) = [
+        f for f in scan_directory(Location.parse(seed_cache)).findings if f.module == "jit_f"
+    ]
     assert finding.kind is FindingKind.UNSTABLE_KEY and len(finding.entries) == 3
 
 

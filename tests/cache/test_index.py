@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, index_rows, parallel, reader, travel
+from cachedoctor.cache import index, index_file, index_rows, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, iter_scan_json, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of
 from tests.support.gpu_vectors import plain_gpu_entry
 
@@ -28,7 +29,7 @@ NOW = 2_000_000_000.0  # fixed "now" for findings, so two reports can be compare
 @pytest.fixture(autouse=True)
 def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.delenv(travel.IN_CACHE_ENV, raising=False)  # each cache here is a copy
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
 
@@ -39,7 +40,7 @@ def cache(seed_cache: Path, copy_of: Callable[[Path], Path]) -> Path:
 
 
 def report(d: Path, use_index: bool = True) -> str:
-    return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
+    return dumps(scan_document(scan_directory(Location.parse(d), now=NOW, use_index=use_index)))
 
 
 def entry_names(d: Path) -> list[str]:
@@ -54,7 +55,7 @@ def test_second_scan_decodes_nothing_and_reports_the_same(cache: Path, decodes: 
     assert decodes == []
     assert index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
     # the index travels with the cache, in a folder of its own that no listing shows
-    assert index.index_path(cache) == cache.resolve() / "cachedoctor-index" / "index.sqlite"
+    assert index_file.index_path(cache) == cache.resolve() / "cachedoctor-index" / "index.sqlite"
     assert [p.name for p in cache.iterdir() if p.name.startswith("cachedoctor")] == [
         "cachedoctor-index"
     ]
@@ -67,7 +68,7 @@ def test_rewritten_entry_is_decoded_again(cache: Path, decodes: list[str]) -> No
     data = victim.read_bytes()
     victim.write_bytes(data[: len(data) // 2])  # cut short: must now be reported corrupt
     decodes.clear()
-    got = scan_directory(cache, now=NOW)
+    got = scan_directory(Location.parse(cache), now=NOW)
     assert decodes == [victim.name]
     bad = [e for e in entries_of(got) if e.problems]
     assert [e.path for e in bad] == [str(victim)]
@@ -100,7 +101,7 @@ def test_replaced_entry_with_same_size_and_mtime_is_decoded_again(
     os.replace(swap, victim)
     decodes.clear()
     fresh = reader.decode_entry(victim)
-    got = {e.key: e for e in entries_of(scan_directory(cache, now=NOW))}
+    got = {e.key: e for e in entries_of(scan_directory(Location.parse(cache), now=NOW))}
     assert decodes.count(victim.name) == 2  # once by the test, once by the scan
     assert got[victim.name[: -len("-cache")]] == fresh
 
@@ -136,7 +137,7 @@ def test_vanished_entry_leaves_the_index(cache: Path) -> None:
 
 
 def _index_file(cache: Path) -> Path:
-    path = index.index_path(cache)
+    path = index_file.index_path(cache)
     assert path.is_file()
     return path
 
@@ -228,7 +229,9 @@ def test_gpu_entry_keeps_the_rest_of_the_index(
     """One GPU entry among CPU entries: every entry, the GPU one included, comes from the index."""
     gpu_entry = plain_gpu_entry(cache, real_hlo_with_config)
     expected = report(cache, use_index=False)
-    assert any(e.gpu is not None for e in entries_of(scan_directory(cache, now=NOW)))
+    assert any(
+        e.gpu is not None for e in entries_of(scan_directory(Location.parse(cache), now=NOW))
+    )
     decodes.clear()
     assert report(cache) == expected
     assert decodes == []
@@ -249,7 +252,7 @@ def test_index_of_other_options_or_code_is_not_used(
 ) -> None:
     report(cache)
     assert not index.load(str(cache), (123,)).loaded  # another max_decompressed
-    monkeypatch.setattr(index, "_FINGERPRINT", b"another reader")
+    monkeypatch.setattr(index_file, "_FINGERPRINT", b"another reader")
     assert not index.load(str(cache), (reader.DEFAULT_MAX_DECOMPRESSED,)).loaded
 
 
@@ -270,7 +273,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
     link = tmp_path / "link-to-cache"
     link.symlink_to(cache)
     decodes.clear()
-    got = scan_directory(link, now=NOW)
+    got = scan_directory(Location.parse(link), now=NOW)
     assert decodes == []
     assert all(e.path.startswith(str(link) + os.sep) for e in entries_of(got))
 
@@ -278,7 +281,7 @@ def test_same_cache_through_another_path_keeps_paths_right(
 def test_disabled_by_environment(
     cache: Path, decodes: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(index.DISABLE_ENV, "1")
+    monkeypatch.setenv(index_file.DISABLE_ENV, "1")
     report(cache)
     decodes.clear()
     report(cache)
@@ -288,19 +291,19 @@ def test_disabled_by_environment(
 def test_index_folder_is_bounded(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(travel.IN_CACHE_ENV, "0")  # the user cache dir's folder of indexes
     report(cache)
-    root = index.index_root()
+    root = index_file.index_root()
     for n in range(5):
-        (root / f"{n:032x}{index.SUFFIX}").write_bytes(b"x" * 1000)
-        os.utime(root / f"{n:032x}{index.SUFFIX}", (n, n))
-    first = index.index_path(cache).stat().st_size
-    monkeypatch.setattr(index, "MAX_TOTAL_BYTES", first + 2500)
+        (root / f"{n:032x}{index_file.SUFFIX}").write_bytes(b"x" * 1000)
+        os.utime(root / f"{n:032x}{index_file.SUFFIX}", (n, n))
+    first = index_file.index_path(cache).stat().st_size
+    monkeypatch.setattr(index_file, "MAX_TOTAL_BYTES", first + 2500)
     other = cache.parent / "other-cache"
     shutil.copytree(cache, other)
     report(other)
-    left = sorted(p.name for p in root.glob(f"*{index.SUFFIX}"))
-    assert index.index_path(other).name in left
-    assert f"{0:032x}{index.SUFFIX}" not in left  # the oldest went first
-    assert f"{4:032x}{index.SUFFIX}" in left
+    left = sorted(p.name for p in root.glob(f"*{index_file.SUFFIX}"))
+    assert index_file.index_path(other).name in left
+    assert f"{0:032x}{index_file.SUFFIX}" not in left  # the oldest went first
+    assert f"{4:032x}{index_file.SUFFIX}" in left
 
 
 def test_same_report_with_or_without_index_on_one_or_more_workers(
@@ -317,7 +320,7 @@ def test_same_report_with_or_without_index_on_one_or_more_workers(
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def scanned(use_index: bool, workers: int) -> tuple[str, tuple[object, ...]]:
-        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(Location.parse(cache), now=NOW, use_index=use_index, workers=workers)
         return dumps(scan_document(got)), entries_of(got)
 
     baseline = scanned(use_index=False, workers=1)
@@ -348,10 +351,10 @@ def test_streamed_json_is_byte_equal_with_or_without_index_on_one_or_more_worker
     monkeypatch.setattr(parallel, "BATCH_ENTRIES", 1)
 
     def streamed(use_index: bool, workers: int) -> str:
-        got = scan_directory(cache, now=NOW, use_index=use_index, workers=workers)
+        got = scan_directory(Location.parse(cache), now=NOW, use_index=use_index, workers=workers)
         return "".join(iter_scan_json(got))
 
-    plain = scan_directory(cache, now=NOW, use_index=False, workers=1)
+    plain = scan_directory(Location.parse(cache), now=NOW, use_index=False, workers=1)
     whole = dumps(scan_document(plain))
     doc = json.loads(whole)
     assert doc["findings"] and doc["entries"]  # every streamed array has elements

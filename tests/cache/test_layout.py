@@ -25,6 +25,7 @@ from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.cache.reader import decode_entry
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.formats import wire
+from cachedoctor.storage.location import Location
 
 # Loads each entry file named in argv through JAX's own path (compilation_cache's decompress and
 # extract, then backend.deserialize_executable) and prints one JSON verdict per file.
@@ -235,7 +236,7 @@ def test_every_entry_scan_calls_corrupt_is_refused_by_jax(
     for entry in real_entries[:2]:  # and good entries with awkward headers, which JAX loads
         header = header_of_length(131) if entry.had_header else None
         (cache / entry.name).write_bytes(entry_bytes(entry, header, "zstd"))
-    report = scan_directory(str(cache), use_index=False)
+    report = scan_directory(Location.parse(str(cache)), use_index=False)
     corrupt = {f"{key}-cache" for f in report.findings if f.kind == "corrupt" for key in f.entries}
     assert len(corrupt) == len(kinds)
     loaded = jax_loads(sorted(cache.glob("*-cache")))

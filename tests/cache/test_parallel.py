@@ -14,6 +14,7 @@ import pytest
 from cachedoctor.cache import listdir, parallel, reader
 from cachedoctor.core.scan.run import _cyclic_gc_paused, scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of
 
 
@@ -64,8 +65,8 @@ def test_parallel_decode_equals_serial(cache: Path, tiny_batches: None) -> None:
 
 @pytest.mark.slow
 def test_parallel_scan_report_equals_serial(cache: Path, tiny_batches: None) -> None:
-    a = scan_directory(cache, now=2e9, use_index=False, workers=1)
-    b = scan_directory(cache, now=2e9, use_index=False, workers=2)
+    a = scan_directory(Location.parse(cache), now=2e9, use_index=False, workers=1)
+    b = scan_directory(Location.parse(cache), now=2e9, use_index=False, workers=2)
     assert dumps(scan_document(a)) == dumps(scan_document(b))
 
 
@@ -207,7 +208,7 @@ def test_a_scan_pauses_the_collector_but_its_workers_collect(
     import gc
 
     monkeypatch.setattr(parallel, "_decode_batch", _collector_state)
-    report = scan_directory(cache, now=2e9, use_index=False, workers=2)
+    report = scan_directory(Location.parse(cache), now=2e9, use_index=False, workers=2)
     states = {e.module for e in entries_of(report)}  # this process decodes some batches too
     assert "gc-True-in-worker" in states and states <= {"gc-True-in-worker", "gc-False-in-main"}
     assert gc.isenabled()

@@ -18,6 +18,7 @@ from cachedoctor.cache import decompress, model, reader
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from cachedoctor.xla import gpu
 from tests.support.gpu_vectors import (
     BUFFERS,
@@ -92,7 +93,7 @@ def test_split_gpu_entry_with_split_executable(tmp_path: Path, real_hlo_with_con
     assert info.gpu.cudnn_graphs == len(DNN)
     assert info.hlo is not None and info.hlo.name == "jit_g"
     assert info.autotune_dir == f"{tmp_path}/xla_gpu_per_fusion_autotune_cache_dir"
-    report = scan_directory(tmp_path)
+    report = scan_directory(Location.parse(tmp_path))
     assert report.summary.platforms == (("gpu", 1),)
     assert not [f for f in report.findings if f.kind is FindingKind.CORRUPT]
 
@@ -114,7 +115,7 @@ def test_scan_reports_subcaches(seed_cache: Path, copy_of: Callable[[Path], Path
     (tune / file_name(key("fusion.1"))).write_text(TRITON)
     (tune / file_name(key("fusion.2"))).write_text(GEMM)
     (cache / layout.KERNEL_CACHE_FILE).write_bytes(b"\x0a\xff\xff\xff\x0f garbage")
-    report = scan_directory(cache)
+    report = scan_directory(Location.parse(cache))
     assert report.subcaches is not None
     assert len(report.subcaches.autotune.entries) == 2
     (finding,) = [f for f in report.findings if f.kind is FindingKind.SUBCACHE]

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import index, parallel, reader, travel
+from cachedoctor.cache import index, index_file, parallel, reader, travel
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support import sessioncache
 from tests.support.caches import EVICT, cli_env, entries_of, make_cache, needs_filelock
 
@@ -38,7 +39,7 @@ OPTIONS = (reader.DEFAULT_MAX_DECOMPRESSED,)
 @pytest.fixture(autouse=True)
 def _travelling_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-first"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.delenv(travel.IN_CACHE_ENV, raising=False)  # every cache here is a copy
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: store them anyway
 
@@ -79,7 +80,7 @@ def digests_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def report(d: Path, use_index: bool = True) -> str:
-    return dumps(scan_document(scan_directory(d, now=NOW, use_index=use_index)))
+    return dumps(scan_document(scan_directory(Location.parse(d), now=NOW, use_index=use_index)))
 
 
 def cli_json(d: Path, **env: str) -> dict[str, object]:
@@ -110,7 +111,7 @@ def test_restored_copy_is_served_from_its_index(
     decodes.clear()
     assert report(copy) == expected
     assert decodes == []  # every entry came from the index that came with the copy
-    fallback = index.fallback_path(copy)
+    fallback = index_file.fallback_path(copy)
     assert not fallback.exists()  # nothing of it in the (fresh) user cache dir
     # a CI runner scans a restored copy once: its files' identities are learnt by a second
     # scan in this place (served by digest again), and then the next scan hashes nothing
@@ -164,7 +165,7 @@ def test_a_flipped_byte_is_decoded_afresh(
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     fresh = reader.decode_entry(victim)
     decodes.clear()
-    got = {e.path: e for e in entries_of(scan_directory(copy, now=NOW))}
+    got = {e.path: e for e in entries_of(scan_directory(Location.parse(copy), now=NOW))}
     assert decodes == [victim.name]  # that entry alone
     assert got[str(victim)] == fresh
     if offset == "magic":  # its verdict: corrupt, as a scan without index says
@@ -278,8 +279,8 @@ def test_cache_not_writable_keeps_its_index_in_the_user_cache_dir(
         expected = report(cache, use_index=False)
         assert report(cache) == expected
         assert not (cache / layout.INDEX_DIRNAME).exists()
-        assert index.index_path(cache) == index.fallback_path(cache)
-        assert index.fallback_path(cache).is_file()
+        assert index_file.index_path(cache) == index_file.fallback_path(cache)
+        assert index_file.fallback_path(cache).is_file()
         decodes.clear()
         assert report(cache) == expected
         assert decodes == []  # served from the user cache dir's index
@@ -295,7 +296,7 @@ def test_opt_out_keeps_the_index_out_of_the_cache(
     assert not (cache / layout.INDEX_DIRNAME).exists()
     decodes.clear()
     report(cache)
-    assert decodes == [] and index.fallback_path(cache).is_file()
+    assert decodes == [] and index_file.fallback_path(cache).is_file()
 
 
 def test_nothing_is_written_into_a_folder_without_entries(tmp_path: Path) -> None:
@@ -303,6 +304,6 @@ def test_nothing_is_written_into_a_folder_without_entries(tmp_path: Path) -> Non
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     (checkout / "README.md").write_text("not a cache")
-    scan_directory(checkout, now=NOW)
-    scan_directory(checkout, now=NOW)
+    scan_directory(Location.parse(checkout), now=NOW)
+    scan_directory(Location.parse(checkout), now=NOW)
     assert sorted(p.name for p in checkout.iterdir()) == ["README.md"]

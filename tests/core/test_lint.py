@@ -17,6 +17,7 @@ from cachedoctor.core.findings import Finding, FindingKind, Severity
 from cachedoctor.core.lint import fingerprint, judge, lint_directory
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render import github, junit
+from cachedoctor.storage.location import Location
 from tests.support.caches import make_cache
 
 ANNOTATION = re.compile(r"^::(error|warning|notice)(?: ([^:]*))?::(.*)$")
@@ -127,7 +128,7 @@ def test_junit_parses_back(seed_cache: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_junit_survives_control_characters(seed_cache: Path) -> None:
-    scan = scan_directory(seed_cache)
+    scan = scan_directory(Location.parse(seed_cache))
     odd = Finding(FindingKind.UNKNOWN_FILE, Severity.ERROR, "bad\x01name & <x>", "remove it", "ls")
     report = judge(dataclasses.replace(scan, findings=(odd,)))
     root = ET.fromstring(junit.lint_xml(report))
@@ -220,8 +221,8 @@ def test_bad_baselines_are_usage_errors(seed_cache: Path, tmp_path: Path) -> Non
 def test_fingerprints_ignore_volatile_parts(seed_cache: Path, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     shutil.copytree(seed_cache, moved)
-    here = {f.fingerprint for f in lint_directory(str(seed_cache)).findings}
-    there = {f.fingerprint for f in lint_directory(str(moved)).findings}
+    here = {f.fingerprint for f in lint_directory(Location.parse(str(seed_cache))).findings}
+    there = {f.fingerprint for f in lint_directory(Location.parse(str(moved))).findings}
     assert here == {"unstable-key jit_f"} and here <= there  # there: also "relocated"
     corrupt = Finding(
         FindingKind.CORRUPT, Severity.ERROR, "k: truncated", "x", "decoding", entries=("k-1",)

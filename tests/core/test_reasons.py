@@ -22,8 +22,9 @@ import pytest
 
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.usage import reasons
+from cachedoctor.core.usage.model import Counters
 from cachedoctor.core.usage.reasons import ModuleEvidence, ReasonKind
-from cachedoctor.core.usage.records import Counters, parse_record
+from cachedoctor.core.usage.validate import parse_record
 from cachedoctor.layout import STATS_DIRNAME
 from tests.support.hookrun import base_env, compat_params, entries
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, record_index
+from cachedoctor.cache import index, index_file, record_index
 from cachedoctor.core.usage import fold, records
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store
-from tests.core.test_record_index import record_files, recorded_cache, settled  # noqa: F401
+from tests.support.caches import record_files
 from tests.support.cli import invoke
 
 COMMANDS = [
@@ -56,9 +56,9 @@ def run_all(
     cache: Path, monkeypatch: pytest.MonkeyPatch, *, use_index: bool
 ) -> list[tuple[int, str, str]]:
     if use_index:
-        monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+        monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     else:
-        monkeypatch.setenv(index.DISABLE_ENV, "1")
+        monkeypatch.setenv(index_file.DISABLE_ENV, "1")
     return [invoke(*command, str(cache)) for command in COMMANDS]
 
 
@@ -69,15 +69,15 @@ def stats_json(cache: Path) -> str:
 
 
 def folds(cache: Path) -> int:
-    with sqlite3.connect(index.side_path(cache, record_index.PART)) as db:
+    with sqlite3.connect(index_file.side_path(cache, record_index.PART)) as db:
         return int(db.execute("SELECT count(*) FROM folds").fetchone()[0])
 
 
 @pytest.mark.slow
 def test_a_repeated_stats_and_lint_print_the_same_bytes_from_one_fold(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
-    settled: None,  # noqa: F811
+    settled: None,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -99,9 +99,9 @@ def test_a_repeated_stats_and_lint_print_the_same_bytes_from_one_fold(
 
 @pytest.mark.slow
 def test_a_fold_is_never_served_once_the_folder_changed(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
-    settled: None,  # noqa: F811
+    settled: None,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -130,9 +130,9 @@ def test_a_fold_is_never_served_once_the_folder_changed(
         folded.clear()
         now = stats_json(cache)
         assert folded == [1]  # read again, not served
-        monkeypatch.setenv(index.DISABLE_ENV, "1")
+        monkeypatch.setenv(index_file.DISABLE_ENV, "1")
         assert now == stats_json(cache)  # what reading every record says
-        monkeypatch.delenv(index.DISABLE_ENV)
+        monkeypatch.delenv(index_file.DISABLE_ENV)
         assert now not in seen
         seen.append(now)
     assert other in {h["name"] for h in json.loads(seen[-1])["hosts"]}
@@ -140,7 +140,7 @@ def test_a_fold_is_never_served_once_the_folder_changed(
 
 @pytest.mark.slow
 def test_no_fold_is_kept_while_a_record_may_still_be_written(
-    recorded_cache: Path,  # noqa: F811
+    recorded_cache: Path,
     copy_of,
     folded: list[int],
     monkeypatch: pytest.MonkeyPatch,
@@ -151,5 +151,5 @@ def test_no_fold_is_kept_while_a_record_may_still_be_written(
     cache = copy_of(recorded_cache)
     assert stats_json(cache) == stats_json(cache)
     assert len(folded) == 2
-    path = index.side_path(cache, record_index.PART)
+    path = index_file.side_path(cache, record_index.PART)
     assert not path.exists() or folds(cache) == 0

@@ -17,47 +17,29 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.cache import index, record_index
+from cachedoctor.cache import index, index_file, record_index
 from cachedoctor.core.stats import collect_stats
-from cachedoctor.core.usage import records
+from cachedoctor.core.usage import records, validate
+from cachedoctor.core.usage.model import Record
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.plaindata import plain
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.stores import open_store
-from tests.support.hookrun import run_recorded
-from tests.support.sessioncache import SharedBuilds
-
-
-@pytest.fixture(scope="module")
-def recorded_cache(shared_builds: SharedBuilds) -> Path:
-    """The seed program run three times with stats recording (as tests/core/test_stats.py)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
+from tests.support.caches import record_files
 
 
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the record files parsed (not served from the index)."""
     seen: list[str] = []
-    real = records.parse_record
+    real = validate.parse_record
 
-    def counting(file: str, data: bytes) -> records.Record:
+    def counting(file: str, data: bytes) -> Record:
         seen.append(file)
         return real(file, data)
 
-    monkeypatch.setattr(records, "parse_record", counting)
+    monkeypatch.setattr(validate, "parse_record", counting)
     return seen
-
-
-@pytest.fixture
-def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Files copied a moment ago count as settled (their ctime is the copy's): no racy window."""
-    monkeypatch.setattr(index, "RACY_S", 0.0)
 
 
 def read(cache: Path, *, use_index: bool = True) -> tuple[object, object]:
@@ -67,12 +49,8 @@ def read(cache: Path, *, use_index: bool = True) -> tuple[object, object]:
 
 def rows(cache: Path) -> dict[str, str]:
     """Name -> identity of each row of the cache's records index."""
-    with sqlite3.connect(index.side_path(cache, record_index.PART)) as db:
+    with sqlite3.connect(index_file.side_path(cache, record_index.PART)) as db:
         return {os.fsdecode(n): i for n, i in db.execute("SELECT name, identity FROM records")}
-
-
-def record_files(cache: Path) -> list[Path]:
-    return sorted((cache / STATS_DIRNAME).glob("*.json"))
 
 
 @pytest.mark.slow
@@ -90,10 +68,10 @@ def test_records_served_from_the_index_are_those_read_from_the_files(
     assert read(cache) == without  # repeated: every file from the index
     assert parsed == []
     # the whole report too (what `stats --json` prints)
-    served = collect_stats(str(cache))
+    served = collect_stats(Location.parse(str(cache)))
     assert parsed == []
-    monkeypatch.setenv(index.DISABLE_ENV, "1")
-    fresh = collect_stats(str(cache))
+    monkeypatch.setenv(index_file.DISABLE_ENV, "1")
+    fresh = collect_stats(Location.parse(str(cache)))
     assert len(parsed) == 4
     assert served.to_dict() == fresh.to_dict()
 
@@ -141,7 +119,7 @@ def test_a_record_written_in_the_last_seconds_is_never_stored(
     read(cache)
     read(cache)
     assert len(parsed) == 6
-    assert not index.side_path(cache, record_index.PART).exists() or rows(cache) == {}
+    assert not index_file.side_path(cache, record_index.PART).exists() or rows(cache) == {}
 
 
 @pytest.mark.slow
@@ -151,7 +129,7 @@ def test_a_damaged_index_is_read_again_from_the_files(
     cache = copy_of(recorded_cache)
     truth = read(cache, use_index=False)
     read(cache)
-    path = index.side_path(cache, record_index.PART)
+    path = index_file.side_path(cache, record_index.PART)
     with sqlite3.connect(path) as db:  # a row whose body no longer matches its checksum
         db.execute("UPDATE records SET body = replace(body, '\"stats\"', '\"other\"')")
     parsed.clear()
@@ -180,6 +158,6 @@ def test_torn_records_are_findings_served_alike(
     parsed.clear()
     assert read(tmp_path) == truth
     assert parsed == []
-    monkeypatch.setenv(index.DISABLE_ENV, "1")
+    monkeypatch.setenv(index_file.DISABLE_ENV, "1")
     assert read(tmp_path) == truth
     assert parsed == ["a.json", "b.json"]

@@ -22,7 +22,6 @@ from cachedoctor.cli import main
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.programs import program_path
 from tests.support.hookrun import MISS_RE, base_env, run_recorded
-from tests.support.sessioncache import SharedBuilds
 
 HIT_RE = re.compile(r"Persistent compilation cache hit for '([^']+)'")
 
@@ -118,19 +117,6 @@ def test_a_failed_write_warns_once_and_never_breaks_the_program(tmp_path: Path) 
     log = run_recorded(cache, "stats", "plain")
     assert log.count("cachedoctor: stats recording") == 1
     assert "result:" in log
-
-
-@pytest.fixture(scope="module")
-def recorded_cache(shared_builds: SharedBuilds) -> Path:
-    """The seed program run three times with stats recording."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 
 from cachedoctor.cli import COMMANDS, cli
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from tests.support.caches import SCRIPT, cli_env, entries_of
 from tests.support.cli import invoke
 
@@ -41,7 +42,9 @@ def test_every_json_document_has_a_schema_version(
     seed_cache: Path, copy_of: Callable[[Path], Path]
 ) -> None:
     cache = str(copy_of(seed_cache))
-    f1, f2 = sorted(e.key for e in entries_of(scan_directory(cache)) if e.module == "jit_f")[:2]
+    f1, f2 = sorted(
+        e.key for e in entries_of(scan_directory(Location.parse(cache))) if e.module == "jit_f"
+    )[:2]
     runs: dict[str, list[tuple[str, ...]]] = {
         "scan": [("scan", cache, "--json")],
         "show": [("show", f1, "--dir", cache, "--json")],

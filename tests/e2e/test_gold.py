@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from tests.support import gold
 from tests.support.caches import REPO
 from tests.support.cli import invoke
@@ -81,7 +82,7 @@ def _check(
 
 
 def _jit_f_keys(cache: Path) -> list[str]:
-    entries = scan_directory(cache).entries or ()
+    entries = scan_directory(Location.parse(cache)).entries or ()
     ordered = sorted((e.mtime_ns, e.key) for e in entries if e.module == "jit_f")
     return [key for _, key in ordered]
 

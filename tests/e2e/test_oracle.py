@@ -24,6 +24,7 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from tests.support.caches import SUPPORT_DIR, entries_of
 from tests.support.sessioncache import SharedBuilds
 
@@ -86,14 +87,16 @@ def assert_agrees_with_jax(truth: Truth, report: ScanReport) -> None:
         if f.kind in USELESS:
             assert not set(f.entries) & set(truth.hits), f
     everything = PruneOptions(duplicates=True, corrupt=True, relocated=True, stale_jax=True)
-    plan = plan_prune(str(truth.cache), everything)
+    plan = plan_prune(Location.parse(str(truth.cache)), everything)
     removed = {a.name.removesuffix("-cache") for a in plan.actions}
     assert not removed & set(truth.hits), [a for a in plan.actions if a.name[:-6] in truth.hits]
 
 
 def test_jax_hits_are_never_condemned(corpus: Truth) -> None:
     assert len(corpus.hits) >= 40, "the corpus compiles dozens of modules"
-    assert_agrees_with_jax(corpus, scan_directory(str(corpus.cache), use_index=False))
+    assert_agrees_with_jax(
+        corpus, scan_directory(Location.parse(str(corpus.cache)), use_index=False)
+    )
 
 
 def test_every_miss_is_explained(corpus: Truth) -> None:
@@ -121,11 +124,11 @@ def test_relative_cache_dir_is_judged_as_spelled(
     monkeypatch.chdir(work)
     truth = truth_of(Path(".jax_cache"), log)
     assert truth.hits and not truth.misses
-    report = scan_directory(".jax_cache", use_index=False)
+    report = scan_directory(Location.parse(".jax_cache"), use_index=False)
     assert not [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert_agrees_with_jax(truth, report)
     if installed_jax().hashes_autotune_dir:
-        absolute = scan_directory(str(work / ".jax_cache"), use_index=False)
+        absolute = scan_directory(Location.parse(str(work / ".jax_cache")), use_index=False)
         (relocated,) = [f for f in absolute.findings if f.kind is FindingKind.RELOCATED]
         assert set(relocated.entries) == set(truth.hits)
         assert "written for a cache spelled .jax_cache;" in relocated.message
@@ -141,7 +144,7 @@ def test_symlinked_cache_is_relocated(tmp_path: Path) -> None:
     link.symlink_to(real)
     truth = truth_of(link, run_twice(link, argv))
     assert truth.hits and not set(truth.hits) & written_at_real  # JAX: the old ones never hit
-    report = scan_directory(str(link), use_index=False)
+    report = scan_directory(Location.parse(str(link)), use_index=False)
     (relocated,) = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert set(relocated.entries) == written_at_real
     assert_agrees_with_jax(truth, report)
@@ -192,7 +195,7 @@ def test_scan_names_modules_jax_never_stores_and_manifests_do_not_churn(tmp_path
     )
     run_hooked(script, cache, mode="observe", env=env)
     manifests = {p.name: p.stat().st_mtime_ns for p in cache.glob("cachedoctor-manifests/*.json")}
-    report = scan_directory(str(cache), use_index=False)
+    report = scan_directory(Location.parse(str(cache)), use_index=False)
     (not_stored,) = [f for f in report.findings if f.kind is FindingKind.NOT_STORED]
     assert "jit_noisy" in not_stored.message and "jit_quiet" not in not_stored.message
     # no stats record (the hook's observe mode records none): the reason is unknown, said so,

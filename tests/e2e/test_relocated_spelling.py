@@ -21,10 +21,11 @@ import pytest
 from cachedoctor.cache.jaxenv import installed_jax
 from cachedoctor.core.check.runner import program_env
 from cachedoctor.core.findings import FindingKind
-from cachedoctor.core.prune.actions import Rule
+from cachedoctor.core.prune.actions import Selector
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.urls import jax_spelling
 
 pytestmark = pytest.mark.slow
@@ -102,11 +103,15 @@ def test_relocated_exactly_where_jax_misses(
     module_of = {k: k.rsplit("-", 1)[0] for k in old}
     spelling = used_as.format(base=base)
     monkeypatch.chdir(base)
-    report = scan_directory(spelling, use_index=False)
+    report = scan_directory(Location.parse(spelling), use_index=False)
     relocated = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     flagged = {k for f in relocated for k in f.entries}
-    plan = plan_prune(spelling, PruneOptions(relocated=True))  # the jobs' spelling unsaid
-    told = plan_prune(spelling, PruneOptions(relocated=True, jobs_cache_dir=spelling))
+    plan = plan_prune(
+        Location.parse(spelling), PruneOptions(relocated=True)
+    )  # the jobs' spelling unsaid
+    told = plan_prune(
+        Location.parse(spelling), PruneOptions(relocated=True, jobs_cache_dir=spelling)
+    )
     planned = told.actions
 
     try:
@@ -123,7 +128,7 @@ def test_relocated_exactly_where_jax_misses(
     assert flagged == {k for k, m in module_of.items() if m in missed}
     # told the jobs' spelling, the flagged entries go, but for those an earlier case's run
     # read since their write (the module's caches are shared): some run's spelling hits them
-    read = {s.name: s.reason for s in told.skipped if s.rule is Rule.RELOCATED}
+    read = {s.name: s.reason for s in told.skipped if s.rule is Selector.RELOCATED}
     assert {a.name for a in planned} | set(read) == flagged
     assert all("a run that spells the cache so looks it up" in why for why in read.values())
     for f in relocated:

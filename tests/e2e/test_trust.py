@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.programs import program_path
+from cachedoctor.storage.location import Location
 from tests.support.caches import REPO, SCRIPT, cli_env
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
@@ -236,7 +237,9 @@ def test_an_entry_cachedoctor_cannot_read_whole_is_not_called_corrupt(
     from cachedoctor.core.findings import FindingKind
     from cachedoctor.core.scan.run import scan_directory
 
-    report = scan_directory(seed_cache, max_decompressed=100, use_index=False)  # too-large
+    report = scan_directory(
+        Location.parse(seed_cache), max_decompressed=100, use_index=False
+    )  # too-large
     kinds = {f.kind for f in report.findings}
     assert FindingKind.UNREADABLE in kinds and FindingKind.CORRUPT not in kinds, kinds
     for finding in report.findings:
@@ -377,11 +380,19 @@ def test_stray_atime_is_a_warning_and_a_lockfile_makes_it_an_error(
     cache = copy_of(seed_cache)
     key = sorted(cache.glob("jit_g-*-cache"))[0].name.removesuffix("-cache")
     (cache / f"{key}-atime").write_bytes((1).to_bytes(8, "little"))  # one stray -atime
-    (finding,) = [f for f in scan_directory(cache).findings if f.kind is FindingKind.MISSING_ATIME]
+    (finding,) = [
+        f
+        for f in scan_directory(Location.parse(cache)).findings
+        if f.kind is FindingKind.MISSING_ATIME
+    ]
     assert finding.severity is Severity.WARNING, finding
     assert cachedoctor("scan", str(cache)).returncode == 0
     (cache / ".lockfile").touch()  # JAX's LRU cache locks this file around every get/put
-    (finding,) = [f for f in scan_directory(cache).findings if f.kind is FindingKind.MISSING_ATIME]
+    (finding,) = [
+        f
+        for f in scan_directory(Location.parse(cache)).findings
+        if f.kind is FindingKind.MISSING_ATIME
+    ]
     assert finding.severity is Severity.ERROR
 
 

@@ -26,6 +26,7 @@ from cachedoctor.render.formats import (
     renderer,
 )
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -79,7 +80,7 @@ def test_stats_json_has_a_schema_version_and_the_report() -> None:
 
 @pytest.mark.slow
 def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
-    report = lint.lint_directory(str(seed_cache), fail_on=Severity.ERROR, ignore=())
+    report = lint.lint_directory(Location.parse(str(seed_cache)), fail_on=Severity.ERROR, ignore=())
     console, buf = _console()
     renderer("json").render(report, console)
     doc = json.loads(buf.getvalue())
@@ -98,7 +99,7 @@ def test_formats_write_a_real_lint_report(seed_cache: Path) -> None:
 
 @pytest.mark.slow
 def test_scan_json_and_table(seed_cache: Path) -> None:
-    report = scan_directory(seed_cache, now=2e9)
+    report = scan_directory(Location.parse(seed_cache), now=2e9)
     assert render_to_string(report, "json") == dumps(scan_document(report)) + "\n"
     console, buf = _console()
     renderer("text", max_modules=1).render(report, console)
@@ -107,7 +108,7 @@ def test_scan_json_and_table(seed_cache: Path) -> None:
 
 @pytest.mark.slow
 def test_a_format_refuses_a_report_it_has_no_output_for(seed_cache: Path) -> None:
-    report = scan_directory(seed_cache, now=2e9)
+    report = scan_directory(Location.parse(seed_cache), now=2e9)
     with pytest.raises(TypeError, match="no junit output for a ScanReport"):
         renderer("junit").render(report, _console()[0])
 

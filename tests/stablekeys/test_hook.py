@@ -13,6 +13,7 @@ from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
+from cachedoctor.storage.location import Location
 from tests.support.hookrun import Run, base_env, entries, run_program
 from tests.support.sessioncache import SharedBuilds
 
@@ -39,7 +40,7 @@ def test_seed_ten_runs_one_entry_and_hits(seed_ten: tuple[Path, list[Run]]) -> N
         assert run.result == SEED_RESULT
     # the manifest recomputes to the same key offline
     key = entries(cache, "jit_f")[0]
-    m = manifest.load_manifest(cache, key)
+    m = manifest.load_manifest(Location.parse(cache), key)
     assert m is not None and m.sound and m.mode == "stable"
     assert manifest.recompute_key(m) == key
     fields = {v["field"] for v in m.volatile}
@@ -104,9 +105,14 @@ def test_copied_cache_hits_at_new_path(seed_ten: tuple[Path, list[Run]], tmp_pat
     assert run.misses == [] and run.result == SEED_RESULT
     assert entries(moved) == before
     # JAX hits them at the new path, so they are not relocated, and prune keeps them
-    report = scan_directory(str(moved), use_index=False)
+    report = scan_directory(Location.parse(str(moved)), use_index=False)
     assert not [f for f in report.findings if f.kind is FindingKind.RELOCATED]
-    assert plan_prune(str(moved), PruneOptions(relocated=True, duplicates=True)).actions == ()
+    assert (
+        plan_prune(
+            Location.parse(str(moved)), PruneOptions(relocated=True, duplicates=True)
+        ).actions
+        == ()
+    )
 
     # without the hook a copied cache misses where JAX hashes the autotune path (jax <= 0.10)
     plain = tmp_path / "plain"
@@ -129,7 +135,7 @@ def test_warm_cache_migrates_without_recompiling(tmp_path: Path) -> None:
     stable_keys = sorted(set(entries(tmp_path)) - set(jax_keys))
     assert len(stable_keys) == len(jax_keys)
     for key in stable_keys:
-        m = manifest.load_manifest(tmp_path, key)
+        m = manifest.load_manifest(Location.parse(tmp_path), key)
         assert m is not None and m.migrated_from in jax_keys
         assert (tmp_path / f"{key}-cache").read_bytes() == (
             tmp_path / f"{m.migrated_from}-cache"
@@ -153,7 +159,7 @@ def test_observe_mode_keeps_jax_keys(tmp_path: Path) -> None:
         k.rsplit("-", 1)[0] for k in entries(control)
     ]
     for key in entries(observed):
-        m = manifest.load_manifest(observed, key)
+        m = manifest.load_manifest(Location.parse(observed), key)
         assert m is not None and m.mode == "observe" and m.jax_key == key
         assert m.stable_key != key and manifest.recompute_key(m) == m.stable_key
 
@@ -179,7 +185,7 @@ def test_copied_cache_with_all_xla_caches_hits(tmp_path: Path) -> None:
     run = run_program("plain", second, env=env)
     assert run.misses == [] and entries(second) == entries(first)
     key = entries(second, "jit_g")[0]
-    m = manifest.load_manifest(second, key)
+    m = manifest.load_manifest(Location.parse(second), key)
     assert m is not None
     raw = {v["field"]: v["raw"] for v in m.volatile}
     assert raw.get("debug_options.xla_gpu_kernel_cache_file") == str(
@@ -206,9 +212,9 @@ def test_record_ir_keeps_the_canonical_module(tmp_path: Path) -> None:
     env = base_env(tmp_path, CACHEDOCTOR_RECORD_IR="1")
     run_program("seed", tmp_path, env=env)
     key = entries(tmp_path, "jit_f")[0]
-    m = manifest.load_manifest(tmp_path, key)
+    m = manifest.load_manifest(Location.parse(tmp_path), key)
     assert m is not None and m.has_ir
-    text = manifest.load_ir(tmp_path, key)
+    text = manifest.load_ir(Location.parse(tmp_path), key)
     assert text is not None and "CustomSPMDPartitioning" in text
     canonical = next(v["canonical"] for v in m.volatile if v["field"].startswith("custom_call"))
     assert canonical.startswith("cachedoctor-cp-v") and canonical in text

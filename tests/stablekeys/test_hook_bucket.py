@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cachedoctor.stablekeys import manifest
+from cachedoctor.storage.location import Location
 from cachedoctor.storage.retry import bounded_map
 from tests.support.buckets import Proxy, Servers, serve
 from tests.support.hookrun import Run, base_env, entries, run_program, run_recorded
@@ -33,7 +34,7 @@ def test_seed_on_a_bucket_one_entry_hits_from_run_two(
         assert run.misses == [], run.stderr[-2000:]
         assert run.stats["replayed"] == 1 and run.stats["unsound"] == 0
     (key,) = entries(url, "jit_f")
-    m = manifest.load_manifest(url, key)
+    m = manifest.load_manifest(Location.parse(url), key)
     assert m is not None and m.key_mode == "replay" and manifest.recompute_key(m) == key
 
     changed = run_program("seed", url, env={**env, "CACHEDOCTOR_SEED_ADD": "2.0"})
@@ -144,8 +145,8 @@ def test_processes_starting_together_leave_whole_manifests(
 
     first = wave()
     assert all(run.result == SEED_RESULT for run in first)
-    keys = manifest.manifest_keys(cache)
-    found = list(manifest.iter_manifests(cache))
+    keys = manifest.manifest_keys(Location.parse(cache))
+    found = list(manifest.iter_manifests(Location.parse(cache)))
     assert sorted(m.key for m in found) == sorted(keys)  # every manifest parses
     variants = [m for m in found if m.module_name == "jit_f"]
     assert sorted(m.key for m in variants) == entries(cache, "jit_f")
@@ -172,15 +173,15 @@ def test_the_hook_reaches_a_bucket_through_jax_s_own_filesystem(
     monkeypatch.setattr(manifest, "_STORES", {})
     url = servers.url("s3", "shared/cache")
     jax_fs: Any = jax_path.Path(url)._backend  # type: ignore[attr-defined]
-    first: Any = manifest.store_for(url)
+    first: Any = manifest.store_for(Location.parse(url))
     assert first.fs is not jax_fs.fs(url)
     monkeypatch.setattr(manifest, "_STORES", {})
     monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
     manifest.share_jax_filesystem()
-    store: Any = manifest.store_for(url)
+    store: Any = manifest.store_for(Location.parse(url))
     assert store.fs is jax_fs.fs(url)
     store.write_atomic("cachedoctor-manifests/m-0.json", b"{}", create=True)
-    assert manifest.manifest_keys(url) == {"m-0"}
+    assert manifest.manifest_keys(Location.parse(url)) == {"m-0"}
 
 
 NO_REPLAY = """

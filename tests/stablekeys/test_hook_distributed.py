@@ -17,6 +17,7 @@ from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.stablekeys import manifest
 from cachedoctor.stablekeys.processes import per_process_keys
+from cachedoctor.storage.location import Location
 from tests.support.buckets import Servers
 from tests.support.caches import SUPPORT_DIR
 from tests.support.hookrun import _RUNNER, Run, base_env, entries
@@ -126,15 +127,15 @@ def test_job_hits_from_run_two_where_jax_can(
                 assert f"process {i}'s key differs from process 0's only in" in said[0]
     # one entry per key (only process 0 writes, the same keys every job), whole manifests only
     assert [len(entries(cache, m)) for m in MODULES] == [1, 1]
-    found = list(manifest.iter_manifests(cache))
-    assert len(found) == len(manifest.manifest_keys(cache))
+    found = list(manifest.iter_manifests(Location.parse(cache)))
+    assert len(found) == len(manifest.manifest_keys(Location.parse(cache)))
     assert {m.process_index for m in found} == set(range(processes))
     explained = {(k.module, k.process_index): k.fields for k in per_process_keys(found)}
     if not any(jax_hits[1:]):  # JAX keys each process apart: the manifests show where
         for i in range(1, processes):
             assert explained[("jit_plain", i)] == ("accelerator_config",), explained
         # and scan (lint) says so, instead of calling process 1's keys "not stored"
-        findings = scan_directory(cache).findings
+        findings = scan_directory(Location.parse(cache)).findings
         (info,) = [f for f in findings if f.kind is FindingKind.MULTI_PROCESS]
         assert "only in accelerator_config" in info.message and "jit_plain" in info.message
         assert not [f for f in findings if f.kind is FindingKind.NOT_STORED]
@@ -144,7 +145,7 @@ def _autotune_modes(cache: Path | str) -> dict[int | None, str | None]:
     """The autotune sub-cache mode each process's compile options carried (its manifests)."""
     return {
         m.process_index: m.autotune_mode
-        for m in manifest.iter_manifests(cache)
+        for m in manifest.iter_manifests(Location.parse(cache))
         if m.module_name == "jit_plain"
     }
 

@@ -9,17 +9,17 @@ import pytest
 from jax._src import cache_key as ck
 from jax._src import compilation_cache as cc
 
-from cachedoctor.stablekeys import hook, keys
+from cachedoctor.stablekeys import hook, hook_replay, keys
 
 
 @pytest.fixture(autouse=True)
 def _clean_hook():
     hook.uninstall()
-    hook._state.warned = False
+    hook_replay._state.warned = False
     original = cc.get_cache_key
     yield
     hook.uninstall()
-    hook._state.warned = False
+    hook_replay._state.warned = False
     cc.get_cache_key = original
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -145,3 +146,80 @@ def test_no_scheme_string_test_below_the_edge() -> None:
     below = [c for c in callers if not c.startswith("storage/") and c not in SCHEME_TEST_ALLOWED]
     assert below == []
     assert "stablekeys/hook.py" in callers  # the pattern still finds the edge's own test
+
+
+# Nor by parsing a path string again, or by asking `is_local` where a capability is meant:
+# below the edge a Location is handed down, and asked what it can do (`can_rename`,
+# `has_locks`, `has_modes`, `has_atime`), where it is (`local_path`, `url`) or for its folder
+# (`open_dir`, `store`). `Location.parse(` is called only where what the user typed comes in
+# (the CLI, the API, `core/where.py`) and in storage/; `.is_local` is read only there and on a
+# Store (`Store.is_local`: the store tells an index it names a bucket), counted per module so a
+# new one in an allowed module still fails.
+EDGE = ("cli/", "storage/", "api.py", "core/where.py")
+PARSE_ALLOWED: dict[str, int] = {}
+IS_LOCAL_ALLOWED = {  # Store.is_local, not a Location's
+    "cache/listdir.py": 2,  # list_cache(Store): a LocalStore lists as a folder; remote=
+    "cache/record_index.py": 1,  # where the records' index lives for the store
+    "cache/reader.py": 1,  # an object's version, asked of a remote store only
+    "core/usage/records.py": 1,  # record_index.load(store.url, remote=...)
+    "core/usage/fold.py": 1,  # the same, for the folded records
+}
+
+
+def _attribute_reads(tree: ast.AST) -> tuple[int, int]:
+    """(calls of ``Location.parse``, reads of an attribute ``is_local``) in ``tree``."""
+    parses = locals_ = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "is_local":
+            locals_ += 1
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "parse"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "Location"
+        ):
+            parses += 1
+    return parses, locals_
+
+
+def below_the_edge_reparses(src: Path = SRC) -> list[str]:
+    """``module: what`` for each module below the edge that parses a path string into a
+    Location, or reads ``is_local``, beyond what the allow-lists grant."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        name = str(path.relative_to(src))
+        if name.startswith(EDGE):
+            continue
+        parses, locals_ = _attribute_reads(ast.parse(path.read_text(encoding="utf-8")))
+        if parses > PARSE_ALLOWED.get(name, 0):
+            found.append(f"{name}: Location.parse( x{parses}")
+        if locals_ > IS_LOCAL_ALLOWED.get(name, 0):
+            found.append(f"{name}: .is_local x{locals_}")
+    return found
+
+
+def test_nothing_below_the_edge_parses_a_location_again_or_asks_is_local() -> None:
+    assert below_the_edge_reparses() == []
+
+
+def test_a_planted_reparse_or_is_local_fails(tmp_path: Path) -> None:
+    """The check sees each kind of plant, in a module of its own and in an allowed one."""
+    src = tmp_path / "cachedoctor"
+    for rel in ("core/scan/run.py", "core/prune/apply.py", "cache/reader.py", "cli/scan.py"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text((SRC / rel).read_text(encoding="utf-8"), encoding="utf-8")
+    assert below_the_edge_reparses(src) == []
+    with (src / "core/prune/apply.py").open("a") as fh:
+        fh.write("\n\ndef _planted(plan):\n    return Location.parse(str(plan.cache_dir))\n")
+    with (src / "cache/reader.py").open("a") as fh:
+        fh.write("\n\ndef _planted(where):\n    return where.is_local\n")
+    with (src / "core/scan/run.py").open("a") as fh:
+        fh.write("\n\ndef _planted(path):\n    return Location.parse(path)\n")
+    with (src / "cli/scan.py").open("a") as fh:  # the edge may
+        fh.write("\n\ndef _planted(path):\n    return Location.parse(path).is_local\n")
+    assert below_the_edge_reparses(src) == [
+        "cache/reader.py: .is_local x2",
+        "core/prune/apply.py: Location.parse( x1",
+        "core/scan/run.py: Location.parse( x1",
+    ]

@@ -272,7 +272,7 @@ def test_local_store_listing_and_scan_match_the_directory(seed_cache: Path) -> N
     store = LocalStore(str(seed_cache))
     assert listdir.list_cache(store) == listdir.list_cache(seed_cache)
     via_store = scan_directory(Location.of_store(store), now=0.0)
-    direct = scan_directory(seed_cache, now=0.0)
+    direct = scan_directory(Location.parse(seed_cache), now=0.0)
     assert via_store.findings == direct.findings
     assert via_store.entries == direct.entries
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import executors, index, listdir, reader
+from cachedoctor.cache import executors, index, index_file, listdir, reader
 from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.check.runner import run_program
@@ -115,8 +115,8 @@ def test_same_findings_local_and_in_the_bucket(
 ) -> None:
     # XLA's sub-caches are off while populating: with them on, jax 0.10.2 hashes the autotune
     # path into every key, and an uploaded cache is then rightly reported as relocated.
-    local = scan_directory(local_cache, now=0.0)
-    remote = scan_directory(uploaded[scheme], now=0.0)
+    local = scan_directory(Location.parse(local_cache), now=0.0)
+    remote = scan_directory(Location.parse(uploaded[scheme]), now=0.0)
     assert remote.cache_dir == uploaded[scheme]
     assert _comparable(remote) == _comparable(local)
     assert FindingKind.UNSTABLE_KEY in {f.kind for f in remote.findings}  # not a vacuous match
@@ -142,14 +142,14 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
         return real(store, item, **kwargs)
 
     monkeypatch.setattr(reader, "decode_item", counting)
-    first = scan_directory(url, now=0.0)
+    first = scan_directory(Location.parse(url), now=0.0)
     names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     assert sorted(read) == names
     # named by the URL as spelled (the listing says it is a bucket): existing indexes stay valid
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
-    assert (index.index_root() / (digest + index.SUFFIX)).is_file()
+    assert (index_file.index_root() / (digest + index_file.SUFFIX)).is_file()
     read.clear()
-    assert scan_directory(url, now=0.0) == first
+    assert scan_directory(Location.parse(url), now=0.0) == first
     assert read == []
 
     store = stores.open_store(url)
@@ -157,9 +157,9 @@ def test_repeated_scan_of_a_bucket_reads_only_changed_objects(
     rewritten = names[0]
     store.fs.pipe_file(store.path_of(rewritten), (local_cache / names[1]).read_bytes())
     read.clear()
-    again = scan_directory(url, now=0.0)
+    again = scan_directory(Location.parse(url), now=0.0)
     assert read == [rewritten]
-    assert again == scan_directory(url, now=0.0, use_index=False)
+    assert again == scan_directory(Location.parse(url), now=0.0, use_index=False)
 
 
 @pytest.mark.slow
@@ -177,21 +177,21 @@ def test_repeated_scan_of_an_unchanged_bucket_serves_the_kept_report(
     url = servers.url(scheme, "memo/cache")
     upload(url, local_cache)
     later = time.time()
-    first = scan_directory(url, now=later)
-    again = scan_directory(url, now=later)
+    first = scan_directory(Location.parse(url), now=later)
+    again = scan_directory(Location.parse(url), now=later)
     assert any(again is r for r in memo_served) and not any(first is r for r in memo_served)
-    assert again == first == scan_directory(url, now=later, use_index=False)
+    assert again == first == scan_directory(Location.parse(url), now=later, use_index=False)
     document = "".join(iter_scan_json(first))
     for _ in range(2):  # the text of the JSON document kept beside the memo, then written
-        kept = scan_json(url, scan_parts(), now=later)
+        kept = scan_json(Location.parse(url), scan_parts(), now=later)
         assert kept.kept is not None and "".join(iter_scan_json(kept)) == document
     store = stores.open_store(url)
     assert isinstance(store, RemoteStore)
     names = sorted(e.key + layout.CACHE_SUFFIX for e in entries_of(first))
     store.fs.pipe_file(store.path_of(names[0]), b"\x28\xb5\x2f\xfd garbage")
-    changed = scan_directory(url, now=later)
+    changed = scan_directory(Location.parse(url), now=later)
     assert not any(changed is r for r in memo_served)
-    assert changed == scan_directory(url, now=later, use_index=False) != first
+    assert changed == scan_directory(Location.parse(url), now=later, use_index=False) != first
 
 
 @pytest.mark.slow
@@ -262,7 +262,7 @@ def test_jax_writes_straight_to_the_server(scheme: str, servers: Servers) -> Non
     url = servers.url(scheme, "written-by-jax")
     run = run_program("plain", url)  # the environment points JAX at the server
     assert run.returncode == 0, run.stderr[-2000:]
-    report = scan_directory(url, now=0.0)
+    report = scan_directory(Location.parse(url), now=0.0)
     assert {e.module for e in entries_of(report)} >= {"jit_g"}
     assert all(e.ok for e in entries_of(report))
     # JAX names its autotune sub-cache inside the URL (CPU never writes it): not "relocated"
@@ -282,7 +282,7 @@ def _store_via(scheme: str, endpoint: str, url: str, mp: pytest.MonkeyPatch) -> 
 def test_throttled_scan_completes_with_the_same_result(
     scheme: str, servers: Servers, uploaded: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clean = scan_directory(uploaded[scheme], now=0.0)
+    clean = scan_directory(Location.parse(uploaded[scheme]), now=0.0)
     with throttling_proxy(scheme, servers, every=3) as (proxy, endpoint):
         store = _store_via(scheme, endpoint, uploaded[scheme], monkeypatch)
         # every object read again (the index would serve them all): the reads are throttled
@@ -385,7 +385,7 @@ def test_s3_server_refuses_a_delete_of_a_changed_object(
     assert isinstance(store, RemoteStore)
     item = store.list()[0]
     store.fs.pipe_file(store.path_of(item.name), b"rewritten")
-    result = store._delete_s3(item.name, item.version)  # skip the pre-check on purpose
+    result = store._send_delete(item.name, item.version)  # skip the pre-check on purpose
     assert (result.outcome, result.conditional) == (DeleteOutcome.CHANGED, True)
     assert store.stat(item.name) is not None
 
@@ -551,7 +551,7 @@ def test_prune_a_bucket_dry_run_then_apply(
     assert _versions(url) == before  # a dry run changes nothing
     assert any("conditional delete" in n for n in planned["notes"])
 
-    plan = plan_prune(url, PruneOptions(module="*", selectors=("module *",)))
+    plan = plan_prune(Location.parse(url), PruneOptions(module="*", selectors=("module *",)))
     assert sorted(a.name for a in plan.actions) == sorted(a["name"] for a in planned["actions"])
     assert all(a.files[0].version for a in plan.actions)
     rewritten = plan.actions[0].name + "-cache"
@@ -596,13 +596,13 @@ def test_hook_writes_manifests_as_objects(servers: Servers) -> None:
     assert keys
     objects = {i.name for i in store.list(layout.MANIFEST_DIRNAME)}
     assert {f"{k}.json" for k in keys} <= objects  # JAX wrote each entry under its stable key
-    found = {m.key: m for m in manifest.iter_manifests(url)}
+    found = {m.key: m for m in manifest.iter_manifests(Location.parse(url))}
     for key in keys:
-        m = manifest.load_manifest(url, key)
+        m = manifest.load_manifest(Location.parse(url), key)
         assert m is not None and m == found[key] and m.mode == "stable"
         assert manifest.recompute_key(m) == key
-    assert manifest.manifest_exists(url, keys[0])
-    assert not manifest.manifest_exists(url, "jit_nothing-" + "0" * 64)
+    assert manifest.manifest_exists(Location.parse(url), keys[0])
+    assert not manifest.manifest_exists(Location.parse(url), "jit_nothing-" + "0" * 64)
 
     # diff reads them from the bucket as from a local directory
     shown = _cli(servers, "diff", "--json", keys[0], keys[-1], "--dir", url)
@@ -652,7 +652,7 @@ def test_enable_with_a_bucket_keeps_xla_subcaches_local(
         env,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    report = scan_directory(url, now=0.0)
+    report = scan_directory(Location.parse(url), now=0.0)
     assert report.entries
     autotune = f"{local}/xla_gpu_per_fusion_autotune_cache_dir"
     assert {e.autotune_dir for e in report.entries} == {autotune}

@@ -28,7 +28,8 @@ from cachedoctor.core.check.runner import Run, program_env, run_command, run_pro
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.layout import MANIFEST_DIRNAME, STATS_DIRNAME
+from cachedoctor.storage.location import Location
 
 ProgramSpec = tuple[str, dict[str, str]]
 
@@ -183,7 +184,7 @@ def write_manifest(root: Path, key: str, jaxlib: str = "0.10.2", mode: str = "st
 
 def assert_usable(root: Path) -> None:
     """No corrupt entry, and every entry has its -atime when eviction is in use."""
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     kinds = {f.kind for f in report.findings}
     assert FindingKind.CORRUPT not in kinds, report.findings
     assert FindingKind.MISSING_ATIME not in kinds, report.findings
@@ -199,3 +200,8 @@ SCRIPT = str(_BESIDE) if _BESIDE.exists() else shutil.which("cachedoctor")
 def entries_of(report: ScanReport) -> tuple[EntryInfo, ...]:
     """A scan's entries (every scan the tests make asks for them: ``entries=True``)."""
     return report.loaded_entries()[0]
+
+
+def record_files(cache: Path) -> list[Path]:
+    """The stats records the hook wrote in ``cache``, by name."""
+    return sorted((cache / STATS_DIRNAME).glob("*.json"))

@@ -1,7 +1,8 @@
 """The scan index's rows: how an ``EntryInfo`` becomes plain values and text, and comes back.
 
-Kept apart from ``index.py`` (where the index lives, when a row is trusted, reading and
-writing the sqlite file): this is only the shape of a row. A row holds an entry's own values
+Kept apart from ``index.py`` (when a row is trusted, reading and writing rows) and
+``index_file.py`` (where the sqlite file lives, what it says of itself): this is only the shape
+of a row. A row holds an entry's own values
 (compile time, compression: typed columns), the id of its parts and shared scalars (JSON text,
 the same for copies of one executable: stored once, decoded once) and the id of its HLO
 summary (JSON text, stored once); each row carries a checksum of its values, each body is

@@ -68,10 +68,10 @@ def match_entry(ref: str, listing: listdir.CacheListing) -> listdir.DirItem:
     )
 
 
-def locate_in_store(ref: str, cache_dir: Location | None) -> tuple[Store, listdir.DirItem]:
-    """An entry in a bucket: ``ref`` is its URL, or a key/prefix looked up in ``cache_dir``."""
-    entry = Location.parse(ref)
-    if not entry.is_local:
+def locate_in_store(entry: Location, cache_dir: Location | None) -> tuple[Store, listdir.DirItem]:
+    """An entry in a bucket: ``entry`` is its URL, or a key/prefix looked up in ``cache_dir``."""
+    ref = entry.spelling
+    if entry.url is not None:
         parent = entry.parent
         if parent is None:
             raise EntryNotFoundError(f"{ref} names a bucket, not an entry")

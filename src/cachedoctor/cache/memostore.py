@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from cachedoctor.cache import index
+from cachedoctor.cache import index_file
 
 try:
     import zstandard
@@ -87,7 +87,7 @@ def read_memo(
 ) -> str | None:
     """The body stored by ``write_memo`` for exactly these ``inputs`` (a digest of everything
     the body was made from), or None."""
-    db = index.open_checked(cache, options, remote=remote)
+    db = index_file.open_checked(cache, options, remote=remote)
     if db is None:
         return None
     try:
@@ -110,7 +110,7 @@ def write_memo(
     """Keep ``body`` for the next scan that sees the same ``inputs``, and drop text kept for
     other inputs; only into an index this scan could use (the scan writes it first), and
     failures are ignored (only a shortcut)."""
-    db = index.open_checked(cache, options, remote=remote)
+    db = index_file.open_checked(cache, options, remote=remote)
     if db is None:
         return
     with contextlib.suppress(sqlite3.Error), contextlib.closing(db), db:
@@ -131,7 +131,7 @@ def read_text(
     against its checksum; None when one is missing, of other inputs or damaged."""
     if zstandard is None:
         return None
-    db = index.open_checked(cache, options, remote=remote)
+    db = index_file.open_checked(cache, options, remote=remote)
     if db is None:
         return None
     try:
@@ -154,7 +154,7 @@ def write_text(
 ) -> bool:
     """Keep ``kept`` beside the memo of these ``inputs``, in place of any kept before; whether
     it was (no index to write to, or a failure: not kept, nothing said)."""
-    db = index.open_checked(cache, options, remote=remote)
+    db = index_file.open_checked(cache, options, remote=remote)
     if db is None:
         return False
     rows = [(name, inputs, body, _checksum(inputs, name, body)) for name, body in kept.parts]

@@ -21,11 +21,11 @@ and the options that shape it. A repeated run lists the folder, stats each file 
 one row. A listing with a racy file, or a name without an identity, has no digest: no fold is
 kept or served for it; a fold of another listing is dropped when one is kept.
 
-Where: beside the scan index, in its own file (``index.side_path``, in the user cache dir, never
-in the cache). Format: ``sqlite3``, rows of JSON text (no pickle: reading it never runs code),
-each with a checksum; a row that fails it is read again from the cache. A file of other code
-(the fingerprint of every module of the package), of another cache or owned by someone else is
-ignored and rewritten whole. Failures to write are ignored: the index is only a shortcut.
+Where: beside the scan index, in its own file (``index_file.side_path``, in the user cache dir,
+never in the cache). Format: ``sqlite3``, rows of JSON text (no pickle: reading it never runs
+code), each with a checksum; a row that fails it is read again from the cache. A file of other
+code (the fingerprint of every module of the package), of another cache or owned by someone else
+is ignored and rewritten whole. Failures to write are ignored: the index is only a shortcut.
 ``CACHEDOCTOR_NO_INDEX`` turns it off with the scan index.
 """
 
@@ -39,7 +39,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachedoctor.cache import index
+from cachedoctor.cache import index, index_file
 from cachedoctor.storage.files import replacing
 from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.stores import Store
@@ -166,7 +166,7 @@ class RecordIndex:
         """Store ``fresh`` (name -> body of each file read this run) where it may be kept, and
         drop the rows of files no longer listed, or changed since stored and not kept now;
         keep ``fold`` (dropping those of other listings)."""
-        if not index.enabled():
+        if not index_file.enabled():
             self._close()
             return
         by_name = {i.name: i for i in listed}
@@ -194,8 +194,8 @@ class RecordIndex:
         self, rows: list[tuple[bytes, str, str, bytes]], folds: list[tuple[bytes, str, str, bytes]]
     ) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with replacing(self.path, temp_prefix=".tmp-", suffix=index.SUFFIX) as tmp:
-            db = index.connect(Path(tmp))
+        with replacing(self.path, temp_prefix=".tmp-", suffix=index_file.SUFFIX) as tmp:
+            db = index_file.connect(Path(tmp))
             try:
                 with db:
                     db.executescript(_SCHEMA)
@@ -216,19 +216,19 @@ def load(cache: str, *, remote: bool = False) -> RecordIndex:
     """The records index of ``cache`` (a directory, or a bucket URL when ``remote``): open when
     it is ours, of this code and this cache; else an empty one (its ``save`` writes a fresh
     file)."""
-    path = index.side_path(cache, PART, remote=remote)
+    path = index_file.side_path(cache, PART, remote=remote)
     return RecordIndex(cache, path, remote, _open_checked(cache, path, remote))
 
 
 def _open_checked(cache: str, path: Path, remote: bool) -> sqlite3.Connection | None:
-    return index.open_own(path, _header(cache, remote)) if index.enabled() else None
+    return index_file.open_own(path, _header(cache, remote)) if index_file.enabled() else None
 
 
 def _header(cache: str, remote: bool) -> dict[str, str]:
     return {
         "format": FORMAT,
-        "code": index.package_fingerprint().hex(),
-        "cache": index.cache_id(cache, remote=remote),
+        "code": index_file.package_fingerprint().hex(),
+        "cache": index_file.cache_id(cache, remote=remote),
     }
 
 

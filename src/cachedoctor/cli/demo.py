@@ -16,6 +16,7 @@ from rich.text import Text
 from cachedoctor.core.check.runner import Run, program_env, run_command
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.where import Location
 from cachedoctor.errors import CachedoctorError, ExitCode
 from cachedoctor.programs import program_path
 from cachedoctor.render.console import stdout_console
@@ -85,7 +86,7 @@ def demo(ctx: click.Context, runs: int, keep: bool) -> None:
             console.print(f"     {key}")
 
         console.print(Text("\n2. cachedoctor scan", style="bold"))
-        report = scan_directory(cache, entries=False)
+        report = scan_directory(Location.local(cache), entries=False)
         renderer("text").render(FindingList(report.findings), console)
         unstable = [f for f in report.findings if f.kind is FindingKind.UNSTABLE_KEY]
         if not unstable:

@@ -73,8 +73,8 @@ def diff(
     if a is None or b is None:
         raise click.UsageError("give two entries (A and B), or --module NAME")
     cache_dir = default_location(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
-    first, _ = resolve_entry(a, cache_dir, to_compare=True)
-    second, _ = resolve_entry(b, cache_dir, to_compare=True)
-    result = diff_details(first, second, context=hlo_context, raw_hlo=raw_hlo)
+    first, at_a = resolve_entry(Location.parse(a), cache_dir, to_compare=True)
+    second, at_b = resolve_entry(Location.parse(b), cache_dir, to_compare=True)
+    result = diff_details(first, second, (at_a, at_b), context=hlo_context, raw_hlo=raw_hlo)
     renderer("json" if as_json else "text").render(result, stdout_console())
     ctx.exit(int(ExitCode.OK if result.equivalent else ExitCode.FINDINGS))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -10,7 +9,7 @@ import click
 from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.params import DURATION, LOCATION, SIZE, as_typed, complete_dir
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
-from cachedoctor.errors import ExitCode, path_error
+from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 
 if TYPE_CHECKING:
@@ -137,6 +136,7 @@ def prune(
     Exit status: 0 done (or dry run), 1 some action failed, 2 usage or I/O error, or DIR does
     not look like a JAX cache.
     """
+    from cachedoctor.core.prune.apply import plan_and_apply
     from cachedoctor.core.prune.options import PruneOptions
     from cachedoctor.core.prune.planner import plan_prune
 
@@ -165,28 +165,11 @@ def prune(
             cache_dir,
             do_apply,
             lock_timeout,
+            apply_progress,
         )
     _render(plan, result, as_json)
     failed = result is not None and any(o.status.value == "failed" for o in result.outcomes)
     ctx.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
-
-
-def plan_and_apply(
-    make_plan: Callable[[], Plan], cache_dir: Location, do_apply: bool, lock_timeout: float
-) -> tuple[Plan, ApplyReport | None]:
-    """Build a plan and, only when told, apply it; shared by ``prune`` and ``rekey``."""
-    from cachedoctor.core.prune.apply import apply
-
-    try:
-        plan = make_plan()
-        result = (
-            apply(plan, lock_timeout=lock_timeout, progress=apply_progress(len(plan.actions)))
-            if do_apply
-            else None
-        )
-    except OSError as exc:
-        raise path_error(exc, exc.filename or cache_dir.spelling) from exc
-    return plan, result
 
 
 def apply_progress(total: int):  # type: ignore[no-untyped-def]

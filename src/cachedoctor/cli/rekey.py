@@ -6,7 +6,7 @@ import click
 
 from cachedoctor.cli._common import progress_bar
 from cachedoctor.cli.params import DURATION, LOCATION, complete_dir
-from cachedoctor.cli.prune import plan_and_apply
+from cachedoctor.cli.prune import apply_progress
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
@@ -57,6 +57,7 @@ def rekey(
     2 usage or I/O error, or DIR does not look like a JAX cache.
     """
     from cachedoctor.core.prune.actions import Status
+    from cachedoctor.core.prune.apply import plan_and_apply
     from cachedoctor.core.prune.rekey import plan_rekey
 
     cache_dir = cache_location(directory)
@@ -69,6 +70,7 @@ def rekey(
             cache_dir,
             do_apply,
             lock_timeout,
+            apply_progress,
         )
     renderer("json" if as_json else "text").render(PlanReport(plan, result), stdout_console())
     failed = bool(plan.conflicts) or (

@@ -45,7 +45,7 @@ def show(
     or the gs:// or s3:// URL of one. --dir may be a gs://bucket/prefix or s3://bucket/prefix.
     """
     cache_dir = default_location(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
-    detail, where = resolve_entry(entry, cache_dir)
+    detail, where = resolve_entry(Location.parse(entry), cache_dir)
     hlo_text = None
     if hlo:
         from cachedoctor.core.show import hlo_text_of

@@ -1,9 +1,9 @@
 """Findings: what is wrong, how badly, what to do, and the evidence the verdict rests on.
 
 Shared by every command that judges a cache (scan, lint, stats, check); each finding kind is
-one member of FindingKind, and one Rule of the table in core/catalog.py: its family, the cases
-it is raised in (severity, evidence, advice), and an example. Findings are made by the table's
-cases (``Case.finding``), so what a rule says and what docs/findings.md says are one text.
+one member of FindingKind, and one CatalogEntry of the table in core/catalog.py: its family, the
+cases it is raised in (severity, evidence, advice), and an example. Findings are made by the
+table's cases (``Case.finding``), so what a rule says and what docs/findings.md says are one text.
 """
 
 from __future__ import annotations
@@ -67,6 +67,20 @@ class Family(enum.StrEnum):
     INVENTORY = "inventory"  # what the cache holds besides sound entries
     PROCESSES = "processes"  # the processes of a jax.distributed job
     USAGE = "usage"  # the processes' stats records (cachedoctor-stats/)
+
+
+class Producer(enum.StrEnum):
+    """What raises a finding kind: its catalog entry's binding to the code, which the tests hold
+    both ways (tests/core/scan/test_registry.py, tests/core/test_catalog.py)."""
+
+    SCAN = "scan"  # a rule of core/scan/rules/registry.SCAN_RULES, over the listing and entries
+    # the stats records: core/usage/records.py (each file as it is read), core/stats.py (never-hit)
+    STATS_RECORDS = "stats-records"
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that show its findings (docs/findings.md's "raised by")."""
+        return ("scan", "lint") if self is Producer.SCAN else ("stats", "lint")
 
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -141,8 +155,10 @@ class Example:
 
 
 @dataclass(frozen=True)
-class Rule:
-    """One finding kind: the entry of the table (core/catalog.py) docs/findings.md is made of."""
+class CatalogEntry:
+    """One finding kind: the entry of the table (core/catalog.py) docs/findings.md is made of.
+
+    Not a rule: the rules (core/scan/rules/) raise the findings its cases word."""
 
     kind: FindingKind
     family: Family
@@ -151,13 +167,13 @@ class Rule:
     why: str  # why it matters
     cases: tuple[Case, ...]
     example: Example
-    commands: str = "scan, lint"  # the commands that raise it
+    raised_by: Producer = Producer.SCAN
 
     def __post_init__(self) -> None:
         if not self.cases or any(c.kind is not self.kind for c in self.cases):
-            raise ValueError(f"rule {self.kind.value}: its cases must be of its kind")
+            raise ValueError(f"entry {self.kind.value}: its cases must be of its kind")
         if self.example.case not in self.cases:
-            raise ValueError(f"rule {self.kind.value}: its example is not one of its cases")
+            raise ValueError(f"entry {self.kind.value}: its example is not one of its cases")
 
     @property
     def severity(self) -> Severity:

@@ -30,7 +30,7 @@ from cachedoctor.core.stats import record_findings
 from cachedoctor.errors import CachedoctorError, count, path_error
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.files import open_regular, write_atomic
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.location import Location
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "cachedoctor-lint-baseline"
@@ -217,7 +217,7 @@ def judge(
 
 
 def lint_directory(
-    cache_dir: Where,
+    cache_dir: Location,
     *,
     fail_on: Severity = Severity.ERROR,
     ignore: Iterable[FindingKind] = (),
@@ -227,14 +227,14 @@ def lint_directory(
 ) -> LintReport:
     """Scan ``cache_dir`` (the entries to read decoded on ``executor`` when given) and judge the
     findings; I/O problems raise ``CachedoctorError``."""
+    where = cache_dir
     baseline = load_baseline(baseline_path) if baseline_path else None
-    where = Location.parse(cache_dir)
     try:
         scan = scan_directory(where, progress=progress, entries=False, executor=executor)
     except OSError as exc:
         raise path_error(exc, where.spelling) from None
     try:
-        from_records = record_findings(scan)
+        from_records = record_findings(scan, where.store())
     except OSError as exc:
         raise path_error(exc, where.subpath(STATS_DIRNAME)) from None
     scan = dataclasses.replace(scan, findings=scan.findings + tuple(from_records))

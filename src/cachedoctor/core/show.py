@@ -21,7 +21,7 @@ def hlo_text_of(hlo_module: bytes) -> str | None:
 def _open_entry(entry: Location) -> BinaryIO:
     """The entry's bytes: a local file opened without following a link, or a bucket object."""
     parent = entry.parent
-    if entry.is_local or parent is None:
+    if entry.local_path is not None or parent is None:
         return open_regular(entry.spelling)
     return parent.store().open_read(entry.name)
 

@@ -18,20 +18,14 @@ from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.usage import reasons
 from cachedoctor.core.usage.fold import Fold, Total, fold_records, read_folded
+from cachedoctor.core.usage.model import Counters, Record, total
 from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
-from cachedoctor.core.usage.records import (
-    ARCHIVE_PREFIX,
-    ARCHIVE_SUFFIX,
-    MAX_RECORD_BYTES,
-    Counters,
-    Record,
-    record_files,
-    total,
-)
+from cachedoctor.core.usage.records import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, record_files
+from cachedoctor.core.usage.validate import MAX_RECORD_BYTES
 from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.storage.location import Location, Where
-from cachedoctor.storage.stores import Store, open_store
+from cachedoctor.storage.location import Location
+from cachedoctor.storage.stores import Store
 
 if TYPE_CHECKING:  # the scan is imported only when a module that never hit needs it
     from cachedoctor.core.scan.report import ScanReport
@@ -221,14 +215,14 @@ def never_hit_findings(
 
 
 def collect_stats(
-    cache_dir: Where,
+    cache_dir: Location,
     *,
     since: float | None = None,
     module: str | None = None,
     scan: bool = True,
 ) -> StatsReport:
     """Read and add up the records of ``cache_dir``; ``scan`` explains modules that never hit."""
-    where = Location.parse(cache_dir)
+    where = cache_dir
     store = where.store()
     fold = read_folded(store, since=since, module=module)
     scanned = None
@@ -242,17 +236,18 @@ def collect_stats(
     return report_of(where.spelling, fold, scanned)
 
 
-def record_findings(scan: ScanReport, store: Store | None = None) -> list[Finding]:
-    """For ``lint``: unreadable records, and modules that compiled in
-    :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons from ``scan``)."""
-    fold = read_folded(store or open_store(scan.cache_dir))
+def record_findings(scan: ScanReport, store: Store) -> list[Finding]:
+    """For ``lint``: unreadable records in ``store`` (the scanned cache's), and modules that
+    compiled in :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons
+    from ``scan``)."""
+    fold = read_folded(store)
     return list(report_of(scan.cache_dir, fold, scan).findings)
 
 
-def zero(cache_dir: Where, *, apply: bool) -> ZeroReport:
+def zero(cache_dir: Location, *, apply: bool) -> ZeroReport:
     """Archive every record into one file ``cachedoctor-stats/archive-<time>.jsonl``, then
     delete each record that is unchanged since it was read (a process writing now keeps its)."""
-    store = Location.parse(cache_dir).store()
+    store = cache_dir.store()
     names = record_files(store)
     if not apply or not names:
         return ZeroReport(None, tuple(names), applied=False)

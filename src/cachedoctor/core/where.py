@@ -162,7 +162,8 @@ def _own_records(root: str) -> str | None:
     from cachedoctor.storage.fsops import CacheDir
 
     with contextlib.suppress(StopIteration):
-        return f"{MANIFEST_DIRNAME}/{next(iter(iter_manifests(root))).key}{MANIFEST_SUFFIX}"
+        found = next(iter(iter_manifests(Location.local(root))))
+        return f"{MANIFEST_DIRNAME}/{found.key}{MANIFEST_SUFFIX}"
     try:
         with CacheDir.open(root) as top, top.walk(STATS_DIRNAME) as folder:
             for name in folder.listdir():

@@ -16,10 +16,14 @@ from cachedoctor.cache.listdir import DirItem
 from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import SCHEMA_VERSION, JsonScan, PartWriters, ScanReport
+from cachedoctor.plaindata import as_text
 
 
 def to_plain(value: Any) -> Any:
-    """Dataclasses, enums and tuples -> JSON-ready dicts, strings and lists."""
+    """Dataclasses, enums and tuples -> JSON-ready dicts, strings and lists (a ``Location``:
+    its spelling, ``plaindata.as_text``)."""
+    if as_text(value):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):

@@ -183,7 +183,7 @@ def plan_document(plan: Plan, result: ApplyReport | None = None) -> dict[str, An
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "cachedoctor", "version": __version__},
         "command": plan.command,
-        "cache_dir": plan.cache_dir,
+        "cache_dir": str(plan.cache_dir),
         "created_at": plan.created_at,
         "applied": result is not None,
         "selectors": list(plan.selectors),

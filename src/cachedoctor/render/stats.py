@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cachedoctor.core.stats import Group, StatsReport, ZeroReport
-from cachedoctor.core.usage.records import Counters
+from cachedoctor.core.usage.model import Counters
 from cachedoctor.errors import count
 from cachedoctor.render.findings import render_finding_list
 

@@ -246,11 +246,11 @@ def build_values(
 
 
 def _folder(cache_dir: str) -> str | None:
-    """The local folder a cache-dir setting names (its one Location, asked ``is_local``: a
+    """The local folder a cache-dir setting names (its one Location's ``local_path``: a
     ``file://`` URL is the folder it names, as JAX's ``lru_cache`` reads it); None when unset,
     a bucket or a scheme cachedoctor does not read."""
     where = Location.of_setting(cache_dir)
-    return where.spelling if where is not None and where.is_local else None
+    return None if where is None else where.local_path
 
 
 def has_filelock() -> bool:
@@ -494,7 +494,7 @@ def observed_roles(probe: dict[str, Any]) -> tuple[list[str], list[Warning_]]:
 
     for path in (folder, kernel):
         where = Location.of_setting(path)
-        if path is not None and where is not None and not where.is_local:
+        if path is not None and where is not None and where.url is not None:
             warnings.append(
                 Warning_(
                     "subcache-url",
@@ -565,8 +565,9 @@ def _key_modes(cache_dir: object) -> dict[str, Any] | None:
 
     if not cache_dir:
         return None
+    where = Location.of_setting(cache_dir)
     try:
-        found = list(manifest.iter_manifests(str(cache_dir)))
+        found = [] if where is None else list(manifest.iter_manifests(where))
     except Exception:  # an unreachable bucket, no permission: status still reports the rest
         return None
     summary = manifest.key_mode_summary(found)

@@ -25,78 +25,33 @@ by JAX's size accounting although the hard link shares the bytes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 import sys
-import threading
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cachedoctor.stablekeys.hook_replay import (
+    _MAX_PROCESS_CHECKS,
+    _autotune_mode,
+    _expect_calls,
+    _has_entry,
+    _index_for,
+    _lock,
+    _replayed_key,
+    _say_once,
+    _shown,
+    _state,
+    _write,
+    _write_replay_manifest,
+    logger,
+)
 from cachedoctor.stablekeys.rekey import _rekey_entry, rekey_entry
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.location import Location
 
 __all__ = ["install", "installed_mode", "rekey_entry", "run_script", "stats", "uninstall"]
 
-logger = logging.getLogger("cachedoctor.stablekeys.hook")
-
 MODES = ("stable", "observe")
-_MAX_CANDIDATES = 16  # replay at most this many recorded variants of one module per lookup
-_MAX_PENDING = 64  # compiles JAX did not store (too fast, process_id != 0) are forgotten
-
-
-@dataclass
-class _State:
-    mode: str | None = None
-    record_ir: bool = False
-    manifests: bool = True
-    migrate: bool = True
-    warned: bool = False
-    stats: dict[str, int] = field(
-        default_factory=lambda: {
-            "keys": 0,
-            "migrated": 0,
-            "fallbacks": 0,
-            "unsound": 0,
-            "manifest_errors": 0,
-            "replayed": 0,  # hits decided by replaying recorded partitioner calls
-            "replay_misses": 0,  # candidates whose calls did not reproduce
-            "recorded": 0,  # replay manifests written after a compile
-            "per_process_keys": 0,  # keys found to differ from process 0's only per process
-        }
-    )
-    last_error: str | None = None
-    last_replay_miss: str | None = None
-    warned_jax_flag: bool = False
-    said: set[str] = field(default_factory=set)  # topics already said on stderr
-    process_checks: int = 0  # lookups compared with process 0's manifests (bounded)
-    # key -> (hasher result, replay digest, pointers, backend, autotune mode, whether JAX's key
-    # holds the pointer) until JAX stores
-    # the entry
-    pending: dict[str, tuple[Any, str | None, list[bytes], Any, str | None, bool | None]] = field(
-        default_factory=dict
-    )
-
-
-_state = _State()
-_lock = threading.Lock()
-_said_lock = threading.Lock()
-_MAX_PROCESS_CHECKS = 8  # lookups of a process > 0 compared with process 0's manifests
-
-
-def _say_once(topic: str, text: str) -> None:
-    """One line on stderr per topic and process: why something will not hit (never raises).
-
-    A plain write, not ``warnings.warn``: a program running with ``-W error`` must not see
-    an exception come out of its compile.
-    """
-    with _said_lock:
-        if topic in _state.said:
-            return
-        _state.said.add(topic)
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"cachedoctor: {text}\n")
 
 
 def _warn_once(message: str) -> None:
@@ -202,12 +157,12 @@ def _wrap_put(cc: Any) -> None:
 
     def put_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            _write_replay_manifest(str(cache_key))
+            _write_replay_manifest(str(cache_key), _cache_location())
         except Exception as exc:  # never break JAX
             _state.stats["manifest_errors"] += 1
             _state.last_error = f"replay manifest: {exc}"
             _say_once(
-                f"manifests {_local_cache_dir()}",
+                f"manifests {_shown(_cache_location())}",
                 f"cannot write the replay manifest of {cache_key} ({type(exc).__name__}:"
                 f" {exc}): it is never reused, the module recompiles on the next run",
             )
@@ -269,19 +224,21 @@ def _strips_partitioning(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return getattr(value, "name", "NO") != "NO"
 
 
-def _local_cache_dir() -> Path | str | None:
-    """JAX's cache dir: a Path, a ``gs://`` / ``s3://`` URL (manifests as objects), or None."""
+def _cache_location() -> Location | None:
+    """JAX's cache dir as one Location (a folder, or a ``gs://`` / ``s3://`` bucket whose
+    manifests are objects), or None: unset, or a ``file://`` or other URL (no manifests there,
+    as ever)."""
     from jax._src import config
 
     value = config.compilation_cache_dir.value
     if not value:
         return None
-    if "://" in str(value):  # a bucket; file:// and other schemes: no manifests, as ever
-        from cachedoctor.storage.location import Location
+    from cachedoctor.storage.location import Location
 
-        where = Location.of_setting(str(value))
-        return where.spelling if where is not None and not where.is_local else None
-    return Path(value)
+    where = Location.of_setting(str(value))
+    if where is not None and "://" in str(value) and where.url is None:
+        return None  # file:///abs: the hook has always left it alone
+    return where
 
 
 def _get_cache_key(
@@ -298,7 +255,7 @@ def _get_cache_key(
     mode = _state.mode
     if mode is None or _ignores_everything(args, kwargs):
         return None
-    cache_dir = _local_cache_dir()
+    cache_dir = _cache_location()
     if mode == "observe":
         own_key = str(original(module, devices, options, backend, *args, **kwargs))
         with contextlib.suppress(Exception):
@@ -336,10 +293,11 @@ def _get_cache_key(
         )
     jax_key: str | None = None
     migrated_from = None
-    if isinstance(cache_dir, str):  # a bucket: no re-keying (no rename or link), manifests only
+    if cache_dir is not None and not cache_dir.can_rename:
+        # a bucket: no re-keying (no rename or link), manifests only
         if _state.manifests and not _manifest_exists(cache_dir, result.key):
             _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
-    elif cache_dir is not None and not (cache_dir / f"{result.key}-cache").exists():
+    elif cache_dir is not None and not _has_entry(cache_dir, result.key):
         if _state.migrate and result.sound:
             # An entry that JAX wrote with its own key for this very compilation?
             if not result.changed:
@@ -347,7 +305,7 @@ def _get_cache_key(
             elif not (_strips_partitioning(args, kwargs) and _has_partitioning(result)):
                 # (never import an entry keyed with the pointer REMOVED: it may be stale)
                 jax_key = str(original(module, devices, options, backend, *args, **kwargs))
-            if jax_key is not None and _rekey_entry(cache_dir, jax_key, result.key):
+            if jax_key is not None and _rekey_entry(Path(cache_dir.spelling), jax_key, result.key):
                 migrated_from = jax_key
                 _state.stats["migrated"] += 1
                 logger.info("re-keyed %s as %s", jax_key, result.key)
@@ -360,7 +318,7 @@ def _get_cache_key(
     return result.key
 
 
-def _explain_process_key(cache_dir: Path | str, result: Any) -> None:
+def _explain_process_key(cache_dir: Location, result: Any) -> None:
     """In process N > 0 of a job, say once when this key differs from process 0's only in what
     JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses. Only
     the first lookups of such a process are compared (each module's manifests, from the index).
@@ -381,198 +339,11 @@ def _explain_process_key(cache_dir: Path | str, result: Any) -> None:
         _say_once("per-process", found.line())
 
 
-def _warn_about_jax_flag() -> None:
-    from jax._src import config
-
-    flag = getattr(config, "remove_custom_partitioning_ptr_from_cache_key", None)
-    if not _state.warned_jax_flag and flag is not None and flag.value:
-        _state.warned_jax_flag = True
-        _say_once(
-            "jax-flag",
-            "jax_remove_custom_partitioning_ptr_from_cache_key is set; the hook replaces it"
-            " with verified reuse (an entry is reused only when its recorded partitioner calls"
-            " reproduce), so it has no effect while the hook is on",
-        )
-
-
-def _replayed_key(
-    cache_dir: Path | str | None, result: Any, backend: Any, options: Any = None
-) -> str | None:
-    """The key of a module with custom_partitioning calls, decided by replay.
-
-    A recorded variant of this module (same base key) whose partitioner calls all reproduce
-    against the current callbacks gives its key (a hit). Otherwise, after one fresh listing
-    (variants other processes recorded since this one started), a new key, and the calls XLA
-    makes while compiling are recorded into its manifest (:func:`_write_replay_manifest`).
-    """
-    from cachedoctor.stablekeys import keys, replay
-
-    _warn_about_jax_flag()
-    if cache_dir is None:  # JAX does not use its cache: its own key, never looked up
-        return None
-    if not replay.installed():
-        _state.stats["unsound"] += 1
-        _say_once(
-            "no-replay",
-            f"{result.module_name}: custom_partitioning replay is unavailable"
-            f" ({_state.last_error or 'no recorder'}): the key keeps the raw pointer and the"
-            " module recompiles on every run (a miss, never a stale hit)",
-        )
-        return None
-    index = _index_for(cache_dir)
-    found = _reproducing(result, _replay_candidates(cache_dir, result, index.module))
-    if found is None:
-        found = _reproducing(result, _replay_candidates(cache_dir, result, index.refresh))
-    if found is not None:
-        _state.stats["replayed"] += 1
-        return found
-    if index.error:
-        _say_once(
-            f"manifests {cache_dir}",
-            f"cannot list the key manifests of {cache_dir} ({index.error}): modules with"
-            " custom_partitioning compile under a new key (a miss, never a stale hit)",
-        )
-    digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
-    key = keys.replayed_key(result, digest)
-    _expect_calls(key, result, digest, backend, options)
-    return key
-
-
-def _reproducing(result: Any, candidates: list[Any]) -> str | None:
-    """The key of the first candidate whose recorded partitioner calls all reproduce."""
-    from cachedoctor.stablekeys import replay
-
-    pointers = [pointer for _, pointer in result.to_replay]
-    indices = [i for i, _ in result.to_replay]
-    for candidate in candidates:
-        replay_ops = candidate.replay or []
-        if [op["index"] for op in replay_ops] != indices:
-            continue
-        differs = replay.reproduces([op["calls"] for op in replay_ops], pointers)
-        if differs is None:
-            return str(candidate.key)
-        _state.stats["replay_misses"] += 1
-        _state.last_replay_miss = f"{candidate.key}: {differs}"
-        logger.info("%s does not reproduce: %s", candidate.key, differs)
-    return None
-
-
-def _expect_calls(
-    key: str,
-    result: Any,
-    digest: str | None,
-    backend: Any,
-    options: Any = None,
-    *,
-    jax_key_pointer: bool | None = None,
-) -> None:
-    """Record the partitioner calls of the compile that follows, for ``key``'s manifest.
-
-    ``digest`` None (observe mode): the digest of the recorded calls themselves, so that runs
-    whose calls are the same get the same would-be stable key.
-    """
-    from cachedoctor.stablekeys import replay
-
-    pointers = [pointer for _, pointer in result.to_replay]
-    replay.expect(pointers)
-    with _lock:
-        _state.pending[key] = (
-            result,
-            digest,
-            pointers,
-            backend,
-            _autotune_mode(options),
-            jax_key_pointer,
-        )
-        while len(_state.pending) > _MAX_PENDING:
-            stale = next(iter(_state.pending))
-            replay.take(_state.pending.pop(stale)[2])
-
-
-def _replay_candidates(
-    cache_dir: Path | str, result: Any, source: Callable[[str], list[Any]]
-) -> list[Any]:
-    """Replay manifests of this module with the same base key, newest first, from ``source``
-    (the index's manifests of the module, or the ones a fresh listing found).
-
-    In a local dir only variants whose entry exists (one ``stat`` each); on a bucket that would
-    be a request per candidate, and a variant whose entry was evicted only makes JAX compile
-    once more under the key its calls reproduce.
-    """
-    found = [m for m in source(result.module_name) if m.base_key == result.key and m.replay]
-    if isinstance(cache_dir, Path):
-        found = [m for m in found if (cache_dir / f"{m.key}-cache").exists()]
-    found.sort(key=lambda m: m.created, reverse=True)
-    return found[:_MAX_CANDIDATES]
-
-
-def _write_replay_manifest(key: str) -> None:
-    from cachedoctor.stablekeys import replay
-
-    with _lock:
-        pending = _state.pending.pop(key, None)
-    if pending is None:
-        return
-    result, digest, pointers, backend, autotune, jax_key_pointer = pending
-    calls = replay.take(pointers)
-    cache_dir = _local_cache_dir()
-    if cache_dir is None or not _state.manifests:
-        return
-    if calls is None:  # without the calls the entry is never reused: a miss, never a wrong hit
-        _say_once(
-            "not-recorded",
-            f"{result.module_name}: its partitioner calls could not be recorded (more than"
-            f" {replay._MAX_CALLS_PER_OP} calls for one op, or a call failed): this variant is"
-            " never reused, the module recompiles on the next run",
-        )
-        return
-    from cachedoctor.stablekeys import manifest, processes
-
-    observed = digest is None
-    m = manifest.from_key_result(
-        result,
-        mode="observe" if observed else "stable",
-        stored_under=key,
-        jax_key=key if observed else None,
-        backend=backend,
-        replay_digest=replay.calls_digest(calls) if digest is None else digest,
-        replay_calls=calls,
-        process=processes.current_process(),
-        autotune_mode=autotune,
-        jax_key_pointer=jax_key_pointer,
-    )
-    _write(cache_dir, m, result.canonical_ir, create=True)
-    _state.stats["recorded"] += 1
-
-
-def _write(cache_dir: Path | str, m: Any, ir_text: str | None, *, create: bool) -> None:
-    """Write a manifest (create-only unless it replaces one) and add it to the index.
-
-    A manifest another process wrote first is fine: same key, same components."""
-    from cachedoctor.stablekeys import manifest
-
-    with contextlib.suppress(FileExistsError):
-        manifest.write_manifest(cache_dir, m, ir_text=ir_text, create=create)
-    _index_for(cache_dir).add(m)
-
-
-def _autotune_mode(options: Any) -> str | None:
-    from cachedoctor.stablekeys.subcache_roles import autotune_mode
-
-    return autotune_mode(options)
-
-
-def _index_for(cache_dir: Path | str) -> Any:
-    from cachedoctor.stablekeys.manifest_index import index_for
-
-    return index_for(cache_dir)
-
-
 def _has_partitioning(result: Any) -> bool:
     return any(v.field.startswith("custom_call[") for v in result.volatile)
 
 
-def _manifest_exists(cache_dir: Path | str, key: str) -> bool:
+def _manifest_exists(cache_dir: Location, key: str) -> bool:
     """Whether ``key`` has a manifest, from the index (no request per lookup)."""
     try:
         return bool(_index_for(cache_dir).has(key))
@@ -581,7 +352,7 @@ def _manifest_exists(cache_dir: Path | str, key: str) -> bool:
 
 
 def _record(
-    cache_dir: Path | str,
+    cache_dir: Location,
     result: Any,
     mode: str,
     stored_under: str,
@@ -610,8 +381,8 @@ def _record(
         _state.stats["manifest_errors"] += 1
         _state.last_error = f"manifest: {exc}"
         _say_once(
-            f"manifests {cache_dir}",
-            f"cannot write key manifests to {cache_dir} ({type(exc).__name__}: {exc}):"
+            f"manifests {_shown(cache_dir)}",
+            f"cannot write key manifests to {_shown(cache_dir)} ({type(exc).__name__}: {exc}):"
             " modules with custom_partitioning will not be reused (a miss, never a stale hit)",
         )
 

@@ -159,14 +159,13 @@ def _jax_filesystem(url: str) -> Any:
         return None
 
 
-def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
+def _store_for(where: Location) -> Store | None:
     """The process's one store for a bucket cache dir; None for a local directory."""
-    where = Location.of_setting(cache_dir)
-    if where is None or where.is_local:
+    url = where.url
+    if url is None:
         return None
     from cachedoctor.storage import remote_store, retry, stores
 
-    url = where.spelling
     with _STORES_LOCK:
         if url not in _STORES:
             shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None
@@ -178,11 +177,11 @@ def _store_for(cache_dir: str | os.PathLike[str]) -> Store | None:
         return _STORES[url]
 
 
-def store_for(url: str) -> Store:
-    """The process's one store for a bucket URL (the manifests', reused for the stats record)."""
-    store = _store_for(url)
+def store_for(where: Location) -> Store:
+    """The process's one store for a bucket (the manifests', reused for the stats record)."""
+    store = _store_for(where)
     if store is None:
-        raise ValueError(f"not a gs:// or s3:// URL: {url}")
+        raise ValueError(f"not a gs:// or s3:// URL: {where}")
     return store
 
 
@@ -198,14 +197,14 @@ def _read_object(store: Store, name: str) -> bytes | None:
         return None
 
 
-def manifest_keys(cache_dir: str | os.PathLike[str]) -> set[str]:
+def manifest_keys(cache_dir: Location) -> set[str]:
     """The keys that have a manifest: one listing of the manifests folder (empty: none yet)."""
     store = _store_for(cache_dir)
     try:
         if store is not None:
             names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
         else:
-            with _local_folder(cache_dir) as folder:
+            with _local_folder(cache_dir.spelling) as folder:
                 names = folder.listdir()
     except (FileNotFoundError, NotADirectoryError):
         return set()
@@ -220,7 +219,7 @@ def manifest_keys(cache_dir: str | os.PathLike[str]) -> set[str]:
     }
 
 
-def read_manifests(cache_dir: str | os.PathLike[str], keys: Iterable[str]) -> list[Manifest]:
+def read_manifests(cache_dir: Location, keys: Iterable[str]) -> list[Manifest]:
     """The manifests of ``keys`` (concurrent reads on a bucket); missing or unreadable skipped."""
     store = _store_for(cache_dir)
 
@@ -235,12 +234,12 @@ def read_manifests(cache_dir: str | os.PathLike[str], keys: Iterable[str]) -> li
     return [m for m in found if m is not None]
 
 
-def manifest_exists(cache_dir: str | os.PathLike[str], key: str) -> bool:
+def manifest_exists(cache_dir: Location, key: str) -> bool:
     """Whether ``key`` has a manifest (one metadata request on a bucket)."""
     store = _store_for(cache_dir)
     if store is not None:
         return store.stat(_object(key)) is not None
-    return manifest_path(cache_dir, key).exists()
+    return manifest_path(cache_dir.spelling, key).exists()
 
 
 def from_key_result(
@@ -375,7 +374,7 @@ def _umask() -> int:
 
 
 def write_manifest(
-    cache_dir: str | os.PathLike[str],
+    cache_dir: Location,
     manifest: Manifest,
     *,
     ir_text: str | None = None,
@@ -388,14 +387,14 @@ def write_manifest(
     first, so a reader that finds the manifest finds the text.
     """
     store = _store_for(cache_dir)
-    path = manifest_path(cache_dir, manifest.key) if store is None else None
+    path = manifest_path(cache_dir.spelling, manifest.key) if store is None else None
     if ir_text is not None:
         ir = gzip.compress(ir_text.encode(), 6)
         with contextlib.suppress(FileExistsError):  # a concurrent writer's text: the same module
             if store is not None:
                 store.write_atomic(_object(manifest.key, MANIFEST_IR_SUFFIX), ir, create=create)
             else:
-                _atomic_write(cache_dir, manifest.key + MANIFEST_IR_SUFFIX, ir, create)
+                _atomic_write(cache_dir.spelling, manifest.key + MANIFEST_IR_SUFFIX, ir, create)
         if not manifest.has_ir:
             manifest = Manifest.from_dict({**manifest.to_dict(), "has_ir": True})
     data = json.dumps(manifest.to_dict(), indent=1, sort_keys=True).encode() + b"\n"
@@ -403,11 +402,11 @@ def write_manifest(
         store.write_atomic(_object(manifest.key), data, create=create)
         return store.url_of(_object(manifest.key))
     assert path is not None
-    _atomic_write(cache_dir, path.name, data, create)
+    _atomic_write(cache_dir.spelling, path.name, data, create)
     return path
 
 
-def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | None:
+def load_manifest(cache_dir: Location, key: str) -> Manifest | None:
     """The manifest of ``key`` (the stored entry name), or None when there is none.
 
     Raises :class:`ManifestError` when the file exists but cannot be parsed.
@@ -416,9 +415,9 @@ def load_manifest(cache_dir: str | os.PathLike[str], key: str) -> Manifest | Non
     if store is not None:
         found = _read_object(store, _object(key))
         return None if found is None else _parse(store.url_of(_object(key)), found)
-    path = manifest_path(cache_dir, key)
+    path = manifest_path(cache_dir.spelling, key)
     try:
-        raw = _read_regular(cache_dir, path.name)
+        raw = _read_regular(cache_dir.spelling, path.name)
     except FileNotFoundError:
         return None
     return _parse(path, raw)
@@ -441,23 +440,23 @@ def _parse(path: Path | str, raw: bytes) -> Manifest:
         raise ManifestError(f"{path}: not a cachedoctor manifest: {exc}") from exc
 
 
-def iter_manifests(cache_dir: str | os.PathLike[str]) -> Iterator[Manifest]:
+def iter_manifests(cache_dir: Location) -> Iterator[Manifest]:
     """All readable manifests of a cache directory, sorted by key; unreadable ones are skipped."""
     store = _store_for(cache_dir)
     if store is not None:
         yield from _iter_objects(store)
         return
     try:
-        with _local_folder(cache_dir) as folder:
+        with _local_folder(cache_dir.spelling) as folder:
             names = folder.listdir()
     except OSError:  # none, or a link or a file where the folder should be: nothing of ours
         return
-    folder_path = manifest_dir(cache_dir)
+    folder_path = manifest_dir(cache_dir.spelling)
     for name in names:
         if name.startswith(".") or not name.endswith(MANIFEST_SUFFIX):
             continue
         try:
-            yield _parse(folder_path / name, _read_regular(cache_dir, name))
+            yield _parse(folder_path / name, _read_regular(cache_dir.spelling, name))
         except (OSError, ManifestError):
             continue
 
@@ -486,14 +485,14 @@ def _iter_objects(store: Store) -> Iterator[Manifest]:
             yield found
 
 
-def load_ir(cache_dir: str | os.PathLike[str], key: str) -> str | None:
+def load_ir(cache_dir: Location, key: str) -> str | None:
     """The canonical module text recorded with ``record_ir``, or None."""
     store = _store_for(cache_dir)
     if store is not None:
         raw = _read_object(store, _object(key, MANIFEST_IR_SUFFIX))
         return None if raw is None else gzip.decompress(raw).decode()
     try:
-        data = _read_regular(cache_dir, key + MANIFEST_IR_SUFFIX)
+        data = _read_regular(cache_dir.spelling, key + MANIFEST_IR_SUFFIX)
     except FileNotFoundError:
         return None
     return gzip.decompress(data).decode()

@@ -16,11 +16,13 @@ variant), never a wrong hit, since replay checks every candidate against the cur
 
 from __future__ import annotations
 
-import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.stablekeys import manifest as mf
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.location import Location
 
 
 def module_of(key: str) -> str:
@@ -31,7 +33,7 @@ def module_of(key: str) -> str:
 class ManifestIndex:
     """The manifests of one cache dir (a local path or a ``gs://`` / ``s3://`` URL)."""
 
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, cache_dir: Location) -> None:
         self.cache_dir = cache_dir
         self._keys: set[str] | None = None  # keys with a manifest, from the last listing
         self._modules: dict[str, list[mf.Manifest]] = {}  # module -> its manifests, read once
@@ -109,9 +111,9 @@ _INDEXES: dict[str, ManifestIndex] = {}
 _LOCK = threading.Lock()
 
 
-def index_for(cache_dir: str | os.PathLike[str]) -> ManifestIndex:
+def index_for(cache_dir: Location) -> ManifestIndex:
     """The process's one index of a cache dir."""
-    name = os.fspath(cache_dir).rstrip("/")
+    name = cache_dir.spelling.rstrip("/")
     with _LOCK:
         found = _INDEXES.get(name)
         if found is None:

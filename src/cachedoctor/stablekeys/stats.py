@@ -359,9 +359,10 @@ def _entry_exists(key: str) -> bool:
     """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
     (JAX's put returned: no request per compile)."""
     where = Location.of_setting(_cache_dir())
-    if where is None or not where.is_local:
+    folder = None if where is None else where.local_path
+    if folder is None:
         return True
-    return os.path.exists(os.path.join(where.spelling, key + ENTRY_SUFFIX))
+    return os.path.exists(os.path.join(folder, key + ENTRY_SUFFIX))
 
 
 def _config_value(name: str) -> float | None:
@@ -551,15 +552,16 @@ def write_record() -> str | None:
             return None
         name = f"{STATS_DIRNAME}/{record_name(record)}"
         data = json.dumps(record, sort_keys=True).encode()
-        if not where.is_local:
+        folder = where.local_path
+        if folder is None:  # a bucket
             from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
 
             share_jax_filesystem()
-            store = store_for(where.spelling)  # JAX's own filesystem (the hook's store): no client
+            store = store_for(where)  # JAX's own filesystem (the hook's store): no client
             store.write_atomic(name, data)
             _recorder.written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown
-            _recorder.written = _write_local(where.spelling, name, data)
+            _recorder.written = _write_local(folder, name, data)
         return _recorder.written
     except Exception as exc:
         _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")

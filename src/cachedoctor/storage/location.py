@@ -1,9 +1,12 @@
 """Where a cache is, as the user named it: a local folder or a bucket prefix, parsed once.
 
 ``Location.parse`` is made at the edge (the CLI's parameters, the Python API, the hook where it
-reads JAX's config value) and handed down; below the edge nothing parses a URL or tests a type to
-tell a bucket from a folder: it asks the Location (``is_local``, ``can_rename``, ``has_locks``,
-``has_modes``, ``has_atime``, ``store()``, ``open_dir()``).
+reads JAX's config value) and handed down to the last call: core entry points, listings, plans,
+manifests. Below the edge nothing parses a path or URL string again or tests a type to tell a
+bucket from a folder: it asks the Location what it can do (``can_rename``, ``has_locks``,
+``has_modes``, ``has_atime``), where it is (``local_path``, ``url``), or for its folder
+(``store()``, ``open_dir()``: an ``fsops.Folder``). ``tests/storage/test_location.py`` fails on a
+``Location.parse(`` or an ``.is_local`` below the edge.
 
 Cheap to import (the hook imports it at JAX start-up): the bucket client, the thread pools and the
 no-follow folder code are imported only by ``store()`` and ``open_dir()``.
@@ -13,7 +16,8 @@ Spellings, decided here once:
 - a local path keeps the user's spelling (``caches/sp``, ``caches/sp/``, ``./c``): JAX hashes the
   spelling into keys (``urls.jax_spelling``) and the reports show it as typed; ``~`` is not
   expanded (the shell expands it; JAX does not), nor is a Windows-looking ``C:\\cache`` special;
-- ``gs://`` and ``s3://`` are buckets, shown as ``scheme://bucket/prefix`` (no trailing slash);
+- ``gs://`` and ``s3://`` (the schemes registered in :mod:`.backends`) are buckets, shown as
+  ``scheme://bucket/prefix`` (no trailing slash);
 - ``file:///abs/c`` is the local folder ``/abs/c`` (JAX's epath reads it so);
 - any other ``scheme://`` (``http://``, ``ftp://``) is refused with one line (``bad-url``): it is
   neither a folder nor a bucket cachedoctor can read. Where the value is JAX's own setting
@@ -25,14 +29,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import urls
+from cachedoctor.storage import backends, urls
 
 if TYPE_CHECKING:
-    from cachedoctor.storage.fsops import CacheDir
-    from cachedoctor.storage.store_dir import StoreDir
+    from cachedoctor.storage.fsops import Folder
     from cachedoctor.storage.stores import Store
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -40,7 +43,11 @@ _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 
 @dataclass(frozen=True)
 class Location:
-    """A cache folder or entry: a local path (as typed) or a bucket URL (normalised)."""
+    """A cache folder or entry: a local path (as typed) or a bucket URL (normalised).
+
+    A report's ``to_dict`` and ``--json`` write it as its spelling (``plaindata.as_text``)."""
+
+    plain_as_text: ClassVar[bool] = True
 
     spelling: str  # a local path as typed, or the bucket URL as ``urls`` normalises it
     is_local: bool
@@ -54,7 +61,7 @@ class Location:
         """The Location of what the user typed; a Location is returned as it is.
 
         Raises CachedoctorError (``bad-url``) for an empty string or a scheme that is neither
-        ``gs://`` nor ``s3://``.
+        ``file://`` nor a registered bucket's (``gs://``, ``s3://``).
         """
         if isinstance(where, Location):
             return where
@@ -68,12 +75,19 @@ class Location:
             return cls(text.removeprefix("file://"), True)
         other = _SCHEME_RE.match(text)
         if other:
+            buckets = [f"{b.article} {b.scheme}://bucket/prefix" for b in backends.schemes()]
             raise CachedoctorError(
                 f"{text[:200]}: {other.group('scheme')}:// is not supported; give a local "
-                "folder, a gs://bucket/prefix or an s3://bucket/prefix",
+                f"folder, {backends.with_or(buckets)}",
                 slug="bad-url",
             )
         return cls(text, True)
+
+    @classmethod
+    def local(cls, path: str | os.PathLike[str]) -> Location:
+        """A local file or folder known to be one (a folder cachedoctor made, a path the system
+        gave): nothing is parsed, so a path is never taken for a URL."""
+        return cls(os.fspath(path), True)
 
     @classmethod
     def of_setting(cls, value: object) -> Location | None:
@@ -177,17 +191,17 @@ class Location:
             store = self._opened["store"] = open_store(self.spelling)
         return store
 
-    def open_dir(self) -> CacheDir | StoreDir:
-        """The folder API that removes and rewrites without following links (local) or only
-        when an object is unchanged (bucket). The caller closes it."""
+    def resolved(self) -> Location:
+        """A local folder by its real path (links resolved, as ``open_dir`` opens it); a
+        bucket as it is (its store kept)."""
+        return Location(os.path.realpath(self.spelling), True) if self.is_local else self
+
+    def open_dir(self) -> Folder:
+        """The folder API (``fsops.Folder``) that removes and rewrites without following links
+        (local) or only when an object is unchanged (bucket). The caller closes it."""
         from cachedoctor.storage.fsops import CacheDir
         from cachedoctor.storage.store_dir import StoreDir
 
         if self.is_local:
             return CacheDir.open(self.spelling)
         return StoreDir(self.store())
-
-
-# What a core function is handed: a Location, or (the Python API, tests) a path or URL that the
-# function parses once with ``Location.parse`` at its top.
-Where = Location | str | os.PathLike[str]

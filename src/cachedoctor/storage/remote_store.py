@@ -5,8 +5,9 @@ to fsspec's ``gcsfs`` and ``s3fs``; ``RemoteStore`` makes a private instance of 
 filesystem, configured by the same environment, with the library's own retries off (ours are
 in :mod:`.retry`). Reads are ranged and retried per read (``_RetryingReader``), never turned
 into "corrupt entry"; ``delete_if_unchanged`` re-checks the generation (GCS) or ETag (S3) and
-sends the delete conditionally. Separate from :mod:`.stores` because only a bucket cache dir
-needs it: importing it brings fsspec's glue, which a local cache never loads.
+sends the delete conditionally. What differs between services is their backend's
+(:mod:`.backends`): this module names none. Separate from :mod:`.stores` because only a bucket
+cache dir needs it: importing it brings fsspec's glue, which a local cache never loads.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
-import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, TypeVar, cast
 
+from cachedoctor.storage import backends
+from cachedoctor.storage.backends import Backend, Failure, Op, failure_of
 from cachedoctor.storage.model import (
     DeleteOutcome,
     DeleteResult,
@@ -27,37 +29,12 @@ from cachedoctor.storage.model import (
     StoreItem,
 )
 from cachedoctor.storage.retry import RetryPolicy, bounded_map, call_with_retry
-from cachedoctor.storage.urls import SCHEMES, split_url
+from cachedoctor.storage.urls import split_url
 
 T = TypeVar("T")
 
-EXTRA_PACKAGES = {"gcs": "gcsfs", "s3": "s3fs"}
 DEFAULT_WORKERS = 16  # concurrent requests per scan: well under any bucket's request-rate limit
 READ_BLOCK = 4 << 20  # one ranged GET per 4 MiB; a CPU entry is read in one request
-
-
-def _import_filesystem(scheme: str) -> Any:
-    """The fsspec filesystem class for a scheme, or a MissingExtraError naming the extra."""
-    extra = SCHEMES[scheme]
-    try:
-        if scheme == "s3":
-            import s3fs
-
-            return s3fs.S3FileSystem
-        import gcsfs
-
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
-            # An emulator speaks the JSON API only; gcsfs's extended class would first probe
-            # the bucket type over gRPC, which an emulator does not serve (a 60 s stall).
-            from gcsfs.core import GCSFileSystem
-
-            return GCSFileSystem
-        return gcsfs.GCSFileSystem
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"{scheme}:// cache directories need {EXTRA_PACKAGES[extra]}: "
-            f"pip install '.[{extra}]' in a clone of cachedoctor"
-        ) from exc
 
 
 Listing = list[dict[str, Any]]
@@ -109,70 +86,17 @@ class ListingIndex:
         return kept[2].get(name, [])
 
 
-def _with_listing_index(cls: Any, scheme: str) -> Any:
-    """``cls`` with its lookups of one object in a cached listing served by a ListingIndex."""
-
-    if scheme == "s3":
-
-        class CachedoctorS3FileSystem(cls):  # type: ignore[misc]
-            def _ls_from_cache(self, path: str) -> Any:
-                # fsspec's own rules, bar the scan: the path's own listing, else the parent's
-                # listing's entries of that name (FileNotFoundError when it has none)
-                told = self._cachedoctor_index.told(path)
-                if told is not None:
-                    return [told]
-                stripped = path.rstrip("/")
-                with contextlib.suppress(KeyError):
-                    return self.dircache[stripped]
-                if stripped != path:
-                    return super()._ls_from_cache(path)
-                parent = self._parent(path)
-                try:
-                    listing = self.dircache[parent]
-                except KeyError:
-                    return None
-                found = self._cachedoctor_index.named(parent, listing, path)
-                if not found:
-                    raise FileNotFoundError(path)
-                return list(found)
-
-        return CachedoctorS3FileSystem
-
-    class CachedoctorGCSFileSystem(cls):  # type: ignore[misc]
-        async def _info(self, path: str, generation: Any = None, **kwargs: Any) -> Any:
-            # gcsfs's first answer, bar the scan: the first entry of the parent's cached listing
-            # with this name; anything else (a generation, no listing, no entry) is gcsfs's
-            stripped = self._strip_protocol(path).rstrip("/")
-            told = self._cachedoctor_index.told(stripped)
-            if told is not None and generation is None:
-                return told
-            if "/" in stripped and generation is None:
-                bucket, key, path_generation = self.split_path(stripped)
-                parent = self._parent(stripped)
-                listing = self._ls_from_cache(parent)
-                if listing and not path_generation:
-                    found = self._cachedoctor_index.named(parent, listing, f"{bucket}/{key}")
-                    if found:
-                        return found[0]
-            return await super()._info(path, generation=generation, **kwargs)
-
-    return CachedoctorGCSFileSystem
-
-
-def _filesystem_class(scheme: str) -> Any:
+def _filesystem_class(backend: Backend) -> Any:
     """The library's filesystem class (imported every time: a missing extra is named), its own
-    retries off (gcsfs) and its listings indexed."""
-    return _adapted(_import_filesystem(scheme), scheme)
-
-
-@functools.cache
-def _adapted(cls: Any, scheme: str) -> Any:
-    if scheme != "s3":
-        request = getattr(cls, "_request", None)
-        unwrapped = getattr(request, "__wrapped__", None)
-        if unwrapped is not None:  # gcsfs wraps _request in retry_request(retries=6)
-            cls = type("CachedoctorGCSRequests", (cls,), {"_request": unwrapped})
-    return _with_listing_index(cls, scheme)
+    retries off and its listings indexed (``Backend.adapt``)."""
+    try:
+        cls = backend.filesystem_class()
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{backend.scheme}:// cache directories need {backend.package}: "
+            f"pip install '.[{backend.extra}]' in a clone of cachedoctor"
+        ) from exc
+    return backend.adapt(cls)
 
 
 def _make_filesystem(scheme: str) -> Any:
@@ -182,13 +106,9 @@ def _make_filesystem(scheme: str) -> Any:
     Our ``call_with_retry`` owns the retry policy: with the libraries retrying too, attempts
     would multiply (s3fs 5 times botocore 5 times ours) and no retry would be visible to us.
     """
-    cls = _filesystem_class(scheme)
-    if scheme == "s3":
-        fs = cls(skip_instance_cache=True, config_kwargs={"retries": {"total_max_attempts": 1}})
-        fs.retries = 1  # s3fs's own loop around botocore
-    else:
-        fs = cls(skip_instance_cache=True)
-    fs._cachedoctor_index = ListingIndex(strip=scheme != "s3")
+    backend = backends.backend_for(scheme)
+    fs = backend.new_filesystem(_filesystem_class(backend))
+    fs._cachedoctor_index = ListingIndex(strip=backend.strip_listed_names)
     return fs
 
 
@@ -207,10 +127,6 @@ def _mtime_ns(info: dict[str, Any]) -> int:
             with contextlib.suppress(ValueError):
                 return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1e9)
     return 0
-
-
-def _norm_etag(etag: object) -> str | None:
-    return str(etag).strip('"') if etag else None
 
 
 class _RetryingReader:
@@ -303,6 +219,7 @@ class RemoteStore:
         fs: Any = None,
     ) -> None:
         self.scheme, self.bucket, self.prefix = split_url(url)
+        self.backend = backends.backend_for(self.scheme)
         self.url = f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.workers = max(1, workers)
         self.policy = policy or RetryPolicy()
@@ -318,6 +235,10 @@ class RemoteStore:
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"
 
+    def _key(self, name: str) -> str:
+        """The object key of a member (``prefix/name``), without the bucket."""
+        return self.path_of(name).split("/", 1)[1]
+
     def retry(self, fn: Callable[[], T], *, what: str) -> T:
         return call_with_retry(fn, what=what, stats=self.stats, policy=self.policy)
 
@@ -328,12 +249,11 @@ class RemoteStore:
     def _item(self, info: dict[str, Any]) -> StoreItem:
         name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
         is_dir = info.get("type") == "directory"
-        version = info.get("generation") if self.scheme == "gs" else _norm_etag(info.get("ETag"))
         return StoreItem(
             name=name,
             size=int(info.get("size") or 0),
             mtime_ns=_mtime_ns(info),
-            version=str(version) if version is not None else None,
+            version=self.backend.version_of(info),
             is_dir=is_dir,
         )
 
@@ -391,24 +311,17 @@ class RemoteStore:
     def fresh_version(self, name: str) -> str | None:
         """The object's version (ETag / generation) asked of the server now, None when it is
         gone; unlike ``stat``, the cached listing stays (the rest of a scan still reads by it)."""
-        bucket, key = self.bucket, self.path_of(name).split("/", 1)[1]
+        bucket, key = self.bucket, self._key(name)
 
         def head() -> str | None:
-            if self.scheme == "s3":
-                return _norm_etag(self.fs.call_s3("head_object", Bucket=bucket, Key=key)["ETag"])
-            from fsspec.asyn import sync
-
-            found = sync(
-                self.fs.loop, self.fs._call, "GET", "b/{}/o/{}", bucket, key, json_out=True
-            )
-            return str(found["generation"])
+            return self.backend.head_version(self.fs, bucket, key)
 
         try:
             version = self.retry(head, what=f"checking {self.url_of(name)}")
         except FileNotFoundError:
             return None
         except Exception as exc:
-            if _s3_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
+            if failure_of(exc, self.backend, Op.HEAD) is Failure.GONE:
                 return None
             raise
         self.stats.count_call()
@@ -431,10 +344,7 @@ class RemoteStore:
             if version is not None:
                 path = self.path_of(name)
                 info: dict[str, Any] = {"name": path, "size": size, "type": "file"}
-                if self.scheme == "s3":
-                    info.update(Key=path, Size=size, ETag=f'"{version}"')
-                else:
-                    info["generation"] = version
+                info.update(self.backend.listed_fields(path, size, version))
                 details[path] = info
         index = getattr(self.fs, "_cachedoctor_index", None)  # None: JAX's own filesystem
         with index.telling(details) if index is not None and details else contextlib.nullcontext():
@@ -461,7 +371,7 @@ class RemoteStore:
             except FileExistsError:
                 raise
             except Exception as exc:
-                if _s3_error_code(exc) not in ("NotImplemented", "501"):
+                if failure_of(exc, self.backend, Op.CREATE) is not Failure.UNSUPPORTED:
                     raise
                 if self.stat(name) is not None:
                     raise FileExistsError(errno.EEXIST, "exists", self.url_of(name)) from exc
@@ -482,80 +392,38 @@ class RemoteStore:
             return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
         if version is not None and current.version != version:
             return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
-        expected = version or current.version
-        if self.scheme == "gs":
-            return self._delete_gcs(name, expected)
-        return self._delete_s3(name, expected)
+        return self._send_delete(name, version or current.version)
 
-    def _delete_gcs(self, name: str, generation: str | None) -> DeleteResult:
-        from fsspec.asyn import sync
+    def _send_delete(self, name: str, version: str | None) -> DeleteResult:
+        """The delete itself, conditional on ``version`` when there is one (no pre-check).
 
-        params = {"ifGenerationMatch": generation} if generation else {}
+        ``conditional``: whether the server enforced the version (``Failure.UNSUPPORTED``: it
+        rejects the precondition, so the object is checked once more and deleted plainly).
+        """
+        key, what = self._key(name), f"deleting {self.url_of(name)}"
 
-        def delete() -> None:
-            sync(
-                self.fs.loop,
-                self.fs._call,
-                "DELETE",
-                "b/{}/o/{}",
-                self.bucket,
-                self.path_of(name).split("/", 1)[1],
-                **params,
-            )
+        def delete(expected: str | None) -> None:
+            self.backend.delete(self.fs, self.bucket, key, expected)
 
         try:
-            self.retry(delete, what=f"deleting {self.url_of(name)}")
-        except FileExistsError:  # gcsfs raises it for 412 Precondition Failed
-            return DeleteResult(name, DeleteOutcome.CHANGED, conditional=True)
-        except FileNotFoundError:
-            return DeleteResult(name, DeleteOutcome.GONE, conditional=bool(generation))
-        finally:
-            self.fs.invalidate_cache(self.path_of(name))
-        self.stats.count_call()
-        return DeleteResult(name, DeleteOutcome.DELETED, conditional=bool(generation))
-
-    def _delete_s3(self, name: str, etag: str | None) -> DeleteResult:
-        key = self.path_of(name).split("/", 1)[1]
-
-        def delete(conditional: bool) -> None:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
-            if conditional and etag:
-                kwargs["IfMatch"] = f'"{etag}"'
-            self.fs.call_s3("delete_object", **kwargs)
-
-        try:
-            self.retry(lambda: delete(True), what=f"deleting {self.url_of(name)}")
-            conditional = bool(etag)
+            self.retry(lambda: delete(version), what=what)
+            conditional = bool(version)
         except Exception as exc:
-            code = _s3_error_code(exc)
-            if code == "PreconditionFailed":
+            failure = failure_of(exc, self.backend, Op.DELETE)
+            if failure is Failure.CHANGED:
                 return DeleteResult(name, DeleteOutcome.CHANGED, conditional=True)
-            if code in ("NoSuchKey", "404"):
-                return DeleteResult(name, DeleteOutcome.GONE, conditional=True)
-            if code not in ("NotImplemented", "InvalidArgument", "501"):
+            if failure is Failure.GONE:
+                return DeleteResult(name, DeleteOutcome.GONE, conditional=bool(version))
+            if failure is not Failure.UNSUPPORTED:
                 raise
-            again = self.stat(name)  # the server ignores If-Match on DELETE: check once more
+            again = self.stat(name)  # the server ignores the precondition: check once more
             if again is None:
                 return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
-            if etag is not None and again.version != etag:
+            if version is not None and again.version != version:
                 return DeleteResult(name, DeleteOutcome.CHANGED, conditional=False)
-            self.retry(lambda: delete(False), what=f"deleting {self.url_of(name)}")
+            self.retry(lambda: delete(None), what=what)
             conditional = False
         finally:
             self.fs.invalidate_cache(self.path_of(name))
         self.stats.count_call()
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=conditional)
-
-
-def _s3_error_code(exc: BaseException) -> str | None:
-    current: BaseException | None = exc
-    seen: set[int] = set()
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        response = getattr(current, "response", None)
-        if isinstance(response, dict):
-            return str((response.get("Error") or {}).get("Code") or "") or None
-        if isinstance(current, FileNotFoundError):
-            return "NoSuchKey"
-        current = current.__cause__ or current.__context__
-    return None

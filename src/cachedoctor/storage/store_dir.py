@@ -1,5 +1,5 @@
 """A bucket prefix with ``fsops.CacheDir``'s calls, so prune and rekey plan and apply on
-``gs://`` and ``s3://`` as on a folder (``core/prune/actions.Dir``)."""
+``gs://`` and ``s3://`` as on a folder (``storage/fsops.Folder``)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ by the same environment (credentials, ``AWS_ENDPOINT_URL``, ``STORAGE_EMULATOR_H
 This module is the front: the ``Store`` protocol the rest of cachedoctor programs against,
 ``open_store`` (a folder or a bucket URL to its store) and ``one_line_errors``. The parts live
 beside it: the values and errors in :mod:`.model`, the one retry policy in :mod:`.retry`,
-the folder in :mod:`.local_store`, the bucket in :mod:`.remote_store`.
+the folder in :mod:`.local_store`, the bucket in :mod:`.remote_store` (each service's part in
+:mod:`.backends`).
 
 Three rules make a bucket safe to inspect and prune next to writers on other hosts:
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.storage import backends
 from cachedoctor.storage.local_store import LocalStore
 from cachedoctor.storage.model import DeleteResult, IoStats, StoreError, StoreItem
 from cachedoctor.storage.remote_store import DEFAULT_WORKERS, RemoteStore
@@ -95,22 +97,13 @@ def one_line_errors(url: str) -> Iterator[None]:
 
 # --- the same store, opened by a worker elsewhere (``--executor``) -----------------------------
 
-# Where the bucket is, as this process sees it; never a credential (each worker has its own, as
-# each JAX process does).
-ENDPOINT_VARIABLES = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_DEFAULT_REGION",
-    "AWS_REGION",
-    "STORAGE_EMULATOR_HOST",
-    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
-)
-
 
 @dataclass(frozen=True)
 class StoreSpec:
     """What a worker in another process or on another host needs to open the same store: its URL,
-    its request concurrency and this process's endpoint settings (``ENDPOINT_VARIABLES``)."""
+    its request concurrency and this process's endpoint settings (each backend's
+    ``endpoint_variables``: where the bucket is, as this process sees it; never a credential,
+    each worker has its own, as each JAX process does)."""
 
     url: str
     workers: int
@@ -119,7 +112,8 @@ class StoreSpec:
 
 def spec_of(store: Store) -> StoreSpec:
     """A picklable description of ``store``, from which ``reopen`` makes the same store."""
-    endpoint = tuple((k, os.environ[k]) for k in ENDPOINT_VARIABLES if k in os.environ)
+    variables = backends.endpoint_variables()
+    endpoint = tuple((k, os.environ[k]) for k in variables if k in os.environ)
     return StoreSpec(store.url, int(getattr(store, "workers", DEFAULT_WORKERS)), endpoint)
 
 

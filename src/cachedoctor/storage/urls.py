@@ -1,8 +1,9 @@
-"""Bucket URLs (``gs://``, ``s3://``): recognising, splitting, and their local sub-cache path.
+"""Bucket URLs (``gs://``, ``s3://``: the schemes of :mod:`.backends`): recognising, splitting,
+and their local sub-cache path.
 
 Kept apart from :mod:`.stores` (which brings thread pools and the fsspec glue) because the
 runtime hook asks ``is_url`` of every JAX process's cache dir at start-up, where a local
-directory must not pay for importing the bucket machinery.
+directory must not pay for importing the bucket machinery (the registry imports no client).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pathlib
 import re
 
 from cachedoctor.errors import CachedoctorError
+from cachedoctor.storage import backends
 
-SCHEMES = {"gs": "gcs", "s3": "s3"}  # URL scheme -> the extra that brings its filesystem
 SUBCACHE_ROOT_ENV = "CACHEDOCTOR_XLA_SUBCACHE_ROOT"
 DEFAULT_SUBCACHE_ROOT = "/tmp/cachedoctor-xla-subcaches"
 
@@ -26,14 +27,16 @@ def is_url(location: object) -> bool:
     if not isinstance(location, str):
         return False
     m = _URL_RE.match(location)
-    return bool(m and m.group("scheme") in SCHEMES)
+    return bool(m and backends.is_scheme(m.group("scheme")))
 
 
 def split_url(url: str) -> tuple[str, str, str]:
-    """``gs://b/p/q/`` -> ("gs", "b", "p/q")."""
+    """``gs://b/p/q/`` -> its scheme, bucket and prefix: ``gs``, ``b``, ``p/q``."""
     m = _URL_RE.match(url)
-    if not m or m.group("scheme") not in SCHEMES:
-        raise CachedoctorError(f"not a gs:// or s3:// URL: {url}", slug="bad-url")
+    if not m or not backends.is_scheme(m.group("scheme")):
+        named = backends.with_or([f"{b.scheme}://" for b in backends.schemes()])
+        article = backends.schemes()[0].article
+        raise CachedoctorError(f"not {article} {named} URL: {url}", slug="bad-url")
     return m.group("scheme"), m.group("bucket"), (m.group("prefix") or "").strip("/")
 
 

@@ -24,6 +24,7 @@ from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import EntryNotFoundError
 from cachedoctor.programs import program_path
+from cachedoctor.storage.location import Location
 from cachedoctor.xla import optionschema
 from tests.support.caches import cli_env, make_cache, other_jax_python, raw_payload_layout
 from tests.support.hookrun import compat_params, run_program
@@ -183,13 +184,13 @@ def test_same_key_in_two_directories_is_identical(seed_cache: Path, moved: Path)
 
 @pytest.mark.slow
 def test_module_mode_compares_each_entry_with_the_latest(seed_cache: Path) -> None:
-    report = diff_module(seed_cache, "jit_f")
+    report = diff_module(Location.parse(seed_cache), "jit_f")
     keys = [e.key for e in entries(seed_cache, "jit_f")]
     assert report.latest in keys and len(report.reports) == len(keys) - 1
     assert all(r.b.key == report.latest for r in report.reports)
     assert all(r.verdict.kind is VerdictKind.SAME_EXECUTABLE for r in report.reports)
     with pytest.raises(EntryNotFoundError, match="jit_f"):
-        diff_module(seed_cache, "no_such_module")
+        diff_module(Location.parse(seed_cache), "no_such_module")
 
 
 # --- the command line ----------------------------------------------------------------------
@@ -385,7 +386,9 @@ def test_manifest_components_that_differ_are_named(
             host="h",
             pid=1,
         )
-        mf.write_manifest(cache, m, ir_text='"stablehlo.custom_call"() {backend_config = "c"}')
+        mf.write_manifest(
+            Location.parse(cache), m, ir_text='"stablehlo.custom_call"() {backend_config = "c"}'
+        )
 
     write(a.key, ["--xla_a=1"], "111")
     write(b.key, ["--xla_a=2"], "222")
@@ -432,8 +435,8 @@ def test_a_stable_key_and_plain_jaxs_key_are_one_program_not_instability(
     else:  # jax 0.8.3 compiles the pair to different bytes: still one program
         assert v.kind is VerdictKind.SAME_PROGRAM, v
 
-    scan = scan_directory(cache)
+    scan = scan_directory(Location.parse(cache))
     kinds = {f.kind for f in scan.findings if f.module == module}
     assert FindingKind.SAME_PROGRAM in kinds and FindingKind.UNSTABLE_KEY not in kinds, kinds
-    module_report = diff_module(cache, module)
+    module_report = diff_module(Location.parse(cache), module)
     assert [r.verdict.line for r in module_report.reports] == [v.line]

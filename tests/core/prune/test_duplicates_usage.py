@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.core.prune.actions import Plan, Rule, Status
+from cachedoctor.core.prune.actions import Plan, Selector, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.storage.location import Location
 from tests.support import hookrun
 from tests.support.buckets import running_servers
 
@@ -47,11 +48,11 @@ def run_seed(cache: Path | str, mode: str = "none", **extra: str) -> tuple[str |
 
 
 def duplicates_plan(cache: Path | str) -> Plan:
-    return plan_prune(cache, PruneOptions(duplicates=True))
+    return plan_prune(Location.parse(cache), PruneOptions(duplicates=True))
 
 
 def removed(plan: Plan) -> set[str]:
-    return {a.name for a in plan.actions if Rule.DUPLICATES in a.rules}
+    return {a.name for a in plan.actions if Selector.DUPLICATES in a.rules}
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_an_unrecorded_pile_is_kept_for_the_pointer_flag_may_have_written_it(
     plain, _ = run_seed(cache)
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    skipped = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    skipped = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert len(skipped) == 1 and "cannot tell which key runs use" in skipped[0].reason
     assert "CACHEDOCTOR_HOOK=stats" in skipped[0].reason  # what would tell it
     apply(plan)
@@ -166,7 +167,7 @@ def test_a_scan_leaves_the_evidence_as_it_was(tmp_path: Path) -> None:
     assert before.st_atime_ns <= before.st_mtime_ns
     from cachedoctor.core.scan.run import scan_directory
 
-    scan_directory(cache)
+    scan_directory(Location.parse(cache))
     duplicates_plan(cache)
     after = (cache / f"{older}-cache").stat()
     assert after.st_atime_ns == before.st_atime_ns
@@ -179,7 +180,7 @@ def test_without_a_record_of_use_nothing_is_removed(noatime_dir: Path) -> None:
     keys = {run_seed(cache)[0] for _ in range(2)}
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    skipped = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    skipped = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert len(skipped) == 1 and skipped[0].name == "jit_f"
     assert "cannot tell which key runs use" in skipped[0].reason
     assert "noatime" in skipped[0].reason
@@ -217,7 +218,7 @@ def test_observe_manifests_show_whether_jax_hashed_the_pointer(tmp_path: Path) -
     assert recorded == {**dict.fromkeys(pointer_keys, True), flagged: False}
     plan = duplicates_plan(cache)
     assert removed(plan) == set()
-    kept = {s.name: s.reason for s in plan.skipped if s.rule is Rule.DUPLICATES}
+    kept = {s.name: s.reason for s in plan.skipped if s.rule is Selector.DUPLICATES}
     assert set(kept) == pointer_keys, kept
     assert all("a run with the stable hook" in why for why in kept.values()), kept
     apply(plan)

@@ -18,13 +18,14 @@ from cachedoctor.cache import listdir
 from cachedoctor.cli import cli
 from cachedoctor.core.check.runner import run_program
 from cachedoctor.core.findings import FindingKind
-from cachedoctor.core.prune.actions import Op, Plan, Rule, Status
+from cachedoctor.core.prune.actions import Op, Plan, Selector, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import fsops
+from cachedoctor.storage.location import Location
 from cachedoctor.units import parse_duration, parse_size
 from tests.support.caches import (
     EVICT,
@@ -52,11 +53,11 @@ def age(path: Path, seconds: float) -> None:
 
 
 def prune(root: Path, **options: object) -> tuple:  # type: ignore[type-arg]
-    plan = plan_prune(root, PruneOptions(**options))  # type: ignore[arg-type]
+    plan = plan_prune(Location.parse(root), PruneOptions(**options))  # type: ignore[arg-type]
     return plan, apply(plan)
 
 
-def rules_by_name(plan: Plan) -> dict[str, tuple[Rule, ...]]:
+def rules_by_name(plan: Plan) -> dict[str, tuple[Selector, ...]]:
     return {a.name: a.rules for a in plan.actions}
 
 
@@ -133,7 +134,7 @@ def test_older_than_uses_atime_then_file_time(
     set_atime(root, keys[0], now_ns - 48 * HOUR_NS)  # ...used two days ago per JAX's -atime
     os.unlink(root / f"{keys[1]}-atime")  # no -atime: the file time decides
     age(root / f"{keys[1]}-cache", 3 * 86400)
-    plan = plan_prune(root, PruneOptions(older_than_s=parse_duration("1d")))
+    plan = plan_prune(Location.parse(root), PruneOptions(older_than_s=parse_duration("1d")))
     assert {a.name for a in plan.actions} == {keys[0], keys[1]}
     reasons = {a.name: a.reason for a in plan.actions}
     assert "(-atime)" in reasons[keys[0]] and "(its write: not read since)" in reasons[keys[1]]
@@ -142,7 +143,7 @@ def test_older_than_uses_atime_then_file_time(
     assert entry_keys(root) == set(keys[2:])
     assert not (root / f"{keys[0]}-atime").exists()
     assert_usable(root)
-    assert plan_prune(root, PruneOptions(older_than_s=86400)).actions == ()
+    assert plan_prune(Location.parse(root), PruneOptions(older_than_s=86400)).actions == ()
 
 
 @pytest.mark.slow
@@ -165,7 +166,7 @@ def test_max_size_evicts_what_jax_would(
     budget = total // 2
     LRUCache(str(theirs), max_size=budget)._evict_if_needed()
     plan, result = prune(ours, max_size=budget)
-    assert all(a.rules == (Rule.MAX_SIZE,) for a in plan.actions)
+    assert all(a.rules == (Selector.MAX_SIZE,) for a in plan.actions)
     assert result.count(Status.DONE) == len(plan.actions) > 0
     assert entry_keys(ours) == entry_keys(theirs)
     assert sum(p.stat().st_size for p in ours.glob("*-cache")) <= budget
@@ -186,7 +187,7 @@ def test_duplicates_without_a_record_of_the_writers_keep_the_group(
         age(root / f"{k}-cache", 1000 if i != 1 else 10)
     plan, result = prune(root, duplicates=True)
     assert plan.actions == () and result.count(Status.DONE) == 0
-    (kept,) = [s for s in plan.skipped if s.rule is Rule.DUPLICATES]
+    (kept,) = [s for s in plan.skipped if s.rule is Selector.DUPLICATES]
     assert kept.name == "jit_f" and "cannot tell which key runs use" in kept.reason
     assert set(jit_f) <= entry_keys(root)
 
@@ -202,7 +203,7 @@ def test_corrupt_removes_damage_but_not_a_write_in_progress(
         p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     age(old, 3600)
     plan, result = prune(root, corrupt=True)
-    assert rules_by_name(plan) == {keys[0]: (Rule.CORRUPT,)}
+    assert rules_by_name(plan) == {keys[0]: (Selector.CORRUPT,)}
     assert any(s.name == keys[1] and "in progress" in s.reason for s in plan.skipped)
     assert result.count(Status.DONE) == 1
     assert not old.exists() and young.exists()
@@ -244,7 +245,7 @@ def test_any_run_finishes_an_interrupted_removal(
     os.unlink(root / f"{keys[0]}-cache")
     age(root / f"{keys[0]}-atime", 3600)
     plan, result = prune(root, older_than_s=30 * 86400, module=keys[0].rsplit("-", 1)[0])
-    assert [(a.name, a.rules) for a in plan.actions] == [(f"{keys[0]}-atime", (Rule.ORPHANS,))]
+    assert [(a.name, a.rules) for a in plan.actions] == [(f"{keys[0]}-atime", (Selector.ORPHANS,))]
     assert result.count(Status.DONE) == 1
     assert not (root / f"{keys[0]}-atime").exists()
     other = prune(root, older_than_s=30 * 86400, module="no_such_module*")[0]
@@ -255,16 +256,18 @@ def test_any_run_finishes_an_interrupted_removal(
 def test_relocated_reuses_scans_finding(copy_of: Callable[[Path], Path], seed_cache: Path) -> None:
     root = copy_of(seed_cache)  # written for the session's path: relocated here
     make_cache(root, [("plain", {"CACHEDOCTOR_PLAIN_SIZE": "48"})])  # native entries
-    finding = [f for f in scan_directory(root).findings if f.kind is FindingKind.RELOCATED]
+    finding = [
+        f for f in scan_directory(Location.parse(root)).findings if f.kind is FindingKind.RELOCATED
+    ]
     assert finding, "a moved cache must be relocated on this JAX"
     plan, result = prune(root, relocated=True)
-    kept = {s.name: s.reason for s in plan.skipped if s.rule is Rule.RELOCATED}
+    kept = {s.name: s.reason for s in plan.skipped if s.rule is Selector.RELOCATED}
     assert {a.name for a in plan.actions} | set(kept) == set(finding[0].entries)
     assert plan.actions and result.count(Status.DONE) == len(plan.actions)
     # the seed's second run hit its helper modules (copied with their access times): a run
     # that spells the cache as they were written looks them up, so they stay
     assert all("a run that spells the cache so looks it up" in why for why in kept.values())
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     assert report.entries  # the native entries stay
     still = [f for f in report.findings if f.kind is FindingKind.RELOCATED]
     assert {k for f in still for k in f.entries} == set(kept)
@@ -275,7 +278,7 @@ def test_stale_jax_from_layout_and_manifests(
     copy_of: Callable[[Path], Path], mixed_cache: Path
 ) -> None:
     root = copy_of(mixed_cache)
-    report = scan_directory(root)
+    report = scan_directory(Location.parse(root))
     layouts = {p.name[: -len("-cache")]: raw_payload_layout(p) for p in root.glob("*-cache")}
     old_layout = {key for key, layout in layouts.items() if layout == "pjrt"}
     assert old_layout, "jax 0.8.3 writes entries without the pjrt_ifrt header"
@@ -302,11 +305,11 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
     keys = entry_keys(root)
     g = {k for k in keys if k.startswith("jit_g-")}
     assert g and g != keys
-    plan = plan_prune(root, PruneOptions(module="jit_g"))
+    plan = plan_prune(Location.parse(root), PruneOptions(module="jit_g"))
     assert {a.name for a in plan.actions} == g
-    assert all(a.rules == (Rule.MODULE,) for a in plan.actions)
+    assert all(a.rules == (Selector.MODULE,) for a in plan.actions)
     # with another rule, --module narrows it: everything is older than 0 s, only jit_g goes
-    plan = plan_prune(root, PruneOptions(module="jit_g", older_than_s=0))
+    plan = plan_prune(Location.parse(root), PruneOptions(module="jit_g", older_than_s=0))
     assert {a.name for a in plan.actions} == g
 
 
@@ -320,8 +323,8 @@ def test_xla_subcaches_only_when_asked(copy_of: Callable[[Path], Path], seed_cac
     outside = root.parent / "outside.textproto"
     outside.write_text("keep")
     (sub / ("B" * 43 + ".textproto")).symlink_to(outside)
-    plan = plan_prune(root, PruneOptions(orphans=True))
-    assert not any(a.rules == (Rule.XLA_SUBCACHES,) for a in plan.actions)
+    plan = plan_prune(Location.parse(root), PruneOptions(orphans=True))
+    assert not any(a.rules == (Selector.XLA_SUBCACHES,) for a in plan.actions)
     assert any("not touched without --xla-subcaches" in n for n in plan.notes)
     plan, result = prune(root, xla_subcaches=True)
     assert [a.name for a in plan.actions] == [f"{layout.AUTOTUNE_DIR}/{'A' * 43}.textproto"]
@@ -385,7 +388,7 @@ def test_a_file_changed_since_the_plan_is_skipped(
 ) -> None:
     root = copy_of(evict_cache)
     keys = sorted(entry_keys(root))
-    plan = plan_prune(root, PruneOptions(older_than_s=0))
+    plan = plan_prune(Location.parse(root), PruneOptions(older_than_s=0))
     set_atime(root, keys[0], time.time_ns())  # a JAX process used it meanwhile
     rewritten = root / f"{keys[1]}-cache"
     rewritten.write_bytes(rewritten.read_bytes())  # rewritten meanwhile (new mtime)
@@ -498,7 +501,7 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     remove = Action(
         Op.REMOVE_ENTRY,
         key,
-        (Rule.OLDER_THAN, Rule.DUPLICATES),
+        (Selector.OLDER_THAN, Selector.DUPLICATES),
         "last used 40 days ago",
         2048,
         "jit_f",
@@ -508,13 +511,13 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
     move = Action(
         Op.MOVE_ENTRY,
         "jit_g-" + "cd" * 32,
-        (Rule.REKEY,),
+        (Selector.REKEY,),
         "hasher v1 → v2",
         new_key="jit_g-" + "ef" * 32,
     )
     plan = Plan(
         "prune",
-        "/c",
+        Location.parse("/c"),
         0.0,
         ("older-than 30d",),
         (remove, move),
@@ -604,8 +607,8 @@ def test_stats_records_are_read_only_for_selectors_that_weigh_use(
         return [], []
 
     monkeypatch.setattr(records, "read_records", read_records)
-    plan_prune(tmp_path, PruneOptions(corrupt=True, orphans=True))
+    plan_prune(Location.parse(tmp_path), PruneOptions(corrupt=True, orphans=True))
     assert reads == []
-    plan_prune(tmp_path, PruneOptions(duplicates=True))
-    plan_prune(tmp_path, PruneOptions(older_than_s=60))
+    plan_prune(Location.parse(tmp_path), PruneOptions(duplicates=True))
+    plan_prune(Location.parse(tmp_path), PruneOptions(older_than_s=60))
     assert len(reads) == 2

@@ -28,6 +28,7 @@ from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.prune.rekey import plan_rekey
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.storage.location import Location
 from tests.support.caches import (
     EVICT,
     assert_usable,
@@ -69,13 +70,13 @@ def _maintain(root: Path, stop: threading.Event, errors: list[str], counts: dict
     ]
     while not stop.is_set():
         try:
-            result = apply(plan_prune(root, rng.choice(choices)), lock_timeout=20)
+            result = apply(plan_prune(Location.parse(root), rng.choice(choices)), lock_timeout=20)
             counts["prune"] += len(result.outcomes)
             for key in list(entry_keys(root))[:2]:  # give entries manifests, then move them
                 info = reader.decode_entry(root / f"{key}-cache", key=key)
                 if isinstance(info, EntryInfo) and info.ok and (root / f"{key}-cache").exists():
                     write_manifest(root, key)
-            moved = apply(plan_rekey(root, hasher=RandomHasher()), lock_timeout=20)
+            moved = apply(plan_rekey(Location.parse(root), hasher=RandomHasher()), lock_timeout=20)
             counts["rekey"] += len(moved.outcomes)
             failed = [o for o in (*result.outcomes, *moved.outcomes) if o.status == "failed"]
             errors += [f"{o.action.name}: {o.detail}" for o in failed]
@@ -182,7 +183,7 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
             proc.wait()
             left = len(entry_keys(root))
             killed_mid_apply += 0 < left < remaining
-            report = scan_directory(root)
+            report = scan_directory(Location.parse(root))
             assert not [f for f in report.findings if f.kind is FindingKind.CORRUPT]
             assert_usable(root)  # in particular: no -cache without its -atime
             names = set(os.listdir(root))
@@ -203,7 +204,9 @@ def test_prune_killed_at_random_points_leaves_a_usable_cache(
         [*argv, "--orphans", "--stale-after", "0s", "--apply"], env=cli_env(), capture_output=True
     )
     assert not list((root / MANIFEST_DIRNAME).glob("*.json"))
-    again = plan_prune(root, PruneOptions(older_than_s=0, orphans=True, stale_after_s=0))
+    again = plan_prune(
+        Location.parse(root), PruneOptions(older_than_s=0, orphans=True, stale_after_s=0)
+    )
     assert again.actions == ()
 
 
@@ -211,6 +214,7 @@ REKEY_SCRIPT = """
 import hashlib, sys
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.rekey import plan_rekey
+from cachedoctor.storage.location import Location
 
 class Hasher:
     version = 2
@@ -223,7 +227,7 @@ def moved_key(key):
         return key
     return module + "-0000" + hashlib.sha256(digest.encode()).hexdigest()[4:]
 
-apply(plan_rekey(sys.argv[1], hasher=Hasher()))
+apply(plan_rekey(Location.parse(sys.argv[1]), hasher=Hasher()))
 """
 
 

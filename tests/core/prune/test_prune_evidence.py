@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from cachedoctor.core.prune.actions import Plan, Rule
+from cachedoctor.core.prune.actions import Plan, Selector
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.planner import plan_prune
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME
 from cachedoctor.storage import mounts
+from cachedoctor.storage.location import Location
 from tests.support import hookrun
 
 pytestmark = pytest.mark.slow
@@ -76,7 +77,7 @@ def test_a_read_a_relatime_mount_hides_keeps_the_entry(tmp_path: Path) -> None:
     assert run_all(cache) == first  # read again, now...
     assert {f.name: f.stat().st_atime_ns for f in entry_files(cache)} == recorded  # ...unseen
 
-    plan = plan_prune(cache, PruneOptions.from_selectors(older_than="5s"))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(older_than="5s"))
     assert removed(plan) == set()
     apply(plan)
     assert run_all(cache) == first  # no hit lost
@@ -98,18 +99,18 @@ def test_an_access_time_older_than_its_window_dates_the_last_use(tmp_path: Path)
     """The window's end bounds the last read: first read 3 days ago, so last used at most 2
     days ago; --older-than 1d takes it and says both."""
     cache = written_then_read_days_ago(tmp_path)
-    plan = plan_prune(cache, PruneOptions.from_selectors(older_than="1d"))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(older_than="1d"))
     assert removed(plan) == {f.name[: -len("-cache")] for f in entry_files(cache)}
     for a in plan.actions:
         assert "last used 3 days ago (access time)" in a.reason
         assert "at most 2 days ago" in a.reason and "relatime" in a.reason
-    plan = plan_prune(cache, PruneOptions.from_selectors(older_than="3d"))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(older_than="3d"))
     assert removed(plan) == set()
 
 
 def test_a_read_between_plan_and_apply_cancels_an_age_removal(tmp_path: Path) -> None:
     cache = written_then_read_days_ago(tmp_path)
-    plan = plan_prune(cache, PruneOptions.from_selectors(older_than="1d"))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(older_than="1d"))
     assert len(removed(plan)) == len(entry_files(cache))
     hit = run_all(cache)  # a day past the recorded read: the kernel records this one
     result = apply(plan)
@@ -129,18 +130,18 @@ def test_hard_linked_entries_count_once(tmp_path: Path) -> None:
     linked = [f for f in files if f.stat().st_nlink == 2]
     assert len(linked) >= 2 * len(SIZES)  # jit_g's entries at least
     real = sum(st.st_size for st in {f.stat().st_ino: f.stat() for f in files}.values())
-    assert scan_directory(cache).summary.bytes_on_disk == real
+    assert scan_directory(Location.parse(cache)).summary.bytes_on_disk == real
 
     plain_hits, stable_hits = run_all(cache), run_all(cache, "stable")
     budget = int(real * 1.05)
-    plan = plan_prune(cache, PruneOptions.from_selectors(max_size=budget))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(max_size=budget))
     assert removed(plan) == set()
     apply(plan)
     assert (run_all(cache), run_all(cache, "stable")) == (plain_hits, stable_hits)
 
     # under the real bytes, a file goes with every name it has, and its bytes count once
-    plan = plan_prune(cache, PruneOptions.from_selectors(max_size=real - 1))
-    gone = [a for a in plan.actions if Rule.MAX_SIZE in a.rules]
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(max_size=real - 1))
+    gone = [a for a in plan.actions if Selector.MAX_SIZE in a.rules]
     inodes = {(cache / f"{a.name}-cache").stat().st_ino for a in gone}
     names = {f.name[: -len("-cache")] for f in files if f.stat().st_ino in inodes}
     assert {a.name for a in gone} == names
@@ -168,21 +169,25 @@ def test_relocated_through_another_spelling_of_this_folder_keeps_the_entries(
     link.symlink_to(cache)
     monkeypatch.chdir(tmp_path)
     for spelled in ("r", "r/", str(link), "link"):
-        plan = plan_prune(spelled, PruneOptions.from_selectors(relocated=True))
+        plan = plan_prune(Location.parse(spelled), PruneOptions.from_selectors(relocated=True))
         assert removed(plan) == set(), spelled
-        kept = [s for s in plan.skipped if s.rule is Rule.RELOCATED]
+        kept = [s for s in plan.skipped if s.rule is Selector.RELOCATED]
         assert kept and all("--jobs-cache-dir" in s.reason for s in kept), spelled
     told = PruneOptions.from_selectors(relocated=True, jobs_cache_dir="r")
-    plan = plan_prune("r", told)  # the user's word against the record: the record wins
+    plan = plan_prune(
+        Location.parse("r"), told
+    )  # the user's word against the record: the record wins
     assert removed(plan) == set()
     assert all("a run that spells the cache so looks it up" in s.reason for s in plan.skipped)
 
-    apply(plan_prune("r", PruneOptions.from_selectors(relocated=True)))
+    apply(plan_prune(Location.parse("r"), PruneOptions.from_selectors(relocated=True)))
     assert run_all(cache) == hit  # no hit lost
-    plan = plan_prune("copy", PruneOptions.from_selectors(relocated=True))
+    plan = plan_prune(Location.parse("copy"), PruneOptions.from_selectors(relocated=True))
     assert removed(plan) == {k.name[:-6] for k in entry_files(copy)}  # another folder, unread
     told = PruneOptions.from_selectors(relocated=True, jobs_cache_dir=str(copy))
-    assert removed(plan_prune("copy", told)) == {k.name[:-6] for k in entry_files(copy)}
+    assert removed(plan_prune(Location.parse("copy"), told)) == {
+        k.name[:-6] for k in entry_files(copy)
+    }
 
 
 def test_stale_jax_keeps_what_another_jax_version_sharing_the_cache_uses(
@@ -203,14 +208,14 @@ def test_stale_jax_keeps_what_another_jax_version_sharing_the_cache_uses(
     later_hits = run_plain_with(cache, "24", other)  # ...and hits
     assert later_hits
     newer = set(hookrun.entries(cache)) - old
-    plan = plan_prune(cache, PruneOptions.from_selectors(stale_jax=True))
+    plan = plan_prune(Location.parse(cache), PruneOptions.from_selectors(stale_jax=True))
     gone = removed(plan)
     assert gone and gone <= old - later_hits
     assert not later_hits & gone
-    kept = {s.name for s in plan.skipped if s.rule is Rule.STALE_JAX}
+    kept = {s.name for s in plan.skipped if s.rule is Selector.STALE_JAX}
     assert later_hits <= kept and all(k in newer | old for k in kept)
     assert all("--stale-jax-in-use" in s.reason for s in plan.skipped if s.name in kept)
-    anyway = plan_prune(cache, PruneOptions.from_selectors(stale_jax_in_use=True))
+    anyway = plan_prune(Location.parse(cache), PruneOptions.from_selectors(stale_jax_in_use=True))
     assert later_hits <= removed(anyway)
     apply(plan)
     assert run_plain_with(cache, "24", other) == later_hits  # no hit lost

@@ -21,6 +21,7 @@ from cachedoctor.core.prune.actions import Op, Status
 from cachedoctor.core.prune.apply import apply
 from cachedoctor.core.prune.rekey import plan_rekey
 from cachedoctor.layout import MANIFEST_DIRNAME
+from cachedoctor.storage.location import Location
 from tests.support.caches import (
     assert_usable,
     entry_keys,
@@ -61,7 +62,7 @@ def test_move_takes_entry_atime_and_manifest_together(
     content, atime = sha(root / f"{old}-cache"), (root / f"{old}-atime").read_bytes()
     hasher = MapHasher({old: new})
     before = snapshot(root)
-    plan = plan_rekey(root, hasher=hasher)
+    plan = plan_rekey(Location.parse(root), hasher=hasher)
     assert snapshot(root) == before  # planning changes nothing
     assert [(a.op, a.name, a.new_key) for a in plan.actions] == [(Op.MOVE_ENTRY, old, new)]
     result = apply(plan)
@@ -75,7 +76,7 @@ def test_move_takes_entry_atime_and_manifest_together(
     assert not (root / MANIFEST_DIRNAME / f"{old}.json").exists()
     assert (root / MANIFEST_DIRNAME / f"{new}.mlir.gz").exists() and not ir.exists()
     assert_usable(root)
-    assert plan_rekey(root, hasher=hasher).actions == ()
+    assert plan_rekey(Location.parse(root), hasher=hasher).actions == ()
 
 
 @pytest.mark.slow
@@ -89,21 +90,21 @@ def test_next_run_finishes_a_move_killed_before_the_old_manifest_went(
     new = "jit_g-" + "bb" * 32
     write_manifest(root, old)
     hasher = MapHasher({old: new})
-    apply(plan_rekey(root, hasher=hasher))
+    apply(plan_rekey(Location.parse(root), hasher=hasher))
     # put back the state of a kill between "entry renamed" and "old manifest removed"
     moved = root / MANIFEST_DIRNAME / f"{new}.json"
     (root / MANIFEST_DIRNAME / f"{old}.json").write_bytes(moved.read_bytes())
     data = json.loads(moved.read_text())
     data["key"] = data["stable_key"] = old
     (root / MANIFEST_DIRNAME / f"{old}.json").write_text(json.dumps(data))
-    plan = plan_rekey(root, hasher=hasher)
+    plan = plan_rekey(Location.parse(root), hasher=hasher)
     assert [(a.op, a.name) for a in plan.actions] == [
         (Op.REMOVE_FILE, f"{MANIFEST_DIRNAME}/{old}.json")
     ]
     assert "interrupted move" in plan.actions[0].reason
     apply(plan)
     assert {p.stem for p in (root / MANIFEST_DIRNAME).glob("*.json")} == {new}
-    assert plan_rekey(root, hasher=hasher).actions == ()
+    assert plan_rekey(Location.parse(root), hasher=hasher).actions == ()
 
 
 @pytest.mark.slow
@@ -113,7 +114,7 @@ def test_same_executable_at_the_new_key_drops_the_source(
     root = copy_of(seed_cache)
     f0, f1, f2 = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
     write_manifest(root, f0)
-    plan = plan_rekey(root, hasher=MapHasher({f0: f1}))
+    plan = plan_rekey(Location.parse(root), hasher=MapHasher({f0: f1}))
     assert [(a.op, a.name) for a in plan.actions] == [(Op.DROP_DUPLICATE, f0)]
     result = apply(plan)
     assert result.count(Status.DONE) == 1 and result.bytes_reclaimed > 0
@@ -129,7 +130,7 @@ def test_a_target_replaced_after_the_plan_is_compared_again(
     f0, f1, _ = sorted(k for k in entry_keys(root) if k.startswith("jit_f-"))
     other = sorted(k for k in entry_keys(root) if not k.startswith("jit_f-"))[0]
     write_manifest(root, f0)
-    plan = plan_rekey(root, hasher=MapHasher({f0: f1}))
+    plan = plan_rekey(Location.parse(root), hasher=MapHasher({f0: f1}))
     assert [a.op for a in plan.actions] == [Op.DROP_DUPLICATE]
     replacement = root / "replacement"
     shutil.copyfile(root / f"{other}-cache", replacement)
@@ -147,7 +148,7 @@ def test_two_sources_for_one_new_key(copy_of: Callable[[Path], Path], seed_cache
     target = "jit_f-" + "bb" * 32
     write_manifest(root, f0)
     write_manifest(root, f1)
-    plan = plan_rekey(root, hasher=MapHasher({f0: target, f1: target}))
+    plan = plan_rekey(Location.parse(root), hasher=MapHasher({f0: target, f1: target}))
     assert sorted(a.op for a in plan.actions) == sorted([Op.MOVE_ENTRY, Op.DROP_DUPLICATE])
     assert apply(plan).count(Status.DONE) == 2
     keys = entry_keys(root)
@@ -163,7 +164,7 @@ def test_a_different_executable_at_the_new_key_is_a_conflict(
     other = sorted(k for k in entry_keys(root) if not k.startswith("jit_f-"))[0]
     write_manifest(root, f0)
     before = snapshot(root)
-    plan = plan_rekey(root, hasher=MapHasher({f0: other}))
+    plan = plan_rekey(Location.parse(root), hasher=MapHasher({f0: other}))
     assert plan.actions == ()
     assert [c.name for c in plan.conflicts] == [f0]
     assert "different executable" in plan.conflicts[0].reason
@@ -182,7 +183,9 @@ def test_manifests_that_cannot_move_are_skipped_with_reasons(
     (root / MANIFEST_DIRNAME / f"{keys[1]}.json").write_text("{not json")
     write_manifest(root, keys[2])
     (root / MANIFEST_DIRNAME / f"{keys[2]}.json").rename(root / MANIFEST_DIRNAME / "broken.json")
-    plan = plan_rekey(root, hasher=MapHasher({k: "jit_x-" + "dd" * 32 for k in keys}))
+    plan = plan_rekey(
+        Location.parse(root), hasher=MapHasher({k: "jit_x-" + "dd" * 32 for k in keys})
+    )
     reasons = {s.name.split("/")[-1]: s.reason for s in plan.skipped}
     assert "observe-mode" in reasons[keys[0]]
     assert "without entry" in reasons["jit_gone-" + "cc" * 32]
@@ -209,7 +212,7 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(tmp_path: Pat
     data = json.loads(manifest.read_text())
     manifest.unlink()
     (root / MANIFEST_DIRNAME / f"{outdated}.json").write_text(json.dumps({**data, "key": outdated}))
-    plan = plan_rekey(root)
+    plan = plan_rekey(Location.parse(root))
     assert [(a.op, a.name, a.new_key) for a in plan.actions] == [
         (Op.MOVE_ENTRY, outdated, expected)
     ]
@@ -258,11 +261,11 @@ def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
     first = run_hooked("plain", root, env=env)
     written = entry_keys(root)
     assert first.misses and written
-    current = plan_rekey(root)
+    current = plan_rekey(Location.parse(root))
     assert current.actions == () and f"; {len(written)} manifest-bearing" in current.notes[0]
 
     monkeypatch.setattr(stable, "HASHER_VERSION", stable.HASHER_VERSION + 1)
-    plan = plan_rekey(root)
+    plan = plan_rekey(Location.parse(root))
     assert {a.name for a in plan.actions} == written
     assert all(a.op is Op.MOVE_ENTRY for a in plan.actions)
     assert apply(plan).count(Status.DONE) == len(written)

@@ -17,13 +17,14 @@ import pytest
 
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.storage.location import Location
 from tests.support.hookrun import base_env, entries, run_program
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
 
 def _relocated(cache: Path) -> list[str]:
-    report = scan_directory(cache, use_index=False, workers=1)
+    report = scan_directory(Location.parse(cache), use_index=False, workers=1)
     return [k for f in report.findings if f.kind is FindingKind.RELOCATED for k in f.entries]
 
 

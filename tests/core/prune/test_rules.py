@@ -10,7 +10,7 @@ import pytest
 
 from cachedoctor import api
 from cachedoctor.cli.prune import prune as prune_command
-from cachedoctor.core.prune.actions import Rule
+from cachedoctor.core.prune.actions import Selector
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.rules import RULES
 
@@ -21,7 +21,7 @@ VALUES = {"older-than": "2w", "max-size": "1GB", "module": "jit_*"}
 def cli_selectors() -> set[str]:
     """The selectors ``cachedoctor prune`` offers: its options spelled as a plan's rule."""
     flags = {o[2:] for p in prune_command.params for o in p.opts if o.startswith("--")}
-    return flags & {r.value for r in Rule}
+    return flags & {r.value for r in Selector}
 
 
 def test_every_selector_the_cli_offers_has_a_rule_in_the_list() -> None:

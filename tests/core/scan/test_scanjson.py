@@ -22,11 +22,12 @@ import pytest
 from rich.console import Console
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir, parallel, reader
+from cachedoctor.cache import index, index_file, listdir, parallel, reader
 from cachedoctor.core.scan import run
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string, renderer, scan_parts
 from cachedoctor.render.jsonout import iter_scan_json
+from cachedoctor.storage.location import Location
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow  # every test here uses a cache JAX wrote
@@ -39,7 +40,7 @@ _SCANNED_AT = re.compile(r'\n  "scanned_at": [0-9.e+]+,\n')
 @pytest.fixture(autouse=True)
 def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: keep them anyway
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
 
@@ -65,12 +66,12 @@ def scan_json(root: Path, *args: str) -> str:
 
 def without_index(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     with monkeypatch.context() as m:
-        m.setenv(index.DISABLE_ENV, "1")
+        m.setenv(index_file.DISABLE_ENV, "1")
         return scan_json(root, *args)
 
 
 def kept_parts(root: Path) -> set[str]:
-    with sqlite3.connect(index.index_path(root)) as db:
+    with sqlite3.connect(index_file.index_path(root)) as db:
         return {k for (k,) in db.execute("SELECT k FROM memo_text")}
 
 
@@ -159,7 +160,7 @@ def test_damaged_or_missing_kept_text_is_never_written(
 ) -> None:
     plain = without_index(cache, monkeypatch)
     scan_json(cache)
-    with sqlite3.connect(index.index_path(cache)) as db:
+    with sqlite3.connect(index_file.index_path(cache)) as db:
         damage(db)
     assert scan_json(cache) == plain  # from the index rows; the text kept again
     refuse_entries(monkeypatch)
@@ -181,10 +182,10 @@ def test_the_kept_text_as_bytes_or_as_text_is_the_document(
 ) -> None:
     """The JSON writer writes kept text as bytes under a stream that writes ASCII as it is, and
     as text elsewhere (another encoding, a ``StringIO``): the same document either way."""
-    plain = "".join(iter_scan_json(scan_directory(cache, now=NOW, use_index=False)))
-    first = run.scan_json(cache, scan_parts(), now=NOW)
+    plain = "".join(iter_scan_json(scan_directory(Location.parse(cache), now=NOW, use_index=False)))
+    first = run.scan_json(Location.parse(cache), scan_parts(), now=NOW)
     decodes.clear()
-    again = run.scan_json(cache, scan_parts(), now=NOW)
+    again = run.scan_json(Location.parse(cache), scan_parts(), now=NOW)
     assert first.kept is not None and again.kept is not None and decodes == []
     assert again.report.entries is None and again.report.other_files is None
     assert "".join(iter_scan_json(again)) == plain

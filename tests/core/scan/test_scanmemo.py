@@ -19,7 +19,7 @@ from typing import cast
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir, memostore, parallel, reader
+from cachedoctor.cache import index, index_file, listdir, memostore, parallel, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.core.findings import FindingKind, Severity
 from cachedoctor.core.scan import memo as scanmemo
@@ -27,6 +27,7 @@ from cachedoctor.core.scan.report import RECENT_WRITE_S, ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.formats import render_to_string
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of, write_manifest
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
@@ -38,7 +39,7 @@ GONE = "jit_gone-" + "a" * 64  # a key manifest without an entry: a not-stored f
 @pytest.fixture(autouse=True)
 def _private_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(index.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(index_file.DISABLE_ENV, raising=False)
     monkeypatch.setattr(index, "RACY_S", 0.0)  # copies were just made: index them anyway
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
 
@@ -66,7 +67,7 @@ def document(report: ScanReport) -> str:
 
 
 def scanned(root: Path, now: float = NOW, **kwargs: object) -> ScanReport:
-    return scan_directory(root, now=now, **kwargs)  # type: ignore[arg-type]
+    return scan_directory(Location.parse(root), now=now, **kwargs)  # type: ignore[arg-type]
 
 
 def served(report: ScanReport) -> bool:
@@ -182,7 +183,7 @@ def test_other_code_jax_or_limit_is_not_served(
     assert document(got) == document(scanned(cache, jax_info=other_jax, use_index=False))
     assert "9.9.9" in document(got)
     assert not served(scanned(cache, max_decompressed=1 << 30))
-    monkeypatch.setattr(index, "_PACKAGE_FINGERPRINT", b"other code")
+    monkeypatch.setattr(index_file, "_PACKAGE_FINGERPRINT", b"other code")
     assert not served(scanned(cache))
 
 
@@ -239,7 +240,7 @@ def test_a_young_truncated_entry_is_judged_again_when_it_comes_of_age(cache: Pat
 
 
 def _memo_sql(cache: Path, sql: str) -> None:
-    with sqlite3.connect(index.index_path(cache)) as db:
+    with sqlite3.connect(index_file.index_path(cache)) as db:
         assert db.execute(sql).rowcount == 1
 
 
@@ -276,9 +277,9 @@ def test_a_memo_of_another_shape_is_not_served(cache: Path) -> None:
 
 def test_disabled_with_the_index(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scanned(cache)
-    monkeypatch.setenv(index.DISABLE_ENV, "1")
+    monkeypatch.setenv(index_file.DISABLE_ENV, "1")
     assert not served(scanned(cache))
-    monkeypatch.delenv(index.DISABLE_ENV)
+    monkeypatch.delenv(index_file.DISABLE_ENV)
     assert not served(scanned(cache, use_index=False))
 
 

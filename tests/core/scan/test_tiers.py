@@ -14,6 +14,7 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.render.jsonout import dumps, scan_document
+from cachedoctor.storage.location import Location
 from tests.support.caches import entries_of
 
 CACHES = {
@@ -49,9 +50,9 @@ def test_deferred_facts_leave_every_verdict_as_it_was(
     and findings (the seed cache's unstable-key group needs the deferred facts of its tie), and
     entries that differ only in the facts deferred."""
     cache: Path = request.getfixturevalue(fixture)
-    full = scan_directory(cache, now=2e9, use_index=False, all_tiers=True)
+    full = scan_directory(Location.parse(cache), now=2e9, use_index=False, all_tiers=True)
     _cold()  # a payload decoded with every tier would serve the first-tier decode
-    lazy = scan_directory(cache, now=2e9, use_index=False, all_tiers=False)
+    lazy = scan_directory(Location.parse(cache), now=2e9, use_index=False, all_tiers=False)
     assert _json(lazy, entries=False) == _json(full, entries=False)
     deferred = 0
     for a, b in zip(entries_of(full), entries_of(lazy), strict=True):
@@ -70,12 +71,14 @@ def test_deferred_facts_leave_every_verdict_as_it_was(
 def test_a_json_scan_after_a_text_scan_fills_what_the_index_deferred(seed_cache: Path) -> None:
     """A text scan stores first-tier rows in the index and keeps its report in the memo; a
     later ``--json`` scan (entries, every tier) must print what a scan without index prints."""
-    expected = _json(scan_directory(seed_cache, now=2e9, use_index=False))
+    expected = _json(scan_directory(Location.parse(seed_cache), now=2e9, use_index=False))
     _cold()
-    text = scan_directory(seed_cache, now=2e9, entries=False)  # writes the index and memo
+    text = scan_directory(
+        Location.parse(seed_cache), now=2e9, entries=False
+    )  # writes the index and memo
     assert text.entries is None
     _cold()
-    again = scan_directory(seed_cache, now=2e9)
+    again = scan_directory(Location.parse(seed_cache), now=2e9)
     assert _json(again) == expected
     assert not any(e.hlo_deferred for e in entries_of(again))
 

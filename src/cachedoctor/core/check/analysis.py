@@ -24,6 +24,7 @@ from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.stablekeys.manifest import Manifest, iter_manifests, key_mode_reason
 from cachedoctor.stablekeys.processes import per_process_keys
+from cachedoctor.storage.location import Location
 
 
 def analyse(
@@ -46,7 +47,7 @@ def analyse(
             if module_of_key(k) in after_first and r.index not in later.get(module_of_key(k), []):
                 later.setdefault(module_of_key(k), []).append(r.index)
     try:
-        scan: ScanReport | None = scan_directory(cache)
+        scan: ScanReport | None = scan_directory(Location.local(cache))
     except OSError:
         scan = None
     manifests = _load_manifests(cache)
@@ -92,7 +93,7 @@ def _observe_status(requested: bool, manifests: Mapping[str, Manifest]) -> Obser
 
 def _load_manifests(cache: str) -> dict[str, Manifest]:
     """Key manifests by stored key (unreadable ones are skipped by ``iter_manifests``)."""
-    return {m.key: m for m in iter_manifests(cache)}
+    return {m.key: m for m in iter_manifests(Location.local(cache))}
 
 
 def _entry_verdict(module: str, keys: Sequence[str], scan: ScanReport | None) -> str:

@@ -36,7 +36,7 @@ from cachedoctor.core.check.report import (
 )
 from cachedoctor.core.check.runner import LoggedRefusal, check_env, entry_keys, run_once
 from cachedoctor.core.check.verify import verify_run
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.usage.model import Record
 from cachedoctor.errors import CachedoctorError, path_error
 
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from cachedoctor.core.check.report import NotStored
 from cachedoctor.core.check.runner import LoggedRefusal
+from cachedoctor.core.usage.model import Record
 from cachedoctor.core.usage.reasons import (
     ModuleEvidence,
     Reason,
@@ -32,7 +33,7 @@ from cachedoctor.core.usage.reasons import (
     settings_of,
     summed,
 )
-from cachedoctor.core.usage.records import MAX_RECORD_BYTES, Record, parse_record
+from cachedoctor.core.usage.validate import MAX_RECORD_BYTES, parse_record
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys.stats import RECORD_SUFFIX
 

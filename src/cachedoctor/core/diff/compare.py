@@ -25,30 +25,33 @@ from cachedoctor.core.diff.report import DEFAULT_CONTEXT, DiffReport, ModuleDiff
 from cachedoctor.core.diff.verdict import decide
 from cachedoctor.errors import CachedoctorError, EntryNotFoundError, path_error
 from cachedoctor.storage import stores
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.location import Location
 
 
 def diff_details(
     a: EntryDetail,
     b: EntryDetail,
+    at: tuple[Location, Location],
     *,
     context: int = DEFAULT_CONTEXT,
     raw_hlo: bool = False,
 ) -> DiffReport:
-    """Compare two decoded entries (see :func:`diff_entries`)."""
-    if not (Location.parse(a.info.path).is_local and Location.parse(b.info.path).is_local):
+    """Compare two decoded entries, read from ``at`` (their files or objects; see
+    :func:`diff_entries`)."""
+    if at[0].local_path is None or at[1].local_path is None:  # an object: the same URL
         same_file = a.info.path == b.info.path
     else:
         try:
             same_file = os.path.samefile(a.info.path, b.info.path)
         except OSError:
             same_file = False
-    side_a, side_b = side_of(a.info), side_of(b.info)
+    side_a, side_b = side_of(a.info, at[0]), side_of(b.info, at[1])
     options = options_section(a, b)
     hlo = hlo_section(a, b, context, raw_hlo)
     execs = executable_section(a, b)
     manifest = manifest_section(side_a, side_b, context)
-    verdict = decide(a, b, same_file, options, hlo, execs, manifest)
+    dirs = (str(side_a.cache_dir), str(side_b.cache_dir))
+    verdict = decide(a, b, same_file, options, hlo, execs, manifest, dirs)
     return DiffReport(verdict, side_a, side_b, manifest, options, hlo, execs)
 
 
@@ -60,24 +63,25 @@ def diff_entries(
     raw_hlo: bool = False,
 ) -> DiffReport:
     """Explain the difference between two entry files. Raises CachedoctorError for bad input."""
-    return diff_details(load_detail(a), load_detail(b), context=context, raw_hlo=raw_hlo)
+    at = (Location.local(os.path.abspath(a)), Location.local(os.path.abspath(b)))
+    return diff_details(load_detail(a), load_detail(b), at, context=context, raw_hlo=raw_hlo)
 
 
 def diff_module(
-    cache_dir: Where,
+    where: Location,
     module: str,
     *,
     context: int = DEFAULT_CONTEXT,
     raw_hlo: bool = False,
 ) -> ModuleDiffReport:
-    """Every entry of ``module`` against the most recently written one."""
-    where = Location.parse(cache_dir)
+    """Every entry of ``module`` in ``where`` against the most recently written one."""
     store: stores.Store | None = None
-    if not where.is_local:
+    folder = where.local_path
+    if folder is None:  # a bucket: listed and read through its store
         root = where.spelling
         store = where.store()
     else:
-        root = os.path.abspath(where.spelling)
+        root = os.path.abspath(folder)
     try:
         with stores.one_line_errors(root):
             listing = listdir.list_cache(store if store is not None else root)
@@ -104,6 +108,12 @@ def diff_module(
     def load(item: listdir.DirItem) -> EntryDetail:
         return load_item(store, item) if store is not None else load_detail(listing.path(item))
 
+    def at(item: listdir.DirItem) -> Location:
+        """The entry's object, or its file as the decoder names it (absolute)."""
+        if store is not None:
+            return where.child(item.name)
+        return Location.local(os.path.abspath(listing.path(item)))
+
     decoded: list[tuple[listdir.DirItem, EntryDetail]] = []
     undecodable: list[str] = []
     for item in items:
@@ -115,7 +125,9 @@ def diff_module(
         return ModuleDiffReport(module, root, None, (), tuple(undecodable))
     latest, latest_detail = decoded[-1]
     reports = tuple(
-        diff_details(detail, latest_detail, context=context, raw_hlo=raw_hlo)
-        for _, detail in decoded[:-1]
+        diff_details(
+            detail, latest_detail, (at(item), at(latest)), context=context, raw_hlo=raw_hlo
+        )
+        for item, detail in decoded[:-1]
     )
     return ModuleDiffReport(module, root, latest.key, reports, tuple(undecodable))

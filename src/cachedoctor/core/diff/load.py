@@ -27,31 +27,33 @@ def load_detail(path: str | os.PathLike[str]) -> EntryDetail:
 
 
 def resolve_entry(
-    ref: str, cache_dir: Location | None, *, to_compare: bool = False
+    ref: Location, cache_dir: Location | None, *, to_compare: bool = False
 ) -> tuple[EntryDetail, Location]:
     """The entry ``ref`` names, decoded in full, and where it is (its file or object).
 
-    ``ref`` is a key or a unique prefix of one (looked up in ``cache_dir``), a path to a
-    ``-cache`` file, or the URL of an object. With a bucket ``cache_dir``, a ref that is no local
-    file is looked up in the bucket. ``to_compare`` (``diff``): the entry must be usable
-    (a one-line error otherwise), a symbolic link is refused, and a file is named by its
-    absolute path; without it (``show``) the detail says what is wrong with the entry.
+    ``ref`` (a Location made at the edge from what the user typed) is a key or a unique prefix
+    of one (looked up in ``cache_dir``), a path to a ``-cache`` file, or the URL of an object.
+    With a bucket ``cache_dir``, a ref that is no local file is looked up in the bucket.
+    ``to_compare`` (``diff``): the entry must be usable (a one-line error otherwise), a symbolic
+    link is refused, and a file is named by its absolute path; without it (``show``) the detail
+    says what is wrong with the entry.
     """
-    entry = Location.parse(ref)
-    in_bucket = cache_dir is not None and not cache_dir.is_local
-    if not entry.is_local or (in_bucket and not entry.exists_locally()):
+    in_bucket = cache_dir is not None and cache_dir.url is not None
+    if ref.local_path is None or (in_bucket and not ref.exists_locally()):
         store, item = locate.locate_in_store(ref, cache_dir)
         where = store.url_of(item.name)
         with stores.one_line_errors(where):
             detail = reader.decode_item(store, item, detail=True)
         assert isinstance(detail, EntryDetail)
-        return (_usable(detail, where) if to_compare else detail), Location.parse(where)
-    path = locate.locate_entry(ref, cache_dir)
+        return (_usable(detail, where) if to_compare else detail), Location.of_store(store).child(
+            item.name
+        )
+    path = locate.locate_entry(ref.spelling, cache_dir)
     if to_compare:
-        return load_detail(path), Location.parse(os.path.abspath(path))
+        return load_detail(path), Location.local(os.path.abspath(path))
     detail = reader.decode_entry(str(path), detail=True)
     assert isinstance(detail, EntryDetail)
-    return detail, Location.parse(str(path))
+    return detail, Location.local(str(path))
 
 
 def load_item(store: stores.Store, item: listdir.DirItem) -> EntryDetail:
@@ -70,18 +72,22 @@ def _usable(detail: EntryDetail, where: str) -> EntryDetail:
     return detail
 
 
-def cache_dir_of(path: str) -> str:
-    """The cache directory of an entry path or URL (``Path`` would collapse ``gs://``)."""
-    parent = Location.parse(path).parent
-    return str(Path(path).parent) if parent is None or parent.is_local else parent.spelling
+def cache_dir_of(entry: Location, path: str) -> Location:
+    """The cache directory of the entry ``entry`` (``path``: the path or URL its detail was
+    read from): a bucket's prefix, or the folder ``Path(path).parent`` names."""
+    parent = entry.parent
+    if parent is None or parent.local_path is not None:
+        return Location.local(str(Path(path).parent))
+    return parent
 
 
-def side_of(info: EntryInfo) -> EntrySide:
+def side_of(info: EntryInfo, entry: Location) -> EntrySide:
+    """One side of a diff: the entry ``info`` read from ``entry`` (its file or object)."""
     return EntrySide(
         key=info.key,
         module=info.module,
         path=info.path,
-        cache_dir=cache_dir_of(info.path),
+        cache_dir=cache_dir_of(entry, info.path),
         format=info.format_label,
         platform=info.platform,
         size=info.size,

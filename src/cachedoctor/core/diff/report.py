@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from cachedoctor.plaindata import ToDict
+from cachedoctor.storage.location import Location
 from cachedoctor.xla import optiondiff
 
 DEFAULT_CONTEXT = 3
@@ -51,7 +52,7 @@ class EntrySide:
     key: str
     module: str | None
     path: str
-    cache_dir: str
+    cache_dir: Location  # written as its spelling (``to_dict``, ``--json``)
     format: str
     platform: str
     size: int

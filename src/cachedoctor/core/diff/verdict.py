@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from cachedoctor.cache.model import EntryDetail
-from cachedoctor.core.diff.load import cache_dir_of
 from cachedoctor.core.diff.options import first_option, is_relocation, is_volatile_option
 from cachedoctor.core.diff.report import (
     ENABLE_ADVICE,
@@ -54,16 +53,18 @@ def decide(
     hlo: HloSection,
     execs: BytesSection,
     manifest: ManifestSection,
+    dirs: tuple[str, str],
 ) -> Verdict:
     """The strongest statement the evidence allows: same file, same bytes, same program, else
-    what differs (platform, JAX era, topology, target, program, options)."""
+    what differs (platform, JAX era, topology, target, program, options). ``dirs``: the cache
+    directories of A and B, as the report names them."""
     ia, ib = a.info, b.info
     if same_file:
         return Verdict(
             VerdictKind.IDENTICAL, "identical: A and B are the same file", (), None, True
         )
     if ia.executable_digest == ib.executable_digest:
-        return _same_executable_verdict(a, b, manifest)
+        return _same_executable_verdict(a, b, manifest, dirs)
     if ia.program_digest is not None and ia.program_digest == ib.program_digest:
         return _same_program_verdict(options, hlo, execs)
     claims = [
@@ -95,7 +96,9 @@ def decide(
 _Claim = tuple[VerdictKind | None, str]
 
 
-def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestSection) -> Verdict:
+def _same_executable_verdict(
+    a: EntryDetail, b: EntryDetail, manifest: ManifestSection, dirs: tuple[str, str]
+) -> Verdict:
     """Byte-identical payloads: identical under one key, else a key input the entry lacks."""
     ia, ib = a.info, b.info
     digest = (ia.executable_digest or "")[:16]
@@ -103,7 +106,7 @@ def _same_executable_verdict(a: EntryDetail, b: EntryDetail, manifest: ManifestS
         return Verdict(
             VerdictKind.IDENTICAL,
             f"identical: same key and byte-identical payloads (sha256 {digest}…)",
-            (f"A is in {cache_dir_of(ia.path)}, B in {cache_dir_of(ib.path)}",),
+            (f"A is in {dirs[0]}, B in {dirs[1]}",),
             None,
             True,
         )

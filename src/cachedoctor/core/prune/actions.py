@@ -23,30 +23,14 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cachedoctor import layout
 from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.errors import path_error
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.plaindata import ToDict
-from cachedoctor.storage.fsops import CacheDir, FileId
+from cachedoctor.storage.fsops import CacheDir, FileId, Folder
 from cachedoctor.storage.location import Location
-from cachedoctor.storage.store_dir import StoreDir
-
-if TYPE_CHECKING:
-    from cachedoctor.storage.stores import Store
-
-Dir = CacheDir | StoreDir  # a local cache directory, or a gs:// / s3:// prefix
-
-
-def store_of(cd: Dir) -> Store:
-    """The folder or prefix as a ``Store`` (what the stats records and the scan read through):
-    a local folder's store reads each file below it without following a link, as ``cd`` does."""
-    from cachedoctor.storage.stores import open_store
-
-    return cd.as_store() if isinstance(cd, StoreDir) else open_store(cd.path)
-
 
 SCHEMA_VERSION = 1
 
@@ -63,7 +47,10 @@ class Op(enum.StrEnum):
     DROP_DUPLICATE = "drop-duplicate"  # rekey: the new key already holds the same executable
 
 
-class Rule(enum.StrEnum):
+class Selector(enum.StrEnum):
+    """What took an action or a skip: a prune selector (``--older-than``...), ``rekey``, or the
+    stats folder's size bound (always on). The JSON keeps the fields ``rules`` and ``rule``."""
+
     OLDER_THAN = "older-than"
     MAX_SIZE = "max-size"
     DUPLICATES = "duplicates"
@@ -84,7 +71,7 @@ class Action:
 
     op: Op
     name: str  # the key for entry actions, else the file's path relative to the cache dir
-    rules: tuple[Rule, ...]  # every selected rule that matched; the first one "took" it
+    rules: tuple[Selector, ...]  # every selector that matched; the first one "took" it
     reason: str
     bytes: int = 0  # bytes freed (entry actions count -cache, -atime and manifest files)
     module: str | None = None
@@ -100,13 +87,13 @@ class Skip:
 
     name: str
     reason: str
-    rule: Rule | None = None
+    rule: Selector | None = None
 
 
 @dataclass(frozen=True)
 class Plan(ToDict):
     command: str  # "prune" | "rekey"
-    cache_dir: str
+    cache_dir: Location  # a local folder by its real path (``Location.resolved``), or a bucket
     created_at: float
     selectors: tuple[str, ...]  # e.g. "older-than 30d", as the user gave them
     actions: tuple[Action, ...]
@@ -120,7 +107,7 @@ class Plan(ToDict):
     @property
     def has_locks(self) -> bool:
         """JAX's lock serialises the removals (a local folder); a bucket's are conditional."""
-        return Location.parse(self.cache_dir).has_locks
+        return self.cache_dir.has_locks
 
     @property
     def bytes_to_reclaim(self) -> int:
@@ -177,7 +164,7 @@ class ManifestFile:
         return str(value) if value else None
 
 
-def read_manifests(cd: Dir) -> tuple[list[ManifestFile], list[DirItem]]:
+def read_manifests(cd: Folder) -> tuple[list[ManifestFile], list[DirItem]]:
     """Manifests (``<key>.json``) and the other files of the manifests folder."""
     folder = cd.subdir(MANIFEST_DIRNAME)
     if folder is None:
@@ -228,7 +215,7 @@ def open_cache(cache_dir: str | os.PathLike[str]) -> CacheDir:
         raise path_error(exc, cache_dir) from exc
 
 
-def open_dir(where: Location) -> Dir:
+def open_dir(where: Location) -> Folder:
     """The folder API of ``where``: a local folder that follows no link, or a bucket prefix."""
     try:
         return where.open_dir()
@@ -237,13 +224,13 @@ def open_dir(where: Location) -> Dir:
 
 
 @contextlib.contextmanager
-def _folder(cd: Dir, rel: str) -> Iterator[Dir | None]:
+def _folder(cd: Folder, rel: str) -> Iterator[Folder | None]:
     """Open a (nested) folder without following links; None when absent."""
     if not rel:
         yield cd
         return
-    opened: list[Dir] = []
-    current: Dir | None = cd
+    opened: list[Folder] = []
+    current: Folder | None = cd
     try:
         for part in rel.split("/"):
             assert current is not None
@@ -257,7 +244,7 @@ def _folder(cd: Dir, rel: str) -> Iterator[Dir | None]:
             d.close()
 
 
-def remove_companions(cd: Dir, key: str) -> int:
+def remove_companions(cd: Folder, key: str) -> int:
     """Remove ``<key>-atime`` and the manifest files of a key whose ``-cache`` is gone."""
     freed = 0
     st = cd.regular(key + layout.ATIME_SUFFIX)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cachedoctor import layout
 from cachedoctor.core.prune import rekey
@@ -10,23 +11,50 @@ from cachedoctor.core.prune.actions import (
     WRITE_BITS,
     Action,
     ApplyReport,
-    Dir,
     Op,
     Outcome,
     Plan,
-    Rule,
+    Selector,
     Status,
     _folder,
     open_dir,
     remove_companions,
-    store_of,
 )
-from cachedoctor.errors import CachedoctorError, os_reason
+from cachedoctor.errors import CachedoctorError, os_reason, path_error
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.storage import fsops, stores
-from cachedoctor.storage.location import Location
+from cachedoctor.storage.fsops import Folder
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.location import Location
 
 Progress = Callable[[Outcome], None]
+
+
+def plan_and_apply(
+    make_plan: Callable[[], Plan],
+    cache_dir: Location,
+    do_apply: bool,
+    lock_timeout: float,
+    progress: Callable[[int], Progress | None] | None = None,
+) -> tuple[Plan, ApplyReport | None]:
+    """Build a plan and, only when told, apply it (``prune`` and ``rekey``); an OSError on the
+    way is the user's one line naming the file, else ``cache_dir``. ``progress(total)`` gives
+    the callback that follows the applied actions (the CLI's, on a terminal), or None."""
+    try:
+        plan = make_plan()
+        result = (
+            apply(
+                plan,
+                lock_timeout=lock_timeout,
+                progress=None if progress is None else progress(len(plan.actions)),
+            )
+            if do_apply
+            else None
+        )
+    except OSError as exc:
+        raise path_error(exc, exc.filename or cache_dir.spelling) from exc
+    return plan, result
 
 
 def apply(
@@ -38,8 +66,8 @@ def apply(
     object, so the units run concurrently on the store's bounded pool.
     """
     outcomes = []
-    where = Location.parse(plan.cache_dir)
-    with stores.one_line_errors(plan.cache_dir), open_dir(where) as cd:
+    where = plan.cache_dir
+    with stores.one_line_errors(where.spelling), open_dir(where) as cd:
         if not where.has_locks:
             return ApplyReport(plan, tuple(_apply_remote(cd, plan, progress)), False)
         locked_any = cd.lstat(LOCKFILE) is not None
@@ -59,7 +87,7 @@ def apply(
     return ApplyReport(plan, tuple(outcomes), locked_any)
 
 
-def _apply_remote(cd: Dir, plan: Plan, progress: Progress | None) -> list[Outcome]:
+def _apply_remote(cd: Folder, plan: Plan, progress: Progress | None) -> list[Outcome]:
     import threading
 
     lock = threading.Lock()
@@ -76,10 +104,10 @@ def _apply_remote(cd: Dir, plan: Plan, progress: Progress | None) -> list[Outcom
                 progress(outcome)
         return outcome
 
-    return list(store_of(cd).map(one, list(plan.actions)))
+    return list(plan.cache_dir.store().map(one, list(plan.actions)))
 
 
-def _apply_remove_entry(cd: Dir, a: Action) -> Outcome:
+def _apply_remove_entry(cd: Folder, a: Action) -> Outcome:
     cache_id = a.files[0]
     for fid in a.files[1:]:  # the -atime of a use-sensitive rule: used since the plan?
         st = cd.lstat(fid.name)
@@ -108,8 +136,8 @@ def _orphan_key(a: Action) -> str | None:
     return None
 
 
-def _apply_remove_file(cd: Dir, a: Action) -> Outcome:
-    if a.rules[0] is Rule.ORPHANS:
+def _apply_remove_file(cd: Folder, a: Action) -> Outcome:
+    if a.rules[0] is Selector.ORPHANS:
         key = _orphan_key(a)
         if key is not None and cd.lstat(key + layout.CACHE_SUFFIX) is not None:
             return Outcome(a, Status.SKIPPED, "its entry exists again")
@@ -122,7 +150,7 @@ def _apply_remove_file(cd: Dir, a: Action) -> Outcome:
     return Outcome(a, Status.SKIPPED, {"missing": "already gone"}.get(result, result))
 
 
-def _apply_recreate_atime(cd: Dir, a: Action) -> Outcome:
+def _apply_recreate_atime(cd: Folder, a: Action) -> Outcome:
     st = cd.regular(a.files[0].name)
     if st is None:
         return Outcome(a, Status.SKIPPED, "entry is gone")
@@ -132,21 +160,21 @@ def _apply_recreate_atime(cd: Dir, a: Action) -> Outcome:
     return Outcome(a, Status.DONE)
 
 
-def _apply_fix_mode(cd: Dir, a: Action) -> Outcome:
+def _apply_fix_mode(cd: Folder, a: Action) -> Outcome:
     result = cd.chmod_nofollow(a.files[0].name, WRITE_BITS, a.files[0])
     return Outcome(
         a, Status.DONE if result == "done" else Status.SKIPPED, "" if result == "done" else result
     )
 
 
-def _apply_rekey(cd: Dir, a: Action) -> Outcome:
+def _apply_rekey(cd: Folder, a: Action) -> Outcome:
     if cd.is_remote:
         return Outcome(a, Status.FAILED, "rekey works on local cache directories only")
 
     return rekey.apply_action(cd, a)
 
 
-_APPLY: dict[Op, Callable[[Dir, Action], Outcome]] = {
+_APPLY: dict[Op, Callable[[Folder, Action], Outcome]] = {
     Op.REMOVE_ENTRY: _apply_remove_entry,
     Op.REMOVE_FILE: _apply_remove_file,
     Op.RECREATE_ATIME: _apply_recreate_atime,

@@ -15,13 +15,13 @@ import stat
 from cachedoctor import layout
 from cachedoctor.cache import listdir
 from cachedoctor.cache.listdir import DirItem, FileKind
-from cachedoctor.core.prune.actions import WRITE_BITS, Action, Dir, Op, Rule, Skip
+from cachedoctor.core.prune.actions import WRITE_BITS, Action, Op, Selector, Skip
 from cachedoctor.core.prune.context import ORPHAN_ATIME_GRACE_S, PlanState, PruneContext
 from cachedoctor.core.scan.build import tree_size
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, STATS_DIRNAME
 from cachedoctor.storage import fsops
-from cachedoctor.storage.fsops import FileId
+from cachedoctor.storage.fsops import FileId, Folder
 from cachedoctor.units import format_age, format_bytes
 from cachedoctor.xla import subcaches
 
@@ -47,17 +47,17 @@ def orphan_atimes(ctx: PruneContext, state: PlanState) -> None:
             continue
         if ctx.age_s(st.st_mtime_ns) < ORPHAN_ATIME_GRACE_S:
             ctx.skipped.append(
-                Skip(item.name, "-atime without entry, but under a minute old", Rule.ORPHANS)
+                Skip(item.name, "-atime without entry, but under a minute old", Selector.ORPHANS)
             )
             continue
-        ctx.remove_file(item.name, st, Rule.ORPHANS, "-atime file without its entry")
+        ctx.remove_file(item.name, st, Selector.ORPHANS, "-atime file without its entry")
 
 
 def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
     """``--orphans``: stale temporary files, manifests and module text without their entry, and
     interrupted manifest writes, each older than ``--stale-after`` (a write may be in progress)."""
     entry_keys = {i.key for i in ctx.listing.entries}
-    stale_temps(ctx, Rule.ORPHANS)
+    stale_temps(ctx, Selector.ORPHANS)
     folder_name = MANIFEST_DIRNAME
     folder = ctx.cd.subdir(folder_name)
     if folder is None:
@@ -76,17 +76,17 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
                         f"{folder_name}/{m.file}",
                         f"manifest without entry, only "
                         f"{format_age(age)} old (the hook writes it before JAX compiles)",
-                        Rule.ORPHANS,
+                        Selector.ORPHANS,
                     )
                 )
                 continue
-            ctx.remove_file(m.file, st, Rule.ORPHANS, "manifest without its entry", folder_name)
+            ctx.remove_file(m.file, st, Selector.ORPHANS, "manifest without its entry", folder_name)
             ir = folder.regular(m.key + MANIFEST_IR_SUFFIX)
             if ir is not None:
                 ctx.remove_file(
                     m.key + MANIFEST_IR_SUFFIX,
                     ir,
-                    Rule.ORPHANS,
+                    Selector.ORPHANS,
                     "module text of a manifest without entry",
                     folder_name,
                 )
@@ -98,7 +98,7 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
             stale = ctx.age_s(st.st_mtime_ns) >= ctx.options.stale_after_s
             if item.name.startswith(".") and item.name.endswith(".tmp") and stale:
                 ctx.remove_file(
-                    item.name, st, Rule.ORPHANS, "interrupted manifest write", folder_name
+                    item.name, st, Selector.ORPHANS, "interrupted manifest write", folder_name
                 )
             elif (
                 item.name.endswith(MANIFEST_IR_SUFFIX)
@@ -111,13 +111,13 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
                 ctx.remove_file(
                     item.name,
                     st,
-                    Rule.ORPHANS,
+                    Selector.ORPHANS,
                     "module text without manifest or entry",
                     folder_name,
                 )
 
 
-def stale_temps(ctx: PruneContext, rule: Rule) -> None:
+def stale_temps(ctx: PruneContext, rule: Selector) -> None:
     """JAX's and cachedoctor's temporary files older than ``--stale-after``."""
     for item in ctx.listing.items:
         own = item.kind is FileKind.CACHEDOCTOR and fsops.is_own_temp(item.name)
@@ -158,7 +158,7 @@ def rule_repair(ctx: PruneContext, state: PlanState) -> None:
                 Action(
                     op=Op.RECREATE_ATIME,
                     name=e.key,
-                    rules=(Rule.REPAIR,),
+                    rules=(Selector.REPAIR,),
                     reason="missing while eviction is on (jax-ml/jax#39880); "
                     "from the entry's mtime",
                     module=e.module,
@@ -174,7 +174,7 @@ def rule_repair(ctx: PruneContext, state: PlanState) -> None:
                     Skip(
                         item.name,
                         f"writable by group/others but owned by uid {item.uid}",
-                        Rule.REPAIR,
+                        Selector.REPAIR,
                     )
                 )
                 continue
@@ -182,14 +182,14 @@ def rule_repair(ctx: PruneContext, state: PlanState) -> None:
                 Action(
                     op=Op.FIX_MODE,
                     name=item.name,
-                    rules=(Rule.REPAIR,),
+                    rules=(Selector.REPAIR,),
                     reason=f"{stat.filemode(item.mode)}: writable by group/others",
                     module=e.module,
                     files=(fid,),
                 )
             )
     if not ctx.options.orphans:
-        stale_temps(ctx, Rule.REPAIR)
+        stale_temps(ctx, Selector.REPAIR)
     if ctx.eviction_in_use:
         blockers = [
             i.name
@@ -239,7 +239,7 @@ def rule_xla_subcaches(ctx: PruneContext, state: PlanState) -> None:
         elif item.kind is FileKind.KERNEL_SUBCACHE and not item.is_dir:
             st = ctx.cd.regular(item.name)
             if st is not None:
-                ctx.remove_file(item.name, st, Rule.XLA_SUBCACHES, "XLA kernel cache file")
+                ctx.remove_file(item.name, st, Selector.XLA_SUBCACHES, "XLA kernel cache file")
         elif item.kind is FileKind.AUTOTUNE_SUBCACHE and item.is_dir:
             _autotune_dir(ctx, item.name)
         else:
@@ -260,7 +260,9 @@ def _autotune_dir(ctx: PruneContext, name: str) -> None:
             if stat.S_ISLNK(st.st_mode):
                 ctx.skipped.append(Skip(rel, "symbolic link: never followed or removed"))
             elif stat.S_ISREG(st.st_mode) and subcaches.is_autotune_file_name(child):
-                ctx.remove_file(child, st, Rule.XLA_SUBCACHES, "per-fusion autotune result", name)
+                ctx.remove_file(
+                    child, st, Selector.XLA_SUBCACHES, "per-fusion autotune result", name
+                )
             elif child == "tmp" and stat.S_ISDIR(st.st_mode):
                 tmp = folder.subdir("tmp")
                 if tmp is None:
@@ -276,7 +278,7 @@ def _autotune_dir(ctx: PruneContext, name: str) -> None:
                             ctx.remove_file(
                                 t,
                                 tst,
-                                Rule.XLA_SUBCACHES,
+                                Selector.XLA_SUBCACHES,
                                 "interrupted autotune write",
                                 f"{rel}",
                             )
@@ -310,7 +312,7 @@ MAX_FOLDER_BYTES = 32 << 20  # prune keeps cachedoctor-stats/ under this (oldest
 
 
 def plan_folder_bound(
-    cd: Dir, max_bytes: int = MAX_FOLDER_BYTES
+    cd: Folder, max_bytes: int = MAX_FOLDER_BYTES
 ) -> tuple[list[Action], str | None]:
     """``prune``'s rule for ``cachedoctor-stats/``: the oldest records and archives go until
     the folder fits in ``max_bytes``. Returns the actions and a note counting the folder."""
@@ -334,7 +336,7 @@ def plan_folder_bound(
             Action(
                 op=Op.REMOVE_FILE,
                 name=f"{STATS_DIRNAME}/{name}",
-                rules=(Rule.STATS_BOUND,),
+                rules=(Selector.STATS_BOUND,),
                 reason=(
                     f"oldest stats file while {STATS_DIRNAME}/ is over {format_bytes(max_bytes)}"
                 ),

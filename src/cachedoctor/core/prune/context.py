@@ -20,13 +20,11 @@ from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.prune.actions import (
     Action,
-    Dir,
     ManifestFile,
     Op,
-    Rule,
+    Selector,
     Skip,
     read_manifests,
-    store_of,
 )
 from cachedoctor.core.scan.build import build_report
 from cachedoctor.core.scan.report import (
@@ -39,17 +37,19 @@ from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import FileId, Stat
+from cachedoctor.storage.fsops import FileId, Folder, Stat
 
 if TYPE_CHECKING:
     from cachedoctor.core.prune.options import PruneOptions
+    from cachedoctor.storage.location import Location
+    from cachedoctor.storage.stores import Store
 
 ORPHAN_ATIME_GRACE_S = 60  # an -atime may briefly precede its entry (the hook's re-keying)
 # First jaxlib whose entries carry the pjrt_ifrt header (docs/format.md).
 IFRT_HEADER_SINCE = (0, 9, 1)
 
 # Rules whose verdict depends on when the entry was last used: a use since the plan cancels it.
-_USE_SENSITIVE = {Rule.OLDER_THAN, Rule.MAX_SIZE, Rule.DUPLICATES}
+_USE_SENSITIVE = {Selector.OLDER_THAN, Selector.MAX_SIZE, Selector.DUPLICATES}
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PlannedEntry:
     info: EntryInfo | None = None
     manifest: ManifestFile | None = None
     ir_size: int = 0
-    rules: list[tuple[Rule, str]] = field(default_factory=list)
+    rules: list[tuple[Selector, str]] = field(default_factory=list)
     use: EntryUse | None = None  # what JAX's records say of its use (core/usage/lookups)
     accessed_ns: int | None = None  # st_atime where the mount keeps it and it is evidence
     nlink: int = 1  # the -cache file's names on its filesystem (the hook adopts by hard link)
@@ -113,11 +113,11 @@ BUCKET_NOTE = (
 )
 
 
-def _key_index(cd: Dir) -> records.KeyIndex:
+def _key_index(store: Store) -> records.KeyIndex:
     """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
     left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
     try:
-        found, _problems = records.read_records(store_of(cd))
+        found, _problems = records.read_records(store)
     except (OSError, ValueError):
         return {}
     return records.index_keys(found)
@@ -129,15 +129,15 @@ class PruneContext:
 
     def __init__(
         self,
-        cd: Dir,
+        cd: Folder,
         options: PruneOptions,
         now: float,
         jax_info: JaxInfo,
-        as_given: str,
+        where: Location,
         progress: ProgressCallback | None = None,
     ) -> None:
         self.cd = cd
-        self.as_given = as_given  # the user's spelling of the directory (cd.path is real)
+        self.where = where  # the directory as the user spelled it (cd.path is real)
         self.progress = progress
         self.options = options
         self.now = now
@@ -146,7 +146,7 @@ class PruneContext:
         self.skipped: list[Skip] = []
         self.notes: list[str] = []
         if cd.is_remote:
-            self.listing = listdir.list_cache(store_of(cd))
+            self.listing = listdir.list_cache(where.store())
             cd.remember(
                 (i.name, i.size, i.mtime_ns, i.version, i.is_dir) for i in self.listing.items
             )
@@ -164,7 +164,8 @@ class PruneContext:
         weighs_use = options.duplicates or options.older_than_s is not None
         weighs_use = weighs_use or options.max_size is not None
         weighs_use = weighs_use or options.stale_jax or options.relocated
-        self.key_index = _key_index(cd) if weighs_use else {}
+        # (a folder's store by its real path, as ``cd`` reads it; a bucket's is ``cd``'s own)
+        self.key_index = _key_index(where.resolved().store()) if weighs_use else {}
 
     def read_atime(self, name: str) -> int | None:
         if not self.cd.is_remote:
@@ -176,7 +177,7 @@ class PruneContext:
         return self.now - mtime_ns / 1e9
 
     def remove_file(
-        self, item_name: str, st: Stat, rule: Rule, reason: str, folder: str = ""
+        self, item_name: str, st: Stat, rule: Selector, reason: str, folder: str = ""
     ) -> None:
         self.actions.append(
             Action(
@@ -284,7 +285,7 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
     infos: list[EntryInfo] = []
     if ctx.cd.is_remote:  # concurrent ranged reads, the same decoder
         decoded = reader.decode_store_entries(
-            store_of(ctx.cd), [e.item for e in entries.values()], progress=ctx.progress
+            ctx.where.store(), [e.item for e in entries.values()], progress=ctx.progress
         )
         for e, done in zip(entries.values(), decoded, strict=True):
             e.info = done
@@ -303,7 +304,7 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
         ctx.jax,
         ctx.now,
         manifests=ctx.manifest_data(),
-        root_as_given=ctx.options.jobs_cache_dir or ctx.as_given,
+        root_as_given=ctx.options.jobs_cache_dir or ctx.where.spelling,
     )
 
 

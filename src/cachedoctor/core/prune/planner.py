@@ -14,11 +14,11 @@ from cachedoctor.core.prune.rules import RULES
 from cachedoctor.core.scan.report import ProgressCallback
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage import stores
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.location import Location
 
 
 def plan_prune(
-    cache_dir: Where,
+    cache_dir: Location,
     options: PruneOptions,
     *,
     now: float | None = None,
@@ -33,7 +33,7 @@ def plan_prune(
             "--corrupt, --orphans, --relocated, --stale-jax, --module, --xla-subcaches, --repair",
             slug="usage",
         )
-    where = Location.parse(cache_dir)
+    where = cache_dir
     if options.repair and not where.has_modes:
         raise CachedoctorError(
             "--repair works on local cache directories only: it recreates -atime files for "
@@ -43,7 +43,7 @@ def plan_prune(
     now = time.time() if now is None else now
     jax_info = jax_info or installed_jax()
     with stores.one_line_errors(where.spelling), open_dir(where) as cd:
-        ctx = context.PruneContext(cd, options, now, jax_info, where.spelling, progress)
+        ctx = context.PruneContext(cd, options, now, jax_info, where, progress)
         return _plan(ctx)
 
 
@@ -58,7 +58,7 @@ def _plan(ctx: context.PruneContext) -> Plan:
     ctx.actions.sort(key=lambda a: (list(Op).index(a.op), a.name))
     return Plan(
         command="prune",
-        cache_dir=ctx.cd.path,
+        cache_dir=ctx.where.resolved(),
         created_at=ctx.now,
         selectors=options.selectors,
         actions=tuple(ctx.actions),

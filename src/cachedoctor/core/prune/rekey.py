@@ -30,12 +30,11 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.prune import spelling
 from cachedoctor.core.prune.actions import (
     Action,
-    Dir,
     ManifestFile,
     Op,
     Outcome,
     Plan,
-    Rule,
+    Selector,
     Skip,
     Status,
     open_cache,
@@ -48,8 +47,8 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import CacheDir, FileId
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.fsops import CacheDir, FileId, Folder
+from cachedoctor.storage.location import Location
 
 
 class KeyHasher(Protocol):
@@ -80,14 +79,14 @@ def default_hasher() -> KeyHasher:
     return _StableHasher()
 
 
-def _digest(cd: Dir, key: str) -> str | None:
+def _digest(cd: Folder, key: str) -> str | None:
     info = reader.decode_entry(os.path.join(cd.path, key + layout.CACHE_SUFFIX), key=key)
     assert isinstance(info, EntryInfo)
     return info.executable_digest
 
 
 def plan_rekey(
-    cache_dir: Where,
+    cache_dir: Location,
     *,
     hasher: KeyHasher | None = None,
     now: float | None = None,
@@ -98,7 +97,7 @@ def plan_rekey(
 ) -> Plan:
     """What ``rekey`` would do. Reads the directory; changes nothing. ``progress(done, total)``
     follows the manifests examined; ``relocated`` also adopts relocated observe-mode entries."""
-    where = Location.parse(cache_dir)
+    where = cache_dir
     if not where.can_rename:
         raise CachedoctorError(
             "rekey works on local cache directories only: a bucket has no atomic rename or "
@@ -133,7 +132,7 @@ def plan_rekey(
             _plan_manifest(cd, m, hasher, m.key in adoptable, planned)
     return Plan(
         command="rekey",
-        cache_dir=cd.path,
+        cache_dir=where.resolved(),
         created_at=now,
         selectors=(),
         actions=tuple(planned.actions),
@@ -163,20 +162,20 @@ def _plan_manifest(
     """One manifest's part of the plan: skipped (and why), already current, or a move."""
     label = f"{MANIFEST_DIRNAME}/{m.file}"
     if m.is_symlink:
-        planned.skipped.append(Skip(label, "symbolic link: never followed", Rule.REKEY))
+        planned.skipped.append(Skip(label, "symbolic link: never followed", Selector.REKEY))
         return
     if m.data is None:
-        planned.skipped.append(Skip(label, "not a readable manifest", Rule.REKEY))
+        planned.skipped.append(Skip(label, "not a readable manifest", Selector.REKEY))
         return
     if m.data.get("key") != m.key:
         why = f"records key {m.data.get('key')!r}, not its file name"
-        planned.skipped.append(Skip(label, why, Rule.REKEY))
+        planned.skipped.append(Skip(label, why, Selector.REKEY))
         return
     if m.data.get("mode") != "stable" and not adopting:
         why = (
             f"{m.data.get('mode')}-mode manifest: JAX finds this entry by its own key, so it stays"
         )
-        planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+        planned.skipped.append(Skip(m.key, why, Selector.REKEY))
         return
     src = cd.regular(m.key + layout.CACHE_SUFFIX)
     if src is None:
@@ -185,12 +184,12 @@ def _plan_manifest(
             planned.actions.append(leftover)
         else:
             why = "manifest without entry (prune --orphans)"
-            planned.skipped.append(Skip(m.key, why, Rule.REKEY))
+            planned.skipped.append(Skip(m.key, why, Selector.REKEY))
         return
     try:
         new = hasher.recompute(m.data)
     except ValueError as exc:
-        planned.skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Rule.REKEY))
+        planned.skipped.append(Skip(m.key, f"key cannot be recomputed: {exc}", Selector.REKEY))
         return
     if new == m.key:
         planned.current += 1
@@ -212,7 +211,7 @@ def _plan_move(
     base = Action(
         op=Op.MOVE_ENTRY,
         name=m.key,
-        rules=(Rule.REKEY,),
+        rules=(Selector.REKEY,),
         reason=reason,
         module=parsed[1] if parsed else None,
         files=(FileId.of(m.key + layout.CACHE_SUFFIX, src),),
@@ -242,7 +241,7 @@ def _plan_move(
         )
     else:
         why = f"new key {new} already holds a different executable; both kept"
-        planned.conflicts.append(Skip(m.key, why, Rule.REKEY))
+        planned.conflicts.append(Skip(m.key, why, Selector.REKEY))
 
 
 def _notes(hasher: KeyHasher, current: int, adopted: int | None) -> list[str]:
@@ -312,7 +311,7 @@ def _relocated_keys(
             if keep is None:
                 keys.add(key)
             else:
-                planned.skipped.append(Skip(key, keep, Rule.RELOCATED))
+                planned.skipped.append(Skip(key, keep, Selector.RELOCATED))
     return keys
 
 
@@ -352,7 +351,7 @@ def _interrupted_move(
     return Action(
         op=Op.REMOVE_FILE,
         name=f"{folder}/{m.file}",
-        rules=(Rule.REKEY,),
+        rules=(Selector.REKEY,),
         reason=f"left by an interrupted move to {new}: the entry and its manifest are there",
         bytes=st.st_size,
         files=(FileId.of(m.file, st),),
@@ -371,7 +370,7 @@ def _moved_manifest(raw: bytes, old: str, new: str) -> bytes | None:
     return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
 
 
-def apply_action(cd: Dir, a: Action) -> Outcome:
+def apply_action(cd: Folder, a: Action) -> Outcome:
     """Carry out one MOVE_ENTRY or DROP_DUPLICATE; the caller holds JAX's lock."""
     old, new = a.name, a.new_key
     assert new is not None
@@ -405,7 +404,7 @@ def apply_action(cd: Dir, a: Action) -> Outcome:
     return Outcome(a, Status.DONE, f"now {new}")
 
 
-def _drop_if_same(cd: Dir, a: Action, old: str, new: str) -> Outcome:
+def _drop_if_same(cd: Folder, a: Action, old: str, new: str) -> Outcome:
     """Drop the source when the new key holds the same executable; else report the conflict.
 
     The plan compared the two files; when the target is still that very file (inode, size,

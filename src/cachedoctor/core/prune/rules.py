@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cachedoctor.core.findings import FindingKind, Severity
 from cachedoctor.core.prune import beside, context, spelling
-from cachedoctor.core.prune.actions import Rule, Skip
+from cachedoctor.core.prune.actions import Selector, Skip
 from cachedoctor.core.prune.context import (
     PlannedEntry,
     PlanState,
@@ -37,7 +37,7 @@ from cachedoctor.xla.optionschema import undefined_debug_fields
 class PruneRule:
     """One step of a plan: ``apply`` runs when ``selected`` says the options ask for it."""
 
-    name: str  # the selector's spelling (a ``Rule`` value), else what the step does
+    name: str  # the selector's spelling (a ``Selector`` value), else what the step does
     selected: Callable[[PruneOptions], bool]
     apply: Callable[[PruneContext, PlanState], None]
     decodes: bool = False  # needs the entries decoded and scan's report (``PlanState.report``)
@@ -66,7 +66,7 @@ def rule_module(ctx: PruneContext, state: PlanState) -> None:
     }
     if not ctx.options.entry_rules:
         for e in state.entries.values():
-            e.rules.append((Rule.MODULE, f"module matches {pattern}"))
+            e.rules.append((Selector.MODULE, f"module matches {pattern}"))
     matched = sorted({e.module or "(unnamed)" for e in state.entries.values()})
     more = len(matched) - 10
     shown = ", ".join(matched[:10]) + (f" and {more} more" if more > 0 else "")
@@ -97,7 +97,7 @@ def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
     for f in _decoded(state).findings:
         if f.kind is FindingKind.UNREADABLE:  # scan says the same: never removed
             ctx.skipped.extend(
-                Skip(k, f.message.partition(": ")[2], Rule.CORRUPT)
+                Skip(k, f.message.partition(": ")[2], Selector.CORRUPT)
                 for k in f.entries
                 if k in entries
             )
@@ -112,12 +112,12 @@ def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
                     Skip(
                         key,
                         "truncated but written under a minute ago: may be a JAX write in progress",
-                        Rule.CORRUPT,
+                        Selector.CORRUPT,
                     )
                 )
                 continue
             problem = real_problems(entries[key].info)[0]  # type: ignore[arg-type]
-            entries[key].rules.append((Rule.CORRUPT, f"{problem.kind}: {problem.message}"))
+            entries[key].rules.append((Selector.CORRUPT, f"{problem.kind}: {problem.message}"))
 
 
 def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
@@ -128,7 +128,7 @@ def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
 
     entries = state.entries
     jobs = ctx.options.jobs_cache_dir
-    spelled = jax_spelling(jobs or ctx.as_given)
+    spelled = jax_spelling(jobs) if jobs else ctx.where.jax_spelling
     found = [f for f in _decoded(state).findings if f.kind is FindingKind.RELOCATED]
     if found and jobs is None:
         ctx.notes.append(
@@ -148,11 +148,11 @@ def rule_relocated(ctx: PruneContext, state: PlanState) -> None:
                 local = "" if ctx.cd.is_remote else ctx.cd.path
                 keep = spelling.keep_reason(where_dir, local, jobs is not None, e.use)
                 if keep is not None:
-                    ctx.skipped.append(Skip(key, keep, Rule.RELOCATED))
+                    ctx.skipped.append(Skip(key, keep, Selector.RELOCATED))
                     continue
                 e.rules.append(
                     (
-                        Rule.RELOCATED,
+                        Selector.RELOCATED,
                         f"written for a cache spelled {where_dir}; JAX hashes the spelling, "
                         f"so it misses with the cache dir spelled {spelled}",
                     )
@@ -181,12 +181,12 @@ def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
     for e, why in candidates:
         used = _used_since(ctx, e, first, installed)
         if used is None:
-            e.rules.append((Rule.STALE_JAX, why))
+            e.rules.append((Selector.STALE_JAX, why))
         elif ctx.options.stale_jax_in_use:
-            e.rules.append((Rule.STALE_JAX, f"{why}; {used} (removed: --stale-jax-in-use)"))
+            e.rules.append((Selector.STALE_JAX, f"{why}; {used} (removed: --stale-jax-in-use)"))
         else:
             ctx.skipped.append(
-                Skip(e.key, f"{why}, but {used}; --stale-jax-in-use removes it", Rule.STALE_JAX)
+                Skip(e.key, f"{why}, but {used}; --stale-jax-in-use removes it", Selector.STALE_JAX)
             )
     ctx.notes.append(
         "--stale-jax decides from manifests (their jaxlib version) when present, else from the "
@@ -261,10 +261,10 @@ def rule_older_than(ctx: PruneContext, state: PlanState) -> None:
     for e in state.entries.values():
         latest, why = latest_use(e)
         if latest is None:
-            ctx.skipped.append(Skip(e.key, why, Rule.OLDER_THAN))
+            ctx.skipped.append(Skip(e.key, why, Selector.OLDER_THAN))
             continue
         if latest < limit_ns:
-            e.rules.append((Rule.OLDER_THAN, _age_reason(ctx, e, latest, why)))
+            e.rules.append((Selector.OLDER_THAN, _age_reason(ctx, e, latest, why)))
 
 
 def _age_reason(ctx: PruneContext, e: PlannedEntry, latest: int, why: str) -> str:
@@ -295,10 +295,10 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
         for m in members:
             why = _not_looked_up(m, members)
             if why is not None:
-                m.rules.append((Rule.DUPLICATES, why))
+                m.rules.append((Selector.DUPLICATES, why))
                 decided += 1
             elif m.use is not None and m.use.pointer_key and m.use.replayed_by_hook:
-                ctx.skipped.append(Skip(m.key, REPLAYED, Rule.DUPLICATES))
+                ctx.skipped.append(Skip(m.key, REPLAYED, Selector.DUPLICATES))
                 decided += 1
         if not decided:
             module = members[0].module or "(unnamed)"
@@ -310,7 +310,7 @@ def rule_duplicates(ctx: PruneContext, state: PlanState) -> None:
                     f"use ({uses}); what would tell it: the writers' records, from the "
                     "observe hook (CACHEDOCTOR_HOOK=observe: a manifest per key) or stats "
                     "records (CACHEDOCTOR_HOOK=stats: each writer's pointer flag)",
-                    Rule.DUPLICATES,
+                    Selector.DUPLICATES,
                 )
             )
     ctx.notes.append(
@@ -364,7 +364,7 @@ def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
                 Skip(
                     e.key,
                     "hard-linked from outside this cache: removing it frees nothing",
-                    Rule.MAX_SIZE,
+                    Selector.MAX_SIZE,
                 )
                 for e in left
             )
@@ -384,14 +384,14 @@ def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
         for e in left:
             e.rules.append(
                 (
-                    Rule.MAX_SIZE,
+                    Selector.MAX_SIZE,
                     f"least recently used while the cache is over {budget} bytes ({total} "
                     "bytes): " + _age_reason(ctx, e, latest, why),
                 )
             )
         total -= left[0].item.size
     if total > budget:
-        ctx.skipped.extend(Skip(e.key, why, Rule.MAX_SIZE) for e, why in undated)
+        ctx.skipped.extend(Skip(e.key, why, Selector.MAX_SIZE) for e, why in undated)
 
 
 # --- the one ordered list -----------------------------------------------------------------------

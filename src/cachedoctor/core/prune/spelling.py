@@ -30,8 +30,11 @@ def keep_reason(
             "the cache so looks it up; if your jobs spell it otherwise, say so with "
             "--jobs-cache-dir"
         )
-    if jobs_told or not cache_real or not Location.parse(written_dir).is_local:
-        return None  # on a bucket, or written for one: a URL names one place, not two
+    if jobs_told or not cache_real:
+        return None  # on a bucket: a URL names one place, not two
+    written = Location.of_setting(written_dir)  # the path the writer's XLA flag held
+    if written is None or written.local_path is None:
+        return None  # written for a bucket: a URL names one place, not two
     if not os.path.isabs(written_dir):
         return (
             f"written for a cache spelled {written_dir}, relative to the writer's working "

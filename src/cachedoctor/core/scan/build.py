@@ -1,5 +1,6 @@
-"""From a listing and its decoded entries to the report: every rule's findings, the summary and
-the module table (pure: no I/O but the size of a local sub-cache folder).
+"""From a listing and its decoded entries to the report: the findings of every rule of
+``rules/registry.SCAN_RULES``, the summary and the module table (pure: no I/O but the size of a
+local sub-cache folder).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CACHE_OWN_KINDS, CacheListing, DirItem, FileKind
 from cachedoctor.cache.model import EntryInfo
-from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import (
     ModuleStats,
     ScanReport,
@@ -21,23 +21,9 @@ from cachedoctor.core.scan.report import (
     lru_evidence,
     undecodable,
 )
-from cachedoctor.core.scan.rules.integrity import atime_findings, corrupt_findings
-from cachedoctor.core.scan.rules.inventory import (
-    mixtures,
-    not_stored_findings,
-    subcache_findings,
-    unknown_files,
-)
-from cachedoctor.core.scan.rules.keys import (
-    count_modes,
-    key_modes_by_entry,
-    relocated_findings,
-    same_program_findings,
-    stable_hasher_keys,
-)
-from cachedoctor.core.scan.rules.processes import first_process_only, process_findings
-from cachedoctor.core.scan.rules.security import insecure_findings
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.scan.rules.keys import count_modes, key_modes_by_entry
+from cachedoctor.core.scan.rules.registry import ScanInput, run_rules
+from cachedoctor.core.usage.model import Record
 from cachedoctor.xla import subcaches
 
 
@@ -64,18 +50,10 @@ def build_report(
     ``root_as_given``: the directory as the user spelled it, when the listing's root is its
     real path (``relocated`` compares paths as JAX hashes them: as spelled).
     """
-    findings: list[Finding] = []
-    findings += subcache_findings(sub)
-    findings += same_program_findings(entries, manifests)
-    stable_keys = stable_hasher_keys(manifests)
-    findings += relocated_findings(root_as_given or listing.root, entries, jax_info, stable_keys)
-    findings += not_stored_findings(listing, first_process_only(manifests), records, findings)
-    findings += process_findings(manifests)
-    findings += atime_findings(listing, jax_info)
-    findings += corrupt_findings(entries, now)
-    findings += insecure_findings(listing)
-    findings += mixtures(entries)
-    findings += unknown_files(listing)
+    scan = ScanInput(
+        listing, entries, jax_info, now, sub, manifests, records, root_as_given or listing.root
+    )
+    findings = run_rules(scan)  # core/scan/rules/registry.SCAN_RULES, in its order
     findings.sort(key=lambda f: (-f.severity, f.kind, f.module or "", f.entries))
     others = other_files(listing)
     return ScanReport(

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachedoctor import layout
-from cachedoctor.cache import index, listdir, memostore
+from cachedoctor.cache import index, index_file, listdir, memostore
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, DirItem, DirSnapshot, Member
 from cachedoctor.cache.memostore import KeptText
@@ -52,7 +52,7 @@ from cachedoctor.core.scan.report import (
     ScanSummary,
     judged_by_age_until,
 )
-from cachedoctor.storage import urls
+from cachedoctor.storage.location import Location
 
 MEMO_FORMAT = "cachedoctor-scan-memo-v4"
 _BY_VALUE = 2  # marshal's format 2 writes no back-references: the bytes depend on values alone
@@ -100,7 +100,7 @@ class Memo:
         """The document text ``writers`` make of the report (its entries loaded), kept beside
         its memo (after ``kept`` or ``served``); None when the memo does not keep the report or
         the text could not be kept (no index: the caller writes the entries, as without)."""
-        if self.inputs is None or not keeps(report) or not index.enabled():
+        if self.inputs is None or not keeps(report) or not index_file.enabled():
             return None
         parts = []
         for name, write in writers.items():
@@ -120,9 +120,11 @@ class Memo:
 # --- what a report rests on ----------------------------------------------------------------------
 
 
-def _common(h: Any, root: str, jax_info: JaxInfo, max_decompressed: int) -> None:
-    h.update(MEMO_FORMAT.encode() + b"\0" + index.package_fingerprint())
-    where = (root, os.path.abspath(root), urls.subcache_dir_for(root))  # relocated: as spelled
+def _common(
+    h: Any, root: str, subcache_dir: str | None, jax_info: JaxInfo, max_decompressed: int
+) -> None:
+    h.update(MEMO_FORMAT.encode() + b"\0" + index_file.package_fingerprint())
+    where = (root, os.path.abspath(root), subcache_dir)  # relocated: as spelled
     facts = (*where, os.getuid(), max_decompressed, *_fields(jax_info))
     h.update(json.dumps(facts).encode("utf-8", "surrogatepass") + b"\0")
 
@@ -133,7 +135,7 @@ def local_inputs(
     """The digest of everything a local scan of ``snapshot`` reads, or None when a report made
     from it must not be kept or served (a file changed too recently, or cannot be read)."""
     h = hashlib.sha256()
-    _common(h, snapshot.root, jax_info, max_decompressed)
+    _common(h, snapshot.root, None, jax_info, max_decompressed)  # sub-caches: inside it
     h.update(marshal.dumps((snapshot.root_mode, snapshot.root_uid), _BY_VALUE))
     newest = _hash_members(h, snapshot.members)
     if any(m[0] == layout.MANIFEST_DIRNAME for m in snapshot.members):
@@ -166,14 +168,15 @@ _MTIME, _CTIME = operator.itemgetter(4), operator.itemgetter(6)  # listdir.Membe
 
 
 def bucket_inputs(
-    listing: CacheListing, jax_info: JaxInfo, max_decompressed: int, now: float
+    where: Location, listing: CacheListing, jax_info: JaxInfo, max_decompressed: int, now: float
 ) -> str | None:
-    """As ``local_inputs`` for a bucket's listing (objects by generation/ETag, which every write
-    changes); None when the bucket holds key manifests (read with a second listing)."""
+    """As ``local_inputs`` for the listing of the bucket ``where`` (objects by generation/ETag,
+    which every write changes); None when it holds key manifests (read with a second
+    listing)."""
     if any(i.name == layout.MANIFEST_DIRNAME for i in listing.items):
         return None
     h = hashlib.sha256()
-    _common(h, listing.root, jax_info, max_decompressed)
+    _common(h, listing.root, where.subcache_dir, jax_info, max_decompressed)
     for i in listing.items:
         h.update(json.dumps([i.name, i.size, i.mtime_ns, i.version, i.is_dir]).encode() + b"\0")
     return h.hexdigest()

@@ -27,9 +27,9 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import JsonScan, PartWriters, ProgressCallback, ScanReport
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.usage.model import Record
 from cachedoctor.storage import stores
-from cachedoctor.storage.location import Location, Where
+from cachedoctor.storage.location import Location
 from cachedoctor.xla import subcaches
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def scan_directory(
-    cache_dir: Where,
+    cache_dir: Location,
     *,
     progress: ProgressCallback | None = None,
     max_decompressed: int = reader.DEFAULT_MAX_DECOMPRESSED,
@@ -85,7 +85,7 @@ def scan_directory(
 
 
 def scan_json(
-    cache_dir: Where,
+    cache_dir: Location,
     writers: PartWriters,
     *,
     progress: ProgressCallback | None = None,
@@ -153,13 +153,11 @@ class _Scan:
     writers: PartWriters | None = None  # scan_json: keep and serve the document text
     executor: Executor | None = None  # decodes the entries to read (``cache/executors.py``)
 
-    def run(self, cache_dir: Where, workers: int | None) -> _Outcome:
-        where = Location.parse(cache_dir)
+    def run(self, where: Location, workers: int | None) -> _Outcome:
         with _cyclic_gc_paused():
-            if not where.is_local:
-                store = where.store()
-                with stores.one_line_errors(store.url):
-                    return self.bucket(store)
+            if where.local_path is None:  # a bucket: listed and read through its store
+                with stores.one_line_errors(where.spelling):
+                    return self.bucket(where)
             return self.local(where, workers)  # the plain directory scan: modes, owners, symlinks
 
     def _served(self, memo: scanmemo.Memo, rest: scanmemo.Rest) -> _Outcome | None:
@@ -219,7 +217,7 @@ class _Scan:
         kinds = (FileKind.AUTOTUNE_SUBCACHE, FileKind.KERNEL_SUBCACHE)
         if any(i.kind in kinds for i in listing.items):
             sub = subcaches.scan_subcaches(Path(listing.root))
-        manifests = _read_manifests(listing, listing.root)
+        manifests = _read_manifests(listing, where)
         records = _read_records(listing, manifests, where)
         report = build_report(
             listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
@@ -268,10 +266,11 @@ class _Scan:
         listing = listdir.listing_of(snapshot)
         return self._local_entries(listing, workers, None), other_files(listing)
 
-    def bucket(self, store: stores.Store) -> _Outcome:
+    def bucket(self, where: Location) -> _Outcome:
+        store = where.store()
         listing = listdir.list_cache(store)
         args = (self.jax_info, self.max_decompressed, self.now)
-        inputs = scanmemo.bucket_inputs(listing, *args) if self.use_index else None
+        inputs = scanmemo.bucket_inputs(where, listing, *args) if self.use_index else None
         memo = scanmemo.Memo(inputs, listing.root, self.max_decompressed, listing.remote)
 
         def decoded(progress: ProgressCallback | None) -> list[EntryInfo]:
@@ -291,8 +290,8 @@ class _Scan:
         if served is not None:
             return served
         entries = decoded(self.progress)
-        manifests = _read_manifests(listing, store.url)
-        records = _read_records(listing, manifests, Location.of_store(store))
+        manifests = _read_manifests(listing, where)
+        records = _read_records(listing, manifests, where)
         report = build_report(
             listing, entries, self.jax_info, self.now, manifests=manifests, records=records
         )
@@ -438,7 +437,7 @@ def _tied_completed(
     return tiers.complete(entries, tiers.tied(entries), again)
 
 
-def _read_manifests(listing: CacheListing, root: str) -> list[Mapping[str, object]]:
+def _read_manifests(listing: CacheListing, root: Location) -> list[Mapping[str, object]]:
     """The cache's key manifests as JSON data; none are read when it has no manifests folder."""
     from cachedoctor.stablekeys import manifest
 

@@ -22,19 +22,17 @@ from typing import Any
 
 from cachedoctor.cache import record_index
 from cachedoctor.core.findings import Finding, FindingKind, Severity
-from cachedoctor.core.usage.reasons import settings_of
-from cachedoctor.core.usage.records import (
-    ARCHIVE_PREFIX,
-    ARCHIVE_SUFFIX,
+from cachedoctor.core.usage.model import (
     Counters,
     Record,
-    read_listed,
     sparse_counters,
     thawed_counters,
     total_of,
     total_of_columns,
     values_of,
 )
+from cachedoctor.core.usage.reasons import settings_of
+from cachedoctor.core.usage.records import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, read_listed
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.stores import Store
 
@@ -122,7 +120,7 @@ def _groups(
 ) -> tuple[Total, ...]:
     """The records by ``key`` (a group only of records with modules), each group's counters
     summed in record order (``tables``: each record's counters by field, as
-    ``records.total_of_columns`` takes them)."""
+    ``model.total_of_columns`` takes them)."""
     counters: dict[str, list[list[tuple[Any, ...]]]] = defaultdict(list)
     processes: dict[str, int] = defaultdict(int)
     for r, table in zip(records, tables, strict=True):

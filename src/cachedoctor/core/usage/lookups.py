@@ -42,7 +42,7 @@ class EntryUse:
     looked_up_by_hook: bool  # a stable-mode manifest: hooked runs compute this key
     pointer_key: str | None  # evidence that the key holds a per-process pointer, or None
     # its manifest records the partitioner calls: a stable-hooked run whose calls reproduce
-    # them takes this key, whatever mode wrote it (stablekeys/hook._replay_candidates)
+    # them takes this key, whatever mode wrote it (stablekeys/hook_replay._replay_candidates)
     replayed_by_hook: bool = False
     # the latest the last use can be, by every record together: the write when nothing read it
     # since, a relatime access time plus a day (or now); None when no record can tell

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cachedoctor.core.findings import Finding, FindingKind
-from cachedoctor.core.usage.records import Counters, Record
+from cachedoctor.core.usage.model import Counters, Record
 from cachedoctor.errors import count
 from cachedoctor.stablekeys.stats import CONFIG_NAMES
 

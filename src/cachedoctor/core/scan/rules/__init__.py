@@ -1,1 +1,2 @@
-"""The scan's finding rules, by family; each returns findings from the listing and entries."""
+"""The scan's finding rules, by family; ``registry.SCAN_RULES`` runs them in one order, each
+bound to the finding kinds it raises."""

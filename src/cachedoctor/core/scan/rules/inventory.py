@@ -15,7 +15,7 @@ from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding, Severity
 from cachedoctor.core.scan.report import lru_evidence as listing_lru
 from cachedoctor.core.usage import reasons
-from cachedoctor.core.usage.records import Record
+from cachedoctor.core.usage.model import Record
 from cachedoctor.errors import count
 from cachedoctor.xla import subcaches
 
