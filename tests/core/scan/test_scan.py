@@ -511,7 +511,12 @@ def test_an_entry_without_its_atime_file_is_judged_as_jax_treats_it(
         [python, "-m", "cachedoctor", "scan", str(cache), "--json"],
         capture_output=True, text=True, env=base_env(None), timeout=300,
     )  # fmt: skip
-    (missing,) = [f for f in json.loads(proc.stdout)["findings"] if f["kind"] == "missing-atime"]
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["kind"] == "missing-atime"]
+    if all(Path(f"{e}".removesuffix("-cache") + "-atime").exists() for e in cache.glob("*-cache")):
+        # jax 0.4.38's eviction pass gave the earlier entry an -atime file itself: none lacks one
+        assert not failed and not found, found
+        return
+    (missing,) = found
     if failed:
         assert missing["severity"] == "error", missing
         assert "fails its eviction pass" in missing["message"], missing
