@@ -131,12 +131,12 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
             elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("dir", st.st_mode, st.st_mtime_ns)
             else:
-                digest = hashlib.sha256(_read_noatime(p)).hexdigest()
+                digest = hashlib.sha256(read_noatime(p)).hexdigest()
                 out[rel] = ("file", st.st_size, digest, st.st_mode, st.st_mtime_ns)
     return out
 
 
-def _read_noatime(path: Path) -> bytes:
+def read_noatime(path: Path) -> bytes:
     """A file's bytes, leaving its access time (usage evidence) as it was where allowed."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))

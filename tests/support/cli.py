@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from cachedoctor.cli import main
@@ -17,3 +21,18 @@ def invoke(*args: str) -> tuple[int, str, str]:
             code = exc.code
         out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
     return int(code or 0), out, err
+
+
+def run_cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess, as CI runs it (``check`` starts processes and tees output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+        timeout=600,
+    )

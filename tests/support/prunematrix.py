@@ -64,7 +64,7 @@ from typing import Any
 import filelock
 
 from cachedoctor.programs import program_path
-from tests.support.caches import OTHER_JAX_ENV
+from tests.support.caches import OTHER_JAX_ENV, read_noatime
 from tests.support.hookrun import base_env
 
 HIT_PREFIX = "Persistent compilation cache hit for '"
@@ -167,15 +167,6 @@ def rerun(cache: Path, pops: list[Population]) -> dict[str, dict[str, Any]]:
 # --- a cache's files: copies with hard links and times, digests, times moved -----------------
 
 
-def _read_noatime(path: Path) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
-
-
 def _walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
     """Every path under ``root`` (not ``root``), parents before children, with its lstat."""
     for dirpath, dirs, files in os.walk(root):
@@ -201,7 +192,7 @@ def copy_tree(src: Path, dst: Path) -> None:
         elif (st.st_dev, st.st_ino) in linked:
             os.link(linked[st.st_dev, st.st_ino], target)
         else:
-            target.write_bytes(_read_noatime(path))
+            target.write_bytes(read_noatime(path))
             os.chmod(target, stat.S_IMODE(st.st_mode))
             os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
             if st.st_nlink > 1:
@@ -219,7 +210,7 @@ def digest(root: Path) -> str:
         if stat.S_ISLNK(st.st_mode):
             h.update(b"L" + rel + b"\0" + os.readlink(path).encode() + b"\0")
         elif stat.S_ISREG(st.st_mode):
-            h.update(b"F" + rel + b"\0" + hashlib.sha256(_read_noatime(path)).digest())
+            h.update(b"F" + rel + b"\0" + hashlib.sha256(read_noatime(path)).digest())
         else:
             h.update(b"D" + rel + b"\0")
     return h.hexdigest()[:24]

@@ -15,6 +15,7 @@ import pytest
 
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO, cli_env, make_cache
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
@@ -28,15 +29,7 @@ def cachedoctor(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess, as CI runs it (check starts processes and tees their output)."""
-    return subprocess.run(
-        [PY, "-m", "cachedoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env or cli_env(),
-        cwd=cwd,
-        check=False,
-        timeout=600,
-    )
+    return run_cli(*args, env=env or cli_env(), cwd=cwd)
 
 
 def test_seed_program_is_unstable() -> None:

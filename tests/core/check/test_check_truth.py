@@ -23,6 +23,7 @@ import pytest
 
 from cachedoctor.programs import program_path
 from tests.support.caches import cli_env
+from tests.support.cli import run_cli
 from tests.support.hookrun import SRC, compat_params
 
 pytestmark = pytest.mark.slow  # every test here runs the CLI and JAX in subprocesses
@@ -85,15 +86,7 @@ KIND = {"min": "under-min-compile-time", "callbacks": "host-callbacks", "size": 
 def cachedoctor(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, "-m", "cachedoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env or check_env(),
-        cwd=cwd,
-        check=False,
-        timeout=600,
-    )
+    return run_cli(*args, env=env or check_env(), cwd=cwd)
 
 
 def check_env(**extra: str) -> dict[str, str]:
