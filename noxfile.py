@@ -47,7 +47,7 @@ COMPAT_TESTS = [
 ]
 # The second JAX of the cross-version tests: a cache written by it next to one written by the
 # newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.
-CROSSVER_JAX = "0.8.3"
+CROSSVER_JAX = "0.8.3"  # tests/support/otherjax.py: OTHER_JAX, which the test setup installs
 CROSSVER_TESTS = [
     "tests/core/diff/test_diff.py",
     "tests/core/prune/test_prune.py",
@@ -121,22 +121,14 @@ def compat(session: nox.Session, jax: str) -> None:
 
 @nox.session(python="3.11")
 def crossver(session: nox.Session) -> None:
-    """The cross-version tests: the newest JAX here, jax CROSSVER_JAX in a second venv.
+    """The cross-version tests alone: the newest JAX here, jax CROSSVER_JAX beside it.
 
-    The tests find the second interpreter through CACHEDOCTOR_OTHER_JAX_PYTHON and
-    CACHEDOCTOR_COMPAT_PYTHONS; without them they skip, naming this session.
+    The test setup installs that second JAX itself (tests/support/otherjax.py, kept in
+    .test-venvs/), so the README's test command runs these tests too; this session is the
+    short loop for them.
     """
     session.install("-e", ".[test]")
-    other = Path(session.cache_dir).resolve() / f"jax-{CROSSVER_JAX}"  # tests run CMD elsewhere
-    python = other / "bin" / "python"
-    if not python.exists():
-        session.run("python", "-m", "venv", str(other))
-    session.run(
-        str(python), "-m", "pip", "install", "-q", ".",
-        f"jax=={CROSSVER_JAX}", f"jaxlib=={CROSSVER_JAX}", external=True,
-    )  # fmt: skip
-    env = {"CACHEDOCTOR_OTHER_JAX_PYTHON": str(python), "CACHEDOCTOR_COMPAT_PYTHONS": str(python)}
-    session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs, env=env)
+    session.run("pytest", "-q", "-n", "auto", *CROSSVER_TESTS, *session.posargs)
 
 
 def _mutation_targets() -> list[str]:

@@ -23,7 +23,7 @@ The default cells cover each failure of the issue and each selector once; the wh
 ``CACHEDOCTOR_PRUNE_MATRIX=full``, its extra cells marked ``matrix_full``. One cell, every
 population: ``pytest tests/e2e/test_prune_matrix.py -k duplicates-abs-written``; one population
 of it: ``-k duplicates-abs-written-flag``. The second JAX comes from
-``CACHEDOCTOR_OTHER_JAX_PYTHON`` (``nox -s crossver`` builds it and runs this file; by hand:
+``CACHEDOCTOR_OTHER_JAX_PYTHON`` (the test setup builds it: tests/support/otherjax.py; by hand:
 ``python3.11 -m venv V && V/bin/pip install jax==0.8.3 jaxlib==0.8.3``).
 """
 

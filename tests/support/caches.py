@@ -30,6 +30,7 @@ from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.layout import MANIFEST_DIRNAME, STATS_DIRNAME
 from cachedoctor.storage.location import Location
+from tests.support import otherjax
 
 ProgramSpec = tuple[str, dict[str, str]]
 
@@ -38,11 +39,12 @@ SUPPORT_DIR = Path(__file__).resolve().parent  # the tests' own programs and fix
 REPO = SUPPORT_DIR.parents[1]  # the checkout: action.yml, benchmarks/, tools/, docs/
 
 
-OTHER_JAX_ENV = "CACHEDOCTOR_OTHER_JAX_PYTHON"
+OTHER_JAX_ENV = otherjax.OTHER_JAX_ENV
 
 
 CROSSVER_SKIP = (
-    f"no second JAX interpreter: `nox -s crossver` builds a jax 0.8.3 venv and sets {OTHER_JAX_ENV}"
+    f"no second JAX: {otherjax.OFF_ENV}=0 turned off its install by the test setup"
+    f" (tests/support/otherjax.py), or it failed: its log is {otherjax.venv_dir()}.log"
 )
 
 
@@ -72,10 +74,14 @@ def hlo_modules(cache: Path) -> list[bytes]:
 
 
 def other_jax_python() -> str:
-    """The interpreter of a second, older JAX (set by `nox -s crossver`); skips when unset."""
+    """The interpreter of a second, older JAX (``tests/support/otherjax.py`` installs it);
+    skips when that was turned off or failed, saying which."""
     python = os.environ.get(OTHER_JAX_ENV)
     if not python:
         pytest.skip(CROSSVER_SKIP)
+    failed = otherjax.wait(python)
+    if failed:
+        pytest.skip(failed)
     if not os.path.exists(python):
         pytest.fail(f"{OTHER_JAX_ENV}={python} does not exist")
     return os.path.abspath(python)  # tests run it from their own folders

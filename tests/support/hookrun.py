@@ -126,7 +126,10 @@ def entries(cache_dir: Path | str, module: str | None = None) -> list[str]:
     return keys
 
 
-NO_COMPAT_PYTHONS = "no compat interpreter (`nox -s crossver` sets CACHEDOCTOR_COMPAT_PYTHONS)"
+NO_COMPAT_PYTHONS = (
+    "no compat interpreter: CACHEDOCTOR_COMPAT_PYTHONS is unset and CACHEDOCTOR_OTHER_JAX=0"
+    " turned off the test setup's own (tests/support/otherjax.py)"
+)
 
 
 def compat_pythons() -> list[str]:

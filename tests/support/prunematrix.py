@@ -16,7 +16,7 @@ into keys: the autotune sub-cache option). The populations:
   ``jax_remove_custom_partitioning_ptr_from_cache_key``, plain and in observe mode (the latter on
   4 CPU devices, the others on 8, so that each writes its own keys and neither reads the other's);
 - ``jax083``: the seed program under a second JAX (``CACHEDOCTOR_OTHER_JAX_PYTHON``, which
-  ``nox -s crossver`` sets; absent, the population is left out and its tests skip).
+  the test setup installs: otherjax.py; absent, the population is left out and its tests skip).
 
 The history has three states, each kept for the cells (``TIMINGS``):
 
@@ -64,6 +64,7 @@ from typing import Any
 import filelock
 
 from cachedoctor.programs import program_path
+from tests.support import otherjax
 from tests.support.caches import OTHER_JAX_ENV, read_noatime
 from tests.support.hookrun import base_env
 
@@ -92,8 +93,11 @@ class Population:
 
 
 def other_jax() -> str | None:
-    """The second JAX's interpreter (``nox -s crossver``), or None when it is not set."""
+    """The second JAX's interpreter (``tests/support/otherjax.py``), or None: turned off, or it
+    could not be installed (that population's tests then skip, saying why)."""
     python = os.environ.get(OTHER_JAX_ENV)
+    if python and otherjax.wait(python) is not None:
+        return None
     if python and not os.path.exists(python):
         raise AssertionError(f"{OTHER_JAX_ENV}={python} does not exist")
     return python or None

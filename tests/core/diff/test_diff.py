@@ -139,7 +139,7 @@ def test_two_input_shapes_are_different_programs(moved: Path) -> None:
 
 @pytest.fixture(scope="module")
 def other_jax(shared_builds: SharedBuilds) -> Path:
-    """The plain program written by a second, older JAX (`nox -s crossver`)."""
+    """The plain program written by a second, older JAX (tests/support/otherjax.py)."""
     python = other_jax_python()
 
     def make(root: Path) -> None:

@@ -63,7 +63,7 @@ def rules_by_name(plan: Plan) -> dict[str, tuple[Selector, ...]]:
 
 @pytest.fixture(scope="session")
 def mixed_cache(shared_builds: SharedBuilds, seed_cache: Path) -> Path:
-    """seed_cache plus entries written by jax 0.8.3 (no pjrt_ifrt header; `nox -s crossver`)."""
+    """seed_cache plus entries written by jax 0.8.3 (no pjrt_ifrt header; otherjax.py)."""
     python = other_jax_python()
 
     def make(root: Path) -> None:
