@@ -114,9 +114,11 @@ def compat(session: nox.Session, jax: str) -> None:
     """Reader and hook tests against caches written by one JAX release, in its own venv (with
     the local S3 and GCS servers: the hook on bucket cache dirs)."""
     session.install(".[test-core,test-remote]", f"jax=={jax}", f"jaxlib=={jax}")
-    session.run(
-        "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider", *COMPAT_TESTS, *session.posargs
-    )
+    # the cross-version tests set the newest JAX against jax 0.8.3: under an older release there
+    # is no "newer" side, so they skip here as they always did (tests/support/otherjax.py)
+    quiet = ["-q", "-n", "auto", "-p", "no:cacheprovider"]
+    env = {"CACHEDOCTOR_OTHER_JAX": "0"}
+    session.run("pytest", *quiet, *COMPAT_TESTS, *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
