@@ -381,6 +381,7 @@ def schema_version_problems() -> Iterator[str]:
             "prune": ["prune", str(cache), "--orphans", "--json"],
             "rekey": ["rekey", str(cache), "--json"],
             "stats": ["stats", str(cache), "--json"],
+            "why": ["why", str(cache), "--json"],
             "status": ["status", "--json"],
             "check": ["check", "--runs", "1", "--format", "json", "--", sys.executable, "-c", ""],
         }

@@ -59,6 +59,7 @@ def test_every_json_document_has_a_schema_version(
             ("check", "--runs", "2", "--format", "json", "--", sys.executable, "-c", "print(1)")
         ],
         "stats": [("stats", cache, "--json")],
+        "why": [("why", cache, "--json")],
         "status": [("status", "--json")],
     }
     assert set(runs) == json_commands()

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "prune": ("prune", "prune", "Remove entries by rule (dry run unless --apply); --repair fixes."),
     "rekey": ("rekey", "rekey", "Move manifest-bearing entries to their current stable key."),
     "stats": ("stats", "stats", "Hit rate and compile time saved, from per-process records."),
+    "why": ("why", "why", "Why did a run miss: what differs from the nearest earlier key."),
 }
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.prune.actions import ApplyReport, Plan
     from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
     from cachedoctor.core.stats import StatsReport, ZeroReport
+    from cachedoctor.core.why import WhyReport
     from cachedoctor.stablekeys.activation import StatusReport
 
 
@@ -99,10 +100,13 @@ MODULE_DIFF = ReportKind("cachedoctor.core.diff.report", "ModuleDiffReport")
 STATS = ReportKind("cachedoctor.core.stats", "StatsReport")
 ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
 STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
+WHY = ReportKind("cachedoctor.core.why", "WhyReport")
 PLAN = ReportKind(__name__, "PlanReport")
 SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
-KINDS = (SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, PLAN, SHOW, FINDINGS)
+KINDS = (
+    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PLAN, SHOW, FINDINGS
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,12 @@ def _status_text(report: StatusReport, console: Console, options: Options) -> No
     _write(console, "\n".join(status_lines(report)))
 
 
+def _why_text(report: WhyReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.why import why_lines
+
+    _write(console, "\n".join(why_lines(report)))
+
+
 def _show_text(report: ShowReport, console: Console, options: Options) -> None:
     from cachedoctor.render.table import render_show
 
@@ -250,6 +260,7 @@ TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     STATS: _stats_text,
     ZERO: _zero_text,
     STATUS: _status_text,
+    WHY: _why_text,
     SHOW: _show_text,
     FINDINGS: _findings_text,
 }
@@ -344,6 +355,12 @@ def _module_diff_document(report: ModuleDiffReport) -> dict[str, Any]:
     return module_document(report)
 
 
+def _why_document(report: WhyReport) -> dict[str, Any]:
+    from cachedoctor.render.why import why_document
+
+    return why_document(report)
+
+
 def _stats_document(report: StatsReport) -> dict[str, Any]:
     from cachedoctor.render.stats import stats_document
 
@@ -372,6 +389,7 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
     MODULE_DIFF: _json(_module_diff_document),
     STATS: _json(_stats_document),
     STATUS: _status_json,
+    WHY: _json(_why_document),
     SHOW: _json(_show_document),
 }
 

@@ -250,7 +250,7 @@ def _get_cache_key(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> str | None:
-    from cachedoctor.stablekeys import keys
+    from cachedoctor.stablekeys import keys, misskeys
 
     mode = _state.mode
     if mode is None or _ignores_everything(args, kwargs):
@@ -279,6 +279,7 @@ def _get_cache_key(
 
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
     _state.stats["keys"] += 1
+    misskeys.note_stable(result.key, result, devices)  # a recorded miss names its components
     if cache_dir is not None:
         _explain_process_key(cache_dir, result)
     if result.to_replay:

@@ -41,6 +41,7 @@ REPLAY_COMPONENT = "custom_partitioning_replay"  # the digest that tells replaye
 # DebugOptions fields that JAX fills with paths under the cache directory.
 CACHE_DIR_FIELDS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_kernel_cache_file")
 _RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
+CHUNK_LIMIT = 1 << 16  # a missed key's record keeps the hashed pieces of components this small
 
 
 class InternalsChanged(Exception):
@@ -73,6 +74,8 @@ class KeyResult:
     # (index, pointer) of the custom_partitioning calls whose key the hook decides by replay;
     # ``key`` is then the base key that the replayed entries share
     to_replay: list[tuple[int, bytes]] = field(default_factory=list)
+    # component name -> each piece hashed, for components under CHUNK_LIMIT bytes (missed keys)
+    component_chunks: dict[str, list[bytes]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -110,6 +113,7 @@ class _SplitHash:
         self._raw_len = 0
         self.components: list[tuple[str, str]] = []
         self.data: dict[str, str] = {}
+        self.chunks: dict[str, list[bytes]] = {}  # each update() of a small component, in order
 
     def update(self, data: bytes) -> None:
         self.total.update(data)
@@ -120,6 +124,8 @@ class _SplitHash:
 
     def mark(self, name: str) -> None:
         self.components.append((name, self._cur.hexdigest()))
+        if name != "computation" and self._raw_len <= CHUNK_LIMIT:
+            self.chunks[name] = list(self._raw)
         if name != "computation" and self._raw_len <= _RAW_COMPONENT_LIMIT:
             self.data[name] = base64.b64encode(b"".join(self._raw)).decode()
         self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
@@ -155,6 +161,36 @@ def jax_get_cache_key() -> Any:
     return getattr(fn, "__cachedoctor_original__", fn)
 
 
+def jax_cache_key_get() -> Any:
+    """JAX's own ``cache_key.get``, even while the stats recorder has wrapped it
+    (:mod:`.misskeys`)."""
+    from jax._src import cache_key as ck
+
+    fn = ck.get
+    return getattr(fn, "__cachedoctor_misskeys_original__", fn)
+
+
+def jax_key_components(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, _SplitHash]:
+    """JAX's own key for ``cache_key.get(*args, **kwargs)``, computed by JAX's code with a hash
+    that keeps one digest (and the hashed pieces of the small ones) per component."""
+    from jax._src import cache_key as ck
+
+    holder: dict[str, _SplitHash] = {}
+
+    def sha256() -> _SplitHash:
+        holder["hash"] = split = _SplitHash()
+        return split
+
+    get_globals = dict(ck.__dict__)
+    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
+    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
+    combined = str(_rebind(jax_cache_key_get(), get_globals)(*args, **kwargs))
+    if "hash" not in holder:
+        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+    split = holder["hash"]  # its digest() is the stable combination: JAX's is the running total
+    return f"{combined.rsplit('-', 1)[0]}-{split.total.hexdigest()}", split
+
+
 _checked: set[tuple[int, int]] = set()
 
 
@@ -164,9 +200,7 @@ def check_internals() -> None:
     The result is remembered per pair of JAX functions, so the per-compile cost is a lookup.
     """
     try:
-        from jax._src import cache_key as ck
-
-        ident = (id(ck.get), id(jax_get_cache_key()))
+        ident = (id(jax_cache_key_get()), id(jax_get_cache_key()))
     except Exception:  # pragma: no cover - reported by the full check below
         ident = (0, 0)
     if ident in _checked:
@@ -177,11 +211,11 @@ def check_internals() -> None:
 
 def _check_internals() -> None:
     try:
-        from jax._src import cache_key as ck
+        from jax._src import cache_key  # noqa: F401 - JAX's key module must import
         from jax._src import custom_partitioning as cp
     except Exception as exc:  # pragma: no cover - depends on the installed jax
         raise InternalsChanged(f"cannot import JAX's key modules: {exc}") from exc
-    names = getattr(getattr(ck.get, "__code__", None), "co_names", ())
+    names = getattr(getattr(jax_cache_key_get(), "__code__", None), "co_names", ())
     if "hashlib" not in names or "_log_cache_key_hash" not in names:
         raise InternalsChanged("jax._src.cache_key.get no longer hashes through hashlib.sha256")
     get_cache_key = jax_get_cache_key()
@@ -210,7 +244,7 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
     get_globals = dict(ck.__dict__)
     get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
     get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
-    get = _rebind(ck.get, get_globals)
+    get = _rebind(jax_cache_key_get(), get_globals)
     original = jax_get_cache_key()
     cc_globals = dict(original.__globals__)
     cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
@@ -391,6 +425,7 @@ def stable_key(
         module_name=module_name,
         components=dict(split.components),
         component_data=dict(split.data),
+        component_chunks=dict(split.chunks),
         jax_equivalent_key=f"{module_name}-{split.total.hexdigest()}",
         volatile=volatile + opt_volatile,
         canonical_ir=module_text(canon_module) if record_ir else None,

@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.stablekeys import misskeys
 from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
@@ -93,6 +94,8 @@ RECORD_FORMAT = "cachedoctor-stats/1"
 RECORD_SUFFIX = ".json"
 MAX_MODULES = 4096  # beyond this many module names, counts go to OTHER_MODULE
 MAX_KEYS_PER_MODULE = 16  # beyond this many keys of one module, only the module counts them
+MAX_MISSED_KEYS = 64  # missed keys whose components a record keeps (``missed``: misskeys.py)
+MAX_MISSED_BYTES = 8192  # a missed key's values beyond this are left out (its digests stay)
 KEY_COUNTS = ("lookups", "hits", "writes")  # per key, in a module's ``keys``
 OTHER_MODULE = "(other modules)"
 UNKNOWN_MODULE = "(unknown module)"  # an event outside compile_or_get_cached
@@ -151,6 +154,7 @@ class _Call:
     get_key: str | None = None  # JAX called get_executable_and_time with this key (a lookup)
     put_key: str | None = None  # JAX called put_executable_and_time with this key
     put_failed: bool = False  # ... and it raised
+    missed: dict[str, Any] | None = None  # what went into the key JAX did not find (misskeys)
 
 
 @dataclass
@@ -159,6 +163,7 @@ class _Recorder:
     started: float = field(default_factory=_wall)
     modules: dict[str, dict[str, float]] = field(default_factory=dict)
     keys: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # module: key: n
+    missed: dict[str, dict[str, Any]] = field(default_factory=dict)  # key: its components
     warned: bool = False
     written: str | None = None  # where the record went (for tests and `status`)
 
@@ -273,6 +278,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             return result
         finally:
             _local.call = outer
+            misskeys.forget()
             if call.requested:
                 try:
                     _finish(call, start, compiled)
@@ -303,6 +309,22 @@ def _finish(call: _Call, start: float, compiled: bool) -> None:
                 _count_key(call.module, call.get_key, "hits")
         if outcome == "writes" and call.put_key is not None:
             _count_key(call.module, call.put_key, "writes")
+        if not call.hit and call.missed is not None and call.get_key is not None:
+            _keep_missed(call, outcome)
+
+
+def _keep_missed(call: _Call, outcome: str | None) -> None:
+    """Keep what went into a missed key (under the lock), at most :data:`MAX_MISSED_KEYS`."""
+    assert _recorder is not None and call.missed is not None and call.get_key is not None
+    missed = _recorder.missed
+    if call.get_key in missed or len(missed) >= MAX_MISSED_KEYS:
+        return
+    doc = {**call.missed, "module": call.module, "time": _wall(), "outcome": outcome}
+    if len(json.dumps(doc.get("values", {}))) > MAX_MISSED_BYTES:
+        values = doc["values"]
+        doc["values"] = {k: v for k, v in values.items() if len(json.dumps(v)) <= 1024}
+        doc["values_left_out"] = sorted(set(values) - set(doc["values"]))
+    missed[call.get_key] = doc
 
 
 def _count_key(module: str, key: str, name: str) -> None:
@@ -408,7 +430,13 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
         if call is not None:
             with contextlib.suppress(Exception):
                 call.get_key = str(cache_key)
-        return original(cache_key, *args, **kwargs)
+        result = original(cache_key, *args, **kwargs)
+        if call is not None and isinstance(result, tuple) and result and result[0] is None:
+            try:  # a miss: what went into the key, while JAX's arguments are as it hashed them
+                call.missed = misskeys.describe_miss(str(cache_key))
+            except Exception as exc:
+                _warn_once(f"{type(exc).__name__}: {exc}")
+        return result
 
     get_executable_and_time.__cachedoctor_stats_original__ = original  # type: ignore[attr-defined]
     get_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
@@ -434,6 +462,8 @@ def start(mode: str) -> bool:
         if getattr(put, "__cachedoctor_stats_original__", None) is None:
             compilation_cache.put_executable_and_time = _wrap_put(put)
         get = getattr(compilation_cache, "get_executable_and_time", None)  # keys: optional
+        with contextlib.suppress(Exception):  # missed keys' components: optional
+            misskeys.wrap_cache_key_get()
         if get is not None and getattr(get, "__cachedoctor_stats_original__", None) is None:
             compilation_cache.get_executable_and_time = _wrap_get(get)
         monitoring.register_event_listener(_on_event)
@@ -480,10 +510,12 @@ def snapshot() -> dict[str, Any] | None:
             keys = recorder.keys.get(name)
             if keys:
                 modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
+        missed = {key: dict(doc) for key, doc in recorder.missed.items()}
     import jax
 
     return {
         "format": RECORD_FORMAT,
+        "missed": missed,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "start": recorder.started,

@@ -147,6 +147,64 @@ def make_key_counts(values: Iterable[int]) -> KeyCounts:
 
 
 @dataclass(frozen=True)
+class MissedKey:
+    """What went into a key JAX looked up and did not find (``stablekeys/misskeys.py``): one
+    digest per component of JAX's key, in JAX's order, and the hashed pieces of the small ones.
+    ``kind`` is ``jax`` (JAX's own key) or ``stable`` (the stable hook's)."""
+
+    key: str
+    module: str
+    kind: str
+    time: float
+    outcome: str | None
+    components: tuple[tuple[str, str], ...]
+    values: dict[str, tuple[str, ...]]
+    devices: dict[str, Any] | None = None
+    metadata_in_key: bool | None = None
+
+    def digest(self, component: str) -> str | None:
+        return dict(self.components).get(component)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "module": self.module,
+            "kind": self.kind,
+            "time": self.time,
+            "outcome": self.outcome,
+            "components": [list(c) for c in self.components],
+            "values": {k: list(v) for k, v in self.values.items()},
+            "devices": self.devices,
+            "metadata_in_key": self.metadata_in_key,
+        }
+
+
+def missed_key_of(key: str, doc: Any) -> MissedKey | None:
+    """A record's ``missed`` entry, or None when it is not one the recorder writes (left out:
+    the record's counts stay good)."""
+    try:
+        components = tuple((str(n), str(d)) for n, d in doc["components"])
+        if not components or any(len(d) != 64 for _, d in components):
+            return None
+        values = {str(k): tuple(str(x) for x in v) for k, v in (doc.get("values") or {}).items()}
+        devices = doc.get("devices")
+        meta = doc.get("metadata_in_key")
+        return MissedKey(
+            key=str(key),
+            module=str(doc["module"]),
+            kind=str(doc["kind"]),
+            time=float(doc["time"]),
+            outcome=None if doc.get("outcome") is None else str(doc["outcome"]),
+            components=components,
+            values=values,
+            devices=devices if isinstance(devices, dict) else None,
+            metadata_in_key=meta if isinstance(meta, bool) else None,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
 class Record:
     """One process's record."""
 
@@ -163,6 +221,8 @@ class Record:
     config: dict[str, float] = field(default_factory=dict)
     # per key, over all modules (at most 16 keys a module); empty in records from before keys
     keys: dict[str, KeyCounts] = field(default_factory=dict)
+    # what went into each key that missed (at most 64); empty in records from before them
+    missed: dict[str, MissedKey] = field(default_factory=dict)
 
     @property
     def day(self) -> str:

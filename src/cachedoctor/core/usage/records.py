@@ -24,6 +24,7 @@ from cachedoctor.core.usage.model import (
     KeyCounts,
     Record,
     make_key_counts,
+    missed_key_of,
     sparse_counters,
     thawed_counters,
 )
@@ -149,7 +150,9 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 def _freeze(r: Record) -> str:
     modules = {name: sparse_counters(c) for name, c in r.modules.items()}
     keys = {key: KEY_VALUES(k) for key, k in r.keys.items()}
-    return _dumps(["record", r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys])
+    missed = {key: m.to_dict() for key, m in r.missed.items()}
+    fields = [r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys, missed]
+    return _dumps(["record", *fields])
 
 
 def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
@@ -161,7 +164,7 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             return _broken(path, str(doc[1]))
         if kind == "unreadable" and len(doc) == 2:
             return _unreadable(path, str(doc[1]))
-        _, host, pid, start, end, jax, hook, config, modules, keys = doc
+        _, host, pid, start, end, jax, hook, config, modules, keys, missed = doc
         return Record(
             file=name,
             host=host,
@@ -173,6 +176,7 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             modules={m: thawed_counters(v) for m, v in modules.items()},
             config=config,
             keys={k: make_key_counts(v) for k, v in keys.items()},
+            missed={k: m for k, v in missed.items() if (m := missed_key_of(k, v)) is not None},
         )
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None

@@ -13,7 +13,15 @@ import math
 import operator
 from typing import Any
 
-from cachedoctor.core.usage.model import KEY_VALUES, Counters, KeyCounts, Record, make_key_counts
+from cachedoctor.core.usage.model import (
+    KEY_VALUES,
+    Counters,
+    KeyCounts,
+    MissedKey,
+    Record,
+    make_key_counts,
+    missed_key_of,
+)
 from cachedoctor.stablekeys.stats import CONFIG_NAMES, COUNTERS, KEY_COUNTS, OUTCOMES, RECORD_FORMAT
 
 MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB; anything larger is not one of ours
@@ -182,4 +190,12 @@ def parse_record(file: str, data: bytes) -> Record:
         modules=counters,
         config=_config(doc.get("config")),
         keys=keys,
+        missed=_missed(doc.get("missed")),
     )
+
+
+def _missed(raw: object) -> dict[str, MissedKey]:
+    if not isinstance(raw, dict):
+        return {}
+    found = ((str(k), missed_key_of(k, v)) for k, v in raw.items())
+    return {k: m for k, m in found if m is not None}

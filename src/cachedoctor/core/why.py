@@ -1,0 +1,328 @@
+"""Why did a run miss: each recorded miss set against the nearest earlier key of its module,
+component by component, in the terms of JAX's own key.
+
+The evidence is what the stats recorder kept of each key JAX looked up and did not find
+(``stablekeys/misskeys.py``): one digest per component of JAX's key and the pieces JAX hashed for
+the small ones. A component is named as a cause only when its two digests differ; its values
+only say what the difference was. A miss without such a record is "unknown", with what to turn on.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cachedoctor.core.findings import Finding
+from cachedoctor.core.usage import records as usage_records
+from cachedoctor.core.usage.model import MissedKey, Record
+from cachedoctor.plaindata import plain
+from cachedoctor.storage.location import Location
+from cachedoctor.storage.stores import Store
+
+# JAX's component names (jax/_src/cache_key.py), the likelier root cause first: a new XLA flag
+# also changes the compile options it lands in, a new jaxlib also the program it lowers.
+CAUSE_ORDER = (
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "accelerator_config",
+    "compression",
+    "custom_hook",
+    "compile_options",
+    "computation",
+)
+ENABLE_HINT = (
+    "record misses with `cachedoctor enable --stats-only` (or any hook mode) in the processes"
+    " that use this cache"
+)
+MAX_OPTION_CHANGES = 4
+POINTERS = "custom_partitioning pointers"  # misskeys: the backend_config values JAX hashed
+WITHOUT_POINTERS = "computation without pointers"  # misskeys: the digest with them removed
+
+
+@dataclass(frozen=True)
+class Change:
+    """One component of JAX's key whose digest differs, and what its values say."""
+
+    component: str
+    words: str
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class MissWhy:
+    """One recorded miss, explained."""
+
+    module: str
+    key: str
+    time: float
+    host: str
+    record: str
+    outcome: str | None
+    verdict: str  # "changed", "same-key", "first", "unknown"
+    words: str
+    nearest: str | None = None
+    nearest_time: float | None = None
+    nearest_in_cache: bool = False
+    changes: tuple[Change, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["changes"] = [asdict(c) for c in self.changes]
+        return doc
+
+
+@dataclass
+class WhyReport:
+    where: str
+    records: int
+    misses: list[MissWhy] = field(default_factory=list)
+    # per module: misses the records count but whose key's components were not recorded
+    unrecorded: dict[str, int] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "records": self.records,
+            "misses": [m.to_dict() for m in self.misses],
+            "unrecorded": self.unrecorded,
+            "hint": ENABLE_HINT if self.unrecorded or not self.records else None,
+            "findings": [plain(f) for f in self.findings],
+        }
+
+
+def _text(values: Sequence[str] | None) -> str | None:
+    return None if values is None else " ".join(values)
+
+
+def _option_changes(a: Sequence[str] | None, b: Sequence[str] | None) -> list[str]:
+    """Each compile option that differs, ``path a → b``, from the serialized options JAX hashed."""
+    from cachedoctor.formats import wire
+    from cachedoctor.xla import optiondiff, optionschema
+
+    if not a or not b or not a[0].startswith("b64:") or not b[0].startswith("b64:"):
+        return []
+    try:
+        diffs = optiondiff.diff_messages(
+            base64.b64decode(a[0][4:]), base64.b64decode(b[0][4:]), optionschema.COMPILE_OPTIONS
+        )
+    except (ValueError, wire.WireError):
+        return []
+    return [f"`{d.path}` {_short(d.a)} → {_short(d.b)}" for d in diffs]
+
+
+def _short(value: str | None, limit: int = 60) -> str:
+    if value is None:
+        return "(unset)"
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _flags(values: Sequence[str] | None) -> set[str]:
+    return set(values or ())
+
+
+def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
+    """One differing component in words: its two values where the record kept them."""
+    va, vb = before.values.get(name), after.values.get(name)
+    if name == "jax_lib version" and va and vb:
+        return Change(name, f"jaxlib {va[0]} → {vb[0]}", va[0], vb[0])
+    if name == "backend version" and va and vb:
+        return Change(name, f"backend {_text(va)} → {_text(vb)}", _text(va), _text(vb))
+    if name == "XLA flags" and va is not None and vb is not None:
+        added = sorted(_flags(vb) - _flags(va))
+        gone = sorted(_flags(va) - _flags(vb))
+        said = [f"+ {f}" for f in added] + [f"- {f}" for f in gone]
+        words = "XLA flags " + (", ".join(said) if said else "reordered")
+        return Change(name, words, _text(va), _text(vb))
+    if name == "accelerator_config":
+        da, db = before.devices, after.devices
+        if da and db and (da.get("count"), da.get("kinds")) != (db.get("count"), db.get("kinds")):
+            ka, kb = "/".join(da.get("kinds", [])), "/".join(db.get("kinds", []))
+            words = f"{da.get('count')} {ka} devices → {db.get('count')}"
+            words += "" if ka == kb else f" {kb}"
+            return Change(name, words)
+        return Change(name, "the accelerator topology changed")
+    if name == "compression" and va and vb:
+        return Change(name, f"{va[0]} → {vb[0]}", va[0], vb[0])
+    if name == "custom_hook":
+        return Change(name, f"custom_hook {_text(va)!r} → {_text(vb)!r}", _text(va), _text(vb))
+    if name == "compile_options":
+        options = _option_changes(va, vb)
+        if not options:
+            return Change(name, "compile options changed")
+        more = len(options) - MAX_OPTION_CHANGES
+        words = "compile option " + "; ".join(options[:MAX_OPTION_CHANGES])
+        return Change(name, words + (f" (and {more} more)" if more > 0 else ""))
+    if name == "computation":
+        pa, pb = before.values.get(POINTERS), after.values.get(POINTERS)
+        if pa and pb and before.digest(WITHOUT_POINTERS) == after.digest(WITHOUT_POINTERS):
+            words = (
+                f"a custom_partitioning pointer: JAX hashes a Python object address"
+                f" ({_text(pa)} → {_text(pb)}), so each run writes a new entry; the program is"
+                " otherwise the same (`cachedoctor enable` keys it stably)"
+            )
+            return Change(name, words, _text(pa), _text(pb))
+        meta = before.metadata_in_key and after.metadata_in_key
+        words = "the program changed"
+        if meta:
+            words += " (jax_compilation_cache_include_metadata_in_key is on: a moved line counts)"
+        return Change(name, words)
+    return Change(name, f"{name} changed")
+
+
+def differing(before: MissedKey, after: MissedKey) -> list[str]:
+    """The components whose digests differ, in :data:`CAUSE_ORDER` (unknown names last)."""
+    a, b = dict(before.components), dict(after.components)
+    names = [n for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n) and n != WITHOUT_POINTERS]
+    rank = {n: i for i, n in enumerate(CAUSE_ORDER)}
+    return sorted(names, key=lambda n: rank.get(n, len(rank)))
+
+
+def _written(m: MissedKey) -> bool:
+    return m.outcome in (None, "writes")
+
+
+def _program_detail(where: Location, before: str, after: str) -> str | None:
+    """What the canonical programs of two entries the cache holds say (local caches only)."""
+    root = where.local_path
+    if root is None:
+        return None
+    a, b = os.path.join(root, before + "-cache"), os.path.join(root, after + "-cache")
+    if not (os.path.isfile(a) and os.path.isfile(b)):
+        return None
+    try:
+        from cachedoctor.core.diff.compare import diff_entries
+
+        hlo = diff_entries(a, b).hlo
+    except Exception:
+        return None
+    if not hlo.available:
+        return None
+    if hlo.same_canonical:
+        return "the canonical HLO is the same: only what JAX hashes beside it (metadata) differs"
+    first = next((line for line in hlo.canonical_diff if line.startswith("+ ")), None)
+    n = hlo.changed_instructions
+    said = f"{n} instruction{' differs' if n == 1 else 's differ'}"
+    return said + (f", first {first[2:].strip()[:80]}" if first else "")
+
+
+def _explain(
+    miss: MissedKey,
+    record: Record,
+    earlier: list[MissedKey],
+    held: set[str],
+    unknown: set[str],
+    where: Location,
+) -> MissWhy:
+    def said(verdict: str, words: str, **found: Any) -> MissWhy:
+        return MissWhy(
+            module=miss.module,
+            key=miss.key,
+            time=miss.time,
+            host=record.host,
+            record=record.file,
+            outcome=miss.outcome,
+            verdict=verdict,
+            words=words,
+            **found,
+        )
+
+    same = [m for m in earlier if m.key == miss.key and _written(m)]
+    if same:
+        words = (
+            "this very key was written before (by a process that ended earlier) and was not in"
+            " the cache when looked up: removed since (JAX's LRU eviction, a prune) or never"
+            " stored whole"
+        )
+        return said("same-key", words, nearest=miss.key)
+    candidates = [
+        m
+        for m in earlier
+        if m.kind == miss.kind and m.key != miss.key and (_written(m) or m.key in held)
+    ]
+    if not candidates:
+        others = sorted(k for k in unknown if k.rsplit("-", 1)[0] == miss.module)
+        if others:
+            words = (
+                f"the cache holds {len(others)} other entr{'y' if len(others) == 1 else 'ies'} of"
+                f" {miss.module}, written by processes that recorded no components: unknown"
+                f" ({ENABLE_HINT})"
+            )
+            return said("unknown", words)
+        words = f"no earlier key of {miss.module} was recorded: the first compile of it here"
+        return said("first", words)
+    nearest = min(candidates, key=lambda m: (len(differing(m, miss)), -m.time))
+    changes = [_describe(n, nearest, miss) for n in differing(nearest, miss)]
+    if changes and changes[-1].words.startswith("the program changed"):
+        detail = _program_detail(where, nearest.key, miss.key)
+        if detail:
+            last = changes[-1]
+            changes[-1] = Change(last.component, f"{last.words}: {detail}")
+    words = "; ".join(c.words for c in changes) or "no component differs (a different key kind)"
+    return said(
+        "changed",
+        words,
+        nearest=nearest.key,
+        nearest_time=nearest.time,
+        nearest_in_cache=nearest.key in held,
+        changes=tuple(changes),
+    )
+
+
+def _entry_times(store: Store) -> dict[str, float]:
+    """Each entry's key and when it was written (its modification time)."""
+    try:
+        return {
+            i.name[: -len("-cache")]: i.mtime_ns / 1e9
+            for i in store.list()
+            if not i.is_dir and i.name.endswith("-cache")
+        }
+    except FileNotFoundError:
+        return {}
+
+
+def explain_misses(where: Location, *, module: str | None = None) -> WhyReport:
+    """Every recorded miss of the cache's processes (of ``module``), explained, oldest first."""
+    store = where.store()
+    found, findings = usage_records.read_records(store)
+    report = WhyReport(where=where.spelling, records=len(found), findings=list(findings))
+    written_at = _entry_times(store)
+    recorded = {m.key for r in found for m in r.missed.values()}
+    misses = sorted(
+        ((m, r) for r in found for m in r.missed.values()), key=lambda pair: pair[0].time
+    )
+    for r in found:
+        for name, counters in r.modules.items():
+            if module is not None and name != module:
+                continue
+            kept = sum(1 for m in r.missed.values() if m.module == name)
+            if counters.misses > kept:
+                report.unrecorded[name] = report.unrecorded.get(name, 0) + counters.misses - kept
+    for index, (miss, record) in enumerate(misses):
+        if module is not None and miss.module != module:
+            continue
+        earlier = [m for m, r in misses[:index] if m.module == miss.module and r is not record]
+        # entries of no recorded key that were there before the miss: unexplained history
+        unknown = {k for k, t in written_at.items() if k not in recorded and t <= miss.time}
+        report.misses.append(_explain(miss, record, earlier, set(written_at), unknown, where))
+    return report
+
+
+def causes(report: WhyReport) -> dict[str, list[str]]:
+    """Per module, the words of each distinct cause of its misses (for ``stats`` and ``lint``)."""
+    out: dict[str, list[str]] = {}
+    for m in report.misses:
+        if m.verdict in ("changed", "same-key"):
+            said = out.setdefault(m.module, [])
+            if m.words not in said:
+                said.append(m.words)
+    return out
+
+
+def modules_of(report: WhyReport) -> Iterable[str]:
+    return sorted({m.module for m in report.misses} | set(report.unrecorded))

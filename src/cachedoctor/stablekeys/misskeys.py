@@ -1,0 +1,164 @@
+"""What went into the key of a compile that missed, in JAX's own terms, for ``cachedoctor why``.
+
+JAX's ``cache_key.get`` feeds eight components into one SHA-256: ``computation``, ``jax_lib
+version``, ``backend version``, ``XLA flags``, ``compile_options``, ``accelerator_config``,
+``compression`` and ``custom_hook`` (0.4.38 has no ``backend version``), and shows them only in
+a DEBUG log line per component. The stats recorder keeps, for each key that missed, one digest
+per component and the pieces JAX hashed for the small ones (everything but the computation), so
+that a later ``why`` can say which component differs from the key an earlier run wrote, and
+what its two values were.
+
+Cost: on every lookup, one wrapper call that keeps a reference to JAX's arguments of
+``cache_key.get`` (no hashing, no copy); on a miss only (a compile follows, which costs far
+more), JAX's key code runs once more with a recording hash (:func:`keys.jax_key_components`).
+The key so computed must be the key JAX looked up, else nothing is recorded: under the stable
+hook the key looked up is the stable key, whose components the hook hands over
+(:func:`note_stable`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # keys is imported when a key missed: recording stays light on import
+    from cachedoctor.stablekeys.keys import KeyResult
+
+MARKER = "__cachedoctor_misskeys_original__"
+_local = threading.local()  # .inputs: the last cache_key.get arguments; .stable: (key, result)
+
+
+def wrap_cache_key_get() -> None:
+    """Keep, per thread, the arguments of JAX's ``cache_key.get`` (idempotent)."""
+    from jax._src import cache_key as ck
+
+    original = ck.get
+    if getattr(original, MARKER, None) is not None:
+        return
+
+    def get(*args: Any, **kwargs: Any) -> Any:
+        _local.inputs = (args, kwargs)
+        return original(*args, **kwargs)
+
+    setattr(get, MARKER, original)
+    get.__wrapped__ = original  # type: ignore[attr-defined]
+    ck.get = get
+
+
+def note_stable(key: str, result: KeyResult, devices: Any = None) -> None:
+    """The stable hook's key for this thread's lookup, and what went into it."""
+    _local.stable = (key, result, devices)
+
+
+def forget() -> None:
+    """Drop this thread's kept arguments (a compile ended: nothing outlives it)."""
+    _local.inputs = None
+    _local.stable = None
+
+
+def _values(chunks: dict[str, list[bytes]]) -> dict[str, list[str]]:
+    """Each small component's hashed pieces, as text where they are UTF-8, else ``b64:...``."""
+    out: dict[str, list[str]] = {}
+    for name, pieces in chunks.items():
+        shown = []
+        for piece in pieces:
+            try:
+                shown.append(piece.decode("utf-8"))
+            except UnicodeDecodeError:
+                shown.append("b64:" + base64.b64encode(piece).decode())
+        out[name] = shown
+    return out
+
+
+def _devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """How many devices, of which kinds, the compile was for (JAX's ``devices`` argument): the
+    accelerator component is a topology fingerprint on most backends, opaque without this."""
+    devices = kwargs.get("devices", args[1] if len(args) > 1 else None)
+    try:
+        flat = list(devices.flat)  # type: ignore[union-attr]
+        kinds = sorted({str(d.device_kind) for d in flat})
+        return {"count": len(flat), "kinds": kinds}
+    except Exception:
+        return None
+
+
+POINTERS = "custom_partitioning pointers"  # the backend_config values JAX hashed (addresses)
+WITHOUT_POINTERS = "computation without pointers"  # the computation's digest with them removed
+
+
+def _without_pointers(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[str], str] | None:
+    """For a module with custom_partitioning calls: their ``backend_config`` values (Python
+    object addresses) and the digest JAX's code gives the computation with each one replaced by
+    the same placeholder, so that ``why`` can tell "only the pointer changed" from evidence."""
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    from cachedoctor.stablekeys import keys
+
+    module = kwargs.get("module", args[0] if args else None)
+    if module is None:
+        return None
+    with module.context:
+        if not keys._custom_partitioning_ops(module):
+            return None
+        clone = keys._clone(module)
+        holder = type("Holder", (), {"operation": clone})()
+        pointers = []
+        for op in keys._custom_partitioning_ops(holder):
+            pointers.append(str(ir.StringAttr(op.attributes["backend_config"]).value))
+            op.attributes["backend_config"] = ir.StringAttr.get("cachedoctor:pointer")
+        view = getattr(clone, "opview", clone)
+        if "module" in kwargs:
+            _, split = keys.jax_key_components(args, {**kwargs, "module": view})
+        else:
+            _, split = keys.jax_key_components((view, *args[1:]), kwargs)
+    return pointers, dict(split.components)["computation"]
+
+
+def describe_miss(looked_up: str) -> dict[str, Any] | None:
+    """The components of ``looked_up`` (a key JAX did not find), or None when this thread's
+    kept arguments do not give that very key."""
+    stable = getattr(_local, "stable", None)
+    devices = None
+    if stable is not None and stable[0] == looked_up:
+        result: KeyResult = stable[1]
+        components, chunks = list(result.components.items()), result.component_chunks
+        kind = "stable"
+        devices = _devices((None, stable[2]), {})
+    else:
+        inputs = getattr(_local, "inputs", None)
+        if inputs is None:
+            return None
+        args, kwargs = inputs
+        try:
+            from cachedoctor.stablekeys import keys
+
+            key, split = keys.jax_key_components(args, kwargs)
+        except Exception:
+            return None
+        if key != looked_up:
+            return None
+        components, chunks, kind = split.components, split.chunks, "jax"
+        devices = _devices(args, kwargs)
+        try:
+            pointers = _without_pointers(args, kwargs)
+        except Exception:
+            pointers = None
+        if pointers is not None:
+            chunks = {**chunks, POINTERS: [p.encode() for p in pointers[0]]}
+            components = [*components, (WITHOUT_POINTERS, pointers[1])]
+    doc: dict[str, Any] = {
+        "kind": kind,
+        "components": [[name, digest] for name, digest in components],
+        "values": _values(chunks),
+    }
+    if devices is not None:
+        doc["devices"] = devices
+    with contextlib.suppress(Exception):
+        from jax._src import config
+
+        doc["metadata_in_key"] = bool(config.compilation_cache_include_metadata_in_key.value)
+    return doc

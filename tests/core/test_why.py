@@ -1,0 +1,223 @@
+"""`cachedoctor why`: each recorded miss explained by the components of JAX's key that differ,
+with JAX as the oracle: its own DEBUG log line per component ("get_cache_key hash of serialized
+<component>: <digest>") in the same runs says which components differ, and the recorder's
+digests must be JAX's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cachedoctor.cli import cli
+from tests.support.caches import SUPPORT_DIR
+from tests.support.hookrun import base_env
+
+PROGRAM = SUPPORT_DIR / "why_program.py"
+MODULE = "jit_step"
+# runs the program with JAX's key module logging at DEBUG (its per-component digests)
+_LOGGED = r"""
+import logging, runpy, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+logging.getLogger("jax._src.cache_key").setLevel(logging.DEBUG)
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+_COMPONENT = re.compile(
+    r"^jax\._src\.cache_key get_cache_key hash of serialized (.+?): ([0-9a-f]{64})", re.M
+)  # our handler's lines (0.8.3 also prints its own)
+_HIT = re.compile(r"Persistent compilation cache hit for '([^']+)'")
+
+
+def run(cache: Path, hook: str | None = "stats", **env: str) -> list[dict[str, str]]:
+    """Run the program; JAX's components of each key it computed, in order."""
+    extra = {"JAX_LOG_COMPILES": "1", **env}
+    if hook is not None:
+        extra["CACHEDOCTOR_HOOK"] = hook
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOGGED, str(PROGRAM)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache, **extra),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return logged_keys(proc.stderr)
+
+
+def logged_keys(stderr: str) -> list[dict[str, str]]:
+    """JAX's DEBUG lines: each key it computed, its component digests (the first: jit_step)."""
+    keys: list[dict[str, str]] = []
+    for name, digest in _COMPONENT.findall(stderr):
+        if name == "computation":
+            keys.append({})
+        keys[-1][name] = digest
+    return keys
+
+
+def why_text(cache: Path, *args: str) -> tuple[int, str]:
+    done = CliRunner().invoke(cli, ["why", str(cache), *args])
+    return done.exit_code, done.output
+
+
+def why(cache: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code, out = why_text(cache, "--json", *args)
+    return code, json.loads(out)
+
+
+def differing(a: dict[str, str], b: dict[str, str]) -> set[str]:
+    return {name for name in a if a[name] != b.get(name)}
+
+
+SCENARIOS = {
+    "xla-flag": (
+        {},
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
+        "+ --xla_cpu_enable_fast_math",
+    ),
+    "devices": ({}, {"WHY_DEVICES": "4"}, "num_partitions` 8 → 4"),
+    "edited": ({}, {"WHY_EDIT": "1"}, "the program changed"),
+    "precision": ({}, {"JAX_DEFAULT_MATMUL_PRECISION": "highest"}, "the program changed"),
+    "moved-with-metadata": (
+        {"JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": "true"},
+        {"JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": "true", "WHY_MOVE": "3"},
+        "a moved line counts",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_why_names_what_jaxs_own_components_show(tmp_path: Path, scenario: str) -> None:
+    before, after, words = SCENARIOS[scenario]
+    cache = tmp_path / "cache"
+    (first,) = [k for k in run(cache, **before)[:1]]
+    (second,) = [k for k in run(cache, **after)[:1]]
+    jax_says = differing(first, second)
+    assert jax_says, f"{scenario}: JAX computed the same key: not a miss"
+    code, doc = why(cache, "--module", MODULE)
+    misses = doc["misses"]
+    assert [m["verdict"] for m in misses] == ["first", "changed"], misses
+    changed = misses[1]
+    named = {c["component"] for c in changed["changes"]}
+    assert named == jax_says, (scenario, named, jax_says)
+    assert words in changed["words"], changed["words"]
+    assert changed["nearest"] == misses[0]["key"] and changed["nearest_in_cache"]
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_a_moved_line_is_a_hit_without_metadata_in_the_key(tmp_path: Path) -> None:
+    """JAX strips locations from the key by default: a moved line misses nothing to explain."""
+    cache = tmp_path / "cache"
+    first = run(cache)[0]
+    second = run(cache, WHY_MOVE="3")[0]
+    assert first == second  # JAX: the same key
+    code, doc = why(cache, "--module", MODULE)
+    assert [m["verdict"] for m in doc["misses"]] == ["first"] and code == 0
+
+
+@pytest.mark.slow
+def test_the_recorded_digests_are_jaxs(tmp_path: Path) -> None:
+    """What the recorder keeps of a missed key is JAX's own per-component digests."""
+    cache = tmp_path / "cache"
+    logged = run(cache)[0]
+    (record,) = (cache / "cachedoctor-stats").glob("*.json")
+    missed = json.loads(record.read_text())["missed"]
+    (key,) = [k for k in missed if k.startswith(MODULE + "-")]
+    recorded = {n: d for n, d in missed[key]["components"] if n in logged}
+    assert recorded == logged
+
+
+@pytest.mark.slow
+def test_a_custom_partitioning_pointer_is_named(tmp_path: Path) -> None:
+    """The seed program: JAX's components differ only in the computation, and why says the
+    pointer is all that changed."""
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOGGED, str(_program("seed"))],
+            capture_output=True, text=True, env=base_env(cache, CACHEDOCTOR_HOOK="stats"),
+            timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    code, doc = why(cache, "--module", "jit_f")
+    changed = doc["misses"][-1]
+    assert [c["component"] for c in changed["changes"]] == ["computation"]
+    assert "custom_partitioning pointer" in changed["words"], changed["words"]
+    assert code == 0
+
+
+def _program(name: str) -> Path:
+    from cachedoctor.programs import program_path
+
+    return Path(program_path(name))
+
+
+@pytest.mark.slow
+def test_unrecorded_history_is_unknown_and_says_what_to_enable(tmp_path: Path) -> None:
+    """An entry written by a process that recorded nothing: the later miss is "unknown", the
+    exit status 1, and the words say what to turn on."""
+    cache = tmp_path / "cache"
+    run(cache, hook=None)
+    run(cache, XLA_FLAGS="--xla_cpu_enable_fast_math=true")
+    code, doc = why(cache, "--module", MODULE)
+    (miss,) = doc["misses"]
+    assert miss["verdict"] == "unknown" and "--stats-only" in miss["words"]
+    assert code == 1
+
+
+@pytest.mark.slow
+def test_the_same_key_missing_again_was_removed(tmp_path: Path) -> None:
+    """JAX wrote the key, the entry went, JAX missed the same key: said as such."""
+    cache = tmp_path / "cache"
+    first = run(cache)
+    for entry in cache.glob(f"{MODULE}-*-cache"):
+        entry.unlink()
+    assert run(cache) == first  # JAX: the same key again
+    code, doc = why(cache, "--module", MODULE)
+    assert [m["verdict"] for m in doc["misses"]] == ["first", "same-key"]
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_text_output_and_no_records(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    run(cache, hook=None)
+    code, out = why_text(cache)
+    assert "no process recorded its lookups" in out and code == 0, out
+    run(cache, XLA_FLAGS="--xla_cpu_enable_fast_math=true")
+    code, out = why_text(cache)
+    assert "unknown:" in out and code == 1, out
+
+
+@pytest.mark.slow
+def test_a_cache_written_by_another_jaxlib_names_both_versions(tmp_path: Path) -> None:
+    """jax 0.8.3 (the test setup's second JAX, recording too) wrote the cache; this JAX misses:
+    why names the jaxlib versions, and JAX's components agree that it differs."""
+    from tests.support.caches import other_jax_python
+    from tests.support.hookrun import jax_version
+
+    other = other_jax_python()
+    cache = tmp_path / "cache"
+    env = base_env(cache, CACHEDOCTOR_HOOK="stats", JAX_LOG_COMPILES="1")
+    proc = subprocess.run(
+        [other, "-c", _LOGGED, str(PROGRAM)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = logged_keys(proc.stderr)[0]
+    ours = run(cache)[0]
+    assert theirs["jax_lib version"] != ours["jax_lib version"]
+    _, doc = why(cache, "--module", MODULE)
+    changed = doc["misses"][-1]
+    named = {c["component"] for c in changed["changes"]}
+    assert named == differing(ours, theirs), named
+    import jax
+
+    said = f"jaxlib {jax_version(other)} → {jax.__version__}"
+    assert changed["words"].startswith(said), changed["words"]
