@@ -254,7 +254,10 @@ def _explain(
                 f" ({ENABLE_HINT})"
             )
             return said("unknown", words)
-        words = f"no earlier key of {miss.module} was recorded: the first compile of it here"
+        words = (
+            f"no earlier key of {miss.module} is recorded, and the cache held none before:"
+            " the first compile of it here, as far as this cache shows"
+        )
         return said("first", words)
     nearest = min(candidates, key=lambda m: (len(differing(m, miss)), -m.time))
     changes = [_describe(n, nearest, miss) for n in differing(nearest, miss)]
@@ -300,7 +303,12 @@ def explain_misses(where: Location, *, module: str | None = None) -> WhyReport:
         for name, counters in r.modules.items():
             if module is not None and name != module:
                 continue
-            kept = sum(1 for m in r.missed.values() if m.module == name)
+            # a key missed twice in one process is kept once: count its misses from its lookups
+            kept = sum(
+                max(1, r.keys[m.key].lookups - r.keys[m.key].hits) if m.key in r.keys else 1
+                for m in r.missed.values()
+                if m.module == name
+            )
             if counters.misses > kept:
                 report.unrecorded[name] = report.unrecorded.get(name, 0) + counters.misses - kept
     for index, (miss, record) in enumerate(misses):
