@@ -20,6 +20,7 @@ from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.stablekeys import manifest
 from cachedoctor.xla import hlo_facts
 from tests.support import gold, otherjax, sessioncache
+from tests.support.buckets import Servers, running_servers
 from tests.support.caches import EVICT, ProgramSpec, make_cache, needs_filelock
 from tests.support.gpu_vectors import f_bytes
 from tests.support.sessioncache import SharedBuilds
@@ -278,3 +279,11 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(reader, "copy_of_file", counting_copy)
     monkeypatch.setenv(parallel.WORKERS_ENV, "1")
     return seen
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    """moto's S3 server and the GCS emulator on 127.0.0.1, this process's environment aimed at
+    them (``servers.env`` for JAX's processes); skipped, saying why, without ``test-remote``."""
+    with running_servers() as found:
+        yield found

@@ -382,6 +382,7 @@ def schema_version_problems() -> Iterator[str]:
             "rekey": ["rekey", str(cache), "--json"],
             "stats": ["stats", str(cache), "--json"],
             "why": ["why", str(cache), "--json"],
+            "preflight": ["preflight", str(cache), "--json"],
             "status": ["status", "--json"],
             "check": ["check", "--runs", "1", "--format", "json", "--", sys.executable, "-c", ""],
         }

@@ -6,9 +6,6 @@ digests must be JAX's."""
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,48 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
-from tests.support.caches import SUPPORT_DIR
-from tests.support.hookrun import base_env
-
-PROGRAM = SUPPORT_DIR / "why_program.py"
-MODULE = "jit_step"
-# runs the program with JAX's key module logging at DEBUG (its per-component digests)
-_LOGGED = r"""
-import logging, runpy, sys
-logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
-logging.getLogger("jax._src.cache_key").setLevel(logging.DEBUG)
-runpy.run_path(sys.argv[1], run_name="__main__")
-"""
-_COMPONENT = re.compile(
-    r"^jax\._src\.cache_key get_cache_key hash of serialized (.+?): ([0-9a-f]{64})", re.M
-)  # our handler's lines (0.8.3 also prints its own)
-_HIT = re.compile(r"Persistent compilation cache hit for '([^']+)'")
+from tests.support.keylog import MODULE, differing, logged_keys, run_logged
 
 
 def run(cache: Path, hook: str | None = "stats", **env: str) -> list[dict[str, str]]:
     """Run the program; JAX's components of each key it computed, in order."""
-    extra = {"JAX_LOG_COMPILES": "1", **env}
-    if hook is not None:
-        extra["CACHEDOCTOR_HOOK"] = hook
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOGGED, str(PROGRAM)],
-        capture_output=True,
-        text=True,
-        env=base_env(cache, **extra),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return logged_keys(proc.stderr)
-
-
-def logged_keys(stderr: str) -> list[dict[str, str]]:
-    """JAX's DEBUG lines: each key it computed, its component digests (the first: jit_step)."""
-    keys: list[dict[str, str]] = []
-    for name, digest in _COMPONENT.findall(stderr):
-        if name == "computation":
-            keys.append({})
-        keys[-1][name] = digest
-    return keys
+    return logged_keys(run_logged(cache, hook, env=env))
 
 
 def why_text(cache: Path, *args: str) -> tuple[int, str]:
@@ -68,10 +29,6 @@ def why_text(cache: Path, *args: str) -> tuple[int, str]:
 def why(cache: Path, *args: str) -> tuple[int, dict[str, Any]]:
     code, out = why_text(cache, "--json", *args)
     return code, json.loads(out)
-
-
-def differing(a: dict[str, str], b: dict[str, str]) -> set[str]:
-    return {name for name in a if a[name] != b.get(name)}
 
 
 SCENARIOS = {
@@ -140,12 +97,7 @@ def test_a_custom_partitioning_pointer_is_named(tmp_path: Path) -> None:
     pointer is all that changed."""
     cache = tmp_path / "cache"
     for _ in range(2):
-        proc = subprocess.run(
-            [sys.executable, "-c", _LOGGED, str(_program("seed"))],
-            capture_output=True, text=True, env=base_env(cache, CACHEDOCTOR_HOOK="stats"),
-            timeout=300,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        run_logged(cache, program=_program("seed"))
     code, doc = why(cache, "--module", "jit_f")
     changed = doc["misses"][-1]
     assert [c["component"] for c in changed["changes"]] == ["computation"]
@@ -205,12 +157,7 @@ def test_a_cache_written_by_another_jaxlib_names_both_versions(tmp_path: Path) -
 
     other = other_jax_python()
     cache = tmp_path / "cache"
-    env = base_env(cache, CACHEDOCTOR_HOOK="stats", JAX_LOG_COMPILES="1")
-    proc = subprocess.run(
-        [other, "-c", _LOGGED, str(PROGRAM)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    theirs = logged_keys(proc.stderr)[0]
+    theirs = logged_keys(run_logged(cache, python=other))[0]
     ours = run(cache)[0]
     assert theirs["jax_lib version"] != ours["jax_lib version"]
     _, doc = why(cache, "--module", MODULE)

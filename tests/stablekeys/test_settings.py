@@ -287,3 +287,23 @@ def test_jax_writes_a_folder_named_tilde_and_stores_nothing_at_max_size_0(tmp_pa
     assert list((work / "~" / "jaxcache").glob("*-cache")), sorted(work.rglob("*"))
     assert not (home / "jaxcache").exists()
     assert not list(absolute.glob("*-cache")) if absolute.exists() else True
+
+
+@pytest.mark.slow
+def test_asking_whether_jax_is_installed_does_not_disarm_activation(tmp_path: Path) -> None:
+    """A program (or a library probing what is installed, as cachedoctor's own scan does) calls
+    ``importlib.util.find_spec("jax")`` before ``import jax``: the hook still activates."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util; importlib.util.find_spec('jax'); " + _PROGRAM.strip(),
+        ],
+        capture_output=True,
+        text=True,
+        env={**_env(tmp_path / "none.toml", CACHEDOCTOR_HOOK="stats"), "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("IN-FORCE "))
+    assert json.loads(line.removeprefix("IN-FORCE "))["stats"] is True

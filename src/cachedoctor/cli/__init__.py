@@ -34,6 +34,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rekey": ("rekey", "rekey", "Move manifest-bearing entries to their current stable key."),
     "stats": ("stats", "stats", "Hit rate and compile time saved, from per-process records."),
     "why": ("why", "why", "Why did a run miss: what differs from the nearest earlier key."),
+    "preflight": (
+        "preflight",
+        "preflight",
+        "Will this cache hit here: each module, before the run.",
+    ),
 }
 
 

@@ -60,6 +60,23 @@ def cache_location(explicit: Location | str | os.PathLike[str] | None) -> Locati
     return Location.parse(resolve_cache_dir(None if explicit is None else os.fspath(explicit)))
 
 
+def job_spelling(where: Location, spelled_as: str | None) -> str:
+    """How a job here will spell ``where`` to JAX (the sub-cache paths under it are hashed into
+    its compile options): ``spelled_as`` when given, else the cache dir this environment
+    configures (``$JAX_COMPILATION_CACHE_DIR``, ``enable``'s) when it is that same folder, else
+    ``where`` as given, made absolute for a folder."""
+    if spelled_as:
+        return spelled_as
+    folder = where.local_path
+    if folder is None:
+        return where.spelling
+    with contextlib.suppress(Exception):  # no configured dir, a broken config: not this one
+        configured = resolve_cache_dir(None)
+        if os.path.samefile(configured, folder):
+            return configured
+    return os.path.abspath(folder)
+
+
 def default_location(explicit: Location | str | None) -> Location | None:
     """Like :func:`cache_location`, for commands that also take a path: None when unset."""
     try:

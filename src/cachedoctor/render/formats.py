@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.diff.report import DiffReport, ModuleDiffReport
     from cachedoctor.core.findings import Finding
     from cachedoctor.core.lint import LintReport
+    from cachedoctor.core.preflight import PreflightReport
     from cachedoctor.core.prune.actions import ApplyReport, Plan
     from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
     from cachedoctor.core.stats import StatsReport, ZeroReport
@@ -101,11 +102,13 @@ STATS = ReportKind("cachedoctor.core.stats", "StatsReport")
 ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
 STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
 WHY = ReportKind("cachedoctor.core.why", "WhyReport")
+PREFLIGHT = ReportKind("cachedoctor.core.preflight", "PreflightReport")
 PLAN = ReportKind(__name__, "PlanReport")
 SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
 KINDS = (
-    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PLAN, SHOW, FINDINGS
+    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PREFLIGHT, PLAN,
+    SHOW, FINDINGS
 )  # fmt: skip
 
 
@@ -237,6 +240,12 @@ def _why_text(report: WhyReport, console: Console, options: Options) -> None:
     _write(console, "\n".join(why_lines(report)))
 
 
+def _preflight_text(report: PreflightReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.preflight import preflight_lines
+
+    _write(console, "\n".join(preflight_lines(report)))
+
+
 def _show_text(report: ShowReport, console: Console, options: Options) -> None:
     from cachedoctor.render.table import render_show
 
@@ -261,6 +270,7 @@ TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     ZERO: _zero_text,
     STATUS: _status_text,
     WHY: _why_text,
+    PREFLIGHT: _preflight_text,
     SHOW: _show_text,
     FINDINGS: _findings_text,
 }
@@ -361,6 +371,12 @@ def _why_document(report: WhyReport) -> dict[str, Any]:
     return why_document(report)
 
 
+def _preflight_document(report: PreflightReport) -> dict[str, Any]:
+    from cachedoctor.render.preflight import preflight_document
+
+    return preflight_document(report)
+
+
 def _stats_document(report: StatsReport) -> dict[str, Any]:
     from cachedoctor.render.stats import stats_document
 
@@ -390,6 +406,7 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
     STATS: _json(_stats_document),
     STATUS: _status_json,
     WHY: _json(_why_document),
+    PREFLIGHT: _json(_preflight_document),
     SHOW: _json(_show_document),
 }
 

@@ -20,28 +20,37 @@ STATE: dict[str, object] | None = None
 
 
 class _JaxWatcher:
-    """A meta-path finder that wraps the ``jax`` loader once, then removes itself."""
+    """A meta-path finder that wraps the ``jax`` loader, and removes itself once ``jax`` has
+    executed: a program (or a library checking what is installed) may ask
+    ``importlib.util.find_spec("jax")`` without importing it, which must not disarm it."""
+
+    busy = False  # finding jax's own spec below goes through sys.meta_path, this one included
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name != "jax":
+        if name != "jax" or _JaxWatcher.busy:
             return None
-        _remove_watcher()
         try:
             import importlib.util
 
-            spec = importlib.util.find_spec(name)
+            _JaxWatcher.busy = True
+            try:
+                spec = importlib.util.find_spec(name)
+            finally:
+                _JaxWatcher.busy = False
             loader = getattr(spec, "loader", None)
             exec_module = getattr(loader, "exec_module", None)
             if spec is None or exec_module is None:
                 return spec
 
             def exec_and_activate(module: object) -> None:
+                _remove_watcher()
                 exec_module(module)
                 activate()
 
             loader.exec_module = exec_and_activate  # type: ignore[union-attr]
             return spec
         except Exception:
+            _remove_watcher()
             return None
 
 
@@ -75,9 +84,7 @@ def activate() -> dict[str, object]:
         state["config"] = str(settings.config_path())
         values = settings.load()  # checked: a wrong-typed value stops activation here, named
         mode = settings.hook_mode(values)  # before anything is applied: all or nothing
-        import jax
-
-        local_subcaches = _keep_subcaches_local(values)
+        local_subcaches = _apply_settings(values, applied, errors)
         if local_subcaches:
             state["xla_flags"] = local_subcaches
             values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
@@ -86,15 +93,6 @@ def activate() -> dict[str, object]:
                 from cachedoctor.stablekeys import subcache_roles
 
                 state["autotune_roles"] = subcache_roles.install(autotune)
-        for opt in settings.OPTIONS:
-            if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
-                continue
-            value = opt.kind(settings.jax_value(opt.key, values[opt.key]))
-            try:
-                jax.config.update(opt.jax_name, value)  # type: ignore[no-untyped-call]
-                applied[opt.jax_name] = value
-            except Exception as exc:  # an option this JAX lacks
-                errors.append(f"{opt.jax_name}: {exc}")
         record_ir = os.environ.get("CACHEDOCTOR_RECORD_IR", "") in ("1", "true") or bool(
             values.get("record_ir", False)
         )
@@ -123,6 +121,49 @@ def activate() -> dict[str, object]:
                 "runs with JAX's own settings for what failed (see `cachedoctor status`)\n"
             )
     return state
+
+
+def _apply_settings(
+    values: dict[str, object], applied: dict[str, object], errors: list[str]
+) -> list[str]:
+    """The settings' part of activation: XLA_FLAGS for a URL cache's local sub-caches, and the
+    config file's values handed to jax.config (environment variables win). Returns those
+    flags."""
+    import jax
+
+    from cachedoctor.stablekeys import settings
+
+    local_subcaches = _keep_subcaches_local(values)
+    if local_subcaches:
+        values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
+    for opt in settings.OPTIONS:
+        if opt.jax_name is None or opt.key not in values or os.environ.get(opt.env):
+            continue
+        value = opt.kind(settings.jax_value(opt.key, values[opt.key]))
+        try:
+            jax.config.update(opt.jax_name, value)  # type: ignore[no-untyped-call]
+            applied[opt.jax_name] = value
+        except Exception as exc:  # an option this JAX lacks
+            errors.append(f"{opt.jax_name}: {exc}")
+    return local_subcaches
+
+
+def as_a_job_starts() -> list[str]:
+    """In cachedoctor's own process (which never activates), give JAX the settings a job's
+    process of this environment starts with: what activation applies, without the hook or the
+    recorder (``preflight`` asks JAX what it would hash). Nothing when this environment does
+    not activate. Returns the errors activation would report."""
+    from cachedoctor.stablekeys import settings
+
+    configured = settings.config_path().exists() or os.environ.get(settings.HOOK_ENV)
+    if settings.activation_disabled() or not configured:
+        return []
+    errors: list[str] = []
+    try:
+        _apply_settings(settings.load(), {}, errors)
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+    return errors
 
 
 def _keep_subcaches_local(values: dict[str, object]) -> list[str]:

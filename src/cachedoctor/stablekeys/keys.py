@@ -230,6 +230,12 @@ def _check_internals() -> None:
         raise InternalsChanged("jax._src.custom_partitioning._sharding_callbacks is gone")
 
 
+def recording_get_cache_key() -> tuple[Any, dict[str, Any]]:
+    """JAX's ``compilation_cache.get_cache_key``, rebound so that its key's components are kept:
+    after a call, ``holder["hash"]`` is the :class:`_SplitHash` it hashed into."""
+    return _jax_key_functions()
+
+
 def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
     """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``."""
     from jax._src import cache_key as ck

@@ -58,7 +58,7 @@ def forget() -> None:
     _local.stable = None
 
 
-def _values(chunks: dict[str, list[bytes]]) -> dict[str, list[str]]:
+def shown_values(chunks: dict[str, list[bytes]]) -> dict[str, list[str]]:
     """Each small component's hashed pieces, as text where they are UTF-8, else ``b64:...``."""
     out: dict[str, list[str]] = {}
     for name, pieces in chunks.items():
@@ -82,6 +82,34 @@ def _devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | 
         return {"count": len(flat), "kinds": kinds}
     except Exception:
         return None
+
+
+# JAX settings that change the program JAX lowers (and so the computation it hashes) without
+# being a component of the key: part of JAX's trace context, or read by cache_key itself
+LOWERING_SETTINGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_threefry_partitionable",
+    "jax_softmax_custom_jvp",
+    "jax_use_shardy_partitioner",
+    "jax_compilation_cache_include_metadata_in_key",
+    "jax_remove_custom_partitioning_ptr_from_cache_key",
+    "jax_hlo_source_file_canonicalization_regex",
+)
+
+
+def lowering_settings() -> dict[str, Any]:
+    """The values in force of :data:`LOWERING_SETTINGS` this JAX defines, as JSON scalars."""
+    import jax
+
+    out: dict[str, Any] = {}
+    for name in LOWERING_SETTINGS:
+        try:
+            value = getattr(jax.config, name)
+        except Exception:
+            continue
+        out[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
 
 
 POINTERS = "custom_partitioning pointers"  # the backend_config values JAX hashed (addresses)
@@ -153,7 +181,7 @@ def describe_miss(looked_up: str) -> dict[str, Any] | None:
     doc: dict[str, Any] = {
         "kind": kind,
         "components": [[name, digest] for name, digest in components],
-        "values": _values(chunks),
+        "values": shown_values(chunks),
     }
     if devices is not None:
         doc["devices"] = devices
@@ -161,4 +189,6 @@ def describe_miss(looked_up: str) -> dict[str, Any] | None:
         from jax._src import config
 
         doc["metadata_in_key"] = bool(config.compilation_cache_include_metadata_in_key.value)
+    with contextlib.suppress(Exception):
+        doc["settings"] = lowering_settings()
     return doc

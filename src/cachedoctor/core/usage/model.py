@@ -161,6 +161,8 @@ class MissedKey:
     values: dict[str, tuple[str, ...]]
     devices: dict[str, Any] | None = None
     metadata_in_key: bool | None = None
+    # JAX settings that change the program it lowers (misskeys.LOWERING_SETTINGS), in force then
+    settings: dict[str, Any] | None = None
 
     def digest(self, component: str) -> str | None:
         return dict(self.components).get(component)
@@ -176,7 +178,12 @@ class MissedKey:
             "values": {k: list(v) for k, v in self.values.items()},
             "devices": self.devices,
             "metadata_in_key": self.metadata_in_key,
+            "settings": self.settings,
         }
+
+
+def _scalars(doc: dict[Any, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in doc.items() if isinstance(v, (bool, int, float, str, type(None)))}
 
 
 def missed_key_of(key: str, doc: Any) -> MissedKey | None:
@@ -189,6 +196,7 @@ def missed_key_of(key: str, doc: Any) -> MissedKey | None:
         values = {str(k): tuple(str(x) for x in v) for k, v in (doc.get("values") or {}).items()}
         devices = doc.get("devices")
         meta = doc.get("metadata_in_key")
+        settings = doc.get("settings")
         return MissedKey(
             key=str(key),
             module=str(doc["module"]),
@@ -199,6 +207,7 @@ def missed_key_of(key: str, doc: Any) -> MissedKey | None:
             values=values,
             devices=devices if isinstance(devices, dict) else None,
             metadata_in_key=meta if isinstance(meta, bool) else None,
+            settings=_scalars(settings) if isinstance(settings, dict) else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -1,0 +1,507 @@
+"""Will this cache hit here: each entry's recorded key set against what JAX would hash in this
+environment, before the program runs.
+
+Six components of JAX's key do not depend on the program (``stablekeys/here.py`` computes them
+here with JAX's own code), and part of a seventh does: the compile options' debug options (from
+XLA_FLAGS and the cache directory's spelling) and effort levels. An entry whose recorded key
+(a stats record's missed key that was then written, or a key manifest) differs from this
+environment in one of them will miss, whatever the program: that is the evidence a "miss"
+names. Where they all agree, the same program hits ("hit"), unless a JAX setting that changes
+the program JAX lowers differs: then it is "unknown", since whether the program changes depends
+on the program (x64 left a float32 program as it was and changed no key; matmul precision
+changes every key with a dot). An entry without a recorded key is "unknown", save where its
+own bytes prove a miss: another platform, another jaxlib's compile options, more devices than
+this machine has, or the cache directory spelled otherwise in options this JAX hashes.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.usage import records as usage_records
+from cachedoctor.core.usage.model import MissedKey
+from cachedoctor.core.why import ENABLE_HINT
+from cachedoctor.stablekeys import here as here_mod
+from cachedoctor.stablekeys import settings as hook_settings
+from cachedoctor.storage.location import Location
+
+# The components of JAX's key that do not depend on the program (jax/_src/cache_key.py), the
+# likelier root cause first (as `why` orders them)
+ENVIRONMENT = (
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "accelerator_config",
+    "compression",
+    "custom_hook",
+)
+# Compile options that JAX sets from the environment, not from the program (compiler.py's
+# get_compile_options): every debug option but xla_detailed_logging (set by the program's size)
+_DEBUG = "executable_build_options.debug_options."
+_ENV_OPTIONS = frozenset(
+    {
+        "profile_version",
+        "executable_build_options.use_shardy_partitioner",
+        "executable_build_options.exec_time_optimization_effort",
+        "executable_build_options.memory_fitting_effort",
+        "executable_build_options.optimization_level",
+        "executable_build_options.memory_fitting_level",
+    }
+)
+_PROGRAM_DEBUG_OPTIONS = frozenset({_DEBUG + "xla_detailed_logging"})
+# debug options derived from the cache directory: the stable hook keys them by their last part
+_CACHE_PATH_OPTIONS = frozenset(
+    {
+        _DEBUG + "xla_gpu_per_fusion_autotune_cache_dir",
+        _DEBUG + "xla_gpu_kernel_cache_file",
+        _DEBUG + "xla_gpu_experimental_autotuner_cache_dir",
+    }
+)
+VERDICTS = ("hit", "miss", "unknown")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What went into an entry's key when it was written, as a record or manifest kept it."""
+
+    source: str  # "stats record" or "key manifest"
+    kind: str  # "jax" (JAX's own key) or "stable" (the stable hook's)
+    components: dict[str, str]
+    values: dict[str, tuple[str, ...]]
+    devices: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One thing that differs here from what an entry's key was made of."""
+
+    component: str
+    words: str
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class EntryForecast:
+    key: str
+    module: str
+    verdict: str  # VERDICTS
+    words: str
+    evidence: str | None  # what the verdict rests on
+    differences: tuple[Difference, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["differences"] = [asdict(d) for d in self.differences]
+        return doc
+
+
+@dataclass(frozen=True)
+class ModuleForecast:
+    module: str
+    verdict: str
+    entries: int
+    hits: int
+    words: str
+
+
+@dataclass
+class PreflightReport:
+    where: str
+    cache_dir: str  # the spelling JAX will be given here
+    here: dict[str, Any] | None
+    hook: str  # the hook mode a process of this environment runs in ("off": none)
+    entries: list[EntryForecast] = field(default_factory=list)
+    modules: list[ModuleForecast] = field(default_factory=list)
+    problem: str | None = None  # why nothing could be predicted (JAX missing or unknown)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for m in self.modules if m.verdict == v) for v in VERDICTS}
+
+    def to_dict(self) -> dict[str, Any]:
+        unknown = any(e.verdict == "unknown" for e in self.entries)
+        return {
+            "where": self.where,
+            "cache_dir": self.cache_dir,
+            "here": self.here,
+            "hook": self.hook,
+            "counts": self.counts(),
+            "modules": [asdict(m) for m in self.modules],
+            "entries": [e.to_dict() for e in self.entries],
+            "problem": self.problem,
+            "hint": ENABLE_HINT if unknown else None,
+        }
+
+
+def _text(values: Iterable[str] | None) -> str | None:
+    return None if values is None else " ".join(values)
+
+
+def _evidence_from_records(where: Location) -> dict[str, Evidence]:
+    """Each written key a stats record kept the components of (the latest record wins)."""
+    found, _ = usage_records.read_records(where.store())
+    kept: dict[str, tuple[float, Evidence]] = {}
+    for record in found:
+        for m in record.missed.values():
+            if m.outcome not in (None, "writes") or kept.get(m.key, (-1.0,))[0] > m.time:
+                continue
+            kept[m.key] = (m.time, _evidence_of_miss(m))
+    return {key: ev for key, (_, ev) in kept.items()}
+
+
+def _evidence_of_miss(m: MissedKey) -> Evidence:
+    return Evidence("stats record", m.kind, dict(m.components), m.values, m.devices, m.settings)
+
+
+def _evidence_from_manifests(where: Location) -> dict[str, Evidence]:
+    """Each key manifest's components: the stable hook's keys (and JAX's, in observe mode)."""
+    from cachedoctor.stablekeys import manifest
+
+    out: dict[str, Evidence] = {}
+    for m in manifest.iter_manifests(where):
+        values: dict[str, tuple[str, ...]] = {}
+        if m.versions.get("jaxlib"):
+            values["jax_lib version"] = (m.versions["jaxlib"],)
+        if m.platform.get("platform"):
+            values["backend version"] = (
+                m.platform["platform"],
+                m.platform.get("platform_version", ""),
+            )
+        values["XLA flags"] = tuple(m.xla_flags)
+        for c in m.components:
+            if c.get("name") == "compile_options" and c.get("data"):
+                values["compile_options"] = ("b64:" + str(c["data"]),)
+        components = {str(c["name"]): str(c["digest"]) for c in m.components}
+        kind = "stable" if m.mode == "stable" else "jax"
+        out[m.key] = Evidence("key manifest", kind, components, values)
+    return out
+
+
+def _devices_of(ev: Evidence) -> int | None:
+    count = (ev.devices or {}).get("count")
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def _component_words(name: str, before: tuple[str, ...] | None, after: list[str] | None) -> str:
+    if name == "jax_lib version" and before and after:
+        return f"jaxlib {before[0]} → {after[0]}"
+    if name == "backend version" and before and after:
+        return f"backend {_text(before)} → {_text(after)}"
+    if name == "XLA flags" and before is not None and after is not None:
+        added, gone = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        said = [f"+ {f}" for f in added] + [f"- {f}" for f in gone]
+        return "XLA flags " + (", ".join(said) if said else "reordered")
+    if name == "compression" and before and after:
+        return f"{before[0]} → {after[0]}"
+    if name == "custom_hook":
+        return f"custom_hook {_text(before)!r} → {_text(after)!r}"
+    if name == "accelerator_config":
+        return "the accelerator topology differs"
+    return f"{name} differs"
+
+
+def _option_differences(
+    before: tuple[str, ...] | None, after: list[str] | None, kind: str
+) -> list[str] | None:
+    """The environment's compile options that differ (``path a → b``); None: not comparable."""
+    from cachedoctor.core.why import _short
+    from cachedoctor.formats import wire
+    from cachedoctor.xla import optiondiff, optionschema
+
+    if (
+        not before
+        or not after
+        or not before[0].startswith("b64:")
+        or not after[0].startswith("b64:")
+    ):
+        return None
+    try:
+        diffs = optiondiff.diff_messages(
+            base64.b64decode(before[0][4:]),
+            base64.b64decode(after[0][4:]),
+            optionschema.COMPILE_OPTIONS,
+        )
+    except (ValueError, wire.WireError):
+        return None
+    said = []
+    for d in diffs:
+        environmental = d.path in _ENV_OPTIONS or (
+            d.path.startswith(_DEBUG) and d.path not in _PROGRAM_DEBUG_OPTIONS
+        )
+        if not environmental or (kind == "stable" and d.path in _CACHE_PATH_OPTIONS):
+            continue
+        name = d.path.removeprefix(_DEBUG)
+        if d.path in _CACHE_PATH_OPTIONS and d.a and d.b:
+            then, now = os.path.dirname(_unquoted(d.a)), os.path.dirname(_unquoted(d.b))
+            said.append(
+                f"the cache dir is spelled {now} here, {then} when written (JAX hashes `{name}`"
+                " under it; `cachedoctor rekey --relocated` moves such entries to the key JAX"
+                " computes here)"
+            )
+            continue
+        said.append(f"`{name}` {_short(d.a)} → {_short(d.b)}")
+    return said
+
+
+def _unquoted(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+
+
+def _settings_differences(ev: Evidence, here: here_mod.Here) -> list[Difference]:
+    if ev.settings is None:
+        return []
+    out = []
+    for name, value in ev.settings.items():
+        if name in here.settings and here.settings[name] != value:
+            words = f"`{name}` {value!r} → {here.settings[name]!r}: JAX lowers the program under it"
+            out.append(Difference("computation", words, repr(value), repr(here.settings[name])))
+    return out
+
+
+def _devices_difference(ev: Evidence, here: here_mod.Here) -> Difference | None:
+    count, kinds = _devices_of(ev), (ev.devices or {}).get("kinds")
+    if count is None:
+        return None
+    said_kinds = "/".join(kinds or ())
+    if count > here.device_count:
+        words = (
+            f"written for {count} {said_kinds} devices; JAX sees {here.device_count} here"
+            " (XLA_FLAGS --xla_force_host_platform_device_count on CPU)"
+        )
+        return Difference("accelerator_config", words, str(count), str(here.device_count))
+    if kinds and sorted(kinds) != here.device_kinds:
+        words = f"written for {said_kinds} devices; here {'/'.join(here.device_kinds)}"
+        return Difference("accelerator_config", words, said_kinds, "/".join(here.device_kinds))
+    return None
+
+
+def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: str) -> EntryForecast:
+    """An entry with a recorded key: each component of this environment against it."""
+    evidence = f"{ev.source} ({ev.kind} key)"
+    if ev.kind == "stable" and hook != "stable":
+        words = (
+            "stored under the stable hook's key, and processes here run "
+            + ("no hook" if hook == "off" else f"the hook in {hook} mode")
+            + ": JAX looks up its own key (`cachedoctor enable`)"
+        )
+        return EntryForecast(key, module, "miss", words, evidence, (Difference("hook", words),))
+    found = _devices_difference(ev, here)
+    if found is not None:
+        return EntryForecast(key, module, "miss", found.words, evidence, (found,))
+    count = _devices_of(ev)
+    candidates = [here.keys[count]] if count in here.keys else list(here.keys.values())
+    mine = next(
+        (
+            k
+            for k in candidates
+            if k.components.get("accelerator_config") == ev.components.get("accelerator_config")
+        ),
+        candidates[0] if candidates else None,
+    )
+    if mine is None:
+        return EntryForecast(key, module, "unknown", "no device here to compare", evidence)
+    differences = []
+    for name in ENVIRONMENT:
+        theirs, ours = ev.components.get(name), mine.components.get(name)
+        if theirs is not None and ours is not None and theirs != ours:
+            before, after = ev.values.get(name), mine.values.get(name)
+            differences.append(
+                Difference(name, _component_words(name, before, after), _text(before), _text(after))
+            )
+    options = _option_differences(
+        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind
+    )
+    if options:
+        words = "; ".join(("compile option " + o if o.startswith("`") else o) for o in options[:4])
+        differences.append(
+            Difference(
+                "compile_options",
+                words + (f" (and {len(options) - 4} more)" if len(options) > 4 else ""),
+            )
+        )
+    if differences:
+        return EntryForecast(
+            key,
+            module,
+            "miss",
+            "; ".join(d.words for d in differences),
+            evidence,
+            tuple(differences),
+        )
+    settings = _settings_differences(ev, here)
+    if settings:
+        words = "cannot tell: " + "; ".join(d.words for d in settings)
+        words += ": a miss if that changes the program (float64 defaults, dot precision)"
+        return EntryForecast(key, module, "unknown", words, evidence, tuple(settings))
+    if options is None:
+        words = (
+            "the environment's components match, but the record kept no compile options to compare"
+        )
+        return EntryForecast(key, module, "unknown", words, evidence)
+    words = f"every component JAX takes from the environment is as the {ev.source} shows"
+    return EntryForecast(key, module, "hit", words, evidence)
+
+
+def _from_bytes(
+    entry: EntryInfo, here: here_mod.Here, hashes: Mapping[str, bool | None]
+) -> EntryForecast:
+    """An entry without a recorded key: a miss only where its own bytes prove one."""
+    from cachedoctor.xla.optionschema import undefined_debug_fields
+
+    key, module = entry.key, entry.module or entry.key.rsplit("-", 1)[0]
+    said = "its own bytes"
+    if entry.platform not in ("unknown", here.platform):
+        words = f"an executable for {entry.platform}; JAX runs on {here.platform} here"
+        return EntryForecast(
+            key,
+            module,
+            "miss",
+            words,
+            said,
+            (Difference("backend version", words, entry.platform, here.platform),),
+        )
+    other = undefined_debug_fields(entry.debug_fields)
+    if other and other[0]:
+        words = (
+            f"written by another jaxlib: its compile options set {len(other[0])} DebugOptions"
+            f" field{'s' if len(other[0]) != 1 else ''} jaxlib {here.jaxlib} does not define"
+        )
+        return EntryForecast(
+            key,
+            module,
+            "miss",
+            words,
+            said,
+            (Difference("jax_lib version", words, None, here.jaxlib),),
+        )
+    used = (entry.num_replicas or 1) * (entry.num_partitions or 1)
+    if entry.num_partitions is not None and used > here.device_count:
+        words = f"compiled for {used} devices; JAX sees {here.device_count} here"
+        return EntryForecast(
+            key,
+            module,
+            "miss",
+            words,
+            said,
+            (Difference("compile_options", words, str(used), str(here.device_count)),),
+        )
+    for name, value, hashed in (
+        ("xla_gpu_per_fusion_autotune_cache_dir", entry.autotune_dir, hashes.get("autotune")),
+        ("xla_gpu_kernel_cache_file", entry.kernel_cache_file, hashes.get("kernel")),
+    ):
+        expected = hashes.get(name)
+        if hashed and value and isinstance(expected, str) and value != expected:
+            words = f"compile option `{name}` {value} → {expected}"
+            words += ": the cache dir is spelled otherwise here"
+            return EntryForecast(
+                key,
+                module,
+                "miss",
+                words,
+                said,
+                (Difference("compile_options", words, value, expected),),
+            )
+    words = "no record of its key's components: cannot tell"
+    return EntryForecast(key, module, "unknown", words, None)
+
+
+def _here_paths(here: here_mod.Here) -> dict[str, str]:
+    """The cache-dir-derived debug options JAX would set here (decoded from its options)."""
+    from cachedoctor.formats import wire
+    from cachedoctor.xla.compile_options import decode_compile_options
+
+    for k in here.keys.values():
+        values = k.values.get("compile_options")
+        if values and values[0].startswith("b64:"):
+            try:
+                decoded = decode_compile_options(memoryview(base64.b64decode(values[0][4:])))
+            except (ValueError, wire.WireError):
+                return {}
+            return {
+                "xla_gpu_per_fusion_autotune_cache_dir": str(decoded.get("autotune_dir") or ""),
+                "xla_gpu_kernel_cache_file": str(decoded.get("kernel_cache_file") or ""),
+            }
+    return {}
+
+
+def _module_forecasts(entries: list[EntryForecast]) -> list[ModuleForecast]:
+    by_module: dict[str, list[EntryForecast]] = {}
+    for e in entries:
+        by_module.setdefault(e.module, []).append(e)
+    out = []
+    for module, group in sorted(by_module.items()):
+        verdicts = {e.verdict for e in group}
+        hits = sum(1 for e in group if e.verdict == "hit")
+        verdict = next(v for v in ("hit", "unknown", "miss") if v in verdicts)
+        said = list(dict.fromkeys(e.words for e in group if e.verdict == verdict))
+        words = " | ".join(said[:2]) + (f" (and {len(said) - 2} more)" if len(said) > 2 else "")
+        if len(group) > 1 and verdict == "hit":
+            words = f"{hits} of {len(group)} entries: {words}"
+        out.append(ModuleForecast(module, verdict, len(group), hits, words))
+    return out
+
+
+def hook_here() -> str:
+    """The hook mode a process of this environment runs in, "off" when none is enabled."""
+    if hook_settings.activation_disabled():
+        return "off"
+    if not os.environ.get(hook_settings.HOOK_ENV) and not hook_settings.config_path().exists():
+        return "off"
+    try:
+        return hook_settings.hook_mode(hook_settings.load(check=False))
+    except Exception:
+        return "off"
+
+
+def predict(
+    where: Location,
+    *,
+    cache_dir: str | None = None,
+    here: here_mod.Here | None = None,
+    module: str | None = None,
+) -> PreflightReport:
+    """Per entry and per module of ``where``: will JAX here hit it. ``cache_dir``: the spelling
+    the job will give JAX (default: ``where`` as spelled). Raises OSError when ``where`` cannot
+    be listed; JAX missing or unknown here is the report's ``problem``."""
+    import fnmatch
+
+    spelling = cache_dir or where.spelling
+    evidence = _evidence_from_manifests(where)
+    evidence.update(_evidence_from_records(where))
+    hook = hook_here()
+    report = PreflightReport(where.spelling, spelling, None, hook)
+    counts = {c for ev in evidence.values() if (c := _devices_of(ev))}
+    try:  # first: JAX must read the job's XLA_FLAGS before anything else starts XLA
+        if here is None:
+            here = here_mod.probe(spelling, counts | {1})
+    except here_mod.ProbeError as exc:
+        report.problem = str(exc)
+        return report
+    report.here = here.to_dict()
+    scan = scan_directory(where, all_tiers=False)
+    entries = [
+        e
+        for e in scan.loaded_entries()[0]
+        if module is None or fnmatch.fnmatchcase(e.module or "", module)
+    ]
+    hashes: dict[str, Any] = {
+        "autotune": scan.jax.hashes_autotune_dir,
+        "kernel": scan.jax.hashes_kernel_cache_file,
+        **_here_paths(here),
+    }
+    for entry in sorted(entries, key=lambda e: (e.module or "", e.key)):
+        ev = evidence.get(entry.key)
+        mod = entry.module or entry.key.rsplit("-", 1)[0]
+        if ev is None:
+            report.entries.append(_from_bytes(entry, here, hashes))
+        else:
+            report.entries.append(_forecast(entry.key, mod, ev, here, hook))
+    report.modules = _module_forecasts(report.entries)
+    return report
