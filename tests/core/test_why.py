@@ -39,7 +39,11 @@ SCENARIOS = {
     ),
     "devices": ({}, {"WHY_DEVICES": "4"}, "num_partitions` 8 → 4"),
     "edited": ({}, {"WHY_EDIT": "1"}, "the program changed"),
-    "precision": ({}, {"JAX_DEFAULT_MATMUL_PRECISION": "highest"}, "the program changed"),
+    "precision": (
+        {},
+        {"JAX_DEFAULT_MATMUL_PRECISION": "highest"},
+        "the program changed, with `jax_default_matmul_precision` None → 'highest' in force",
+    ),
     "moved-with-metadata": (
         {"JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": "true"},
         {"JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": "true", "WHY_MOVE": "3"},
@@ -168,3 +172,32 @@ def test_a_cache_written_by_another_jaxlib_names_both_versions(tmp_path: Path) -
 
     said = f"jaxlib {jax_version(other)} → {jax.__version__}"
     assert changed["words"].startswith(said), changed["words"]
+
+
+@pytest.mark.slow
+def test_stats_and_lint_give_the_causes_of_a_modules_misses(tmp_path: Path) -> None:
+    """An XLA flag added, then the same run again (a hit): jit_step both missed and hit, so it
+    is no never-hit module; stats (JSON, text, --html) and lint name what JAX's own component
+    digests show changed, and stats puts the most compile time lost first."""
+    cache = tmp_path / "cache"
+    flag = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"}
+    first = run(cache)[0]
+    second = run(cache, **flag)[0]
+    run(cache, **flag)
+    done = CliRunner().invoke(cli, ["stats", str(cache), "--json"])
+    doc = json.loads(done.output)
+    rows = {m["module"]: m for m in doc["modules"]}
+    (cause,) = rows[MODULE]["miss_causes"]
+    assert "+ --xla_cpu_enable_fast_math=true" in cause["words"], cause
+    assert set(cause["components"]) == differing(first, second)
+    lost = [m["compile_secs"] for m in doc["modules"]]
+    assert lost == sorted(lost, reverse=True)
+    text = CliRunner().invoke(cli, ["stats", str(cache)], terminal_width=400).output
+    (line,) = [x for x in text.splitlines() if x.lstrip().startswith(MODULE + " ")]
+    assert "XLA flags + --xla_cpu_enable_fast_math=true" in line, text
+    page = tmp_path / "stats.html"
+    CliRunner().invoke(cli, ["stats", str(cache), "--html", str(page)])
+    assert "XLA flags + --xla_cpu_enable_fast_math=true" in page.read_text()
+    lint = CliRunner().invoke(cli, ["lint", str(cache), "--format", "json"])
+    missed = [f for f in json.loads(lint.output)["findings"] if f["kind"] == "missed"]
+    assert [f["module"] for f in missed if f["module"] == MODULE] == [MODULE], missed

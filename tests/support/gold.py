@@ -85,7 +85,28 @@ def scrub(text: str, paths: Mapping[str, str]) -> str:
     text = _DURATION.sub(lambda m: "<T>" + (" " if " " in m.group(0) else "") + m.group(2), text)
     text = _FRACTION.sub("<N>", text)
     lines = [_RULES.sub(r"\1\1\1", _SPACES.sub("  ", line)).rstrip() for line in text.split("\n")]
-    return "\n".join(_compile_seconds(lines))
+    return "\n".join(_time_ordered_rows(_compile_seconds(lines)))
+
+
+def _time_ordered_rows(lines: list[str]) -> list[str]:
+    """The rows of a table ordered by compile time lost (``stats``' modules), sorted by name:
+    which of two modules took longer to compile depends on the machine's load."""
+    out: list[str] = []
+    rows: list[str] = []
+    state = "out"  # "title", then "rows" after the header's rule
+    for line in lines:
+        if state == "out" and "most compile time lost first" in line:
+            state = "title"
+        elif state == "title" and line.lstrip().startswith("━"):
+            state = "rows"
+        elif state == "rows" and "│" in line:
+            rows.append(line)
+            continue
+        elif state == "rows":
+            out += sorted(rows)
+            rows, state = [], "out"
+        out.append(line)
+    return out + sorted(rows)
 
 
 def _compile_seconds(lines: list[str]) -> list[str]:

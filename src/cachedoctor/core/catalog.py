@@ -259,6 +259,24 @@ NEVER_HIT = Case(
     "{reason_evidence}",
     advice="{the_reasons_advice}",
 )
+MISSED_KEY_CHANGED = Case(
+    K.MISSED,
+    when="a module missed with a key whose components differ from an earlier key of it",
+    severity=Severity.INFO,
+    evidence="stats records of the processes that missed: JAX's key components of each miss "
+    "against the nearest earlier key ({components} differ)",
+    advice="`cachedoctor why --module {module}` shows each miss; keep what changed the same "
+    "across the runs that share this cache, or expect these compiles after it changes",
+)
+MISSED_ENTRY_GONE = Case(
+    K.MISSED,
+    when="a module missed a key an earlier process had written",
+    severity=Severity.INFO,
+    evidence="stats records: the key was written by an earlier process and missing when looked up",
+    advice="removed since (JAX's LRU eviction with `jax_compilation_cache_max_size`, a prune): "
+    "`cachedoctor stats` and `prune --dry-run` show what is evicted; raise the size limit if "
+    "entries are evicted while still used",
+)
 STATS_RECORD_UNREADABLE = Case(
     K.STATS_RECORD,
     when="a record does not parse",

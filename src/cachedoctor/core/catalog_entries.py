@@ -16,6 +16,8 @@ from cachedoctor.core.catalog import (
     INSECURE_ENTRY_MODE,
     INSECURE_ENTRY_OWNER,
     INSECURE_SYMLINK,
+    MISSED_ENTRY_GONE,
+    MISSED_KEY_CHANGED,
     MISSING_ATIME_EVICTED_FIRST,
     MISSING_ATIME_LOCKED,
     MISSING_ATIME_UNLOCKED,
@@ -339,6 +341,25 @@ ENTRIES: tuple[CatalogEntry, ...] = (
                 ),
             ),
             module="jit_f",
+        ),
+    ),
+    CatalogEntry(
+        K.MISSED,
+        Family.USAGE,
+        summary="a module's recorded misses, and what changed in JAX's key",
+        what="From the stats records: each miss whose key's components the recorder kept, set "
+        "against the nearest earlier key of the module (`cachedoctor why`), grouped by cause, "
+        "with the compile time the module's misses cost. Modules already reported as "
+        "`never-hit` are left out.",
+        why="A cache that misses after a change (a jaxlib upgrade, an XLA flag, fewer devices) "
+        "costs every process the compile time, and nothing else says which change it was.",
+        cases=(MISSED_KEY_CHANGED, MISSED_ENTRY_GONE),
+        raised_by=Producer.STATS_RECORDS,
+        example=Example(
+            MISSED_KEY_CHANGED,
+            "jit_step: 2 misses because jaxlib 0.8.3 → 0.10.2 (its 3 misses cost 3.10 s compiling)",
+            (("components", "jax_lib version, computation"),),
+            module="jit_step",
         ),
     ),
     CatalogEntry(

@@ -41,6 +41,7 @@ class FindingKind(enum.StrEnum):
     UNKNOWN_FILE = "unknown-file"
     SUBCACHE = "subcache"
     NEVER_HIT = "never-hit"  # from the stats records (core/stats.py)
+    MISSED = "missed"  # a module's recorded misses, and what changed in JAX's key (core/why.py)
     STATS_RECORD = "stats-record"  # a torn, foreign or rule-breaking file in cachedoctor-stats/
     SAME_PROGRAM = "same-program"
     NOT_STORED = "not-stored"

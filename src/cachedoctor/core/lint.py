@@ -234,7 +234,7 @@ def lint_directory(
     except OSError as exc:
         raise path_error(exc, where.spelling) from None
     try:
-        from_records = record_findings(scan, where.store())
+        from_records = record_findings(scan, where)
     except OSError as exc:
         raise path_error(exc, where.subpath(STATS_DIRNAME)) from None
     scan = dataclasses.replace(scan, findings=scan.findings + tuple(from_records))

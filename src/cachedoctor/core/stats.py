@@ -3,14 +3,16 @@
 The records (``usage/records.py``) are added up in total, per module, per day and per host, and
 each module that never hit is explained by ``usage/reasons.py`` (as ``scan`` and ``lint`` explain
 it) with the evidence at hand: the records (what JAX did with each miss), the cache itself (an
-entry now, JAX's LRU in use) and the scan's key findings. ``--zero`` archives the records into
-one file and removes them.
+entry now, JAX's LRU in use) and the scan's key findings. The misses of every module whose
+recorded keys say what changed get their causes from ``why`` (``miss_causes``), and the modules
+come most compile time lost first: where a slow start's time went. ``--zero`` archives the
+records into one file and removes them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +24,10 @@ from cachedoctor.core.usage.model import Counters, Record, total
 from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
 from cachedoctor.core.usage.records import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, record_files
 from cachedoctor.core.usage.validate import MAX_RECORD_BYTES
+from cachedoctor.core.why import MissCause, explain_misses, miss_causes
 from cachedoctor.errors import os_reason
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.storage.location import Location
-from cachedoctor.storage.stores import Store
 
 if TYPE_CHECKING:  # the scan is imported only when a module that never hit needs it
     from cachedoctor.core.scan.report import ScanReport
@@ -40,10 +42,21 @@ class ModuleRow:
     counters: Counters
     never_hit: bool
     why: Reason | None = None  # for a module that never hit: why, and the evidence
+    causes: tuple[MissCause, ...] = ()  # what changed in JAX's key, per recorded miss (why)
 
     @property
     def reason(self) -> str | None:
         return None if self.why is None else self.why.text
+
+    @property
+    def missed_because(self) -> str | None:
+        """Why it missed, in one line: the never-hit reason, else its misses' causes."""
+        if self.reason:
+            return self.reason
+        said = [f"{c.misses}× {c.words}" if c.misses > 1 else c.words for c in self.causes]
+        return (
+            "; ".join(said[:2]) + (f" (and {len(said) - 2} more)" if len(said) > 2 else "") or None
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +66,7 @@ class ModuleRow:
             "reason": self.reason,
             "reason_kind": None if self.why is None else self.why.kind.value,
             "reason_evidence": None if self.why is None else self.why.evidence,
+            "miss_causes": [c.to_dict() for c in self.causes],
             **self.counters.to_dict(),
         }
 
@@ -74,7 +88,7 @@ class StatsReport:
     cache_dir: str
     processes: int
     totals: Counters
-    modules: tuple[ModuleRow, ...]  # modules that never hit first
+    modules: tuple[ModuleRow, ...]  # most compile time lost on misses first
     days: tuple[Group, ...]
     hosts: tuple[Group, ...]
     findings: tuple[Finding, ...]  # unreadable records, modules that never hit
@@ -160,13 +174,21 @@ def summarise(
     *,
     since: float | None = None,
     module: str | None = None,
+    causes: Mapping[str, tuple[MissCause, ...]] | None = None,
 ) -> StatsReport:
     """Add the records up (pure: no I/O)."""
-    return report_of(cache_dir, fold_records(records, problems, since=since, module=module), scan)
+    fold = fold_records(records, problems, since=since, module=module)
+    return report_of(cache_dir, fold, scan, causes)
 
 
-def report_of(cache_dir: str, fold: Fold, scan: ScanReport | None) -> StatsReport:
-    """The report of the records' fold, each module that never hit explained (pure: no I/O)."""
+def report_of(
+    cache_dir: str,
+    fold: Fold,
+    scan: ScanReport | None,
+    causes: Mapping[str, tuple[MissCause, ...]] | None = None,
+) -> StatsReport:
+    """The report of the records' fold, each module that never hit explained, each module's
+    misses given their causes (pure: no I/O)."""
     rows = []
     for t in fold.modules:
         c = t.counters
@@ -174,8 +196,10 @@ def report_of(cache_dir: str, fold: Fold, scan: ScanReport | None) -> StatsRepor
         why = None
         if never:
             why = reasons.explain(_evidence(t.name, c, t.processes, fold, scan))
-        rows.append(ModuleRow(t.name, t.processes, c, never, why))
-    rows.sort(key=lambda m: (not m.never_hit, -m.counters.misses, m.module))
+        rows.append(ModuleRow(t.name, t.processes, c, never, why, (causes or {}).get(t.name, ())))
+    rows.sort(
+        key=lambda m: (-m.counters.compile_secs, not m.never_hit, -m.counters.misses, m.module)
+    )
     return StatsReport(
         cache_dir=cache_dir,
         processes=fold.processes,
@@ -183,7 +207,7 @@ def report_of(cache_dir: str, fold: Fold, scan: ScanReport | None) -> StatsRepor
         modules=tuple(rows),
         days=tuple(map(_group, fold.days)),
         hosts=tuple(map(_group, fold.hosts)),
-        findings=fold.problems + tuple(never_hit_findings(rows)),
+        findings=fold.problems + tuple(never_hit_findings(rows)) + tuple(missed_findings(rows)),
         since=fold.since,
         module_filter=fold.module,
         records_read=fold.records_read,
@@ -214,6 +238,44 @@ def never_hit_findings(
     return findings
 
 
+def missed_findings(rows: Iterable[ModuleRow]) -> list[Finding]:
+    """A module whose recorded misses say what changed in JAX's key (one finding per module
+    and kind of cause); modules that never hit have their own finding."""
+    findings = []
+    for row in rows:
+        if row.never_hit or not row.causes:
+            continue
+        for verdict, case in (
+            ("changed", catalog.MISSED_KEY_CHANGED),
+            ("same-key", catalog.MISSED_ENTRY_GONE),
+        ):
+            said = [c for c in row.causes if c.verdict == verdict]
+            if not said:
+                continue
+            n = sum(c.misses for c in said)
+            words = "; ".join(c.words for c in said[:2])
+            components = sorted({name for c in said for name in c.components})
+            c = row.counters
+            findings.append(
+                case.finding(
+                    f"{row.module}: {n} miss{'es' if n != 1 else ''} because {words} (its"
+                    f" {c.misses} miss{'es' if c.misses != 1 else ''} cost"
+                    f" {c.compile_secs:.2f} s compiling)",
+                    module=row.module,
+                    components=", ".join(components) or "none",
+                )
+            )
+    return findings
+
+
+def _causes(where: Location, module: str | None) -> dict[str, tuple[MissCause, ...]]:
+    """Each module's miss causes from the records' missed keys (none when unreadable)."""
+    try:
+        return miss_causes(explain_misses(where, module=module, program_detail=False))
+    except OSError:
+        return {}
+
+
 def collect_stats(
     cache_dir: Location,
     *,
@@ -233,15 +295,15 @@ def collect_stats(
             scanned = scan_directory(where, entries=False)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    return report_of(where.spelling, fold, scanned)
+    return report_of(where.spelling, fold, scanned, _causes(where, module))
 
 
-def record_findings(scan: ScanReport, store: Store) -> list[Finding]:
-    """For ``lint``: unreadable records in ``store`` (the scanned cache's), and modules that
+def record_findings(scan: ScanReport, where: Location) -> list[Finding]:
+    """For ``lint``: unreadable records in ``where`` (the scanned cache), modules that
     compiled in :data:`NEVER_HIT_MIN_PROCESSES` or more processes without one hit (reasons
-    from ``scan``)."""
-    fold = read_folded(store)
-    return list(report_of(scan.cache_dir, fold, scan).findings)
+    from ``scan``), and modules whose recorded misses say what changed in their key."""
+    fold = read_folded(where.store())
+    return list(report_of(scan.cache_dir, fold, scan, _causes(where, None)).findings)
 
 
 def zero(cache_dir: Location, *, apply: bool) -> ZeroReport:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -113,7 +113,8 @@ def _option_changes(a: Sequence[str] | None, b: Sequence[str] | None) -> list[st
         )
     except (ValueError, wire.WireError):
         return []
-    return [f"`{d.path}` {_short(d.a)} → {_short(d.b)}" for d in diffs]
+    debug = "executable_build_options.debug_options."
+    return [f"`{d.path.removeprefix(debug)}` {_short(d.a)} → {_short(d.b)}" for d in diffs]
 
 
 def _short(value: str | None, limit: int = 60) -> str:
@@ -171,8 +172,18 @@ def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
         words = "the program changed"
         if meta:
             words += " (jax_compilation_cache_include_metadata_in_key is on: a moved line counts)"
+        settings = _settings_changed(before, after)
+        if settings:
+            words += f", with {settings} in force (JAX lowers the program under it)"
         return Change(name, words)
     return Change(name, f"{name} changed")
+
+
+def _settings_changed(before: MissedKey, after: MissedKey) -> str | None:
+    """The JAX settings that change lowering and differ between two recorded keys, in words."""
+    a, b = before.settings or {}, after.settings or {}
+    said = [f"`{n}` {a[n]!r} → {b[n]!r}" for n in a if n in b and a[n] != b[n]]
+    return ", ".join(said) or None
 
 
 def differing(before: MissedKey, after: MissedKey) -> list[str]:
@@ -217,7 +228,7 @@ def _explain(
     earlier: list[MissedKey],
     held: set[str],
     unknown: set[str],
-    where: Location,
+    where: Location | None,
 ) -> MissWhy:
     def said(verdict: str, words: str, **found: Any) -> MissWhy:
         return MissWhy(
@@ -261,7 +272,7 @@ def _explain(
         return said("first", words)
     nearest = min(candidates, key=lambda m: (len(differing(m, miss)), -m.time))
     changes = [_describe(n, nearest, miss) for n in differing(nearest, miss)]
-    if changes and changes[-1].words.startswith("the program changed"):
+    if where is not None and changes and changes[-1].words.startswith("the program changed"):
         detail = _program_detail(where, nearest.key, miss.key)
         if detail:
             last = changes[-1]
@@ -289,8 +300,12 @@ def _entry_times(store: Store) -> dict[str, float]:
         return {}
 
 
-def explain_misses(where: Location, *, module: str | None = None) -> WhyReport:
-    """Every recorded miss of the cache's processes (of ``module``), explained, oldest first."""
+def explain_misses(
+    where: Location, *, module: str | None = None, program_detail: bool = True
+) -> WhyReport:
+    """Every recorded miss of the cache's processes (of ``module``), explained, oldest first.
+    ``program_detail``: a changed program is diffed entry against entry (as ``diff`` does),
+    which reads both entries; ``stats`` and ``lint`` leave it out."""
     store = where.store()
     found, findings = usage_records.read_records(store)
     report = WhyReport(where=where.spelling, records=len(found), findings=list(findings))
@@ -317,20 +332,38 @@ def explain_misses(where: Location, *, module: str | None = None) -> WhyReport:
         earlier = [m for m, r in misses[:index] if m.module == miss.module and r is not record]
         # entries of no recorded key that were there before the miss: unexplained history
         unknown = {k for k, t in written_at.items() if k not in recorded and t <= miss.time}
-        report.misses.append(_explain(miss, record, earlier, set(written_at), unknown, where))
+        shown = where if program_detail else None
+        report.misses.append(_explain(miss, record, earlier, set(written_at), unknown, shown))
     return report
 
 
-def causes(report: WhyReport) -> dict[str, list[str]]:
-    """Per module, the words of each distinct cause of its misses (for ``stats`` and ``lint``)."""
-    out: dict[str, list[str]] = {}
+@dataclass(frozen=True)
+class MissCause:
+    """One cause of a module's misses, as ``stats`` and ``lint`` show it: the words ``why``
+    gives, how many recorded misses it explains, and JAX's components that differ."""
+
+    words: str
+    misses: int
+    verdict: str  # "changed" or "same-key"
+    components: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def miss_causes(report: WhyReport) -> dict[str, tuple[MissCause, ...]]:
+    """Per module, each distinct explained cause of its misses, the most frequent first."""
+    counted: dict[str, dict[str, tuple[int, MissWhy]]] = {}
     for m in report.misses:
-        if m.verdict in ("changed", "same-key"):
-            said = out.setdefault(m.module, [])
-            if m.words not in said:
-                said.append(m.words)
-    return out
-
-
-def modules_of(report: WhyReport) -> Iterable[str]:
-    return sorted({m.module for m in report.misses} | set(report.unrecorded))
+        if m.verdict not in ("changed", "same-key"):
+            continue
+        said = counted.setdefault(m.module, {})
+        n, first = said.get(m.words, (0, m))
+        said[m.words] = (n + 1, first)
+    return {
+        module: tuple(
+            MissCause(words, n, m.verdict, tuple(c.component for c in m.changes))
+            for words, (n, m) in sorted(said.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        )
+        for module, said in counted.items()
+    }

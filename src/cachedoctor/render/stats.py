@@ -67,10 +67,12 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
         summary.add_row(name, value)
     console.print(summary)
     _render_chart(report.days, console)
-    modules = Table(title="modules (never hit first)", title_justify="left", show_edge=False)
+    modules = Table(
+        title="modules (most compile time lost first)", title_justify="left", show_edge=False
+    )
     for col in ("module", "processes", "requests", "hits", "misses", "hit rate", "spent s"):
         modules.add_column(col, justify="left" if col == "module" else "right")
-    modules.add_column("why it never hit")
+    modules.add_column("why it missed")
     for m in report.modules[:max_modules]:
         c = m.counters
         modules.add_row(
@@ -81,7 +83,7 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
             str(c.misses),
             _rate(c),
             f"{c.compile_secs:.2f}",
-            m.reason or "",
+            m.missed_because or "",
             style="yellow" if m.never_hit else None,
         )
     if len(report.modules) > max_modules:
@@ -252,7 +254,16 @@ def html_page(report: StatsReport) -> str:
     )
     modules = _html_table(
         "modules",
-        ("module", "processes", "requests", "hits", "misses", "hit rate", "why it never hit"),
+        (
+            "module",
+            "processes",
+            "requests",
+            "hits",
+            "misses",
+            "hit rate",
+            "spent s",
+            "why it missed",
+        ),
         [
             (
                 m.module,
@@ -261,7 +272,8 @@ def html_page(report: StatsReport) -> str:
                 str(m.counters.hits),
                 str(m.counters.misses),
                 _rate(m.counters),
-                m.reason or "",
+                f"{m.counters.compile_secs:.2f}",
+                m.missed_because or "",
                 "never" if m.never_hit else "",
             )
             for m in report.modules
@@ -291,7 +303,7 @@ def html_page(report: StatsReport) -> str:
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><section id='totals'>{kpis}</section>"
         f"<h2>Hit rate per day</h2>{_svg_chart(report.days)}"
-        f"<h2>Modules (never hit first)</h2>{modules}<h2>Hosts</h2>{hosts}"
+        f"<h2>Modules (most compile time lost first)</h2>{modules}<h2>Hosts</h2>{hosts}"
         f"<h2>Findings</h2><ul id='findings'>{findings or '<li>none</li>'}</ul>"
         "</body></html>\n"
     )
