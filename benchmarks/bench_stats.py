@@ -7,7 +7,11 @@ interpreters alternate between no activation (the baseline) and ``CACHEDOCTOR_HO
 exit). The result is the ratio of medians, beside the baseline's own spread (max/min): the
 recording is within noise when its ratio is inside that spread.
 
-    python benchmarks/bench_stats.py [--modules 200] [--reps 7]
+``--cold``: every run starts from an empty cache instead, so that every lookup misses, compiles
+and writes: the recorder then also keeps each missed key's components (``misskeys.py``: JAX's
+key code run once more per miss, and JAX's lowering settings read).
+
+    python benchmarks/bench_stats.py [--modules 200] [--reps 7] [--cold]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,12 +47,15 @@ print("LOOP", time.perf_counter() - start)
 """
 
 
-def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float]:
+def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float, float]:
+    """(the loop's wall time, the process's wall time, the process's CPU time: user + system,
+    which another process on the machine disturbs less than the wall clock)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEDOCTOR_", "JAX_"))}
     env |= {"JAX_COMPILATION_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
     env["CACHEDOCTOR_CONFIG"] = os.path.join(cache, "no-config.toml")
     if mode is not None:
         env["CACHEDOCTOR_HOOK"] = mode
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", PROGRAM, str(modules)],
@@ -57,24 +65,38 @@ def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float]:
         check=True,
     )
     whole = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     loop = float(next(x for x in out.stdout.splitlines() if x.startswith("LOOP")).split()[1])
-    return loop, whole
+    return loop, whole, cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modules", type=int, default=200)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--cold", action="store_true", help="every run misses (an empty cache)")
     args = parser.parse_args()
-    runs: dict[str, list[tuple[float, float]]] = {"baseline": [], "stats": []}
-    with tempfile.TemporaryDirectory() as cache:
+    runs: dict[str, list[tuple[float, float, float]]] = {"baseline": [], "stats": []}
+    records = 0
+    with tempfile.TemporaryDirectory() as root:
+        cache = os.path.join(root, "warm")
         one_run(cache, args.modules, None)  # warm the cache: every later compile is a hit
-        for _ in range(args.reps):  # interleaved, so that load on the machine hits both
-            runs["baseline"].append(one_run(cache, args.modules, None))
-            runs["stats"].append(one_run(cache, args.modules, "stats"))
-        records = len(list(Path(cache, "cachedoctor-stats").glob("*.json")))
-    result: dict[str, object] = {"modules": args.modules, "reps": args.reps, "records": records}
-    for i, what in enumerate(("loop", "process")):
+        for rep in range(args.reps):  # interleaved, so that load on the machine hits both
+            for mode, name in ((None, "baseline"), ("stats", "stats")):
+                where = os.path.join(root, f"cold-{rep}-{name}") if args.cold else cache
+                runs[name].append(one_run(where, args.modules, mode))
+                if args.cold:
+                    records += len(list(Path(where, "cachedoctor-stats").glob("*.json")))
+        if not args.cold:
+            records = len(list(Path(cache, "cachedoctor-stats").glob("*.json")))
+    result: dict[str, object] = {
+        "modules": args.modules,
+        "reps": args.reps,
+        "start": "cold" if args.cold else "warm",
+        "records": records,
+    }
+    for i, what in enumerate(("loop", "process", "process_cpu")):
         base = [r[i] for r in runs["baseline"]]
         stats = [r[i] for r in runs["stats"]]
         result[what] = {

@@ -30,8 +30,11 @@ ACTION = REPO / "action.yml"
 EXPR = re.compile(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}")
 
 
-def run_action(workdir: Path, **inputs: str) -> tuple[int, str, dict[str, str]]:
-    """Run every step; stop at the first failing one, as GitHub does. (status, output, outputs)"""
+def run_action(
+    workdir: Path, job_env: dict[str, str] | None = None, /, **inputs: str
+) -> tuple[int, str, dict[str, str]]:
+    """Run every step (in the job's environment ``job_env``); stop at the first failing one, as
+    GitHub does. (status, output, outputs)"""
     action = yaml.safe_load(ACTION.read_text())
     assert action["runs"]["using"] == "composite"
     values = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
@@ -44,6 +47,7 @@ def run_action(workdir: Path, **inputs: str) -> tuple[int, str, dict[str, str]]:
     for step in action["runs"]["steps"]:
         assert step["shell"] == "bash"
         env = base_env(None, GITHUB_OUTPUT=str(github_output), GITHUB_ACTION_PATH=str(REPO))
+        env.update(job_env or {})
         for key, value in step.get("env", {}).items():
             env[key] = EXPR.sub(lambda m: values[m.group(1)], str(value))
         assert "${{" not in step["run"], "inputs reach scripts through env only (no injection)"
@@ -92,10 +96,30 @@ def test_check_runs_the_command_twice(tmp_path: Path) -> None:
     assert junit.get("failures") == "0"
 
 
+def test_preflight_says_on_the_runner_whether_the_cache_will_hit(tmp_path: Path) -> None:
+    """A cache written with the hook recording (8 host devices), restored on a runner: with the
+    same settings the preflight passes; with 4 devices it fails with an error annotation per
+    module, and JAX then misses, as predicted."""
+    from tests.support.keylog import MODULE, hits, run_logged
+
+    cache = tmp_path / "cache"
+    run_logged(cache)
+    inputs = {**INSTALLED, "command": "preflight", "cache-dir": str(cache)}
+    eight = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    status, log, _ = run_action(tmp_path, eight, **inputs)
+    assert status == 0 and "will hit" in log, log
+    four = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    status, log, _ = run_action(tmp_path, four, **inputs)
+    assert status == 1, log
+    title = f"::error title=cachedoctor preflight ({MODULE})::{MODULE} will miss: written for 8"
+    assert title in log, log
+    assert MODULE not in hits(run_logged(cache, env={"WHY_DEVICES": "4"}))
+
+
 def test_a_wrong_command_is_an_annotated_error(tmp_path: Path) -> None:
     status, log, _ = run_action(tmp_path, **INSTALLED, command="scan")
     assert status == 2
-    assert "::error title=cachedoctor::command must be lint or check, not 'scan'" in log
+    assert "::error title=cachedoctor::command must be lint, preflight or check, not 'scan'" in log
 
 
 def test_default_install_is_the_actions_own_checkout_and_needs_no_index(tmp_path: Path) -> None:

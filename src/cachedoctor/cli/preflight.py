@@ -26,7 +26,15 @@ from cachedoctor.render.formats import renderer
 )
 @click.option("--module", metavar="NAME", help="Only this module (a glob such as 'jit_*' works).")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on modules it cannot tell about, too.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+    help="github: an annotation per module that will miss (or cannot be told, with --strict).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
 @click.pass_context
 def preflight(
     ctx: click.Context,
@@ -34,6 +42,7 @@ def preflight(
     spelled_as: str | None,
     module: str | None,
     strict: bool,
+    fmt: str,
     as_json: bool,
 ) -> None:
     """Will this cache hit here: per module, before the program runs.
@@ -57,9 +66,8 @@ def preflight(
         report = predict(cache_dir, cache_dir=spelling, module=module)
     except OSError as exc:
         raise path_error(exc, exc.filename or cache_dir.spelling) from None
-    renderer("json" if as_json else "text").render(report, stdout_console())
-    counts = report.counts()
+    report.strict = strict
+    renderer("json" if as_json else fmt).render(report, stdout_console())
     if report.problem:
         ctx.exit(int(ExitCode.USAGE))
-    failing = counts["miss"] + (counts["unknown"] if strict else 0)
-    ctx.exit(int(ExitCode.FINDINGS if failing else ExitCode.OK))
+    ctx.exit(int(ExitCode.FINDINGS if report.failing() else ExitCode.OK))

@@ -121,9 +121,15 @@ class PreflightReport:
     entries: list[EntryForecast] = field(default_factory=list)
     modules: list[ModuleForecast] = field(default_factory=list)
     problem: str | None = None  # why nothing could be predicted (JAX missing or unknown)
+    strict: bool = False  # "cannot tell" fails too
 
     def counts(self) -> dict[str, int]:
         return {v: sum(1 for m in self.modules if m.verdict == v) for v in VERDICTS}
+
+    def failing(self) -> int:
+        """The modules that fail a CI gate: those that will miss (and, strict, unknown ones)."""
+        counts = self.counts()
+        return counts["miss"] + (counts["unknown"] if self.strict else 0)
 
     def to_dict(self) -> dict[str, Any]:
         unknown = any(e.verdict == "unknown" for e in self.entries)
@@ -136,6 +142,7 @@ class PreflightReport:
             "modules": [asdict(m) for m in self.modules],
             "entries": [e.to_dict() for e in self.entries],
             "problem": self.problem,
+            "strict": self.strict,
             "hint": ENABLE_HINT if unknown else None,
         }
 

@@ -426,6 +426,12 @@ def _check_github(report: CheckReport, console: Console, options: Options) -> No
     _write(console, "\n".join(check_lines(report)))
 
 
+def _preflight_github(report: PreflightReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.github import preflight_lines
+
+    _write(console, "\n".join(preflight_lines(report)))
+
+
 def _lint_junit(report: LintReport, console: Console, options: Options) -> None:
     from cachedoctor.render.junit import lint_xml
 
@@ -447,7 +453,9 @@ def _stats_html(report: StatsReport, console: Console, options: Options) -> None
 FORMATS: Mapping[str, Renderer] = {
     "text": Format("text", TEXT_WRITERS),
     "json": Format("json", JSON_WRITERS),
-    "github": Format("github", {LINT: _lint_github, CHECK: _check_github}),
+    "github": Format(
+        "github", {LINT: _lint_github, CHECK: _check_github, PREFLIGHT: _preflight_github}
+    ),
     "junit": Format("junit", {LINT: _lint_junit, CHECK: _check_junit}),
     "html": Format("html", {STATS: _stats_html}),
 }

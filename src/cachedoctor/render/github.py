@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from cachedoctor.core.check.report import CheckReport
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.lint import LintReport
+from cachedoctor.core.preflight import PreflightReport
 
 LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -88,3 +89,24 @@ def check_lines(report: CheckReport) -> Iterator[str]:
                 {"title": f"cachedoctor check --verify ({module})"},
             )
     yield report.summary_line()
+
+
+def preflight_lines(report: PreflightReport) -> Iterator[str]:
+    """Annotations for a preflight: an error per module that will miss, a notice per module it
+    cannot tell about (an error with ``--strict``), then the text report for the log."""
+    from cachedoctor.render.preflight import preflight_lines as text_lines
+
+    if report.problem:
+        yield command("error", report.problem, {"title": "cachedoctor preflight"})
+    for m in report.modules:
+        if m.verdict == "miss" or (m.verdict == "unknown" and report.strict):
+            level = "error"
+        elif m.verdict == "unknown":
+            level = "notice"
+        else:
+            continue
+        said = "will miss" if m.verdict == "miss" else "cannot tell"
+        yield command(
+            level, f"{m.module} {said}: {m.words}", {"title": f"cachedoctor preflight ({m.module})"}
+        )
+    yield from text_lines(report)
