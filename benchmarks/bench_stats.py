@@ -47,11 +47,13 @@ print("LOOP", time.perf_counter() - start)
 """
 
 
-def one_run(cache: str, modules: int, mode: str | None) -> tuple[float, float, float]:
+def one_run(
+    cache: str, modules: int, mode: str | None, src: Path = ROOT / "src"
+) -> tuple[float, float, float]:
     """(the loop's wall time, the process's wall time, the process's CPU time: user + system,
     which another process on the machine disturbs less than the wall clock)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEDOCTOR_", "JAX_"))}
-    env |= {"JAX_COMPILATION_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
+    env |= {"JAX_COMPILATION_CACHE_DIR": cache, "PYTHONPATH": str(src)}
     env["CACHEDOCTOR_CONFIG"] = os.path.join(cache, "no-config.toml")
     if mode is not None:
         env["CACHEDOCTOR_HOOK"] = mode
@@ -76,16 +78,28 @@ def main() -> None:
     parser.add_argument("--modules", type=int, default=200)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--cold", action="store_true", help="every run misses (an empty cache)")
+    parser.add_argument(
+        "--other-src",
+        type=Path,
+        help="a third variant, interleaved: stats recording by another checkout's src/ (the"
+        " recorder of an earlier commit, say)",
+    )
     args = parser.parse_args()
-    runs: dict[str, list[tuple[float, float, float]]] = {"baseline": [], "stats": []}
+    variants: list[tuple[str | None, str, Path]] = [
+        (None, "baseline", ROOT / "src"),
+        ("stats", "stats", ROOT / "src"),
+    ]
+    if args.other_src:
+        variants.append(("stats", "stats_other", args.other_src.resolve()))
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for _, name, _ in variants}
     records = 0
     with tempfile.TemporaryDirectory() as root:
         cache = os.path.join(root, "warm")
         one_run(cache, args.modules, None)  # warm the cache: every later compile is a hit
         for rep in range(args.reps):  # interleaved, so that load on the machine hits both
-            for mode, name in ((None, "baseline"), ("stats", "stats")):
+            for mode, name, src in variants:
                 where = os.path.join(root, f"cold-{rep}-{name}") if args.cold else cache
-                runs[name].append(one_run(where, args.modules, mode))
+                runs[name].append(one_run(where, args.modules, mode, src))
                 if args.cold:
                     records += len(list(Path(where, "cachedoctor-stats").glob("*.json")))
         if not args.cold:
@@ -96,15 +110,21 @@ def main() -> None:
         "start": "cold" if args.cold else "warm",
         "records": records,
     }
+    if args.other_src:
+        result["other_src"] = str(args.other_src)
     for i, what in enumerate(("loop", "process", "process_cpu")):
         base = [r[i] for r in runs["baseline"]]
-        stats = [r[i] for r in runs["stats"]]
-        result[what] = {
+        doc: dict[str, float] = {
             "baseline_median_s": statistics.median(base),
-            "stats_median_s": statistics.median(stats),
-            "ratio": statistics.median(stats) / statistics.median(base),
             "baseline_spread": max(base) / min(base),
         }
+        for _, name, _ in variants[1:]:
+            mine = [r[i] for r in runs[name]]
+            doc[f"{name}_median_s"] = statistics.median(mine)
+            doc["ratio" if name == "stats" else f"{name}_ratio"] = statistics.median(
+                mine
+            ) / statistics.median(base)
+        result[what] = doc
     print(json.dumps(result, indent=2))
 
 

@@ -60,6 +60,7 @@ def test_every_json_document_has_a_schema_version(
         ],
         "stats": [("stats", cache, "--json")],
         "why": [("why", cache, "--json")],
+        "preflight": [("preflight", cache, "--json")],
         "status": [("status", "--json")],
     }
     assert set(runs) == json_commands()
