@@ -26,7 +26,8 @@ from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.usage import records as usage_records
 from cachedoctor.core.usage.model import MissedKey
-from cachedoctor.core.why import ENABLE_HINT
+from cachedoctor.core.why import ENABLE_HINT, short, value_words
+from cachedoctor.core.why import Change as Difference  # one thing that differs, in words
 from cachedoctor.stablekeys import here as here_mod
 from cachedoctor.stablekeys import settings as hook_settings
 from cachedoctor.storage.location import Location
@@ -76,16 +77,6 @@ class Evidence:
     values: dict[str, tuple[str, ...]]
     devices: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One thing that differs here from what an entry's key was made of."""
-
-    component: str
-    words: str
-    before: str | None = None
-    after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,18 +188,9 @@ def _devices_of(ev: Evidence) -> int | None:
 
 
 def _component_words(name: str, before: tuple[str, ...] | None, after: list[str] | None) -> str:
-    if name == "jax_lib version" and before and after:
-        return f"jaxlib {before[0]} → {after[0]}"
-    if name == "backend version" and before and after:
-        return f"backend {_text(before)} → {_text(after)}"
-    if name == "XLA flags" and before is not None and after is not None:
-        added, gone = sorted(set(after) - set(before)), sorted(set(before) - set(after))
-        said = [f"+ {f}" for f in added] + [f"- {f}" for f in gone]
-        return "XLA flags " + (", ".join(said) if said else "reordered")
-    if name == "compression" and before and after:
-        return f"{before[0]} → {after[0]}"
-    if name == "custom_hook":
-        return f"custom_hook {_text(before)!r} → {_text(after)!r}"
+    said = value_words(name, before, after)
+    if said is not None:
+        return said
     if name == "accelerator_config":
         return "the accelerator topology differs"
     return f"{name} differs"
@@ -218,7 +200,6 @@ def _option_differences(
     before: tuple[str, ...] | None, after: list[str] | None, kind: str
 ) -> list[str] | None:
     """The environment's compile options that differ (``path a → b``); None: not comparable."""
-    from cachedoctor.core.why import _short
     from cachedoctor.formats import wire
     from cachedoctor.xla import optiondiff, optionschema
 
@@ -253,7 +234,7 @@ def _option_differences(
                 " computes here)"
             )
             continue
-        said.append(f"`{name}` {_short(d.a)} → {_short(d.b)}")
+        said.append(f"`{name}` {short(d.a)} → {short(d.b)}")
     return said
 
 
@@ -356,23 +337,27 @@ def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: st
     return EntryForecast(key, module, "hit", words, evidence)
 
 
+def _module(entry: EntryInfo) -> str:
+    return entry.module or entry.key.rsplit("-", 1)[0]
+
+
+def _miss(entry: EntryInfo, evidence: str, difference: Difference) -> EntryForecast:
+    """A miss its own bytes prove, with the one difference that proves it."""
+    words = difference.words
+    return EntryForecast(entry.key, _module(entry), "miss", words, evidence, (difference,))
+
+
 def _from_bytes(
     entry: EntryInfo, here: here_mod.Here, hashes: Mapping[str, bool | None]
 ) -> EntryForecast:
     """An entry without a recorded key: a miss only where its own bytes prove one."""
     from cachedoctor.xla.optionschema import undefined_debug_fields
 
-    key, module = entry.key, entry.module or entry.key.rsplit("-", 1)[0]
     said = "its own bytes"
     if entry.platform not in ("unknown", here.platform):
         words = f"an executable for {entry.platform}; JAX runs on {here.platform} here"
-        return EntryForecast(
-            key,
-            module,
-            "miss",
-            words,
-            said,
-            (Difference("backend version", words, entry.platform, here.platform),),
+        return _miss(
+            entry, said, Difference("backend version", words, entry.platform, here.platform)
         )
     other = undefined_debug_fields(entry.debug_fields)
     if other and other[0]:
@@ -380,24 +365,12 @@ def _from_bytes(
             f"written by another jaxlib: its compile options set {len(other[0])} DebugOptions"
             f" field{'s' if len(other[0]) != 1 else ''} jaxlib {here.jaxlib} does not define"
         )
-        return EntryForecast(
-            key,
-            module,
-            "miss",
-            words,
-            said,
-            (Difference("jax_lib version", words, None, here.jaxlib),),
-        )
+        return _miss(entry, said, Difference("jax_lib version", words, None, here.jaxlib))
     used = (entry.num_replicas or 1) * (entry.num_partitions or 1)
     if entry.num_partitions is not None and used > here.device_count:
         words = f"compiled for {used} devices; JAX sees {here.device_count} here"
-        return EntryForecast(
-            key,
-            module,
-            "miss",
-            words,
-            said,
-            (Difference("compile_options", words, str(used), str(here.device_count)),),
+        return _miss(
+            entry, said, Difference("compile_options", words, str(used), str(here.device_count))
         )
     for name, value, hashed in (
         ("xla_gpu_per_fusion_autotune_cache_dir", entry.autotune_dir, hashes.get("autotune")),
@@ -407,16 +380,9 @@ def _from_bytes(
         if hashed and value and isinstance(expected, str) and value != expected:
             words = f"compile option `{name}` {value} → {expected}"
             words += ": the cache dir is spelled otherwise here"
-            return EntryForecast(
-                key,
-                module,
-                "miss",
-                words,
-                said,
-                (Difference("compile_options", words, value, expected),),
-            )
+            return _miss(entry, said, Difference("compile_options", words, value, expected))
     words = "no record of its key's components: cannot tell"
-    return EntryForecast(key, module, "unknown", words, None)
+    return EntryForecast(entry.key, _module(entry), "unknown", words, None)
 
 
 def _here_paths(here: here_mod.Here) -> dict[str, str]:
@@ -457,9 +423,7 @@ def _module_forecasts(entries: list[EntryForecast]) -> list[ModuleForecast]:
 
 def hook_here() -> str:
     """The hook mode a process of this environment runs in, "off" when none is enabled."""
-    if hook_settings.activation_disabled():
-        return "off"
-    if not os.environ.get(hook_settings.HOOK_ENV) and not hook_settings.config_path().exists():
+    if not hook_settings.activates():
         return "off"
     try:
         return hook_settings.hook_mode(hook_settings.load(check=False))
@@ -505,7 +469,7 @@ def predict(
     }
     for entry in sorted(entries, key=lambda e: (e.module or "", e.key)):
         ev = evidence.get(entry.key)
-        mod = entry.module or entry.key.rsplit("-", 1)[0]
+        mod = _module(entry)
         if ev is None:
             report.entries.append(_from_bytes(entry, here, hashes))
         else:

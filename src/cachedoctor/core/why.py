@@ -114,10 +114,10 @@ def _option_changes(a: Sequence[str] | None, b: Sequence[str] | None) -> list[st
     except (ValueError, wire.WireError):
         return []
     debug = "executable_build_options.debug_options."
-    return [f"`{d.path.removeprefix(debug)}` {_short(d.a)} → {_short(d.b)}" for d in diffs]
+    return [f"`{d.path.removeprefix(debug)}` {short(d.a)} → {short(d.b)}" for d in diffs]
 
 
-def _short(value: str | None, limit: int = 60) -> str:
+def short(value: str | None, limit: int = 60) -> str:
     if value is None:
         return "(unset)"
     return value if len(value) <= limit else value[: limit - 1] + "…"
@@ -127,19 +127,31 @@ def _flags(values: Sequence[str] | None) -> set[str]:
     return set(values or ())
 
 
-def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
-    """One differing component in words: its two values where the record kept them."""
-    va, vb = before.values.get(name), after.values.get(name)
+def value_words(name: str, va: Sequence[str] | None, vb: Sequence[str] | None) -> str | None:
+    """A small component's change in words from the pieces JAX hashed, or None when the values
+    do not say (shared by ``why`` and ``preflight``)."""
     if name == "jax_lib version" and va and vb:
-        return Change(name, f"jaxlib {va[0]} → {vb[0]}", va[0], vb[0])
+        return f"jaxlib {va[0]} → {vb[0]}"
     if name == "backend version" and va and vb:
-        return Change(name, f"backend {_text(va)} → {_text(vb)}", _text(va), _text(vb))
+        return f"backend {_text(va)} → {_text(vb)}"
     if name == "XLA flags" and va is not None and vb is not None:
         added = sorted(_flags(vb) - _flags(va))
         gone = sorted(_flags(va) - _flags(vb))
         said = [f"+ {f}" for f in added] + [f"- {f}" for f in gone]
-        words = "XLA flags " + (", ".join(said) if said else "reordered")
-        return Change(name, words, _text(va), _text(vb))
+        return "XLA flags " + (", ".join(said) if said else "reordered")
+    if name == "compression" and va and vb:
+        return f"{va[0]} → {vb[0]}"
+    if name == "custom_hook":
+        return f"custom_hook {_text(va)!r} → {_text(vb)!r}"
+    return None
+
+
+def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
+    """One differing component in words: its two values where the record kept them."""
+    va, vb = before.values.get(name), after.values.get(name)
+    said = value_words(name, va, vb)
+    if said is not None:
+        return Change(name, said, _text(va), _text(vb))
     if name == "accelerator_config":
         da, db = before.devices, after.devices
         if da and db and (da.get("count"), da.get("kinds")) != (db.get("count"), db.get("kinds")):

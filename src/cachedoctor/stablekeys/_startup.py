@@ -155,8 +155,7 @@ def as_a_job_starts() -> list[str]:
     not activate. Returns the errors activation would report."""
     from cachedoctor.stablekeys import settings
 
-    configured = settings.config_path().exists() or os.environ.get(settings.HOOK_ENV)
-    if settings.activation_disabled() or not configured:
+    if not settings.activates():
         return []
     errors: list[str] = []
     try:

@@ -366,6 +366,12 @@ def hook_mode(values: dict[str, Any]) -> str:
     return str(values.get("hook", "stable"))
 
 
+def activates() -> bool:
+    """Whether a process of this environment runs start-up activation: the ``.pth`` line's own
+    test (``CACHEDOCTOR_HOOK`` set, or a config file), unless ``CACHEDOCTOR_DISABLE=1``."""
+    return not activation_disabled() and bool(os.environ.get(HOOK_ENV) or config_path().exists())
+
+
 def activation_disabled() -> bool:
     """Whether ``CACHEDOCTOR_DISABLE=1`` turns start-up activation (and the file) off."""
     return os.environ.get(DISABLE_ENV) == "1"
