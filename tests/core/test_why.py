@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
-from tests.support.keylog import MODULE, differing, logged_keys, run_logged
+from tests.support.keylog import MODULE, differing, hits, logged_keys, run_logged
 
 
 def run(cache: Path, hook: str | None = "stats", **env: str) -> list[dict[str, str]]:
@@ -106,6 +106,26 @@ def test_a_custom_partitioning_pointer_is_named(tmp_path: Path) -> None:
     changed = doc["misses"][-1]
     assert [c["component"] for c in changed["changes"]] == ["computation"]
     assert "custom_partitioning pointer" in changed["words"], changed["words"]
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_a_replayed_key_names_the_partition_rule_that_changed(tmp_path: Path) -> None:
+    """Under the stable hook a module with custom_partitioning is keyed by replaying its
+    partitioner calls: the second run hits (JAX's log), the third, whose partitioned
+    computation adds 5, misses, and why says the calls no longer reproduce, with nothing else
+    of the key changed."""
+    cache, seed = tmp_path / "cache", _program("seed")
+    assert "jit_f" not in hits(run_logged(cache, "stable", program=seed))
+    assert "jit_f" in hits(run_logged(cache, "stable", program=seed))
+    changed_rule = run_logged(cache, "stable", program=seed, env={"CACHEDOCTOR_SEED_ADD": "5"})
+    assert "jit_f" not in hits(changed_rule)
+    code, doc = why(cache, "--module", "jit_f")
+    assert [m["verdict"] for m in doc["misses"]] == ["first", "changed"], doc["misses"]
+    changed = doc["misses"][1]
+    assert [c["component"] for c in changed["changes"]] == ["custom_partitioning_replay"]
+    assert "no longer reproduce (custom call 0" in changed["words"], changed["words"]
+    assert changed["nearest"] == doc["misses"][0]["key"] and changed["nearest_in_cache"]
     assert code == 0
 
 

@@ -46,6 +46,7 @@ class Example:
     other_jax_first: bool = False  # the first run by the second JAX (jax 0.8.3)
     program: str | None = None  # a bundled program instead of why_program.py
     copy_to: str | None = None  # run the command on a copy of the cache, at this name
+    hook: str = "stats"  # the hook mode of the program's runs
 
 
 EXAMPLES = (
@@ -87,6 +88,18 @@ EXAMPLES = (
         program="seed",
     ),
     Example(
+        "A custom_partitioning rule changed, under the stable hook",
+        "With `cachedoctor enable` the seed program hits from its second run: the hook keys it "
+        "by replaying the partitioner calls recorded with the entry. Then the partitioned "
+        "computation adds 5 instead of 1: the calls no longer reproduce, and the hook compiles a "
+        "new variant instead of returning the old executable (as JAX's pointer-removal flag "
+        "would).",
+        ({}, {}, {"CACHEDOCTOR_SEED_ADD": "5"}),
+        ("why", "--module", "jit_f"),
+        program="seed",
+        hook="stable",
+    ),
+    Example(
         "A cache written by jax 0.8.3, read by this JAX",
         "The first run by jax 0.8.3, the second by the JAX installed here.",
         ({}, {}),
@@ -126,7 +139,7 @@ def run_example(example: Example, root: Path, other_python: Callable[[], str]) -
     program = _bundled(example.program) if example.program else PROGRAM
     for i, settings in enumerate(example.runs):
         python = other_python() if example.other_jax_first and i == 0 else sys.executable
-        run_logged(cache, python=python, program=program, env=settings)
+        run_logged(cache, example.hook, python=python, program=program, env=settings)
     target = cache
     if example.copy_to:
         target = root / example.copy_to / "jaxcache"

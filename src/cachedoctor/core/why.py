@@ -33,6 +33,7 @@ CAUSE_ORDER = (
     "custom_hook",
     "compile_options",
     "computation",
+    "custom_partitioning_replay",
 )
 ENABLE_HINT = (
     "record misses with `cachedoctor enable --stats-only` (or any hook mode) in the processes"
@@ -41,6 +42,9 @@ ENABLE_HINT = (
 MAX_OPTION_CHANGES = 4
 POINTERS = "custom_partitioning pointers"  # misskeys: the backend_config values JAX hashed
 WITHOUT_POINTERS = "computation without pointers"  # misskeys: the digest with them removed
+# the stable hook's replay-verified variant of a module with custom_partitioning calls
+# (stablekeys.keys.REPLAY_COMPONENT); its value says why the hook picked or made that variant
+REPLAY = "custom_partitioning_replay"
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,24 @@ def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
         if settings:
             words += f", with {settings} in force (JAX lowers the program under it)"
         return Change(name, words)
+    if name == REPLAY:
+        return Change(name, _replay_words(before.key, vb), _text(va), _text(vb))
     return Change(name, f"{name} changed")
+
+
+def _replay_words(earlier: str, reasons: Sequence[str] | None) -> str:
+    """A new replay-verified variant, in words: what the hook found when it replayed the
+    partitioner calls recorded with the earlier variant (``"<key>: <first difference>"``)."""
+    said = [r.split(": ", 1)[1] for r in reasons or [] if r.startswith(earlier + ": ")]
+    words = "the custom_partitioning calls recorded with it no longer reproduce"
+    if said:
+        words += f" ({short(said[0], 120)})"
+    elif reasons:
+        words += f" ({short(reasons[0], 120)})"
+    return (
+        words
+        + ": the partition rule, or what it reads, changed; the stable hook compiled a new variant"
+    )
 
 
 def _settings_changed(before: MissedKey, after: MissedKey) -> str | None:

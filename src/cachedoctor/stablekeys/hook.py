@@ -283,7 +283,7 @@ def _get_cache_key(
     if cache_dir is not None:
         _explain_process_key(cache_dir, result)
     if result.to_replay:
-        return _replayed_key(cache_dir, result, backend, options)
+        return _replayed_key(cache_dir, result, backend, options, devices)
     if not result.sound:
         _state.stats["unsound"] += 1
         why = "; ".join(v.reason or "" for v in result.volatile if v.reason)

@@ -120,7 +120,11 @@ def _warn_about_jax_flag() -> None:
 
 
 def _replayed_key(
-    cache_dir: Location | None, result: Any, backend: Any, options: Any = None
+    cache_dir: Location | None,
+    result: Any,
+    backend: Any,
+    options: Any = None,
+    devices: Any = None,
 ) -> str | None:
     """The key of a module with custom_partitioning calls, decided by replay.
 
@@ -129,7 +133,7 @@ def _replayed_key(
     (variants other processes recorded since this one started), a new key, and the calls XLA
     makes while compiling are recorded into its manifest (:func:`_write_replay_manifest`).
     """
-    from cachedoctor.stablekeys import keys, replay
+    from cachedoctor.stablekeys import keys, misskeys, replay
 
     _warn_about_jax_flag()
     if cache_dir is None:  # JAX does not use its cache: its own key, never looked up
@@ -144,12 +148,17 @@ def _replayed_key(
         )
         return None
     index = _index_for(cache_dir)
-    found = _reproducing(result, _replay_candidates(cache_dir, result, index.module))
+    tried: list[Any] = []
+    found = _reproducing(result, _replay_candidates(cache_dir, result, index.module), tried)
     if found is None:
-        found = _reproducing(result, _replay_candidates(cache_dir, result, index.refresh))
+        found = _reproducing(result, _replay_candidates(cache_dir, result, index.refresh), tried)
     if found is not None:
         _state.stats["replayed"] += 1
-        return found
+        variant = found.digest(keys.REPLAY_COMPONENT)
+        if variant is not None:  # a recorded miss of it (an evicted entry) names its variant
+            said = f"the partitioner calls recorded with {found.key} reproduce"
+            misskeys.note_stable(found.key, result, devices, (variant, [said]))
+        return str(found.key)
     if index.error:
         _say_once(
             f"manifests {_shown(cache_dir)}",
@@ -158,12 +167,22 @@ def _replayed_key(
         )
     digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()  # a fresh variant
     key = keys.replayed_key(result, digest)
+    misskeys.note_stable(key, result, devices, (digest, _why_new_variant(tried)))
     _expect_calls(key, result, digest, backend, options)
     return key
 
 
-def _reproducing(result: Any, candidates: list[Any]) -> str | None:
-    """The key of the first candidate whose recorded partitioner calls all reproduce."""
+def _why_new_variant(tried: list[tuple[Any, str]]) -> list[str]:
+    """Why the hook compiles a new variant, in words: each recorded variant of the module and
+    the first partitioner call that did not reproduce (``why`` shows this for the miss)."""
+    if not tried:
+        return ["no recorded variant of this module with the same base key (and an entry)"]
+    return [f"{candidate.key}: {differs}" for candidate, differs in tried]
+
+
+def _reproducing(result: Any, candidates: list[Any], tried: list[tuple[Any, str]]) -> Any | None:
+    """The first candidate manifest whose recorded partitioner calls all reproduce; each one
+    that does not goes into ``tried`` with the first call that differs."""
     from cachedoctor.stablekeys import replay
 
     pointers = [pointer for _, pointer in result.to_replay]
@@ -171,10 +190,13 @@ def _reproducing(result: Any, candidates: list[Any]) -> str | None:
     for candidate in candidates:
         replay_ops = candidate.replay or []
         if [op["index"] for op in replay_ops] != indices:
+            tried.append((candidate, "it replays other custom calls"))
             continue
         differs = replay.reproduces([op["calls"] for op in replay_ops], pointers)
         if differs is None:
-            return str(candidate.key)
+            return candidate
+        if all(c.key != candidate.key for c, _ in tried):
+            tried.append((candidate, differs))
         _state.stats["replay_misses"] += 1
         _state.last_replay_miss = f"{candidate.key}: {differs}"
         logger.info("%s does not reproduce: %s", candidate.key, differs)

@@ -99,6 +99,10 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def digest(self, component: str) -> str | None:
+        """The recorded digest of one key component, or None where the key has none."""
+        return next((c.get("digest") for c in self.components if c.get("name") == component), None)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
         known = {f for f in cls.__dataclass_fields__}

@@ -47,9 +47,19 @@ def wrap_cache_key_get() -> None:
     ck.get = get
 
 
-def note_stable(key: str, result: KeyResult, devices: Any = None) -> None:
-    """The stable hook's key for this thread's lookup, and what went into it."""
-    _local.stable = (key, result, devices)
+def note_stable(
+    key: str,
+    result: KeyResult,
+    devices: Any = None,
+    replay: tuple[str, list[str]] | None = None,
+) -> None:
+    """The stable hook's key for this thread's lookup, and what went into it.
+
+    ``replay``: for a key the hook decided by replaying custom_partitioning calls, the variant's
+    digest (the last component of that key, :func:`keys.replayed_key`) and, in words, why it is
+    that variant (which recorded one reproduced, or why none did).
+    """
+    _local.stable = (key, result, devices, replay)
 
 
 def forget() -> None:
@@ -156,6 +166,12 @@ def describe_miss(looked_up: str) -> dict[str, Any] | None:
         components, chunks = list(result.components.items()), result.component_chunks
         kind = "stable"
         devices = _devices((None, stable[2]), {})
+        if stable[3] is not None:
+            from cachedoctor.stablekeys.keys import REPLAY_COMPONENT
+
+            digest, said = stable[3]
+            components = [*components, (REPLAY_COMPONENT, digest)]
+            chunks = {**chunks, REPLAY_COMPONENT: [line.encode() for line in said]}
     else:
         inputs = getattr(_local, "inputs", None)
         if inputs is None:
