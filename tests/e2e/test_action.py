@@ -22,7 +22,9 @@ import yaml
 import cachedoctor
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO
-from tests.support.hookrun import base_env
+from tests.support.hookrun import base_env, run_recorded
+from tests.support.markdown import shown
+from tests.support.sessioncache import SharedBuilds
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
@@ -47,6 +49,7 @@ def run_action(
     for step in action["runs"]["steps"]:
         assert step["shell"] == "bash"
         env = base_env(None, GITHUB_OUTPUT=str(github_output), GITHUB_ACTION_PATH=str(REPO))
+        env.pop("GITHUB_STEP_SUMMARY", None)  # never this test run's own job summary
         env.update(job_env or {})
         for key, value in step.get("env", {}).items():
             env[key] = EXPR.sub(lambda m: values[m.group(1)], str(value))
@@ -119,7 +122,61 @@ def test_preflight_says_on_the_runner_whether_the_cache_will_hit(tmp_path: Path)
 def test_a_wrong_command_is_an_annotated_error(tmp_path: Path) -> None:
     status, log, _ = run_action(tmp_path, **INSTALLED, command="scan")
     assert status == 2
-    assert "::error title=cachedoctor::command must be lint, preflight or check, not 'scan'" in log
+    wrong = "::error title=cachedoctor::command must be lint, preflight, check or stats, not 'scan'"
+    assert wrong in log
+
+
+@pytest.fixture(scope="module")
+def recorded(shared_builds: SharedBuilds) -> Path:
+    """The seed program run three times with stats recording (as tests/core/conftest.py's)."""
+
+    def make(root: Path) -> None:
+        (root / "cache").mkdir()
+        for _ in range(3):
+            run_recorded(root / "cache", "stats")
+
+    root, _ = shared_builds("stats-recorded", make)
+    return root / "cache"
+
+
+def stats(cache: Path, *args: str) -> str:
+    """What `cachedoctor stats CACHE ARGS` prints."""
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", str(cache), *args],
+        capture_output=True,
+        text=True,
+        env=base_env(None),
+        check=True,
+    ).stdout
+
+
+def test_lint_and_stats_append_the_job_summary(recorded: Path, tmp_path: Path) -> None:
+    """With $GITHUB_STEP_SUMMARY set, lint and stats append `stats --format markdown` of the
+    cache to it, after what earlier steps wrote; `summary: false` writes nothing."""
+    summary = tmp_path / "step-summary.md"
+    earlier = "## an earlier step\n\n"
+    summary.write_text(earlier)
+    job = {"GITHUB_STEP_SUMMARY": str(summary)}
+    inputs = {**INSTALLED, "cache-dir": str(recorded)}
+    status, log, _ = run_action(tmp_path, job, **inputs)
+    assert status == 0, log  # never-hit is a warning, under the default --fail-on error
+    markdown = stats(recorded, "--format", "markdown")
+    assert summary.read_text() == earlier + markdown
+    totals = json.loads(stats(recorded, "--json"))["totals"]
+    page = shown(markdown)
+    assert page.headings[0] == f"cachedoctor stats: {recorded}"
+    assert page.tables[0][1][:2] == [f"{totals['hit_rate']:.0%}", str(totals["requests"])]
+
+    status, log, _ = run_action(tmp_path, job, **inputs, command="stats")
+    assert status == 0, log
+    assert re.search(r"^hit rate\s+\d+%\s*$", log, re.M), log  # the text, in the log
+    assert summary.read_text() == earlier + markdown + markdown
+
+    status, log, _ = run_action(tmp_path, job, **inputs, summary="false")
+    assert status == 0, log
+    assert summary.read_text() == earlier + markdown + markdown
+    status, log, _ = run_action(tmp_path, job, **inputs, summary="yes")
+    assert status == 2 and "summary must be true or false, not 'yes'" in log, log
 
 
 def test_default_install_is_the_actions_own_checkout_and_needs_no_index(tmp_path: Path) -> None:

@@ -482,7 +482,7 @@ def test_docs_name_what_exists() -> None:
     # what --help says is true: --zero writes one archive file, not a folder; --dir's default
     commands = docs["commands.md"]
     assert "cachedoctor-stats/archive/" not in commands
-    assert "archive-<UTC time>.jsonl" in commands
+    assert "archive-<UTC time>.jsonl" in " ".join(commands.split())  # wrapped as click wraps
     assert "(default: the current one)" not in commands
     assert "(docs/findings.md)" in docs["README.md"]  # where every kind is, one section each
     for kind in FindingKind:

@@ -20,12 +20,12 @@ from tests.support.caches import SCRIPT, cli_env
 _PROGRAM = r"""
 import json, jax
 from jax._src import config
-from cachedoctor.stablekeys import _startup, hook, stats
+from cachedoctor.stablekeys import _startup, hook, stats_record
 names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
          "jax_compilation_cache_max_size")
 print("IN-FORCE " + json.dumps({
     "jax": {n: config.config._value_holders[n].value for n in names},
-    "hook": hook.installed_mode(), "stats": stats.recording() is not None,
+    "hook": hook.installed_mode(), "stats": stats_record.recording() is not None,
     "errors": (_startup.STATE or {}).get("errors"),
 }))
 """

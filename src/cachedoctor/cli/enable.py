@@ -50,6 +50,19 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 )
 @click.option("--stats-only", is_flag=True, help="Same as --mode stats: keys stay JAX's own.")
 @click.option("--record-ir", is_flag=True, help="Keep each module's canonical text (for diff).")
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Hit the cache, never write to it: no entry, -atime file or manifest (PR builds, "
+    "serving hosts). Stats records go to --records-dir.",
+)
+@click.option(
+    "--records-dir",
+    metavar="DIR",
+    shell_complete=complete_dir,
+    help="Where a read-only process writes its stats record (default: a folder of this user's; "
+    "`cachedoctor stats DIR` reads it).",
+)
 @click.option("--print-env", is_flag=True, help="Print the environment instead of installing.")
 @click.option(
     "--shell",
@@ -65,6 +78,8 @@ def enable(
     mode: str,
     stats_only: bool,
     record_ir: bool,
+    read_only: bool,
+    records_dir: str | None,
     print_env: bool,
     shell: str | None,
 ) -> None:
@@ -89,6 +104,8 @@ def enable(
         max_size=max_size,
         hook="stats" if stats_only else mode,
         record_ir=record_ir,
+        read_only=read_only,
+        records_dir=records_dir,
     )
     local = activation.local_subcaches(values)
     if print_env:

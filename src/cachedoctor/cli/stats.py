@@ -11,6 +11,8 @@ from cachedoctor.errors import path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, write_report
 
+STATS_FORMATS = ("text", "json", "markdown")
+
 
 @click.command()
 @click.argument(
@@ -24,7 +26,15 @@ from cachedoctor.render.formats import renderer, write_report
     "a Unix time.",
 )
 @click.option("--module", metavar="NAME", help="Only this module (a glob such as 'jit_*' works).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(STATS_FORMATS),
+    default=None,
+    help="text (the default); json; markdown (GitHub-flavoured, for a CI job's summary: "
+    "$GITHUB_STEP_SUMMARY).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
 @click.option(
     "--html", "html_file", metavar="FILE", help="Also write a self-contained HTML page to FILE."
 )
@@ -41,12 +51,13 @@ from cachedoctor.render.formats import renderer, write_report
     default=25,
     show_default=True,
     type=click.IntRange(0),
-    help="Rows in the module table.",
+    help="Rows in the module table (markdown: also of findings).",
 )
 def stats(
     directory: Location | None,
     since: float | None,
     module: str | None,
+    fmt: str | None,
     as_json: bool,
     html_file: str | None,
     zero_stats: bool,
@@ -58,7 +69,8 @@ def stats(
     Processes record when the hook runs in stable or observe mode, or with `cachedoctor enable
     --stats-only` / CACHEDOCTOR_HOOK=stats (keys unchanged). Shows totals, the modules that never
     hit first (with the reason the scan and the records give), a hit-rate chart per day, and
-    hosts. DIR defaults as for `scan`; gs:// and s3:// work.
+    hosts. DIR defaults as for `scan`; gs:// and s3:// work. --format markdown writes the
+    totals, the modules that missed and the findings for a CI job's summary.
 
     Exit status: 0 shown (or archived), 2 usage or I/O error, or DIR is missing or does not
     look like a JAX cache.
@@ -69,6 +81,7 @@ def stats(
             for name, value in (
                 ("--since", since),
                 ("--module", module),
+                ("--format", fmt),
                 ("--json", as_json or None),
                 ("--html", html_file),
             )
@@ -80,6 +93,9 @@ def stats(
             )
     elif apply:
         raise click.UsageError("--apply only goes with --zero")
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json is --format json: it does not go with --format {fmt}")
+    fmt = "json" if as_json else fmt or "text"
     cache_dir = cache_location(directory)
     open_cache_dir(cache_dir, changes="stats --zero --apply" if zero_stats and apply else None)
     console = stdout_console()
@@ -92,4 +108,4 @@ def stats(
         raise path_error(exc, exc.filename or cache_dir.spelling) from None
     if html_file:
         write_report(html_file, report, "html")
-    renderer("json" if as_json else "text", max_modules=max_modules).render(report, console)
+    renderer(fmt, max_modules=max_modules).render(report, console)

@@ -7,8 +7,9 @@ of writers, one per kind of report it supports, and picks the writer by the repo
 defines it and is resolved only once that module is loaded (a report of that kind exists only
 then): the registry imports no report module, and a writer imports its per-format function
 (``table``, ``jsonout``, ``ci``, ``github``, ``junit``, ``plan``, ``difftext``, ``diffjson``,
-``stats``, ``status``) only when it writes, so rendering a scan loads no diff, check or stats
-code. ``tests/render/test_render.py`` resolves every kind, so a renamed class fails there.
+``stats``, ``markdown``, ``status``) only when it writes, so rendering a scan loads no diff,
+check or stats code. ``tests/render/test_render.py`` resolves every kind, so a renamed class
+fails there.
 """
 
 from __future__ import annotations
@@ -411,7 +412,7 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
 }
 
 
-# --- github, junit (CI commands only); html (stats) --------------------------------------------
+# --- github, junit (CI commands only); html, markdown (stats) --------------------------------
 
 
 def _lint_github(report: LintReport, console: Console, options: Options) -> None:
@@ -450,6 +451,12 @@ def _stats_html(report: StatsReport, console: Console, options: Options) -> None
     _write(console, html_page(report))
 
 
+def _stats_markdown(report: StatsReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.markdown import stats_markdown
+
+    _write(console, stats_markdown(report, max_modules=options.max_modules))
+
+
 FORMATS: Mapping[str, Renderer] = {
     "text": Format("text", TEXT_WRITERS),
     "json": Format("json", JSON_WRITERS),
@@ -458,4 +465,5 @@ FORMATS: Mapping[str, Renderer] = {
     ),
     "junit": Format("junit", {LINT: _lint_junit, CHECK: _check_junit}),
     "html": Format("html", {STATS: _stats_html}),
+    "markdown": Format("markdown", {STATS: _stats_markdown}),
 }

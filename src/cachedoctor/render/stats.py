@@ -7,6 +7,7 @@ attached to a CI run or mailed and still open.
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,13 +24,42 @@ from cachedoctor.render.findings import render_finding_list
 BAR_WIDTH = 40  # characters of the terminal chart's full bar
 
 
-def _rate(c: Counters) -> str:
+def rate_words(c: Counters) -> str:
     rate = c.hit_rate
     return "-" if rate is None else f"{rate:.0%}"
 
 
-def _secs(value: float) -> str:
-    return f"{value:.1f} s" if abs(value) < 100 else f"{value / 60:.1f} min"
+def secs(value: float) -> str:
+    """Seconds to one decimal, minutes from 100 s; under 0.1 s as many decimals as it takes to
+    show a digit (0.005 s, not 0.0 s: a cost that is there reads as there)."""
+    size = abs(value)
+    if size >= 100:
+        return f"{value / 60:.1f} min"
+    digits = 1 if size == 0 or size >= 0.1 else -math.floor(math.log10(size))
+    if digits > 1 and round(size, digits) >= 10.0 ** (1 - digits):
+        digits -= 1  # 0.0096 rounds to 0.01, not 0.010
+    return f"{value:.{min(digits, 6)}f} s"
+
+
+def saved_figure(c: Counters) -> tuple[str, str]:
+    """Compile time saved as a person reads it: the figure, and the words that explain a figure
+    of none (else ""). JAX counts each hit's saving as the compile time it kept with the entry
+    minus the read's time, and keeps compile times in whole seconds: hits of modules that
+    compile in under 1 s sum to minus their reads' time, never shown as a negative saving."""
+    if c.hits == 0:
+        return "none", "no lookup hit"
+    if c.saved_secs < 0:
+        return "none", (
+            f"reads cost {secs(-c.saved_secs)} more than the compiles they replaced, as JAX "
+            "counts them (it keeps compile times in whole seconds)"
+        )
+    return secs(c.saved_secs), ""
+
+
+def saved_words(c: Counters) -> str:
+    """:func:`saved_figure` in one line: what every format says of the compile time saved."""
+    figure, words = saved_figure(c)
+    return f"{figure}: {words}" if words else figure
 
 
 def stats_document(report: StatsReport) -> dict[str, Any]:
@@ -42,9 +72,9 @@ def stats_document(report: StatsReport) -> dict[str, Any]:
 def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25) -> None:
     t = report.totals
     console.print(Text(f"cache {report.cache_dir}", style="bold"))
-    scope = _scope(report)
+    scope = scope_words(report)
     if report.processes == 0:
-        console.print(_no_records(report, scope))
+        console.print(no_records(report, scope))
         render_finding_list(report.findings, console)
         return
     if scope:
@@ -57,12 +87,12 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
         ("requests", str(t.requests)),
         ("hits", str(t.hits)),
         ("misses", str(t.misses)),
-        ("hit rate", _rate(t)),
+        ("hit rate", rate_words(t)),
         ("entries written", str(t.writes)),
         *_not_written(t),
-        ("compile time saved", _secs(t.saved_secs)),
-        ("compile time spent", _secs(t.compile_secs) + " (on misses)"),
-        ("retrieval time", _secs(t.retrieval_secs)),
+        ("compile time saved", saved_words(t)),
+        ("compile time spent", secs(t.compile_secs) + " (on misses)"),
+        ("retrieval time", secs(t.retrieval_secs)),
     ):
         summary.add_row(name, value)
     console.print(summary)
@@ -81,7 +111,7 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
             str(c.requests),
             str(c.hits),
             str(c.misses),
-            _rate(c),
+            rate_words(c),
             f"{c.compile_secs:.2f}",
             m.missed_because or "",
             style="yellow" if m.never_hit else None,
@@ -107,6 +137,7 @@ def _not_written(t: Counters) -> list[tuple[str, str]]:
                 (t.refused_process, "not process 0"),
             ],
         ),
+        ("read-only", [(t.refused_read_only, "misses not written, by choice")]),
     ):
         said = [f"{label} {n}" for n, label in parts if n]
         if said:
@@ -114,7 +145,7 @@ def _not_written(t: Counters) -> list[tuple[str, str]]:
     return rows
 
 
-def _scope(report: StatsReport) -> list[str]:
+def scope_words(report: StatsReport) -> list[str]:
     scope = []
     if report.since is not None:
         scope.append(f"since {time.strftime('%Y-%m-%d %H:%M', time.gmtime(report.since))} UTC")
@@ -123,7 +154,7 @@ def _scope(report: StatsReport) -> list[str]:
     return scope
 
 
-def _no_records(report: StatsReport, scope: list[str]) -> str:
+def no_records(report: StatsReport, scope: list[str]) -> str:
     """Why nothing is shown: filtered out, archived by --zero, or never recorded."""
     if report.records_read:
         which = [f"of module {report.module_filter}"] if report.module_filter else []
@@ -148,7 +179,7 @@ def _render_chart(days: Sequence[Group], console: Console) -> None:
         line = Text(f"  {day.name}  ")
         line.append("█" * filled, style="green")
         line.append("░" * (BAR_WIDTH - filled), style="dim")
-        line.append(f"  {_rate(day.counters):>4}  {day.counters.hits}/{day.counters.requests}")
+        line.append(f"  {rate_words(day.counters):>4}  {day.counters.hits}/{day.counters.requests}")
         line.append(f"  {day.processes} processes", style="dim")
         console.print(line)
 
@@ -164,7 +195,7 @@ def _render_groups(title: str, groups: Sequence[Group], console: Console) -> Non
             str(g.processes),
             str(c.requests),
             str(c.hits),
-            _rate(c),
+            rate_words(c),
             f"{c.saved_secs:.2f}",
             f"{c.compile_secs:.2f}",
         )
@@ -211,7 +242,7 @@ def _svg_chart(days: Sequence[Group]) -> str:
         rate = day.counters.hit_rate or 0.0
         h = round(rate * height)
         x = 45 + i * (bar + gap)
-        label = _rate(day.counters)
+        label = rate_words(day.counters)
         parts.append(
             f'<rect class="day" data-day="{html.escape(day.name)}" data-rate="{label}" '
             f'x="{x}" y="{top + height - h}" width="{bar}" height="{h}" fill="#3a8f3a">'
@@ -242,14 +273,15 @@ def _html_table(table_id: str, header: Sequence[str], rows: Sequence[Sequence[st
 def html_page(report: StatsReport) -> str:
     """A self-contained page with the same numbers and chart as the terminal output."""
     t = report.totals
+    saved, why_none = saved_figure(t)
     kpis = "".join(
         f'<div class="kpi" id="kpi-{key}"><b>{html.escape(value)}</b>{html.escape(label)}</div>'
         for key, label, value in (
             ("processes", "processes", str(report.processes)),
             ("requests", "requests", str(t.requests)),
-            ("hit-rate", "hit rate", _rate(t)),
-            ("saved", "compile time saved", _secs(t.saved_secs)),
-            ("spent", "compile time spent on misses", _secs(t.compile_secs)),
+            ("hit-rate", "hit rate", rate_words(t)),
+            ("saved", "compile time saved" + (f": {why_none}" if why_none else ""), saved),
+            ("spent", "compile time spent on misses", secs(t.compile_secs)),
         )
     )
     modules = _html_table(
@@ -271,7 +303,7 @@ def html_page(report: StatsReport) -> str:
                 str(m.counters.requests),
                 str(m.counters.hits),
                 str(m.counters.misses),
-                _rate(m.counters),
+                rate_words(m.counters),
                 f"{m.counters.compile_secs:.2f}",
                 m.missed_because or "",
                 "never" if m.never_hit else "",
@@ -288,7 +320,7 @@ def html_page(report: StatsReport) -> str:
                 str(h.processes),
                 str(h.counters.requests),
                 str(h.counters.hits),
-                _rate(h.counters),
+                rate_words(h.counters),
                 "",
             )
             for h in report.hosts

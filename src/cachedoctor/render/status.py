@@ -39,6 +39,14 @@ def status_lines(report: StatusReport) -> Iterator[str]:
     else:
         yield f"  python {p.get('python')}  jax {p.get('jax', p.get('jax_error'))}"
         yield f"  hook active: {p.get('hook') or 'no'}"
+        read_only = (p.get("startup") or {}).get("read_only")
+        if read_only:
+            yield (
+                "  read-only: yes: lookups only; no entry, -atime file, manifest or record is"
+                " written to the cache"
+                if read_only.get("installed")
+                else "  read-only: this JAX cannot be made read-only: its persistent cache is off"
+            )
         recording = p.get("stats")
         if recording:
             where = recording.get("records") or "nowhere: no cache dir is set"

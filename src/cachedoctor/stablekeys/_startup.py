@@ -84,15 +84,21 @@ def activate() -> dict[str, object]:
         state["config"] = str(settings.config_path())
         values = settings.load()  # checked: a wrong-typed value stops activation here, named
         mode = settings.hook_mode(values)  # before anything is applied: all or nothing
+        read_only = settings.read_only(values)
+        if read_only:  # first: nothing below may write before the cache is read-only
+            state["read_only"] = _read_only(values, errors)
         local_subcaches = _apply_settings(values, applied, errors)
+        autotune = None
         if local_subcaches:
             state["xla_flags"] = local_subcaches
             values = {**values, "xla_caches": "none"}  # XLA_FLAGS names local ones instead
             autotune = _flag_value(local_subcaches, "--xla_gpu_per_fusion_autotune_cache_dir")
-            if autotune:  # JAX's per-process modes, which its own branch no longer sets
-                from cachedoctor.stablekeys import subcache_roles
+        if autotune or (read_only and _xla_caches() not in (None, "none")):
+            from cachedoctor.stablekeys import subcache_roles
 
-                state["autotune_roles"] = subcache_roles.install(autotune)
+            # JAX's per-process modes, which its own branch no longer sets; READ everywhere
+            # when read-only
+            state["autotune_roles"] = subcache_roles.install(autotune, read_only=read_only)
         record_ir = os.environ.get("CACHEDOCTOR_RECORD_IR", "") in ("1", "true") or bool(
             values.get("record_ir", False)
         )
@@ -103,13 +109,14 @@ def activate() -> dict[str, object]:
             state["verify"] = verify_run.install(verify_dir)
             mode = "stable" if mode == "stable" else "off"  # stable keys are what it looks up
         if mode != "off" and not verify_dir:
-            from cachedoctor.stablekeys import stats
+            from cachedoctor.stablekeys import stats, stats_record
 
-            state["stats"] = stats.start(mode)
+            state["stats"] = stats.start(mode, stats_record.write_record)
         if mode not in ("off", "stats"):
             from cachedoctor.stablekeys import hook
 
-            if hook.install(mode, record_ir=record_ir):
+            writes = not read_only  # read-only: no manifest, no re-keyed entry
+            if hook.install(mode, record_ir=record_ir, manifests=writes, migrate=writes):
                 state["hook"] = mode
     except Exception as exc:
         named = type(exc).__name__ == "ConfigError"  # already names the file and the line
@@ -121,6 +128,39 @@ def activate() -> dict[str, object]:
                 "runs with JAX's own settings for what failed (see `cachedoctor status`)\n"
             )
     return state
+
+
+def _read_only(values: dict[str, object], errors: list[str]) -> dict[str, object]:
+    """Make JAX's cache read-only here (``readonly.py``); what :func:`activate` keeps of it."""
+    from cachedoctor.stablekeys import readonly, settings
+
+    said = [settings.read_only_problem(), *readonly.subcache_warnings(_xla_caches(values))]
+    for line in filter(None, said):
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"cachedoctor: read-only: {line}\n")
+    try:
+        records = settings.records_dir(values)
+    except Exception as exc:  # the record goes to the default folder; the cache stays read-only
+        errors.append(str(exc))
+        records = None
+    return {"installed": readonly.install(records), "records_dir": records}
+
+
+def _xla_caches(values: dict[str, object] | None = None) -> str | None:
+    """``jax_persistent_cache_enable_xla_caches`` as a process of this environment has it."""
+    from cachedoctor.stablekeys import settings
+
+    env = os.environ.get(settings.OPTION_BY_KEY["xla_caches"].env)
+    if env:
+        return env
+    if values and "xla_caches" in values:
+        return str(settings.jax_value("xla_caches", values["xla_caches"]))
+    try:
+        from jax._src import config
+
+        return str(config.persistent_cache_enable_xla_caches.value)
+    except Exception:
+        return None
 
 
 def _apply_settings(

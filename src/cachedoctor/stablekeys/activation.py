@@ -214,8 +214,12 @@ def build_values(
     max_size: int | None,
     hook: str,
     record_ir: bool,
+    read_only: bool = False,
+    records_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The settings table ``enable`` writes (or prints): its options, else ``existing``'s."""
+    """The settings table ``enable`` writes (or prints): its options, else ``existing``'s.
+    ``read_only`` is given each time (a second ``enable`` without it makes the cache writable
+    again); ``records_dir`` is kept from ``existing`` unless given."""
     existing = settings.load() if existing is None else existing
     cache_dir = (
         cache_dir or existing.get("cache_dir") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
@@ -232,6 +236,12 @@ def build_values(
         "hook": hook,
         "record_ir": record_ir,
     }
+    if read_only:
+        values["read_only"] = True
+    records_dir = records_dir or existing.get("records_dir")
+    if records_dir:
+        where = _folder(records_dir)
+        values["records_dir"] = str(Path(where).expanduser().absolute()) if where else records_dir
     for key, value in (
         ("min_compile_time_secs", min_compile_time),
         ("min_entry_size_bytes", min_entry_size),
@@ -327,7 +337,7 @@ def enable(values: dict[str, Any]) -> EnableReport:
     cache_dir = str(values["cache_dir"])
     created = False
     folder = _folder(cache_dir)
-    if folder is not None and not Path(folder).exists():
+    if folder is not None and not Path(folder).exists() and not values.get("read_only"):
         created_dirs += _missing_dirs(Path(folder))
         try:
             Path(folder).mkdir(parents=True, mode=0o755)
@@ -433,10 +443,10 @@ try:
 except ImportError:
     out["filelock"] = False
 try:
-    from cachedoctor.stablekeys import _startup, hook, stats
+    from cachedoctor.stablekeys import _startup, hook, stats_record
     out["startup"] = _startup.STATE
     out["hook"] = hook.installed_mode()
-    out["stats"] = stats.recording()
+    out["stats"] = stats_record.recording()
     out["pth"] = [p for p in sys.path if os.path.exists(os.path.join(p, "cachedoctor_startup.pth"))]
 except Exception as exc:
     out["cachedoctor_error"] = f"{type(exc).__name__}: {exc}"
@@ -463,7 +473,12 @@ def observed_roles(probe: dict[str, Any]) -> tuple[list[str], list[Warning_]]:
     if not first or not other:
         why = probe.get("roles_error") or probe.get("error") or "no answer"
         return [*ROLES, f"(JAX's compile options could not be asked: {why})"], []
-    lines = ["JAX writes cache entries only from process 0"]
+    read_only = ((probe.get("startup") or {}).get("read_only") or {}).get("installed")
+    lines = [
+        "read-only: no process writes cache entries (JAX's put stores nothing)"
+        if read_only
+        else "JAX writes cache entries only from process 0"
+    ]
     warnings: list[Warning_] = []
     folder = first["autotune_dir"]
     if folder is None:
@@ -537,8 +552,9 @@ def status(python: str | None = None) -> StatusReport:
         if r.value is None and opt.jax_name:
             filled.append(settings.Resolved(r.key, jax_cfg.get(opt.jax_name), r.source))
         elif r.value is None and r.key == "hook":
-            # start-up activation runs when the file exists, even empty: stable by default
-            hook = "stable" if path.exists() and not disabled else "off"
+            # start-up activation runs when the file exists, even empty (stable by default),
+            # or by CACHEDOCTOR_READ_ONLY alone (stats)
+            hook = settings.hook_mode(values) if settings.activates() else "off"
             filled.append(settings.Resolved(r.key, hook, r.source))
         else:
             filled.append(r)

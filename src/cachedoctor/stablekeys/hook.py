@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachedoctor.stablekeys import readonly
 from cachedoctor.stablekeys.hook_replay import (
     _MAX_PROCESS_CHECKS,
     _autotune_mode,
@@ -299,13 +300,15 @@ def _get_cache_key(
         if _state.manifests and not _manifest_exists(cache_dir, result.key):
             _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
     elif cache_dir is not None and not _has_entry(cache_dir, result.key):
-        if _state.migrate and result.sound:
+        if (_state.migrate or readonly.active()) and result.sound:
             # An entry that JAX wrote with its own key for this very compilation?
             if not result.changed:
                 jax_key = result.jax_equivalent_key
             elif not (_strips_partitioning(args, kwargs) and _has_partitioning(result)):
                 # (never import an entry keyed with the pointer REMOVED: it may be stale)
                 jax_key = str(original(module, devices, options, backend, *args, **kwargs))
+            if readonly.active():  # JAX's own entry is read where it is, not re-keyed
+                return jax_key if jax_key and _has_entry(cache_dir, jax_key) else result.key
             if jax_key is not None and _rekey_entry(Path(cache_dir.spelling), jax_key, result.key):
                 migrated_from = jax_key
                 _state.stats["migrated"] += 1

@@ -12,6 +12,8 @@ that reads it. Format (TOML, written by ``enable``, removed by ``disable``)::
     max_size = -1                   # optional: jax_compilation_cache_max_size (bytes)
     hook = "stable"                 # stable | observe | stats | off
     record_ir = false               # keep each module's canonical text for `diff`
+    read_only = false               # hit the cache, never write to it (readonly.py)
+    records_dir = "/ci/records"     # where stats records go when read-only
 
 Precedence for every value: environment variable, then this file, then JAX's default. A command
 that is given no cache directory works on the effective one (:func:`resolve_cache_dir`).
@@ -33,6 +35,8 @@ CONFIG_ENV = "CACHEDOCTOR_CONFIG"
 HOOK_ENV = "CACHEDOCTOR_HOOK"  # stable | observe | stats | off; also activates without a file
 DISABLE_ENV = "CACHEDOCTOR_DISABLE"  # "1": start-up activation is skipped, the file is ignored
 SECTION = "cachedoctor"
+READ_ONLY_ENV = "CACHEDOCTOR_READ_ONLY"  # 1/true: hit the cache, never write to it
+RECORDS_DIR_ENV = "CACHEDOCTOR_RECORDS_DIR"  # where stats records go when read-only
 
 XLA_CACHE_CHOICES = {
     "all": "all",
@@ -76,6 +80,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_size", "jax_compilation_cache_max_size", "JAX_COMPILATION_CACHE_MAX_SIZE", int),
     Option("hook", None, HOOK_ENV, str),
     Option("record_ir", None, "CACHEDOCTOR_RECORD_IR", bool),
+    Option("read_only", None, READ_ONLY_ENV, bool),
+    Option("records_dir", None, RECORDS_DIR_ENV, str),
 )
 OPTION_BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -164,27 +170,35 @@ def _shown_key(key: str, value: Any) -> str:
     return f"{key} = {_shown(value)}"
 
 
+def folder_problem(value: Any) -> str | None:
+    """Why ``value`` cannot name a folder every process reads the same (None: it can)."""
+    if not isinstance(value, str) or not value:
+        return "expected a directory path or a gs:// / s3:// URL, as a string"
+    if value.startswith("~"):
+        return (
+            "JAX does not expand ~: each process would write a folder named ~ in its "
+            "working directory; give the absolute path"
+        )
+    if "://" not in value and not os.path.isabs(value):
+        return "a relative path: each process would resolve it against its own folder"
+    return None
+
+
 def value_problem(key: str, value: Any) -> str | None:
     """Why ``value`` cannot be the setting ``key`` (None: it can): what the file may hold."""
     if key == "cache_dir":
-        if not isinstance(value, str) or not value:
-            return "expected a directory path or a gs:// / s3:// URL, as a string"
-        if value.startswith("~"):
-            return (
-                "JAX does not expand ~: each process would write a folder named ~ in its "
-                "working directory; give the absolute path"
-            )
-        if "://" not in value and not os.path.isabs(value):
-            return "a relative path: each process would resolve it against its own folder"
-    elif key == "xla_caches":
+        return folder_problem(value)
+    if key == "xla_caches":
         if value not in XLA_CACHE_CHOICES:
             return f"expected one of {', '.join(XLA_CACHE_CHOICES)}"
     elif key == "hook":
         if value not in HOOK_CHOICES:
             return f"expected one of {', '.join(HOOK_CHOICES)}"
-    elif key == "record_ir":
+    elif key in ("record_ir", "read_only"):
         if not isinstance(value, bool):
             return "expected true or false"
+    elif key == "records_dir":
+        return folder_problem(value)
     elif key == "max_size":  # jax_compilation_cache_max_size: 0 stores nothing, -1 no limit
         if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
             return (
@@ -351,7 +365,8 @@ def _shown(value: Any) -> str:
 
 def hook_mode(values: dict[str, Any]) -> str:
     """The hook mode a process of this environment runs in: ``$CACHEDOCTOR_HOOK``, else the
-    config file's, else ``stable`` (start-up activation runs only when one of them exists).
+    config file's, else ``stable`` when there is a file and ``stats`` when activation came from
+    ``CACHEDOCTOR_READ_ONLY`` alone.
 
     Raises :class:`ConfigError` for a mode that is not one of :data:`HOOK_CHOICES`.
     """
@@ -363,13 +378,62 @@ def hook_mode(values: dict[str, Any]) -> str:
                 f"{HOOK_CHOICES[-1]}"
             )
         return env
+    if "hook" not in values and not config_path().exists():
+        return "stats"  # activated by CACHEDOCTOR_READ_ONLY alone: record, change no key
     return str(values.get("hook", "stable"))
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def read_only(values: dict[str, Any]) -> bool:
+    """Whether a process of this environment uses its cache read-only:
+    ``$CACHEDOCTOR_READ_ONLY`` (1/true/yes/on or 0/false/no/off), else the file's ``read_only``.
+
+    Any other value of the variable is taken as read-only (:func:`read_only_problem` says so):
+    a typo must not leave a shared cache writable.
+    """
+    env = os.environ.get(READ_ONLY_ENV)
+    if env is not None:
+        return env.strip().lower() not in _FALSE  # when in doubt (a typo), read-only
+    return bool(values.get("read_only", False))
+
+
+def read_only_problem() -> str | None:
+    """What is wrong with ``$CACHEDOCTOR_READ_ONLY`` (None: nothing): a value that is neither
+    true nor false is taken as read-only, and said."""
+    env = os.environ.get(READ_ONLY_ENV)
+    if env is None or env.strip().lower() in _TRUE + _FALSE:
+        return None
+    return (
+        f"{READ_ONLY_ENV}={env[:40]!r} is not 1/true/yes/on or 0/false/no/off: taken as"
+        " read-only (nothing is written to the cache)"
+    )
+
+
+def records_dir(values: dict[str, Any]) -> str | None:
+    """Where a read-only process writes its stats record (``$CACHEDOCTOR_RECORDS_DIR``, else the
+    file's ``records_dir``; None: ``readonly.records_home``'s default). Raises
+    :class:`ConfigError` for a relative path or ``~`` (each process would resolve it apart)."""
+    env = os.environ.get(RECORDS_DIR_ENV)
+    value = env if env else values.get("records_dir")
+    if value is None:
+        return None
+    problem = folder_problem(value)
+    if problem is not None:
+        name = RECORDS_DIR_ENV if env else "records_dir"
+        raise ConfigError(f"{name} = {_shown(value)}: {problem}")
+    return str(value)
 
 
 def activates() -> bool:
     """Whether a process of this environment runs start-up activation: the ``.pth`` line's own
-    test (``CACHEDOCTOR_HOOK`` set, or a config file), unless ``CACHEDOCTOR_DISABLE=1``."""
-    return not activation_disabled() and bool(os.environ.get(HOOK_ENV) or config_path().exists())
+    test (``CACHEDOCTOR_HOOK`` set, ``CACHEDOCTOR_READ_ONLY`` set to anything but false, or a
+    config file), unless ``CACHEDOCTOR_DISABLE=1``."""
+    if activation_disabled():
+        return False
+    read_only_env = os.environ.get(READ_ONLY_ENV, "").strip().lower() not in _FALSE
+    return bool(os.environ.get(HOOK_ENV) or read_only_env or config_path().exists())
 
 
 def activation_disabled() -> bool:

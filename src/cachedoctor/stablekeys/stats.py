@@ -37,6 +37,8 @@ in 0.4.38 .. 0.12 but for host callbacks, below), each a counter of the module:
   time above 0: the one reason left in ``_cache_write`` (JAX: "because it took < ... seconds");
 - ``refused_size``: JAX's put ran, sent no write event and raised nothing, the minimum entry
   size above 0 (JAX: "since its size ... is less than threshold").
+- ``refused_read_only``: the process used the cache read-only (``readonly.py``): JAX's put ran
+  and stored nothing, by the user's choice.
 
 A miss that fits none (a compile that raised) has no outcome. The record also holds the cache
 settings in force at exit (``config``). To see the put, :func:`start` also wraps
@@ -58,21 +60,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import json
 import os
 import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachedoctor.layout import STATS_DIRNAME
-from cachedoctor.stablekeys import misskeys
-from cachedoctor.storage.fsops import CacheDir
+from cachedoctor.stablekeys import misskeys, readonly
 from cachedoctor.storage.location import Location
 
 # The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
@@ -120,6 +118,7 @@ OUTCOMES = (
     "refused_host_callbacks",
     "refused_compile_time",
     "refused_size",
+    "refused_read_only",
 )
 COUNTERS = (
     "requests",
@@ -344,6 +343,8 @@ def _count_key(module: str, key: str, name: str) -> None:
 
 def _outcome(call: _Call) -> str | None:
     """What became of a compile that missed, as JAX's ``_cache_write`` decided (module doc)."""
+    if (call.write_event or call.put_key is not None) and readonly.active():
+        return "refused_read_only"
     if call.write_event:
         if call.put_failed:
             return "write_failures"
@@ -443,9 +444,10 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_executable_and_time
 
 
-def start(mode: str) -> bool:
+def start(mode: str, write: Callable[[], object]) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
-    the listener API or ``compile_or_get_cached``."""
+    the listener API or ``compile_or_get_cached``. ``write`` writes the record at exit
+    (``stats_record.write_record``)."""
     global _recorder, _listening, _refuses_host_callbacks
     with _lock:
         if _recorder is not None:
@@ -472,7 +474,7 @@ def start(mode: str) -> bool:
     except Exception as exc:
         _warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
         return False
-    _at_exit(write_record)
+    _at_exit(write)
     return True
 
 
@@ -524,23 +526,8 @@ def snapshot() -> dict[str, Any] | None:
         "hook": recorder.mode,
         "config": {name: _config_value(name) for name in CONFIG_NAMES},
         "modules": modules,
+        **({"read_only": True, "cache_dir": _cache_dir()} if readonly.active() else {}),
     }
-
-
-def recording() -> dict[str, str | None] | None:
-    """In which mode this process records, and where its record will go (for ``status``).
-
-    None when it does not record (the hook is off, or JAX lacks the listener API).
-    """
-    recorder = _recorder
-    if recorder is None or not _listening:
-        return None
-    try:
-        cache_dir = _cache_dir()
-    except Exception:
-        cache_dir = None
-    where = f"{cache_dir.rstrip('/')}/{STATS_DIRNAME}/" if cache_dir else None
-    return {"mode": recorder.mode, "records": where}
 
 
 def _cache_dir() -> str | None:
@@ -548,53 +535,3 @@ def _cache_dir() -> str | None:
 
     value = config.compilation_cache_dir.value
     return str(value) if value else None
-
-
-def record_name(record: dict[str, Any]) -> str:
-    """A file name no other process picks: host, pid, start time and a random tag."""
-    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["host"]))[:64]
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(float(record["start"])))
-    return f"{stamp}-{host}-{record['pid']}-{uuid.uuid4().hex[:8]}{RECORD_SUFFIX}"
-
-
-def _write_local(cache_dir: str, name: str, data: bytes) -> str:
-    """Write the record ``cachedoctor-stats/<name>`` as a new file, relative to the folder opened
-    without following a link (``CacheDir``): a link planted at ``cachedoctor-stats/`` is
-    refused (OSError ELOOP), never written through."""
-    folder_name, _, base = name.rpartition("/")
-    with contextlib.suppress(FileExistsError):  # made by JAX, usually; a file there: ENOTDIR
-        os.makedirs(cache_dir, exist_ok=True)
-    with CacheDir.open(cache_dir) as root, root.walk(folder_name, create=True) as folder:
-        if not folder.write_new(base, data, mode=0o600):
-            raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
-    return os.path.join(cache_dir, name)
-
-
-def write_record() -> str | None:
-    """At exit: write this process's record into the cache dir; never raises.
-
-    Nothing is written when no compile asked the cache (a process that merely imported JAX).
-    """
-    try:
-        record = snapshot()
-        where = Location.of_setting(_cache_dir())
-        if record is None or where is None or _recorder is None or _recorder.written:
-            return None
-        if not any(c["requests"] for c in record["modules"].values()):
-            return None
-        name = f"{STATS_DIRNAME}/{record_name(record)}"
-        data = json.dumps(record, sort_keys=True).encode()
-        folder = where.local_path
-        if folder is None:  # a bucket
-            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
-
-            share_jax_filesystem()
-            store = store_for(where)  # JAX's own filesystem (the hook's store): no client
-            store.write_atomic(name, data)
-            _recorder.written = store.url_of(name)
-        else:  # no store: importing one at exit would register exit handlers after shutdown
-            _recorder.written = _write_local(folder, name, data)
-        return _recorder.written
-    except Exception as exc:
-        _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")
-        return None

@@ -47,9 +47,11 @@ def _names(code: types.CodeType, attribute: str) -> bool:
     return any(isinstance(c, types.CodeType) and _names(c, attribute) for c in code.co_consts)
 
 
-def install(autotune_dir: str) -> bool:
+def install(autotune_dir: str | None, *, read_only: bool = False) -> bool:
     """Give the autotune sub-cache at ``autotune_dir`` JAX's per-process modes; idempotent.
 
+    ``read_only`` (the cache is used read-only, ``readonly.py``): READ in every process, for
+    the sub-cache wherever it is (``autotune_dir`` None: JAX's own, under the cache dir).
     False (after one line on stderr) when this JAX's internals are not what that needs.
     """
     try:
@@ -62,12 +64,16 @@ def install(autotune_dir: str) -> bool:
         if not _calls_through_module(pxla, "get_compile_options"):
             raise RuntimeError("pxla does not call compiler.get_compile_options")
     except Exception as exc:
+        said = (
+            f"cannot give XLA's autotune sub-cache the READ mode on this JAX ({type(exc).__name__}:"
+            f" {exc}): XLA may update it although the cache is read-only"
+            if read_only
+            else f"cannot give the local autotune sub-cache {autotune_dir} JAX's per-process"
+            f" modes on this JAX ({type(exc).__name__}: {exc}); every process of a"
+            " multi-process job updates it (XLA's default)"
+        )
         with contextlib.suppress(Exception):
-            sys.stderr.write(
-                f"cachedoctor: cannot give the local autotune sub-cache {autotune_dir} JAX's"
-                f" per-process modes on this JAX ({type(exc).__name__}: {exc}); every process"
-                " of a multi-process job updates it (XLA's default)\n"
-            )
+            sys.stderr.write(f"cachedoctor: {said}\n")
         return False
     if getattr(original, "__cachedoctor_original__", None) is not None:
         return True
@@ -76,7 +82,10 @@ def install(autotune_dir: str) -> bool:
         options = original(*args, **kwargs)
         with contextlib.suppress(Exception):  # never break a compile: XLA's default stays
             debug = options.executable_build_options.debug_options
-            if getattr(debug, AUTOTUNE_FIELD, "") == autotune_dir:
+            folder = getattr(debug, AUTOTUNE_FIELD, "")
+            if read_only and folder:
+                setattr(debug, MODE_FIELD, modes[1])
+            elif folder and folder == autotune_dir:
                 from jax._src import distributed
 
                 first = distributed.global_state.process_id == 0

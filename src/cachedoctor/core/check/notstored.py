@@ -79,6 +79,7 @@ def refused(records: Sequence[Record], logged: Sequence[LoggedRefusal]) -> tuple
             counters.refused_host_callbacks
             + counters.refused_compile_time
             + counters.refused_size
+            + counters.refused_read_only
             + counters.write_failures
             + counters.writes_lost
         )

@@ -39,6 +39,7 @@ class Counters:
     refused_host_callbacks: int = 0
     refused_compile_time: int = 0  # under jax_persistent_cache_min_compile_time_secs
     refused_size: int = 0  # under jax_persistent_cache_min_entry_size_bytes
+    refused_read_only: int = 0  # the process used the cache read-only: stored nothing
     unchecked_writes: int = 0  # of ``writes``: JAX's write event in an older record
     compile_secs: float = 0.0  # wall time of the compiles that missed
     saved_secs: float = 0.0  # JAX's compile_time_saved_sec, summed over hits

@@ -24,6 +24,7 @@ class ReasonKind(enum.StrEnum):
     UNDER_MIN_COMPILE_TIME = "under-min-compile-time"
     UNDER_MIN_SIZE = "under-min-size"
     NOT_FIRST_PROCESS = "not-first-process"
+    READ_ONLY = "read-only"
     WRITE_FAILED = "write-failed"
     EVICTED_BY_LRU = "evicted-by-lru"
     REMOVED = "removed"
@@ -219,6 +220,7 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
         (c.refused_size, ReasonKind.UNDER_MIN_SIZE),
         (c.refused_compile_time, ReasonKind.UNDER_MIN_COMPILE_TIME),
         (c.refused_process, ReasonKind.NOT_FIRST_PROCESS),
+        (c.refused_read_only, ReasonKind.READ_ONLY),
     )
     n, kind = max(outcomes, key=lambda o: o[0])  # the first of equals
     of = f"{n} of {c.misses} misses"
@@ -255,6 +257,13 @@ def _not_written(ev: ModuleEvidence, c: Counters) -> Reason:
             f"stats records: {of} not put by JAX, in process 0, with "
             f"{setting} ({c.compile_secs / max(c.misses, 1):.2f} s per compile call); "
             + _REFUSED_LOG.format(m=m, why="it took < ... seconds to compile"),
+        )
+    if kind is ReasonKind.READ_ONLY:
+        return Reason(
+            kind,
+            "the processes used the cache read-only",
+            f"stats records: {of} in processes with `read_only` (cachedoctor enable --read-only"
+            " or CACHEDOCTOR_READ_ONLY): JAX's put ran and stored nothing",
         )
     return Reason(
         kind,
@@ -327,6 +336,8 @@ def advice(reason: Reason, module: str) -> str:
         return "lower jax_persistent_cache_min_entry_size_bytes to store it"
     if kind is ReasonKind.NOT_FIRST_PROCESS:
         return "process 0 writes it; check that process 0 uses the same cache directory"
+    if kind is ReasonKind.READ_ONLY:
+        return "a job that may write (main's, not a PR's) stores it; nothing to do here"
     if kind is ReasonKind.WRITE_FAILED:
         return (
             "run with JAX's warnings visible (\"Error writing persistent compilation cache "

@@ -1,0 +1,95 @@
+"""Where a process's stats record goes, and writing it at exit (``stats.py`` records it).
+
+The record goes into ``cachedoctor-stats/`` of the cache dir, or, when the cache is used
+read-only (``readonly.py``), of the records folder the user chose: never into a read-only cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+from cachedoctor.layout import STATS_DIRNAME
+from cachedoctor.stablekeys import readonly, stats
+from cachedoctor.stablekeys.stats import RECORD_SUFFIX, _cache_dir, _warn_once, snapshot
+from cachedoctor.storage.fsops import CacheDir
+from cachedoctor.storage.location import Location
+
+
+def recording() -> dict[str, str | None] | None:
+    """In which mode this process records, and where its record will go (for ``status``).
+
+    None when it does not record (the hook is off, or JAX lacks the listener API).
+    """
+    recorder = stats._recorder
+    if recorder is None or not stats._listening:
+        return None
+    try:
+        cache_dir = _records_home()
+    except Exception:
+        cache_dir = None
+    where = f"{cache_dir.rstrip('/')}/{STATS_DIRNAME}/" if cache_dir else None
+    return {"mode": recorder.mode, "records": where}
+
+
+def _records_home() -> str | None:
+    """The folder whose ``cachedoctor-stats/`` gets this process's record: the cache dir, or
+    when the cache is read-only the records folder the user chose (``readonly.records_home``)."""
+    if readonly.active():
+        return readonly.records_home()
+    return _cache_dir()
+
+
+def record_name(record: dict[str, Any]) -> str:
+    """A file name no other process picks: host, pid, start time and a random tag."""
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["host"]))[:64]
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(float(record["start"])))
+    return f"{stamp}-{host}-{record['pid']}-{uuid.uuid4().hex[:8]}{RECORD_SUFFIX}"
+
+
+def _write_local(cache_dir: str, name: str, data: bytes) -> str:
+    """Write the record ``cachedoctor-stats/<name>`` as a new file, relative to the folder opened
+    without following a link (``CacheDir``): a link planted at ``cachedoctor-stats/`` is
+    refused (OSError ELOOP), never written through."""
+    folder_name, _, base = name.rpartition("/")
+    with contextlib.suppress(FileExistsError):  # made by JAX, usually; a file there: ENOTDIR
+        os.makedirs(cache_dir, exist_ok=True)
+    with CacheDir.open(cache_dir) as root, root.walk(folder_name, create=True) as folder:
+        if not folder.write_new(base, data, mode=0o600):
+            raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
+    return os.path.join(cache_dir, name)
+
+
+def write_record() -> str | None:
+    """At exit: write this process's record into the cache dir; never raises.
+
+    Nothing is written when no compile asked the cache (a process that merely imported JAX).
+    """
+    try:
+        record = snapshot()
+        where = Location.of_setting(_records_home())
+        if record is None or where is None or stats._recorder is None or stats._recorder.written:
+            return None
+        if not any(c["requests"] for c in record["modules"].values()):
+            return None
+        name = f"{STATS_DIRNAME}/{record_name(record)}"
+        data = json.dumps(record, sort_keys=True).encode()
+        folder = where.local_path
+        if folder is None:  # a bucket
+            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
+
+            share_jax_filesystem()
+            store = store_for(where)  # JAX's own filesystem (the hook's store): no client
+            store.write_atomic(name, data)
+            stats._recorder.written = store.url_of(name)
+        else:  # no store: importing one at exit would register exit handlers after shutdown
+            stats._recorder.written = _write_local(folder, name, data)
+        return stats._recorder.written
+    except Exception as exc:
+        _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")
+        return None
