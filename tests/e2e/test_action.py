@@ -179,6 +179,44 @@ def test_lint_and_stats_append_the_job_summary(recorded: Path, tmp_path: Path) -
     assert status == 2 and "summary must be true or false, not 'yes'" in log, log
 
 
+def test_read_only_reaches_the_jobs_later_steps(tmp_path: Path) -> None:
+    """`read-only: true` puts CACHEDOCTOR_READ_ONLY and the records folder into $GITHUB_ENV: a
+    JAX program of a later step hits and leaves the cache as it was (every file's bytes and
+    mtime); `command: stats` with it summarises the records that run wrote."""
+    cache = tmp_path / "cache"  # at its own path: a copy elsewhere would miss (relocated)
+    run_recorded(cache, "stats")
+    github_env, summary = tmp_path / "github-env", tmp_path / "step-summary.md"
+    job = {
+        "GITHUB_ENV": str(github_env),
+        "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        "GITHUB_STEP_SUMMARY": str(summary),
+    }
+    inputs = {**INSTALLED, "cache-dir": str(cache), "read-only": "true", "summary": "false"}
+    status, log, _ = run_action(tmp_path, job, **inputs)
+    assert status == 0, log
+    later = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+    records = tmp_path / "runner-temp" / "cachedoctor-records"
+    assert later == {"CACHEDOCTOR_READ_ONLY": "1", "CACHEDOCTOR_RECORDS_DIR": str(records)}
+
+    def files() -> dict[str, tuple[bytes, int]]:
+        return {
+            str(p.relative_to(cache)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in cache.rglob("*")
+            if p.is_file()
+        }
+
+    before = files()
+    run_recorded(cache, "stats", **later)  # a later step of the job
+    assert files() == before
+    status, log, _ = run_action(tmp_path, job, **{**inputs, "summary": "true"}, command="stats")
+    assert status == 0, log
+    assert summary.read_text() == stats(records, "--format", "markdown")
+    doc = json.loads(stats(records, "--json"))
+    assert doc["processes"] == 1 and doc["totals"]["writes"] == 0 and doc["totals"]["hits"] > 0
+    status, log, _ = run_action(tmp_path, job, **{**inputs, "read-only": "1"})
+    assert status == 2 and "read-only must be true or false, not '1'" in log, log
+
+
 def test_default_install_is_the_actions_own_checkout_and_needs_no_index(tmp_path: Path) -> None:
     """Every input at its default: pip installs GITHUB_ACTION_PATH, never a name from an index.
     pip resolves it with --no-index (a dry run, with this environment's build backend): the
