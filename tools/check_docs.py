@@ -383,6 +383,8 @@ def schema_version_problems() -> Iterator[str]:
             "stats": ["stats", str(cache), "--json"],
             "why": ["why", str(cache), "--json"],
             "preflight": ["preflight", str(cache), "--json"],
+            "pack": ["pack", str(cache), "-o", str(Path(tmp) / "b.tar"), "--json"],
+            "unpack": ["unpack", str(Path(tmp) / "b.tar"), str(cache), "--json"],
             "status": ["status", "--json"],
             "check": ["check", "--runs", "1", "--format", "json", "--", sys.executable, "-c", ""],
         }

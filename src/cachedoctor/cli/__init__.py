@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "preflight",
         "Will this cache hit here: each module, before the run.",
     ),
+    "pack": ("pack", "pack", "Pack the entries that can still hit into one file to take along."),
+    "unpack": ("pack", "unpack", "Check a bundle against this machine, then write it (--apply)."),
 }
 
 

@@ -182,6 +182,14 @@ def _evidence_from_manifests(where: Location) -> dict[str, Evidence]:
     return out
 
 
+def recorded_evidence(where: Location) -> dict[str, Evidence]:
+    """What went into each entry's key where the cache kept it: key manifests, then the stats
+    records' written missed keys (a record wins)."""
+    evidence = _evidence_from_manifests(where)
+    evidence.update(_evidence_from_records(where))
+    return evidence
+
+
 def _devices_of(ev: Evidence) -> int | None:
     count = (ev.devices or {}).get("count")
     return count if isinstance(count, int) and count > 0 else None
@@ -444,8 +452,7 @@ def predict(
     import fnmatch
 
     spelling = cache_dir or where.spelling
-    evidence = _evidence_from_manifests(where)
-    evidence.update(_evidence_from_records(where))
+    evidence = recorded_evidence(where)
     hook = hook_here()
     report = PreflightReport(where.spelling, spelling, None, hook)
     counts = {c for ev in evidence.values() if (c := _devices_of(ev))}

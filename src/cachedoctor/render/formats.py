@@ -24,6 +24,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from cachedoctor.cache.model import EntryDetail
+    from cachedoctor.core.bundle import PackReport, UnpackReport
     from cachedoctor.core.check.report import CheckReport
     from cachedoctor.core.diff.report import DiffReport, ModuleDiffReport
     from cachedoctor.core.findings import Finding
@@ -104,12 +105,14 @@ ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
 STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
 WHY = ReportKind("cachedoctor.core.why", "WhyReport")
 PREFLIGHT = ReportKind("cachedoctor.core.preflight", "PreflightReport")
+PACK = ReportKind("cachedoctor.core.bundle", "PackReport")
+UNPACK = ReportKind("cachedoctor.core.bundle", "UnpackReport")
 PLAN = ReportKind(__name__, "PlanReport")
 SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
 KINDS = (
-    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PREFLIGHT, PLAN,
-    SHOW, FINDINGS
+    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PREFLIGHT, PACK,
+    UNPACK, PLAN, SHOW, FINDINGS
 )  # fmt: skip
 
 
@@ -241,6 +244,12 @@ def _why_text(report: WhyReport, console: Console, options: Options) -> None:
     _write(console, "\n".join(why_lines(report)))
 
 
+def _bundle_text(report: PackReport | UnpackReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.bundle import bundle_lines
+
+    _write(console, "\n".join(bundle_lines(report)))
+
+
 def _preflight_text(report: PreflightReport, console: Console, options: Options) -> None:
     from cachedoctor.render.preflight import preflight_lines
 
@@ -272,6 +281,8 @@ TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     STATUS: _status_text,
     WHY: _why_text,
     PREFLIGHT: _preflight_text,
+    PACK: _bundle_text,
+    UNPACK: _bundle_text,
     SHOW: _show_text,
     FINDINGS: _findings_text,
 }
@@ -378,6 +389,12 @@ def _preflight_document(report: PreflightReport) -> dict[str, Any]:
     return preflight_document(report)
 
 
+def _bundle_document(report: PackReport | UnpackReport) -> dict[str, Any]:
+    from cachedoctor.render.bundle import bundle_document
+
+    return bundle_document(report)
+
+
 def _stats_document(report: StatsReport) -> dict[str, Any]:
     from cachedoctor.render.stats import stats_document
 
@@ -408,6 +425,8 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
     STATUS: _status_json,
     WHY: _json(_why_document),
     PREFLIGHT: _json(_preflight_document),
+    PACK: _json(_bundle_document),
+    UNPACK: _json(_bundle_document),
     SHOW: _json(_show_document),
 }
 

@@ -120,8 +120,8 @@ def install(records_dir: str | None = None) -> bool:
             def get_file_cache(path: str, *args: Any, **kwargs: Any) -> Any:
                 from cachedoctor.storage.location import Location
 
-                where = Location.of_setting(str(path))
-                folder = None if where is None else where.local_path
+                spelled = Location.of_setting(str(path))
+                folder = None if spelled is None else spelled.local_path
                 if folder is not None and not os.path.isdir(folder):
                     return None  # JAX runs uncached rather than make the folder
                 made = original(path, *args, **kwargs)

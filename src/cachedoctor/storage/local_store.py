@@ -128,17 +128,20 @@ class LocalStore:
                 return DeleteResult(name, DeleteOutcome.GONE, conditional=False)
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
 
-    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
+    def write_atomic(
+        self, name: str, data: bytes, *, create: bool = False, mode: int = 0o600
+    ) -> None:
         """Temp file in the same directory, fsync, rename: readers see old or new, never half.
 
         ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``), made when
         absent; no part of the way is a link followed (``CacheDir``). With ``create``,
-        FileExistsError when it exists (a hard link publishes it, never replacing).
+        FileExistsError when it exists (a hard link publishes it, never replacing), and the
+        new file gets ``mode`` (an entry others read: the mode JAX's own writes get).
         """
         sub, base = _split(name)
         with self._folder(sub, create=True) as folder:
             if create:
-                if not folder.write_new(base, data, mode=0o600):
+                if not folder.write_new(base, data, mode=mode):
                     raise FileExistsError(errno.EEXIST, "File exists", self.url_of(name))
             else:
                 folder.write_replacing(base, data)

@@ -353,13 +353,15 @@ class RemoteStore:
     def open_read(self, name: str) -> BinaryIO:
         return cast(BinaryIO, _RetryingReader(self, name))
 
-    def write_atomic(self, name: str, data: bytes, *, create: bool = False) -> None:
+    def write_atomic(
+        self, name: str, data: bytes, *, create: bool = False, mode: int = 0o600
+    ) -> None:
         """One PUT: an object store publishes an object whole or not at all (no rename).
 
         ``create``: the PUT carries a precondition (S3 ``If-None-Match: *``, GCS
         ``ifGenerationMatch=0``), so the server keeps the object a concurrent writer put first
         and this raises FileExistsError. An S3 server that rejects the header as unsupported
-        gets a fresh existence check, then a plain PUT.
+        gets a fresh existence check, then a plain PUT. ``mode``: objects have none.
         """
         path = self.path_of(name)
         what = f"writing {self.url_of(name)}"

@@ -1,0 +1,471 @@
+"""``pack`` / ``unpack``: a cache as one file that travels, checked against the machine before
+it is unpacked.
+
+A bundle is an uncompressed tar (entries are zstd already; ``tar tf`` lists it) whose first
+member is a JSON header (:data:`HEADER`): the format, the source's spelling, the jax/jaxlib
+that packed it, and per entry its key, module, size, SHA-256, platform, device count and the
+jaxlib that wrote it where the cache's records say so; then ``entries/<key>-cache``, their key
+manifests (``cachedoctor-manifests/``) and the stats records (``cachedoctor-stats/``: the
+evidence the preflight reads, what went into each key).
+
+``pack`` leaves out what cannot hit elsewhere unless asked: damaged entries, entries keyed with
+a custom_partitioning pointer (JAX's key holds a Python address no other process computes),
+entries another jaxlib wrote (recorded evidence only). ``unpack`` reads only the members the
+header names, each checked against its size and digest before anything is written, refuses
+names that are not a cache's own, runs the preflight (``core/preflight``) on the staged copy
+as this machine's JAX would see it at the target, and writes each file whole (temp file and
+link, or a conditional create on a bucket), never over an existing one: a JAX process using the
+cache sees an entry entirely or not at all. Relocated entries with observe-mode manifests then
+move to their stable keys, as ``rekey --relocated`` does (local targets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cachedoctor import layout
+from cachedoctor.core import preflight
+from cachedoctor.core.findings import FindingKind
+from cachedoctor.core.scan.run import scan_directory
+from cachedoctor.core.where import Location
+from cachedoctor.errors import CachedoctorError
+
+FORMAT = "cachedoctor-bundle/1"
+HEADER = "cachedoctor-bundle.json"
+MAX_HEADER = 64 << 20  # a header larger than this is no bundle's
+ENTRY_PREFIX = "entries/"
+LEAVE_OUT = ("damaged", "pointer", "other-jaxlib")  # what pack leaves out unless included
+_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,200}-[0-9a-f]{64}")
+_COMPANION = re.compile(
+    rf"({re.escape(layout.MANIFEST_DIRNAME)}|{re.escape(layout.STATS_DIRNAME)})/[A-Za-z0-9_.\-]{{1,255}}"
+)
+
+
+class BundleError(CachedoctorError):
+    slug = "bundle"
+
+
+@dataclass(frozen=True)
+class BundledEntry:
+    key: str
+    module: str | None
+    size: int
+    sha256: str
+    platform: str
+    devices: int | None
+    jaxlib: str | None  # who wrote it, where a manifest or record says (None: not recorded)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    key: str
+    why: str  # one of LEAVE_OUT
+    words: str
+
+
+@dataclass
+class PackReport:
+    source: str
+    bundle: str
+    entries: list[BundledEntry] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+    companions: int = 0  # manifests and records
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "bundle": self.bundle,
+            "entries": [asdict(e) for e in self.entries],
+            "left_out": [asdict(e) for e in self.left_out],
+            "companions": self.companions,
+            "bytes": self.bytes,
+        }
+
+
+def _jaxlib(ev: preflight.Evidence | None) -> str | None:
+    values = (ev.values.get("jax_lib version") if ev else None) or ()
+    return values[0] if values else None
+
+
+def _devices(entry: Any) -> int | None:
+    if entry.num_replicas and entry.num_partitions:
+        return int(entry.num_replicas * entry.num_partitions)
+    return None
+
+
+def _selected(
+    where: Location, include: frozenset[str], jaxlib: str
+) -> tuple[list[Any], list[LeftOut], dict[str, preflight.Evidence]]:
+    """The entries to pack and those left out, with the recorded evidence of each key."""
+    scan = scan_directory(where, all_tiers=True)
+    evidence = preflight.recorded_evidence(where)
+    damaged = {
+        k
+        for f in scan.findings
+        if f.kind in (FindingKind.CORRUPT, FindingKind.UNREADABLE)
+        for k in f.entries
+    }
+    keep, left = [], []
+    for entry in scan.loaded_entries()[0]:
+        ev = evidence.get(entry.key)
+        writer = _jaxlib(ev)
+        if (entry.key in damaged or not entry.ok) and "damaged" not in include:
+            left.append(LeftOut(entry.key, "damaged", "the entry cannot be read whole"))
+        elif entry.volatile and not (ev and ev.kind == "stable") and "pointer" not in include:
+            left.append(
+                LeftOut(
+                    entry.key,
+                    "pointer",
+                    "JAX's key holds a custom_partitioning pointer: no other process computes it",
+                )
+            )
+        elif writer is not None and writer != jaxlib and "other-jaxlib" not in include:
+            left.append(
+                LeftOut(entry.key, "other-jaxlib", f"written by jaxlib {writer}, not {jaxlib}")
+            )
+        else:
+            keep.append(entry)
+    return keep, left, evidence
+
+
+def _companion_names(where: Location, keys: set[str]) -> list[str]:
+    """The key manifests of ``keys`` and every stats record, as names in the cache dir."""
+    store = where.store()
+    names = []
+    for folder in (layout.MANIFEST_DIRNAME, layout.STATS_DIRNAME):
+        try:
+            listed = store.list(folder)
+        except FileNotFoundError:
+            continue
+        for item in listed:
+            base = item.name.rsplit("/", 1)[-1]
+            if item.is_dir or not _COMPANION.fullmatch(f"{folder}/{base}"):
+                continue
+            owner = base.split(".", 1)[0]
+            if folder == layout.STATS_DIRNAME or owner in keys:
+                names.append(f"{folder}/{base}")
+    return names
+
+
+def pack(
+    where: Location,
+    bundle: Path,
+    *,
+    include: frozenset[str] = frozenset(),
+    jaxlib: str | None = None,
+    overwrite: bool = False,
+) -> PackReport:
+    """Write the bundle of ``where`` to ``bundle`` (a temp file renamed into place)."""
+    from cachedoctor.cache.jaxenv import installed_jax
+
+    here = installed_jax()
+    jaxlib = jaxlib or here.jaxlib_version or "unknown"
+    if bundle.exists() and not overwrite:
+        raise BundleError(f"{bundle} exists: give another name, or --force to replace it")
+    keep, left, evidence = _selected(where, include, jaxlib)
+    report = PackReport(where.spelling, str(bundle), left_out=left)
+    store = where.store()
+    companions = _companion_names(where, {e.key for e in keep})
+    members: list[tuple[str, bytes]] = []
+    for entry in keep:
+        with store.open_read(f"{entry.key}-cache") as f:
+            data = f.read()
+        report.entries.append(
+            BundledEntry(
+                entry.key,
+                entry.module,
+                len(data),
+                hashlib.sha256(data).hexdigest(),
+                entry.platform,
+                _devices(entry),
+                _jaxlib(evidence.get(entry.key)),
+            )
+        )
+        members.append((f"{ENTRY_PREFIX}{entry.key}-cache", data))
+    files = []
+    for name in companions:
+        with store.open_read(name) as f:
+            data = f.read()
+        files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        members.append((name, data))
+    report.companions = len(files)
+    header = _header(report, here, files)
+    _write_tar(bundle, [(HEADER, json.dumps(header, indent=1).encode()), *members])
+    report.bytes = bundle.stat().st_size
+    return report
+
+
+def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[str, Any]:
+    from cachedoctor._version import __version__
+
+    entries = report.entries
+    return {
+        "format": FORMAT,
+        "created": time.time(),
+        "source": report.source,
+        "packed_by": {
+            "cachedoctor": __version__,
+            "jax": here.jax_version,
+            "jaxlib": here.jaxlib_version,
+        },
+        "platforms": dict(Counter(e.platform for e in entries)),
+        "device_counts": {str(k): n for k, n in Counter(e.devices for e in entries).items()},
+        "jaxlibs": {str(k): n for k, n in Counter(e.jaxlib for e in entries).items()},
+        "entries": [asdict(e) for e in entries],
+        "files": files,
+        "left_out": [asdict(e) for e in report.left_out],
+    }
+
+
+def _write_tar(bundle: Path, members: list[tuple[str, bytes]]) -> None:
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, bundle)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class UnpackedEntry:
+    key: str
+    module: str | None
+    verdict: str  # the preflight's: hit, miss, unknown
+    words: str
+    action: str  # "write" (dry run), "written", "present" (the target holds it), "failed: ..."
+
+
+@dataclass
+class UnpackReport:
+    bundle: str
+    target: str
+    cache_dir: str  # the spelling the jobs give JAX, which the preflight judged
+    header: dict[str, Any]
+    applied: bool
+    entries: list[UnpackedEntry] = field(default_factory=list)
+    companions: int = 0  # manifests written (records stay in the bundle: the target's own)
+    moved: list[tuple[str, str]] = field(default_factory=list)  # relocated -> stable key
+    problem: str | None = None  # why the preflight could not judge (no JAX here)
+    notes: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(e.verdict for e in self.entries))
+
+    def failed(self) -> int:
+        return sum(1 for e in self.entries if e.action.startswith("failed"))
+
+    def to_dict(self) -> dict[str, Any]:
+        summary = {k: v for k, v in self.header.items() if k not in ("entries", "files")}
+        return {
+            "bundle": self.bundle,
+            "target": self.target,
+            "cache_dir": self.cache_dir,
+            "header": summary,
+            "applied": self.applied,
+            "counts": self.counts(),
+            "entries": [asdict(e) for e in self.entries],
+            "companions": self.companions,
+            "moved": [list(m) for m in self.moved],
+            "problem": self.problem,
+            "notes": self.notes,
+        }
+
+
+@contextmanager
+def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
+    """The bundle's header, checked, and its tar; BundleError for anything else."""
+    try:
+        tar = tarfile.open(bundle, mode="r:")  # noqa: SIM115 (the with below closes it)
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"{bundle} is not a cachedoctor bundle ({exc})") from None
+    with tar:
+        first = tar.next()
+        if first is None or first.name != HEADER or not first.isfile() or first.size > MAX_HEADER:
+            raise BundleError(f"{bundle} is not a cachedoctor bundle (no {HEADER} first)")
+        try:
+            header = json.loads(_read(tar, first))
+        except ValueError:
+            raise BundleError(f"{bundle}: its header is not JSON") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise BundleError(f"{bundle}: format {header.get('format')!r}, not {FORMAT}")
+        yield header, tar
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    if f is None:
+        raise BundleError(f"bundle member {member.name} is not a file")
+    return f.read()
+
+
+def _expected(header: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """Member name -> (size, sha256) for every member the header names; a name that is not a
+    cache's own (an entry, a manifest, a record) is refused."""
+    out: dict[str, tuple[int, str]] = {}
+    try:
+        for e in header["entries"]:
+            if not _KEY.fullmatch(str(e["key"])):
+                raise BundleError(f"bundle names an entry {str(e['key'])[:80]!r}: not a JAX key")
+            out[f"{ENTRY_PREFIX}{e['key']}-cache"] = (int(e["size"]), str(e["sha256"]))
+        for f in header["files"]:
+            if not _COMPANION.fullmatch(str(f["name"])):
+                raise BundleError(
+                    f"bundle names a file {str(f['name'])[:80]!r} outside a cache's own"
+                )
+            out[str(f["name"])] = (int(f["size"]), str(f["sha256"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"the bundle's header is incomplete ({exc})") from None
+    return out
+
+
+def _stage(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> None:
+    """Every member the header names, checked, into ``stage`` laid out as a cache."""
+    expected = _expected(header)
+    seen = set()
+    for member in tar:
+        want = expected.get(member.name)
+        if want is None or member.name in seen:
+            continue  # not named by the header (or named twice): never read
+        if not member.isfile() or member.size != want[0]:
+            raise BundleError(f"bundle member {member.name}: not the file its header describes")
+        data = _read(tar, member)
+        if hashlib.sha256(data).hexdigest() != want[1]:
+            raise BundleError(f"bundle member {member.name}: its bytes differ from its digest")
+        name = member.name.removeprefix(ENTRY_PREFIX)
+        (stage / name).parent.mkdir(parents=True, exist_ok=True)
+        (stage / name).write_bytes(data)
+        seen.add(member.name)
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise BundleError(f"the bundle lacks {len(missing)} members its header names: {missing[0]}")
+
+
+def unpack(
+    bundle: Path,
+    target: Location,
+    *,
+    apply: bool,
+    cache_dir: str | None = None,
+    relocate: bool = True,
+    lock_timeout: float = 30.0,
+) -> UnpackReport:
+    """Check ``bundle`` and judge it against this machine at ``target`` (``cache_dir``: the
+    spelling the jobs give JAX); with ``apply``, write what the target lacks."""
+    spelling = cache_dir or target.spelling
+    with (
+        opened(bundle) as (header, tar),
+        tempfile.TemporaryDirectory(prefix="cachedoctor-unpack-") as tmp,
+    ):
+        stage = Path(tmp)
+        _stage(tar, header, stage)
+        report = UnpackReport(str(bundle), target.spelling, spelling, header, apply)
+        forecast = preflight.predict(Location.local(stage), cache_dir=spelling)
+        report.problem = forecast.problem
+        verdicts = {f.key: f for f in forecast.entries}
+        missing = target.local_path is not None and not os.path.isdir(target.local_path)
+        if missing and apply:
+            os.makedirs(target.local_path or "", mode=0o755, exist_ok=True)
+            missing = False
+        store = None if missing else target.store()
+        for e in header["entries"]:
+            f = verdicts.get(e["key"])
+            verdict, words = (f.verdict, f.words) if f else ("unknown", forecast.problem or "")
+            held = store is not None and store.stat(f"{e['key']}-cache") is not None
+            action = "present" if held else "write"
+            report.entries.append(UnpackedEntry(e["key"], e.get("module"), verdict, words, action))
+        if apply:
+            _write(stage, header, store, report)
+            if relocate:
+                _relocate(target, spelling, report, lock_timeout)
+    return report
+
+
+def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport) -> None:
+    """Manifests first, then each entry whole, none over an existing file."""
+    mode = 0o666 & ~_umask()
+    entries = {e.key: i for i, e in enumerate(report.entries)}
+    for f in header["files"]:
+        if f["name"].startswith(layout.MANIFEST_DIRNAME + "/"):
+            with contextlib.suppress(FileExistsError):
+                store.write_atomic(
+                    f["name"], (stage / f["name"]).read_bytes(), create=True, mode=mode
+                )
+                report.companions += 1
+    for key, i in entries.items():
+        done = report.entries[i]
+        if done.action != "write":
+            continue
+        try:
+            store.write_atomic(
+                f"{key}-cache", (stage / f"{key}-cache").read_bytes(), create=True, mode=mode
+            )
+            action = "written"
+        except FileExistsError:
+            action = "present"  # another process wrote it meanwhile
+        except OSError as exc:
+            action = f"failed: {exc.strerror or exc}"
+        report.entries[i] = replace(done, action=action)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeout: float) -> None:
+    """Move the unpacked relocated entries with observe-mode manifests to their stable keys
+    (``rekey --relocated``'s plan, kept to what this unpack wrote)."""
+    if not target.can_rename:
+        report.notes.append(
+            "a bucket has no rename: relocated entries stay under their written keys"
+        )
+        return
+    from cachedoctor.core.prune.actions import Status
+    from cachedoctor.core.prune.apply import apply as apply_plan
+    from cachedoctor.core.prune.rekey import plan_rekey
+
+    written = {e.key for e in report.entries if e.action == "written"}
+    plan = plan_rekey(target, relocated=True, jobs_cache_dir=spelling)
+    plan = replace(plan, actions=tuple(a for a in plan.actions if a.name in written))
+    if not plan.actions:
+        return
+    result = apply_plan(plan, lock_timeout=lock_timeout)
+    at = {e.key: i for i, e in enumerate(report.entries)}
+    for outcome in result.outcomes:
+        action = outcome.action
+        if outcome.status is Status.DONE and action.new_key:
+            report.moved.append((action.name, action.new_key))
+            i = at[action.name]
+            words = (
+                f"moved to its stable key {action.new_key}: JAX hits it with `cachedoctor enable`"
+                f" (stable mode); without the hook: {report.entries[i].words}"
+            )
+            report.entries[i] = replace(report.entries[i], words=words)

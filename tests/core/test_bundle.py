@@ -1,0 +1,203 @@
+"""`cachedoctor pack` / `unpack`, with JAX as the oracle: every entry the unpack says will hit,
+JAX hits (its own "Persistent compilation cache hit" lines) in a fresh process at the target;
+relocated entries moved to their stable keys are hit by the stable hook there. Hand-made bytes
+only for damaged and hostile bundles, which must be refused with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.buckets import Servers
+from tests.support.cli import run_cli
+from tests.support.hookrun import base_env, entries
+from tests.support.keylog import hits, run_logged
+
+pytestmark = pytest.mark.slow
+
+SEED_MODULES = {"jit_f", "jit_iota", "jit__multi_slice"}  # jit_f: a pointer key without the hook
+PLAIN = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def _seed() -> Path:
+    from cachedoctor.programs import program_path
+
+    return Path(program_path("seed"))
+
+
+def cd(*args: str) -> tuple[int, str]:
+    """The CLI in a subprocess with the programs' 8 host devices (the preflight asks JAX)."""
+    env = base_env(None, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    done = run_cli(*args, env=env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def cd_json(*args: str, **extra: str) -> tuple[int, dict[str, Any]]:
+    """``cd ARGS --json``, its environment that of the jobs (``extra``: their hook mode)."""
+    env = base_env(None, XLA_FLAGS="--xla_force_host_platform_device_count=8", **extra)
+    done = run_cli(*args, "--json", env=env)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_unpacked_where_it_was_packed_jax_hits_every_entry_it_says_will_hit(
+    tmp_path: Path,
+) -> None:
+    """A CI cache restored at the path it was made at: pack, remove, unpack, and JAX (no hook)
+    hits each entry the preflight calls a hit; the pointer-keyed jit_f entries stay out."""
+    cache, bundle = tmp_path / "cache", tmp_path / "cache.tar"
+    for _ in range(2):
+        run_logged(cache, "stats", program=_seed())
+    code, packed = cd_json("pack", str(cache), "-o", str(bundle))
+    assert code == 0, packed
+    assert {e["module"] for e in packed["entries"]} == SEED_MODULES - {"jit_f"}
+    assert {e["why"] for e in packed["left_out"]} == {"pointer"} and len(packed["left_out"]) == 2
+    original = {k: (cache / f"{k}-cache").read_bytes() for k in entries(cache)}
+    shutil.rmtree(cache)
+
+    code, dry = cd_json("unpack", str(bundle), str(cache))
+    assert code == 0 and not cache.exists(), dry  # a dry run makes nothing
+    assert {e["verdict"] for e in dry["entries"]} == {"hit"}, dry["entries"]
+    code, done = cd_json("unpack", str(bundle), str(cache), "--apply")
+    assert code == 0 and {e["action"] for e in done["entries"]} == {"written"}, done
+    for key in entries(cache):
+        assert (cache / f"{key}-cache").read_bytes() == original[key]
+    assert hits(run_logged(cache, "stats", program=_seed())) == {
+        e["module"] for e in done["entries"] if e["verdict"] == "hit"
+    }
+    code, again = cd_json("unpack", str(bundle), str(cache), "--apply")
+    assert {e["action"] for e in again["entries"]} == {"present"}, again  # never replaced
+
+
+def test_unpacked_elsewhere_relocated_entries_move_and_the_stable_hook_hits(
+    tmp_path: Path,
+) -> None:
+    """Written under the observe hook at one path, unpacked at another: jax <= 0.10 hashes the
+    autotune dir under the cache dir, so plain JAX misses there (the preflight says so; JAX's
+    log agrees, on entries unpacked as they were); the unpack moves them to their stable keys,
+    which the stable hook hits."""
+    source, bundle = tmp_path / "a" / "cache", tmp_path / "x.tar"
+    for _ in range(2):
+        run_logged(source, "observe", program=_seed())
+    assert cd("pack", str(source), "-o", str(bundle))[0] == 0
+    kept = tmp_path / "kept" / "cache"
+    code, plain = cd_json("unpack", str(bundle), str(kept), "--apply", "--no-relocate")
+    said = {e["module"] for e in plain["entries"] if e["verdict"] == "hit"}
+    assert hits(run_logged(kept, None, program=_seed(), env=PLAIN)) == said, plain["entries"]
+    import jax
+
+    relocates = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 12)
+    assert said == (set() if relocates else {e["module"] for e in plain["entries"]})
+    assert code == (1 if relocates else 0) and plain["moved"] == []
+
+    target = tmp_path / "b" / "cache"
+    code, done = cd_json("unpack", str(bundle), str(target), "--apply")
+    if relocates:
+        assert {old for old, _ in done["moved"]} == {e["key"] for e in done["entries"]}, done
+        assert all("moved to its stable key" in e["words"] for e in done["entries"])
+    stable = hits(run_logged(target, "stable", program=_seed()))
+    assert {e["module"] for e in done["entries"]} <= stable
+
+
+def _hostile(tmp_path: Path, name: str, header_change: dict[str, Any] | None, data: bytes) -> Path:
+    """A bundle of one member ``name`` holding ``data``, its header made from the data (then
+    changed by ``header_change``)."""
+    header: dict[str, Any] = {
+        "format": "cachedoctor-bundle/1",
+        "entries": [
+            {
+                "key": "jit_x-" + "a" * 64,
+                "module": "jit_x",
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        ],
+        "files": [],
+        **(header_change or {}),
+    }
+    path = tmp_path / "hostile.tar"
+    with tarfile.open(path, "w") as tar:
+        for member, body in (
+            ("cachedoctor-bundle.json", json.dumps(header).encode()),
+            (name, data),
+        ):
+            info = tarfile.TarInfo(member)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return path
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["random", "truncated", "digest", "traversal", "not-named", "no-header"],
+)
+def test_a_damaged_or_hostile_bundle_is_refused_and_nothing_is_written(
+    tmp_path: Path, case: str
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    good = b"\x28\xb5\x2f\xfd" + b"x" * 100
+    if case == "random":
+        bundle = tmp_path / "random.tar"
+        bundle.write_bytes(hashlib.sha256(b"r").digest() * 300)
+    elif case == "truncated":
+        full = _hostile(tmp_path, "entries/jit_x-" + "a" * 64 + "-cache", None, good * 50)
+        bundle = tmp_path / "truncated.tar"
+        bundle.write_bytes(full.read_bytes()[:1500])
+    elif case == "digest":
+        bundle = _hostile(tmp_path, "entries/jit_x-" + "a" * 64 + "-cache", None, good)
+        raw = bundle.read_bytes().replace(good, good[:-1] + b"y")
+        bundle.write_bytes(raw)
+    elif case == "traversal":
+        files = [{"name": "../escape", "size": 1, "sha256": "0" * 64}]
+        bundle = _hostile(tmp_path, "../escape", {"files": files}, good)
+    elif case == "not-named":  # the header says one entry; the tar holds another name only
+        bundle = _hostile(tmp_path, "entries/jit_y-" + "b" * 64 + "-cache", None, good)
+    else:
+        bundle = tmp_path / "plain.tar"
+        with tarfile.open(bundle, "w") as tar:
+            info = tarfile.TarInfo("README")
+            tar.addfile(info, io.BytesIO(b""))
+    for args in ((), ("--apply",)):
+        code, out = cd("unpack", str(bundle), str(target), *args)
+        assert code == 2, out
+        assert out.startswith("cachedoctor: ") and len(out.strip().splitlines()) == 1, out
+        assert "Traceback" not in out
+    assert list(target.iterdir()) == []
+    assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.remote
+def test_out_of_and_into_a_bucket(servers: Servers, tmp_path: Path) -> None:
+    """Packed from s3://, unpacked into another s3:// prefix: the same bytes under the same
+    keys, and the preflight judged each entry."""
+    src = servers.url("s3", f"bundle/{tmp_path.name}/src")
+    dst = servers.url("s3", f"bundle/{tmp_path.name}/dst")
+    for _ in range(2):
+        run_logged(src, "stable", program=_seed(), env=servers.env)
+    bundle = tmp_path / "b.tar"
+    code, packed = cd_json("pack", src, "-o", str(bundle))
+    assert code == 0, packed
+    code, done = cd_json("unpack", str(bundle), dst, "--apply", CACHEDOCTOR_HOOK="stable")
+    assert {e["action"] for e in done["entries"]} == {"written"}, done
+    assert {e["verdict"] for e in done["entries"]} <= {"hit", "miss", "unknown"}
+    assert entries(dst) == sorted(e["key"] for e in packed["entries"])
+    from cachedoctor.storage import stores
+
+    a, b = stores.open_store(src), stores.open_store(dst)
+    for key in entries(dst):
+        with a.open_read(f"{key}-cache") as fa, b.open_read(f"{key}-cache") as fb:
+            assert fa.read() == fb.read()
+    said = {e["module"] for e in done["entries"] if e["verdict"] == "hit"}
+    assert hits(run_logged(dst, "stable", program=_seed(), env=servers.env)) == said, done
