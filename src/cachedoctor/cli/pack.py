@@ -65,6 +65,8 @@ def pack(
             cache_dir, bundle, include=frozenset(include), jaxlib=jaxlib, overwrite=force
         )
     except OSError as exc:
+        if exc.filename == str(bundle):
+            raise path_error(exc, bundle, what="file", verb="write") from None
         raise path_error(exc, exc.filename or cache_dir.spelling) from None
     renderer("json" if as_json else "text").render(report, stdout_console())
 
@@ -131,7 +133,9 @@ def unpack(
             lock_timeout=lock_timeout,
         )
     except OSError as exc:
-        raise path_error(exc, exc.filename or str(bundle)) from None
+        if exc.filename in (None, str(bundle)):
+            raise path_error(exc, bundle, what="file") from None
+        raise path_error(exc, exc.filename) from None
     renderer("json" if as_json else "text").render(report, stdout_console())
     if report.problem:
         ctx.exit(int(ExitCode.USAGE))

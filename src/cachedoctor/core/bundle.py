@@ -234,7 +234,10 @@ def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[
 
 def _write_tar(bundle: Path, members: list[tuple[str, bytes]]) -> None:
     bundle.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
+    except OSError as exc:  # named by the bundle, not by its temp file
+        raise OSError(exc.errno, exc.strerror, str(bundle)) from None
     try:
         with (
             os.fdopen(fd, "wb") as raw,
@@ -247,9 +250,11 @@ def _write_tar(bundle: Path, members: list[tuple[str, bytes]]) -> None:
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, bundle)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # named by the bundle, not by its temp file
+            raise OSError(exc.errno, exc.strerror, str(bundle)) from None
         raise
 
 
@@ -347,6 +352,13 @@ def _expected(header: dict[str, Any]) -> dict[str, tuple[int, str]]:
 
 def _stage(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> None:
     """Every member the header names, checked, into ``stage`` laid out as a cache."""
+    try:
+        _stage_members(tar, header, stage)
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"the bundle is truncated or damaged ({exc})") from None
+
+
+def _stage_members(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> None:
     expected = _expected(header)
     seen = set()
     for member in tar:
