@@ -44,6 +44,8 @@ COMPAT_TESTS = [
     "tests/stablekeys/test_hook_stale.py",
     "tests/stablekeys/test_hook_distributed.py",
     "tests/stablekeys/test_hook_bucket.py",  # gs:// and s3:// cache dirs (local servers)
+    # read-only wraps JAX's cache object, whose writes differ (0.4.38: -atime on every hit)
+    "tests/stablekeys/test_readonly.py",
 ]
 # The second JAX of the cross-version tests: a cache written by it next to one written by the
 # newest JAX gives the "different JAX versions" diff verdict and the mixed-versions finding.

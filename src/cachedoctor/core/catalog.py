@@ -226,6 +226,50 @@ NOT_STORED = Case(
     advice="{the_reasons_advice}",
 )
 
+# What JAX's LRU eviction pass costs per entry the cache holds, in µs: the low and the high end
+# of what benchmarks/bench_lru_write.py measured (benchmarks/results/lru-write-*.json,
+# docs/performance.md) on a 2-core ext4 machine with a warm page cache. Least-squares slopes over
+# 1k, 10k and 50k entries: 21 µs (jax 0.4.38), 23 µs (0.10.2 with the standard pathlib), 28 µs
+# (0.12.0.1), 41 µs (0.10.2 with etils installed: its stat looks up each file's owner and group).
+# A model of the cost, quoted as such: never a measurement of the machine being scanned.
+LRU_PASS_US_PER_ENTRY = (20, 40)
+# When `lru-write-cost` is raised, by the model's low end, in µs per write: info from 0.1 s
+# (5,000 entries at 20 µs), a tenth of JAX's default jax_persistent_cache_min_compile_time_secs
+# (1 s), the cheapest compile JAX stores by default: from there the pass adds 10 % or more to
+# each write, and holds the .lockfile that long, which other processes' hits wait on. The
+# benchmark put 1,000 entries at 19 to 51 ms per write and 10,000 at 179 to 359 ms;
+# uwplasma/vmex (PR #254) measured 304 ms at 10,880 entries and capped its cache for it. A
+# warning from 1 s (50,000 entries): the pass alone then costs as much as that cheapest compile,
+# and a tenth of the 10 s JAX's lock waits before it gives up.
+LRU_WRITE_COST_FROM_US = (100_000, 1_000_000)
+
+LRU_WRITE_COST = Case(
+    K.LRU_WRITE_COST,
+    when="JAX's LRU eviction is in use (its .lockfile, or -atime files beside entries) and the "
+    f"entry count makes each write pay {LRU_WRITE_COST_FROM_US[0] / 1e6:g} s or more by the "
+    "measured model",
+    severity=Severity.INFO,
+    otherwise=(
+        (
+            Severity.WARNING,
+            f"the model gives {LRU_WRITE_COST_FROM_US[1] / 1e6:g} s or more per write and "
+            "JAX's .lockfile shows eviction ran in this folder",
+        ),
+    ),
+    evidence="the listing: {held} -cache names, {lru}; the model, not a measurement of "
+    "this machine: every JAX write with jax_compilation_cache_max_size set first runs its "
+    "eviction pass (lru_cache.py `_evict_if_needed`: glob every -cache file, stat it, read its "
+    "-atime file) under the .lockfile, measured at "
+    f"{LRU_PASS_US_PER_ENTRY[0]}–{LRU_PASS_US_PER_ENTRY[1]} µs per entry held by "
+    "benchmarks/bench_lru_write.py on a 2-core ext4 machine with a warm page cache (jax 0.4.38 "
+    f"to 0.12.0.1; {LRU_PASS_US_PER_ENTRY[1]} µs is jax 0.10.2 with etils installed); a cold "
+    "page cache, a slower disk or a network filesystem pays more",
+    advice="run `cachedoctor prune --max-size {size} --apply` in a scheduled job (cron, a CI "
+    "schedule) to hold about {target} entries of this cache's mean size ({mean}), where a write "
+    "pays about {target_cost}; what it removes recompiles when next used, so size it by what "
+    "your runs use (`cachedoctor stats`)",
+)
+
 # --- processes ---------------------------------------------------------------------------------
 
 MULTI_PROCESS_AUTOTUNE = Case(

@@ -16,6 +16,9 @@ from cachedoctor.core.catalog import (
     INSECURE_ENTRY_MODE,
     INSECURE_ENTRY_OWNER,
     INSECURE_SYMLINK,
+    LRU_PASS_US_PER_ENTRY,
+    LRU_WRITE_COST,
+    LRU_WRITE_COST_FROM_US,
     MISSED_ENTRY_GONE,
     MISSED_KEY_CHANGED,
     MISSING_ATIME_EVICTED_FIRST,
@@ -49,6 +52,8 @@ K = FindingKind
 
 _KEY = "jit_f-5a884addedb531961ab1f3ef2709805539e2ee92c3fbbec0483975a552e5c977"
 _CACHE = "/data/jaxcache"
+_LRU_LOW, _LRU_HIGH = LRU_PASS_US_PER_ENTRY
+_LRU_INFO, _LRU_WARNING = LRU_WRITE_COST_FROM_US
 
 ENTRIES: tuple[CatalogEntry, ...] = (
     CatalogEntry(
@@ -292,6 +297,47 @@ ENTRIES: tuple[CatalogEntry, ...] = (
                     "each module recompiles every run: move the jax.debug.print / pure_callback "
                     "/ io_callback out of the jitted function, or accept it",
                 ),
+            ),
+        ),
+    ),
+    CatalogEntry(
+        K.LRU_WRITE_COST,
+        Family.INVENTORY,
+        summary="so many entries that JAX's LRU eviction pass slows every cache write",
+        what="Counts the `-cache` names when the listing shows JAX's LRU eviction in use (the "
+        "same evidence as `missing-atime`: a `.lockfile`, or `-atime` files beside entries) and "
+        "prices the pass JAX runs before every write by a model measured with "
+        f"`benchmarks/bench_lru_write.py`: {_LRU_LOW}–{_LRU_HIGH} µs per entry held "
+        f"(docs/performance.md). Raised from {_LRU_INFO / 1e6:g} s per write at the low end "
+        f"({_LRU_INFO // _LRU_LOW:,} entries), a tenth of the 1 s compile JAX needs by default "
+        f"before it stores an entry; a warning from {_LRU_WARNING / 1e6:g} s "
+        f"({_LRU_WARNING // _LRU_LOW:,} entries) with the `.lockfile` there. The numbers are the "
+        "model's, never a measurement of the machine scanned.",
+        why="With `jax_compilation_cache_max_size` set, every write globs, stats and reads the "
+        "`-atime` file of every entry (JAX 0.4.38 to 0.12; jax-ml/jax#18751 is open), holding "
+        "the `.lockfile` that other processes' hits wait on (JAX's lock timeout is 10 s): "
+        "uwplasma/vmex measured 304 ms per write at 10,880 entries. Hits pay only the lock and "
+        "one `-atime` write. A scheduled `prune --max-size` keeps the count down; with it in "
+        "place JAX's own limit can even be off (-1) so that writes pay no pass at all, though "
+        "JAX then writes no `-atime` files and prune dates each entry's use by its access time "
+        "and the stats records instead (docs/maintenance.md).",
+        cases=(LRU_WRITE_COST,),
+        example=Example(
+            LRU_WRITE_COST,
+            "12000 entries under JAX's LRU eviction: each write JAX makes to this cache first "
+            "stats them all, about 240 ms–480 ms per write by the measured model (not measured "
+            "here)",
+            (
+                ("held", "12000"),
+                (
+                    "lru",
+                    "JAX's .lockfile (eviction ran here), -atime files beside 12000 of "
+                    "12000 entries",
+                ),
+                ("size", "258MiB"),
+                ("target", "5000"),
+                ("mean", "53KiB"),
+                ("target_cost", "100 ms"),
             ),
         ),
     ),

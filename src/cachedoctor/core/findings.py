@@ -46,6 +46,7 @@ class FindingKind(enum.StrEnum):
     SAME_PROGRAM = "same-program"
     NOT_STORED = "not-stored"
     MULTI_PROCESS = "multi-process"  # processes of a jax.distributed job (their manifests)
+    LRU_WRITE_COST = "lru-write-cost"  # what JAX's LRU eviction pass costs each write here
 
 
 @dataclass(frozen=True)

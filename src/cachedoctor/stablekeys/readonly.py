@@ -8,7 +8,8 @@ process 0 writes. What a JAX process writes into its cache dir, and what read-on
   0.4.38 .. 0.12) is wrapped where JAX makes it (``compilation_cache.get_file_cache``); its
   ``put`` stores nothing. JAX still compiles a miss and runs it.
 - **``-atime`` files and ``.lockfile``** (JAX's LRU, with ``jax_compilation_cache_max_size``
-  set): JAX's ``get`` takes the lock and writes the access time on every hit. The wrapped
+  set; jax 0.4.38 writes ``-atime`` on every hit even without it): JAX's ``get`` takes the lock
+  and writes the access time. The wrapped
   ``get`` reads ``<key>-cache`` directly, as JAX's own ``get`` does without a size limit (no
   lock: a write racing the read can tear it; JAX then warns "Error reading persistent
   compilation cache entry" and compiles, as it does without the limit).
@@ -53,8 +54,10 @@ class ReadOnlyCache:
 
     def get(self, key: str) -> bytes | None:
         path = getattr(self._base, "path", None)
-        if path is None or not getattr(self._base, "eviction_enabled", False):
-            return self._base.get(key)  # type: ignore[no-any-return]  # writes nothing
+        if path is None or not hasattr(path, "exists"):  # not JAX's LRUCache: its own get
+            return self._base.get(key)  # type: ignore[no-any-return]
+        # read as JAX's get reads, without what it writes: the lock and -atime under its LRU,
+        # and on jax < 0.5.1 -atime on every hit, limit or not
         entry = path / f"{key}{ENTRY_SUFFIX}"
         if not entry.exists():
             return None

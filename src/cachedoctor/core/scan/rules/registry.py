@@ -31,6 +31,7 @@ from cachedoctor.core.scan.rules.keys import (
     same_program_findings,
     stable_hasher_keys,
 )
+from cachedoctor.core.scan.rules.lrucost import lru_write_cost_findings
 from cachedoctor.core.scan.rules.processes import first_process_only, process_findings
 from cachedoctor.core.scan.rules.security import insecure_findings
 from cachedoctor.core.usage.model import Record
@@ -89,6 +90,9 @@ SCAN_RULES: tuple[ScanRule, ...] = (
     ScanRule("processes", (K.MULTI_PROCESS,), lambda s, _: process_findings(s.manifests)),
     ScanRule(
         "atime", (K.MISSING_ATIME, K.ORPHAN), lambda s, _: atime_findings(s.listing, s.jax_info)
+    ),
+    ScanRule(
+        "lru-write-cost", (K.LRU_WRITE_COST,), lambda s, _: lru_write_cost_findings(s.listing)
     ),
     ScanRule("corrupt", (K.CORRUPT, K.UNREADABLE), lambda s, _: corrupt_findings(s.entries, s.now)),
     ScanRule("insecure", (K.INSECURE,), lambda s, _: insecure_findings(s.listing)),
