@@ -470,14 +470,22 @@ def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeou
     if not plan.actions:
         return
     result = apply_plan(plan, lock_timeout=lock_timeout)
-    at = {e.key: i for i, e in enumerate(report.entries)}
     for outcome in result.outcomes:
-        action = outcome.action
-        if outcome.status is Status.DONE and action.new_key:
-            report.moved.append((action.name, action.new_key))
-            i = at[action.name]
-            words = (
-                f"moved to its stable key {action.new_key}: JAX hits it with `cachedoctor enable`"
-                f" (stable mode); without the hook: {report.entries[i].words}"
-            )
-            report.entries[i] = replace(report.entries[i], words=words)
+        if outcome.status is Status.DONE and outcome.action.new_key:
+            report.moved.append((outcome.action.name, outcome.action.new_key))
+    if report.moved:
+        _judge_moved(target, spelling, report)
+
+
+def _judge_moved(target: Location, spelling: str, report: UnpackReport) -> None:
+    """The preflight again for the entries moved to their stable keys, now that they are
+    there: they hit where processes run the stable hook (``cachedoctor enable``)."""
+    forecast = preflight.predict(target, cache_dir=spelling)
+    verdicts = {f.key: f for f in forecast.entries}
+    at = {e.key: i for i, e in enumerate(report.entries)}
+    for old, new in report.moved:
+        i, f = at[old], verdicts.get(new)
+        if f is None:
+            continue
+        words = f"moved to its stable key {new}: {f.words}"
+        report.entries[i] = replace(report.entries[i], verdict=f.verdict, words=words)
