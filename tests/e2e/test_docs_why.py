@@ -1,17 +1,18 @@
 """docs/why.md's examples are what `why` and `preflight` print now, on real runs
-(``tests/support/why_examples.py`` makes them; this runs it and compares, scrubbed)."""
+(``tests/support/why_examples.py`` makes them; this runs each one and compares, scrubbed). One
+test per example, so that the workers share them."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.support import why_examples
 
 
-@pytest.mark.slow
-def test_the_examples_of_docs_why_are_what_the_code_prints_now() -> None:
+def _page() -> str:
     import jax
 
     page = why_examples.page_block(why_examples.PAGE.read_text())
@@ -19,9 +20,27 @@ def test_the_examples_of_docs_why_are_what_the_code_prints_now() -> None:
     assert shown, "docs/why.md's examples do not say which JAX made them"
     if shown.group(1) != jax.__version__:
         pytest.skip(f"docs/why.md shows jax {shown.group(1)}'s output; this is {jax.__version__}")
+    return page
+
+
+def test_the_page_holds_the_examples_and_nothing_else() -> None:
+    titles = re.findall(r"^### (.+)$", _page(), re.M)
+    assert titles == [e.title for e in why_examples.EXAMPLES], (
+        "docs/why.md's examples differ: python -m tests.support.why_examples --write"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", why_examples.EXAMPLES, ids=lambda e: e.title)
+def test_each_example_is_what_the_code_prints_now(
+    example: why_examples.Example, tmp_path: Path
+) -> None:
+    page = _page()
     from tests.support.caches import other_jax_python
 
-    new = why_examples.generate(other_jax_python)
-    assert why_examples.comparable(page) == why_examples.comparable(new), (
-        "docs/why.md's examples differ: python -m tests.support.why_examples --write"
+    out = why_examples.run_example(example, tmp_path, other_jax_python)
+    block = why_examples.comparable(why_examples.example_block(example, out))
+    assert block in why_examples.comparable(page), (
+        f"docs/why.md's example {example.title!r} differs: "
+        "python -m tests.support.why_examples --write"
     )

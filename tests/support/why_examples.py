@@ -178,10 +178,15 @@ def render(outputs: list[str]) -> str:
 
     parts = [BEGIN, f"Real runs of jax {jax.__version__} on CPU (8 host devices unless said).\n"]
     for example, out in zip(EXAMPLES, outputs, strict=True):
-        parts.append(f"### {example.title}\n\n{example.prose}\n")
-        parts.append(f"```text\n{_shown_command(example)}\n{out}\n```\n")
+        parts.append(example_block(example, out))
     parts.append(END)
     return "\n".join(parts)
+
+
+def example_block(example: Example, out: str) -> str:
+    """One example's part of the page: its heading, prose, command and output."""
+    shown = f"```text\n{_shown_command(example)}\n{out}\n```\n"
+    return f"### {example.title}\n\n{example.prose}\n\n{shown}"
 
 
 def generate(other_python: Callable[[], str]) -> str:
