@@ -39,9 +39,10 @@ def json_commands() -> set[str]:
 
 
 def test_every_json_document_has_a_schema_version(
-    seed_cache: Path, copy_of: Callable[[Path], Path]
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path
 ) -> None:
     cache = str(copy_of(seed_cache))
+    bundle = str(tmp_path / "bundle.tar")
     f1, f2 = sorted(
         e.key for e in entries_of(scan_directory(Location.parse(cache))) if e.module == "jit_f"
     )[:2]
@@ -61,6 +62,8 @@ def test_every_json_document_has_a_schema_version(
         "stats": [("stats", cache, "--json")],
         "why": [("why", cache, "--json")],
         "preflight": [("preflight", cache, "--json")],
+        "pack": [("pack", cache, "-o", bundle, "--json")],
+        "unpack": [("unpack", bundle, str(tmp_path / "unpacked"), "--json")],
         "status": [("status", "--json")],
     }
     assert set(runs) == json_commands()
