@@ -186,6 +186,9 @@ def test_status_and_enable_say_read_only(tmp_path: Path, monkeypatch: pytest.Mon
     assert f"records go to {records}/cachedoctor-stats/" in status.output
     env = runner.invoke(cli, ["enable", "--dir", str(cache), "--read-only", "--print-env"])
     assert "CACHEDOCTOR_READ_ONLY=1" in env.output
-    again = runner.invoke(cli, ["enable", "--dir", str(cache)])  # without it: writable again
-    assert again.exit_code == 0 and "read_only" not in config.read_text()
+    again = runner.invoke(cli, ["enable", "--dir", str(cache), "--min-compile-time", "0"])
+    assert again.exit_code == 0 and "read_only = true" in config.read_text(), again.output
+    assert "kept from the previous config: " in again.output and "read_only" in again.output
+    writable = runner.invoke(cli, ["enable", "--dir", str(cache), "--writable"])
+    assert writable.exit_code == 0 and "read_only" not in config.read_text()
     assert os.environ.get("CACHEDOCTOR_READ_ONLY") is None

@@ -8,7 +8,15 @@ from cachedoctor.cli.params import SECONDS, SIZE, complete_dir
 from cachedoctor.stablekeys import activation, settings
 
 # Values a second `enable` keeps from the config file unless given again.
-_KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_bytes", "max_size")
+_KEPT = (
+    "cache_dir",
+    "xla_caches",
+    "min_compile_time_secs",
+    "min_entry_size_bytes",
+    "max_size",
+    "read_only",
+    "records_dir",
+)
 
 
 @click.command("enable")
@@ -51,10 +59,12 @@ _KEPT = ("cache_dir", "xla_caches", "min_compile_time_secs", "min_entry_size_byt
 @click.option("--stats-only", is_flag=True, help="Same as --mode stats: keys stay JAX's own.")
 @click.option("--record-ir", is_flag=True, help="Keep each module's canonical text (for diff).")
 @click.option(
-    "--read-only",
-    is_flag=True,
+    "--read-only/--writable",
+    "read_only",
+    default=None,
     help="Hit the cache, never write to it: no entry, -atime file or manifest (PR builds, "
-    "serving hosts). Stats records go to --records-dir.",
+    "serving hosts); stats records go to --records-dir. Kept by a later `enable` until "
+    "--writable.",
 )
 @click.option(
     "--records-dir",
@@ -78,7 +88,7 @@ def enable(
     mode: str,
     stats_only: bool,
     record_ir: bool,
-    read_only: bool,
+    read_only: bool | None,
     records_dir: str | None,
     print_env: bool,
     shell: str | None,
@@ -128,6 +138,8 @@ def enable(
         "min_compile_time_secs": min_compile_time,
         "min_entry_size_bytes": min_entry_size,
         "max_size": max_size,
+        "read_only": read_only,
+        "records_dir": records_dir,
     }
     kept = [k for k in _KEPT if given[k] is None and k in existing]
     if kept:

@@ -214,12 +214,11 @@ def build_values(
     max_size: int | None,
     hook: str,
     record_ir: bool,
-    read_only: bool = False,
+    read_only: bool | None = None,
     records_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The settings table ``enable`` writes (or prints): its options, else ``existing``'s.
-    ``read_only`` is given each time (a second ``enable`` without it makes the cache writable
-    again); ``records_dir`` is kept from ``existing`` unless given."""
+    """The settings table ``enable`` writes (or prints): its options, else ``existing``'s
+    (``read_only`` too: a cache made read-only stays so until told ``False``)."""
     existing = settings.load() if existing is None else existing
     cache_dir = (
         cache_dir or existing.get("cache_dir") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
@@ -236,7 +235,7 @@ def build_values(
         "hook": hook,
         "record_ir": record_ir,
     }
-    if read_only:
+    if read_only if read_only is not None else existing.get("read_only", False):
         values["read_only"] = True
     records_dir = records_dir or existing.get("records_dir")
     if records_dir:
