@@ -202,3 +202,17 @@ def test_out_of_and_into_a_bucket(servers: Servers, tmp_path: Path) -> None:
             assert fa.read() == fb.read()
     said = {e["module"] for e in done["entries"] if e["verdict"] == "hit"}
     assert hits(run_logged(dst, "stable", program=_seed(), env=servers.env)) == said, done
+
+
+def test_pack_follows_no_link_inside_the_cache(tmp_path: Path) -> None:
+    """A record and an entry that are links to a file outside the cache: packed neither, the
+    rest packed, the outside file's bytes nowhere in the bundle."""
+    cache, bundle, outside = tmp_path / "cache", tmp_path / "b.tar", tmp_path / "secret"
+    run_logged(cache, "stats", program=_seed())
+    outside.write_bytes(b"outside-the-cache " * 10)
+    (cache / "cachedoctor-stats" / "linked.json").symlink_to(outside)
+    (cache / ("jit_zz-" + "a" * 64 + "-cache")).symlink_to(outside)
+    code, packed = cd_json("pack", str(cache), "-o", str(bundle))
+    assert code == 0 and packed["entries"], packed
+    assert b"outside-the-cache" not in bundle.read_bytes()
+    assert "jit_zz-" + "a" * 64 not in {e["key"] for e in packed["entries"]}

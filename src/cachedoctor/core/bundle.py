@@ -51,7 +51,9 @@ ENTRY_PREFIX = "entries/"
 LEAVE_OUT = ("damaged", "pointer", "other-jaxlib")  # what pack leaves out unless included
 _KEY = re.compile(r"[A-Za-z0-9_.\-]{1,200}-[0-9a-f]{64}")
 _COMPANION = re.compile(
-    rf"({re.escape(layout.MANIFEST_DIRNAME)}|{re.escape(layout.STATS_DIRNAME)})/[A-Za-z0-9_.\-]{{1,255}}"
+    # a file name in one of the two folders: never "." or "..", never hidden
+    rf"({re.escape(layout.MANIFEST_DIRNAME)}|{re.escape(layout.STATS_DIRNAME)})"
+    r"/[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}"
 )
 
 
@@ -180,11 +182,15 @@ def pack(
     keep, left, evidence = _selected(where, include, jaxlib)
     report = PackReport(where.spelling, str(bundle), left_out=left)
     store = where.store()
-    companions = _companion_names(where, {e.key for e in keep})
     members: list[tuple[str, bytes]] = []
     for entry in keep:
-        with store.open_read(f"{entry.key}-cache") as f:
-            data = f.read()
+        try:  # a link or a special file named like an entry is never followed or read
+            with store.open_read(f"{entry.key}-cache") as f:
+                data = f.read()
+        except OSError as exc:
+            said = f"cannot be read ({exc.strerror or exc}): left out"
+            report.left_out.append(LeftOut(entry.key, "damaged", said))
+            continue
         report.entries.append(
             BundledEntry(
                 entry.key,
@@ -198,9 +204,12 @@ def pack(
         )
         members.append((f"{ENTRY_PREFIX}{entry.key}-cache", data))
     files = []
-    for name in companions:
-        with store.open_read(name) as f:
-            data = f.read()
+    for name in _companion_names(where, {e.key for e in report.entries}):
+        try:  # a manifest or record that is a link or no file: not packed (evidence only)
+            with store.open_read(name) as f:
+                data = f.read()
+        except OSError:
+            continue
         files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         members.append((name, data))
     report.companions = len(files)
