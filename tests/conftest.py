@@ -120,6 +120,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # numpy's OpenBLAS starts a spinning thread per core in every process that imports it (each
+    # JAX process, each worker): 9 % of a seed program's CPU on 2 cores, more with four workers
+    # on them. JAX compiles and runs with its own threads (XLA's Eigen), which this leaves alone.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if not hasattr(config, "workerinput"):  # the controller (or the only process): before workers
         # the second JAX, built in the background (tests/support/otherjax.py)
         otherjax.start(background="not slow" not in (config.option.markexpr or ""))

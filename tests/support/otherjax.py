@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import filelock
 
@@ -46,10 +47,22 @@ def python_of(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def pinned_test_deps() -> list[str]:
+    """The test extra's pins of JAX's own dependencies (ml_dtypes: the cost of each JAX process,
+    pyproject.toml), which the second JAX's venv takes too."""
+    extra = _project().get("optional-dependencies", {}).get("test-core", [])
+    return [r for r in extra if r.replace("-", "_").startswith("ml_dtypes")]
+
+
 def stamp() -> str:
     """What the venv was built from: a change rebuilds it (a new dependency of the checkout)."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    parts = [OTHER_JAX, sys.version, json.dumps(project.get("dependencies", []))]
+    deps = [*_project().get("dependencies", []), *pinned_test_deps()]
+    parts = [OTHER_JAX, sys.version, json.dumps(deps)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -82,6 +95,7 @@ def build(venv: Path) -> tuple[str, str]:
             [
                 str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                 "-e", str(REPO), f"jax=={OTHER_JAX}", f"jaxlib=={OTHER_JAX}", "pytest",
+                *pinned_test_deps(),
             ],
         ]  # fmt: skip
         for argv in steps:
