@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # CPU without the bytecode, 0.32 s with it. Written once here, read by all of them.
         root = Path(__file__).resolve().parents[1]
         for folder in (root / "src", root / "tests"):
-            compileall.compile_dir(folder, quiet=1)
+            compileall.compile_dir(folder, quiet=2)  # only a speed-up: a read-only tree is fine
         # the second JAX, built in the background (tests/support/otherjax.py)
         otherjax.start(background="not slow" not in (config.option.markexpr or ""))
     real = subprocess.Popen._execute_child  # type: ignore[attr-defined]

@@ -30,6 +30,17 @@ def test_the_page_holds_the_examples_and_nothing_else() -> None:
     )
 
 
+def test_a_key_that_is_all_digits_compares_as_a_key() -> None:
+    """A run's 16-hex key can come out all digits (a full run met one): it is scrubbed as the
+    key it is, not as a Python address (at most 15 digits), so the example still matches."""
+    block = "jit_step  {}  2026-12-06 03:19:55 UTC  vm\n  vs 3839d99eef17f227 (in the cache)\n"
+    page = block.format("8346c69990012c86")
+    new = block.format("1234567890123456")
+    assert why_examples.comparable(page) == why_examples.comparable(new)
+    address = "backend_config: 140234567891234"
+    assert "<ADDRESS>" in why_examples.comparable(address)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("example", why_examples.EXAMPLES, ids=lambda e: e.title)
 def test_each_example_is_what_the_code_prints_now(
