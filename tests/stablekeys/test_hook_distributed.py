@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from cachedoctor.storage.location import Location
 from tests.support.buckets import Servers
 from tests.support.caches import SUPPORT_DIR
 from tests.support.hookrun import _RUNNER, Run, base_env, entries
+from tests.support.sessioncache import SharedBuilds
 
 pytestmark = pytest.mark.slow
 
@@ -70,18 +72,22 @@ def _expected(process: int, processes: int) -> dict[str, list[float]]:
     return {"custom": [v + 1 for v in local], "plain": [v * 2 for v in local]}
 
 
-_JAX_ALONE: dict[int, list[set[str]]] = {}
-
-
-def jax_alone_hits(processes: int, tmp_path_factory: pytest.TempPathFactory) -> list[set[str]]:
+@pytest.fixture(scope="session")
+def jax_alone_hits(shared_builds: SharedBuilds) -> Callable[[int], list[set[str]]]:
     """What JAX itself hits in job 2 of a job without the hook, per process (the oracle of
-    "where JAX itself can"): ``jit_plain`` only, and only where JAX can reuse a key."""
-    if processes not in _JAX_ALONE:
-        cache = tmp_path_factory.mktemp(f"jax-alone-{processes}") / "cache"
-        job(cache, processes, mode="none")
-        second = job(cache, processes, mode="none")
-        _JAX_ALONE[processes] = [{"jit_plain"} - set(run.misses) for run in second]
-    return _JAX_ALONE[processes]
+    "where JAX itself can"): ``jit_plain`` only, and only where JAX can reuse a key. Two jobs
+    per job size, run once per session (each worker ran them again before)."""
+
+    def hits(processes: int) -> list[set[str]]:
+        def make(folder: Path) -> list[set[str]]:
+            job(folder / "cache", processes, mode="none")
+            second = job(folder / "cache", processes, mode="none")
+            return [{"jit_plain"} - set(run.misses) for run in second]
+
+        _folder, found = shared_builds(f"jax-alone-{processes}", make, PROGRAM.read_text())
+        return list(found)
+
+    return hits
 
 
 WHERE = [
@@ -97,7 +103,7 @@ def test_job_hits_from_run_two_where_jax_can(
     where: str,
     processes: int,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+    jax_alone_hits: Callable[[int], list[set[str]]],
     request: pytest.FixtureRequest,
 ) -> None:
     env: dict[str, str] = {}
@@ -107,7 +113,7 @@ def test_job_hits_from_run_two_where_jax_can(
         cache, env = servers.url(where, f"dist/{tmp_path.name}/cache"), servers.env
     first = job(cache, processes, **env)
     assert all(set(MODULES) <= set(run.misses) for run in first)
-    jax_hits = jax_alone_hits(processes, tmp_path_factory)
+    jax_hits = jax_alone_hits(processes)
     for job_number in (2, 3):
         runs = job(cache, processes, **env)
         for i, run in enumerate(runs):
@@ -151,9 +157,7 @@ def _autotune_modes(cache: Path | str) -> dict[int | None, str | None]:
 
 
 @pytest.mark.remote
-def test_autotune_roles_on_a_bucket_are_jax_s(
-    servers: Servers, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_autotune_roles_on_a_bucket_are_jax_s(servers: Servers, tmp_path: Path) -> None:
     """Seed 004's roles: JAX gives process 0 the autotune sub-cache in UPDATE mode and the
     others READ. On a bucket, activation keeps the sub-cache local; the roles stay JAX's
     (before: JAX's branch was off there and every process had XLA's default, UPDATE)."""

@@ -1,6 +1,7 @@
 """A plain jitted program with no custom partitioning; its cache key is stable.
 
-``CACHEDOCTOR_PLAIN_SIZE`` sets the input length (default 16), to make programs of other shapes.
+``CACHEDOCTOR_PLAIN_SIZE`` sets the input length (default 16), to make programs of other shapes;
+several lengths, comma-separated, compile one entry each in one process.
 """
 
 import os
@@ -12,7 +13,7 @@ from _common import setup_jax
 jax = setup_jax()
 import jax.numpy as jnp  # noqa: E402
 
-SIZE = int(os.environ.get("CACHEDOCTOR_PLAIN_SIZE", "16"))
+SIZES = [int(s) for s in os.environ.get("CACHEDOCTOR_PLAIN_SIZE", "16").split(",")]
 
 
 @jax.jit
@@ -20,5 +21,6 @@ def g(x):
     return jnp.sin(x) * 2.0 + jnp.cos(x)
 
 
-out = g(jnp.arange(SIZE, dtype=jnp.float32))
-print("result:", float(out.sum()))
+for size in SIZES:
+    out = g(jnp.arange(size, dtype=jnp.float32))
+    print("result:", float(out.sum()))
