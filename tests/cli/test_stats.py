@@ -13,6 +13,7 @@ import pytest
 from cachedoctor.layout import STATS_DIRNAME
 from tests.support.caches import SCRIPT, cli_env
 from tests.support.hookrun import run_recorded
+from tests.support.sessioncache import SharedBuilds
 
 NO_HOOK = "run JAX with the hook"
 
@@ -32,13 +33,16 @@ def one_line_error(proc: subprocess.CompletedProcess[str], slug: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two processes of a plain jit program with stats recording."""
-    cache = tmp_path_factory.mktemp("stats-cli") / "cache"
-    cache.mkdir()
-    for _ in range(2):
-        run_recorded(cache, "stats", "plain")
-    return cache
+def records(shared_builds: SharedBuilds) -> Path:
+    """Two processes of a plain jit program with stats recording (once per session: copy it)."""
+
+    def make(root: Path) -> None:
+        (root / "cache").mkdir()
+        for _ in range(2):
+            run_recorded(root / "cache", "stats", "plain")
+
+    root, _ = shared_builds("stats-cli-records", make)
+    return root / "cache"
 
 
 def _record_names(cache: Path) -> list[str]:

@@ -39,25 +39,32 @@ from cachedoctor.programs import program_path
 from tests.support.caches import EVICT, needs_filelock, snapshot
 from tests.support.cli import invoke
 from tests.support.hookrun import run_recorded
+from tests.support.sessioncache import SharedBuilds
 
 Plant = Callable[[Path, Path], None]
 OLD = time.time() - 30 * 86400  # old enough for every age rule (temp files, manifests)
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def written(shared_builds: SharedBuilds) -> Path:
     """Two seed runs in stable mode (manifests with module text, records, -atime files) and
-    one plain run in stats mode; then a scan, which leaves the index in the cache."""
+    one plain run in stats mode; then a scan, which leaves the index in the cache. Built once
+    per session: each test plants its links in a copy."""
     needs_filelock()
-    cache = tmp_path_factory.mktemp("links") / "cache"
-    cache.mkdir()
-    for _ in range(2):
-        run_recorded(cache, "stable", "seed", CACHEDOCTOR_RECORD_IR="1", **EVICT)
-    run_recorded(cache, "stats", "plain", **EVICT)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CACHEDOCTOR_INDEX_IN_CACHE", "1")
-        code, _, err = invoke("scan", str(cache))
-    assert code in (0, 1), err
+
+    def make(root: Path) -> None:
+        cache = root / "cache"
+        cache.mkdir()
+        for _ in range(2):
+            run_recorded(cache, "stable", "seed", CACHEDOCTOR_RECORD_IR="1", **EVICT)
+        run_recorded(cache, "stats", "plain", **EVICT)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CACHEDOCTOR_INDEX_IN_CACHE", "1")
+            code, _, err = invoke("scan", str(cache))
+        assert code in (0, 1), err
+
+    root, _ = shared_builds("links-written", make)
+    cache = root / "cache"
     own = {MANIFEST_DIRNAME, STATS_DIRNAME, INDEX_DIRNAME, LOCKFILE}
     assert own <= {p.name for p in cache.iterdir()}, sorted(os.listdir(cache))
     assert (cache / INDEX_DIRNAME / INDEX_FILENAME).is_file()
