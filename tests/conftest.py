@@ -121,18 +121,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(2, 2 * (os.cpu_count() or 1))
 
 
-def _prefer_worksteal(config: pytest.Config) -> None:
-    """``-n`` without ``--dist`` schedules by work stealing: with xdist's ``load`` the run ended
-    on one worker's queue (busy 659 to 858 s across workers; worksteal: 783 to 800 s). Set here,
-    not in addopts, where ``--dist`` broke every run without xdist (``-p no:xdist``: mutmut)."""
-    args = config.invocation_params.args
-    given = any(a == "--dist" or a.startswith("--dist=") for a in args)
-    if not given and getattr(config.option, "dist", "no") == "load":
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n`` with no ``--dist`` anywhere (command line, PYTEST_ADDOPTS) schedules by work
+    stealing, before xdist turns it into ``load``: with ``load`` the run ended on one worker's
+    queue (busy 659 to 858 s across workers; worksteal: 783 to 800 s). Not in addopts, where
+    ``--dist`` stopped every run without xdist (``-p no:xdist``: mutmut)."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "worksteal"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _prefer_worksteal(config)
     # numpy's OpenBLAS starts a spinning thread per core in every process that imports it (each
     # JAX process, each worker): 9 % of a seed program's CPU on 2 cores, more with four workers
     # on them. JAX compiles and runs with its own threads (XLA's Eigen), which this leaves alone.

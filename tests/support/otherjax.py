@@ -134,6 +134,8 @@ def build(venv: Path) -> tuple[str, str]:
             (venv.parent / f"{venv.name}.{name}").unlink(missing_ok=True)
         why = ""
         for steps in _install_steps(venv):
+            if why:  # the log says why the next way is tried
+                print(f"{why}; trying pip", flush=True)
             why = _run_steps(steps)
             if not why:
                 break

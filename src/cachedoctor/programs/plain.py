@@ -13,7 +13,7 @@ from _common import setup_jax
 jax = setup_jax()
 import jax.numpy as jnp  # noqa: E402
 
-SIZES = [int(s) for s in os.environ.get("CACHEDOCTOR_PLAIN_SIZE", "16").split(",")]
+SIZES = [int(s) for s in os.environ.get("CACHEDOCTOR_PLAIN_SIZE", "16").split(",") if s.strip()]
 
 
 @jax.jit
