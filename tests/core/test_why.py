@@ -13,7 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
-from tests.support.keylog import MODULE, differing, hits, logged_keys, run_logged
+from tests.support.keylog import (
+    MODULE,
+    differing,
+    hits,
+    logged_keys,
+    run_logged,
+    shared_history,
+)
+from tests.support.sessioncache import SharedBuilds
 
 
 def run(cache: Path, hook: str | None = "stats", **env: str) -> list[dict[str, str]]:
@@ -54,11 +62,12 @@ SCENARIOS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_why_names_what_jaxs_own_components_show(tmp_path: Path, scenario: str) -> None:
+def test_why_names_what_jaxs_own_components_show(
+    shared_builds: SharedBuilds, scenario: str
+) -> None:
     before, after, words = SCENARIOS[scenario]
-    cache = tmp_path / "cache"
-    (first,) = [k for k in run(cache, **before)[:1]]
-    (second,) = [k for k in run(cache, **after)[:1]]
+    cache, logs = shared_history(shared_builds, (before, after))  # docs/why.md's too
+    first, second = (logged_keys(log)[0] for log in logs)
     jax_says = differing(first, second)
     assert jax_says, f"{scenario}: JAX computed the same key: not a miss"
     code, doc = why(cache, "--module", MODULE)
@@ -84,10 +93,10 @@ def test_a_moved_line_is_a_hit_without_metadata_in_the_key(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_the_recorded_digests_are_jaxs(tmp_path: Path) -> None:
+def test_the_recorded_digests_are_jaxs(shared_builds: SharedBuilds) -> None:
     """What the recorder keeps of a missed key is JAX's own per-component digests."""
-    cache = tmp_path / "cache"
-    logged = run(cache)[0]
+    cache, (log,) = shared_history(shared_builds, ({},))
+    logged = logged_keys(log)[0]
     (record,) = (cache / "cachedoctor-stats").glob("*.json")
     missed = json.loads(record.read_text())["missed"]
     (key,) = [k for k in missed if k.startswith(MODULE + "-")]
@@ -96,12 +105,10 @@ def test_the_recorded_digests_are_jaxs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_custom_partitioning_pointer_is_named(tmp_path: Path) -> None:
+def test_a_custom_partitioning_pointer_is_named(shared_builds: SharedBuilds) -> None:
     """The seed program: JAX's components differ only in the computation, and why says the
     pointer is all that changed."""
-    cache = tmp_path / "cache"
-    for _ in range(2):
-        run_logged(cache, program=_program("seed"))
+    cache, _ = shared_history(shared_builds, ({}, {}), program=_program("seed"))
     code, doc = why(cache, "--module", "jit_f")
     changed = doc["misses"][-1]
     assert [c["component"] for c in changed["changes"]] == ["computation"]
@@ -110,16 +117,14 @@ def test_a_custom_partitioning_pointer_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_replayed_key_names_the_partition_rule_that_changed(tmp_path: Path) -> None:
+def test_a_replayed_key_names_the_partition_rule_that_changed(shared_builds: SharedBuilds) -> None:
     """Under the stable hook a module with custom_partitioning is keyed by replaying its
     partitioner calls: the second run hits (JAX's log), the third, whose partitioned
     computation adds 5, misses, and why says the calls no longer reproduce, with nothing else
     of the key changed."""
-    cache, seed = tmp_path / "cache", _program("seed")
-    assert "jit_f" not in hits(run_logged(cache, "stable", program=seed))
-    assert "jit_f" in hits(run_logged(cache, "stable", program=seed))
-    changed_rule = run_logged(cache, "stable", program=seed, env={"CACHEDOCTOR_SEED_ADD": "5"})
-    assert "jit_f" not in hits(changed_rule)
+    runs = ({}, {}, {"CACHEDOCTOR_SEED_ADD": "5"})
+    cache, logs = shared_history(shared_builds, runs, hook="stable", program=_program("seed"))
+    assert ["jit_f" in hits(log) for log in logs] == [False, True, False]
     code, doc = why(cache, "--module", "jit_f")
     assert [m["verdict"] for m in doc["misses"]] == ["first", "changed"], doc["misses"]
     changed = doc["misses"][1]
@@ -173,16 +178,17 @@ def test_text_output_and_no_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_cache_written_by_another_jaxlib_names_both_versions(tmp_path: Path) -> None:
+def test_a_cache_written_by_another_jaxlib_names_both_versions(
+    shared_builds: SharedBuilds,
+) -> None:
     """jax 0.8.3 (the test setup's second JAX, recording too) wrote the cache; this JAX misses:
     why names the jaxlib versions, and JAX's components agree that it differs."""
     from tests.support.caches import other_jax_python
     from tests.support.hookrun import jax_version
 
     other = other_jax_python()
-    cache = tmp_path / "cache"
-    theirs = logged_keys(run_logged(cache, python=other))[0]
-    ours = run(cache)[0]
+    cache, logs = shared_history(shared_builds, ({}, {}), first_python=other)
+    theirs, ours = (logged_keys(log)[0] for log in logs)
     assert theirs["jax_lib version"] != ours["jax_lib version"]
     _, doc = why(cache, "--module", MODULE)
     changed = doc["misses"][-1]

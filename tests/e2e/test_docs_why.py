@@ -1,15 +1,19 @@
 """docs/why.md's examples are what `why` and `preflight` print now, on real runs
 (``tests/support/why_examples.py`` makes them; this runs each one and compares, scrubbed). One
-test per example, so that the workers share them."""
+test per example, so that the workers share them; the runs behind an example are shared with
+``why``'s own tests (``keylog.shared_history``)."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support import why_examples
+from tests.support.keylog import shared_history
+from tests.support.sessioncache import SharedBuilds
 
 
 def _page() -> str:
@@ -44,12 +48,21 @@ def test_a_key_that_is_all_digits_compares_as_a_key() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("example", why_examples.EXAMPLES, ids=lambda e: e.title)
 def test_each_example_is_what_the_code_prints_now(
-    example: why_examples.Example, tmp_path: Path
+    example: why_examples.Example, tmp_path: Path, shared_builds: SharedBuilds
 ) -> None:
     page = _page()
     from tests.support.caches import other_jax_python
 
-    out = why_examples.run_example(example, tmp_path, other_jax_python)
+    def history(example: why_examples.Example) -> Path:
+        first = other_jax_python() if example.other_jax_first else sys.executable
+        program = why_examples.program_of(example)
+        runs = example.runs
+        cache, _ = shared_history(
+            shared_builds, runs, hook=example.hook, program=program, first_python=first
+        )
+        return cache
+
+    out = why_examples.run_example(example, tmp_path, other_jax_python, history)
     # the page's part for this example, scrubbed on its own as the new one is (the scrubber
     # numbers what it replaces in order)
     start = page.index(f"### {example.title}\n")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.caches import SUPPORT_DIR
 from tests.support.hookrun import base_env
+from tests.support.sessioncache import SharedBuilds
 
 PROGRAM = SUPPORT_DIR / "why_program.py"
 MODULE = "jit_step"
@@ -47,6 +49,39 @@ def run_logged(
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr
+
+
+def shared_history(
+    shared_builds: SharedBuilds,
+    runs: Sequence[dict[str, str]],
+    *,
+    hook: str | None = "stats",
+    program: Path = PROGRAM,
+    first_python: str = sys.executable,
+) -> tuple[Path, list[str]]:
+    """``(cache, each run's stderr)``: ``program`` run into one fresh cache with each of ``runs``'
+    settings in turn (the first by ``first_python``), built once per session for the same runs.
+
+    ``why``, ``preflight`` and docs/why.md's examples ask about the same histories; each test
+    made its own (ten JAX processes twice over). The cache is read, never written: a test that
+    runs JAX in it again must make its own."""
+
+    def make(folder: Path) -> list[str]:
+        cache = folder / "jaxcache"
+        return [
+            run_logged(
+                cache,
+                hook,
+                python=first_python if i == 0 else sys.executable,
+                program=program,
+                env=settings,
+            )
+            for i, settings in enumerate(runs)
+        ]
+
+    parts = (list(runs), hook, str(program), program.read_text(), first_python)
+    folder, logs = shared_builds("logged-history", make, *parts)
+    return folder / "jaxcache", list(logs)
 
 
 def logged_keys(stderr: str) -> list[dict[str, str]]:

@@ -132,16 +132,35 @@ def _bundled(name: str) -> Path:
     return Path(program_path(name))
 
 
-def run_example(example: Example, root: Path, other_python: Callable[[], str]) -> str:
-    """The command's output for ``example``, its paths and host shown as the page shows them."""
-    from tests.support.hookrun import base_env
+def program_of(example: Example) -> Path:
+    """The program the example's runs run."""
     from tests.support.keylog import PROGRAM
 
-    cache = root / "jaxcache"
-    program = _bundled(example.program) if example.program else PROGRAM
-    for i, settings in enumerate(example.runs):
-        python = other_python() if example.other_jax_first and i == 0 else sys.executable
-        run_logged(cache, example.hook, python=python, program=program, env=settings)
+    return _bundled(example.program) if example.program else PROGRAM
+
+
+def run_example(
+    example: Example,
+    root: Path,
+    other_python: Callable[[], str],
+    history: Callable[[Example], Path] | None = None,
+) -> str:
+    """The command's output for ``example``, its paths and host shown as the page shows them.
+
+    ``history(example)`` gives the cache its runs made (the tests share it with ``why``'s own
+    tests: ``keylog.shared_history``); without it they run into ``root``. The command only
+    reads the cache."""
+    from tests.support.hookrun import base_env
+
+    if history is not None:
+        cache = history(example)
+    else:
+        cache = root / "jaxcache"
+        for i, settings in enumerate(example.runs):
+            python = other_python() if example.other_jax_first and i == 0 else sys.executable
+            run_logged(
+                cache, example.hook, python=python, program=program_of(example), env=settings
+            )
     target = cache
     if example.copy_to:
         target = root / example.copy_to / "jaxcache"
