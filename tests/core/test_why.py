@@ -122,7 +122,7 @@ def test_a_replayed_key_names_the_partition_rule_that_changed(shared_builds: Sha
     partitioner calls: the second run hits (JAX's log), the third, whose partitioned
     computation adds 5, misses, and why says the calls no longer reproduce, with nothing else
     of the key changed."""
-    runs = ({}, {}, {"CACHEDOCTOR_SEED_ADD": "5"})
+    runs: tuple[dict[str, str], ...] = ({}, {}, {"CACHEDOCTOR_SEED_ADD": "5"})
     cache, logs = shared_history(shared_builds, runs, hook="stable", program=_program("seed"))
     assert ["jit_f" in hits(log) for log in logs] == [False, True, False]
     code, doc = why(cache, "--module", "jit_f")
