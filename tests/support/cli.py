@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -11,10 +13,17 @@ from click.testing import CliRunner
 from cachedoctor.cli import main
 
 
-def invoke(*args: str) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of ``cachedoctor ARGS`` (its one-line errors included)."""
+def invoke(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``cachedoctor ARGS`` (its one-line errors included).
+
+    ``env``: the whole environment the command sees, as a subprocess's ``env=`` (what it
+    starts inherits it too; ``os.environ`` is restored after)."""
     code: int | str | None = 0
-    with CliRunner().isolation() as streams:
+    overrides: dict[str, str | None] | None = None
+    if env is not None:
+        overrides = {k: None for k in os.environ if k not in env}
+        overrides.update(env)
+    with CliRunner().isolation(env=overrides) as streams:
         try:
             code = main(list(args))  # the console script exits with what main returns
         except SystemExit as exc:

@@ -7,13 +7,16 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import click
 
 from cachedoctor.core.findings import Severity
-from cachedoctor.core.scan.report import ScanReport
 from cachedoctor.errors import NotACacheError
 from cachedoctor.render.console import stderr_console
+
+if TYPE_CHECKING:
+    from cachedoctor.core.scan.report import ScanReport
 
 CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output formats
 SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
