@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.buckets import Servers
-from tests.support.cli import invoke
+from tests.support.cli import run_cli
 from tests.support.hookrun import base_env, entries
 from tests.support.keylog import hits, run_logged
 
@@ -33,19 +33,18 @@ def _seed() -> Path:
 
 
 def cd(*args: str) -> tuple[int, str]:
-    """The CLI with the programs' 8 host devices in its environment (the preflight asks JAX in
-    an interpreter of its own, which inherits it)."""
+    """The CLI in a subprocess with the programs' 8 host devices (the preflight asks JAX)."""
     env = base_env(None, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    code, out, err = invoke(*args, env=env)
-    return code, out + err
+    done = run_cli(*args, env=env)
+    return done.returncode, done.stdout + done.stderr
 
 
 def cd_json(*args: str, **extra: str) -> tuple[int, dict[str, Any]]:
     """``cd ARGS --json``, its environment that of the jobs (``extra``: their hook mode)."""
     env = base_env(None, XLA_FLAGS="--xla_force_host_platform_device_count=8", **extra)
-    code, out, err = invoke(*args, "--json", env=env)
-    assert code in (0, 1), err
-    return code, json.loads(out)
+    done = run_cli(*args, "--json", env=env)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
 
 
 def files(folder: Path) -> dict[str, bytes]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cachedoctor.layout import STATS_DIRNAME
+from tests.support.cli import invoke
 from tests.support.hookrun import base_env
 from tests.support.markdown import Shown, shown
 
@@ -29,15 +30,10 @@ NEGATIVE = re.compile(
 
 
 def stats(cache: Path, *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "stats", str(cache), *args],
-        capture_output=True,
-        text=True,
-        env=base_env(None),
-        timeout=300,
-    )
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    return proc.stdout
+    """``stats`` as the console script prints it, in this process (a JAX-free command)."""
+    code, out, err = invoke("stats", str(cache), *args, env=base_env(None))
+    assert code == 0 and "Traceback" not in err, err
+    return out
 
 
 def report_of(cache: Path, *args: str) -> tuple[dict[str, Any], Shown]:
