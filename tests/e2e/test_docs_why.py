@@ -56,9 +56,8 @@ def test_each_example_is_what_the_code_prints_now(
     def history(example: why_examples.Example) -> Path:
         first = other_jax_python() if example.other_jax_first else sys.executable
         program = why_examples.program_of(example)
-        runs = example.runs
         cache, _ = shared_history(
-            shared_builds, runs, hook=example.hook, program=program, first_python=first
+            shared_builds, example.runs, hook=example.hook, program=program, first_python=first
         )
         return cache
 

@@ -62,9 +62,9 @@ def shared_history(
     """``(cache, each run's stderr)``: ``program`` run into one fresh cache with each of ``runs``'
     settings in turn (the first by ``first_python``), built once per session for the same runs.
 
-    ``why``, ``preflight`` and docs/why.md's examples ask about the same histories; each test
-    made its own (ten JAX processes twice over). The cache is read, never written: a test that
-    runs JAX in it again must make its own."""
+    ``why``'s tests and docs/why.md's examples (preflight's among them) ask about the same
+    histories; each test made its own (34 JAX processes for 17 histories). The cache is read,
+    never written: a test that runs JAX in it again must make its own."""
 
     def make(folder: Path) -> list[str]:
         cache = folder / "jaxcache"
