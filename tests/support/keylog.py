@@ -51,6 +51,27 @@ def run_logged(
     return proc.stderr
 
 
+def run_history(
+    cache: Path,
+    runs: Sequence[dict[str, str]],
+    hook: str | None = "stats",
+    program: Path = PROGRAM,
+    first_python: str = sys.executable,
+) -> list[str]:
+    """``program`` run into ``cache`` with each of ``runs``' settings in turn (the first by
+    ``first_python``); each run's stderr."""
+    return [
+        run_logged(
+            cache,
+            hook,
+            python=first_python if i == 0 else sys.executable,
+            program=program,
+            env=settings,
+        )
+        for i, settings in enumerate(runs)
+    ]
+
+
 def shared_history(
     shared_builds: SharedBuilds,
     runs: Sequence[dict[str, str]],
@@ -59,25 +80,15 @@ def shared_history(
     program: Path = PROGRAM,
     first_python: str = sys.executable,
 ) -> tuple[Path, list[str]]:
-    """``(cache, each run's stderr)``: ``program`` run into one fresh cache with each of ``runs``'
-    settings in turn (the first by ``first_python``), built once per session for the same runs.
+    """``(cache, each run's stderr)``: :func:`run_history` into one fresh cache, built once per
+    session for the same runs.
 
     ``why``'s tests and docs/why.md's examples (preflight's among them) ask about the same
     histories; each test made its own (34 JAX processes for 17 histories). The cache is read,
     never written: a test that runs JAX in it again must make its own."""
 
     def make(folder: Path) -> list[str]:
-        cache = folder / "jaxcache"
-        return [
-            run_logged(
-                cache,
-                hook,
-                python=first_python if i == 0 else sys.executable,
-                program=program,
-                env=settings,
-            )
-            for i, settings in enumerate(runs)
-        ]
+        return run_history(folder / "jaxcache", runs, hook, program, first_python)
 
     parts = (list(runs), hook, str(program), program.read_text(), first_python)
     folder, logs = shared_builds("logged-history", make, *parts)

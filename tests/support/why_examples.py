@@ -16,14 +16,13 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.keylog import run_logged
+from tests.support.keylog import run_history
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "why.md"
@@ -150,18 +149,15 @@ def run_example(
     ``history(example)`` gives the cache its runs made (the tests share it with ``why``'s own
     tests: ``keylog.shared_history``); without it they run into ``root``. The command only
     reads the cache."""
-    from tests.support.cli import invoke
+    from tests.support.cli import invoke, run_cli
     from tests.support.hookrun import base_env
 
     if history is not None:
         cache = history(example)
     else:
         cache = root / "jaxcache"
-        for i, settings in enumerate(example.runs):
-            python = other_python() if example.other_jax_first and i == 0 else sys.executable
-            run_logged(
-                cache, example.hook, python=python, program=program_of(example), env=settings
-            )
+        first = other_python() if example.other_jax_first else sys.executable
+        run_history(cache, example.runs, example.hook, program_of(example), first)
     target = cache
     if example.copy_to:
         target = root / example.copy_to / "jaxcache"
@@ -171,13 +167,7 @@ def run_example(
     if example.command[0] == "why":  # JAX-free: in this process
         _, out, _ = invoke(*argv, env=env)
     else:  # preflight asks JAX in the process it runs in, whose backend starts once
-        out = subprocess.run(
-            [sys.executable, "-m", "cachedoctor", *argv],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        ).stdout
+        out = run_cli(*argv, env=env).stdout
     out = out.rstrip()
     if example.copy_to:
         out = out.replace(str(target), "/restored/jaxcache")
