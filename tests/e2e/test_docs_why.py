@@ -6,7 +6,7 @@ test per example, so that the workers share them; the runs behind an example are
 from __future__ import annotations
 
 import re
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -53,11 +53,11 @@ def test_each_example_is_what_the_code_prints_now(
     page = _page()
     from tests.support.caches import other_jax_python
 
-    def history(example: why_examples.Example) -> Path:
-        first = other_jax_python() if example.other_jax_first else sys.executable
-        program = why_examples.program_of(example)
+    def history(
+        runs: Sequence[dict[str, str]], hook: str | None, program: Path, first: str
+    ) -> Path:
         cache, _ = shared_history(
-            shared_builds, example.runs, hook=example.hook, program=program, first_python=first
+            shared_builds, runs, hook=hook, program=program, first_python=first
         )
         return cache
 

@@ -18,7 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,26 +138,31 @@ def program_of(example: Example) -> Path:
     return _bundled(example.program) if example.program else PROGRAM
 
 
+# the cache a list of runs made: (runs, hook, program, first run's python) -> its folder
+History = Callable[[Sequence[dict[str, str]], str | None, Path, str], Path]
+
+
 def run_example(
     example: Example,
     root: Path,
     other_python: Callable[[], str],
-    history: Callable[[Example], Path] | None = None,
+    history: History | None = None,
 ) -> str:
     """The command's output for ``example``, its paths and host shown as the page shows them.
 
-    ``history(example)`` gives the cache its runs made (the tests share it with ``why``'s own
-    tests: ``keylog.shared_history``); without it they run into ``root``. The command only
-    reads the cache."""
+    ``history(runs, hook, program, first_python)`` gives the cache those runs made (the tests
+    share it with ``why``'s own tests: ``keylog.shared_history``); without it they run into
+    ``root``. The command only reads the cache."""
     from tests.support.cli import invoke, run_cli
     from tests.support.hookrun import base_env
 
+    first = other_python() if example.other_jax_first else sys.executable
+    program = program_of(example)
     if history is not None:
-        cache = history(example)
+        cache = history(example.runs, example.hook, program, first)
     else:
         cache = root / "jaxcache"
-        first = other_python() if example.other_jax_first else sys.executable
-        run_history(cache, example.runs, example.hook, program_of(example), first)
+        run_history(cache, example.runs, example.hook, program, first)
     target = cache
     if example.copy_to:
         target = root / example.copy_to / "jaxcache"
