@@ -5,11 +5,13 @@ only for damaged and hostile bundles, which must be refused with nothing written
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import shutil
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +218,60 @@ def test_pack_follows_no_link_inside_the_cache(tmp_path: Path) -> None:
     assert code == 0 and packed["entries"], packed
     assert b"outside-the-cache" not in bundle.read_bytes()
     assert "jit_zz-" + "a" * 64 not in {e["key"] for e in packed["entries"]}
+
+
+def test_an_entry_whose_read_fails_part_way_is_left_out_whole(
+    seed_cache: Path, copy_of: Callable[[Path], Path], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Pack copies each entry a chunk at a time (never the whole bundle in memory): an entry
+    whose read fails after its first chunk (EIO) is left out, saying why, none of its bytes
+    stay, and every member packed has the bytes its header's digest names."""
+    from cachedoctor.core import bundle
+    from cachedoctor.storage.local_store import LocalStore
+    from cachedoctor.storage.location import Location
+
+    real_open, real_selected = LocalStore.open_read, bundle._selected
+    failing: list[str] = []
+
+    class FailsAfterOneRead:
+        def __init__(self, f: Any) -> None:
+            self.f, self.reads = f, 0
+
+        def read(self, n: int = -1) -> bytes:
+            self.reads += 1
+            if self.reads > 1:
+                raise OSError(errno.EIO, "Input/output error")
+            return bytes(self.f.read(n))
+
+        def __enter__(self) -> FailsAfterOneRead:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+    def open_read(store: LocalStore, name: str) -> Any:
+        f = real_open(store, name)
+        return FailsAfterOneRead(f) if name == f"{failing[0]}-cache" else f
+
+    def selected(*args: Any, **kwargs: Any) -> Any:
+        # the scan reads as always; the failure comes while the members are copied
+        keep, left, evidence = real_selected(*args, **kwargs)
+        failing.append(keep[0].key)
+        monkeypatch.setattr(LocalStore, "open_read", open_read)
+        return keep, left, evidence
+
+    monkeypatch.setattr(bundle, "_selected", selected)
+    out = tmp_path / "b.tar"
+    report = bundle.pack(Location.parse(str(copy_of(seed_cache))), out)
+    (left,) = [x for x in report.left_out if x.key == failing[0]]
+    assert left.why == "damaged" and "Input/output error" in left.words
+    assert report.entries and failing[0] not in {e.key for e in report.entries}
+    with tarfile.open(out) as tar:
+        header = json.loads(tar.extractfile(bundle.HEADER).read())  # type: ignore[union-attr]
+        named = {f"entries/{e['key']}-cache": e["sha256"] for e in header["entries"]}
+        named.update({f["name"]: f["sha256"] for f in header["files"]})
+        members = [m for m in tar.getmembers() if m.name != bundle.HEADER]
+        assert sorted(m.name for m in members) == sorted(named)
+        for m in members:
+            data = tar.extractfile(m).read()  # type: ignore[union-attr]
+            assert hashlib.sha256(data).hexdigest() == named[m.name], m.name

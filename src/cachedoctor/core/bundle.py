@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cachedoctor import layout
 from cachedoctor.core import preflight
@@ -48,6 +48,7 @@ FORMAT = "cachedoctor-bundle/1"
 HEADER = "cachedoctor-bundle.json"
 MAX_HEADER = 64 << 20  # a header larger than this is no bundle's
 ENTRY_PREFIX = "entries/"
+_CHUNK = 1 << 20  # what pack and unpack hold of a member at a time
 LEAVE_OUT = ("damaged", "pointer", "other-jaxlib")  # what pack leaves out unless included
 _KEY = re.compile(r"[A-Za-z0-9_.\-]{1,200}-[0-9a-f]{64}")
 _COMPANION = re.compile(
@@ -172,7 +173,12 @@ def pack(
     jaxlib: str | None = None,
     overwrite: bool = False,
 ) -> PackReport:
-    """Write the bundle of ``where`` to ``bundle`` (a temp file renamed into place)."""
+    """Write the bundle of ``where`` to ``bundle`` (a temp file renamed into place).
+
+    The header comes first but names every member's digest, so the members are copied once,
+    a chunk at a time, into a spool beside the bundle while they are hashed: memory stays one
+    chunk whatever the cache's size (it held the whole bundle before), and the disk beside the
+    bundle holds the spool and the bundle while it is written."""
     from cachedoctor.cache.jaxenv import installed_jax
 
     here = installed_jax()
@@ -181,42 +187,120 @@ def pack(
         raise BundleError(f"{bundle} exists: give another name, or --force to replace it")
     keep, left, evidence = _selected(where, include, jaxlib)
     report = PackReport(where.spelling, str(bundle), left_out=left)
-    store = where.store()
-    members: list[tuple[str, bytes]] = []
-    for entry in keep:
-        try:  # a link or a special file named like an entry is never followed or read
-            with store.open_read(f"{entry.key}-cache") as f:
-                data = f.read()
-        except OSError as exc:
-            said = f"cannot be read ({exc.strerror or exc}): left out"
-            report.left_out.append(LeftOut(entry.key, "damaged", said))
-            continue
-        report.entries.append(
-            BundledEntry(
-                entry.key,
-                entry.module,
-                len(data),
-                hashlib.sha256(data).hexdigest(),
-                entry.platform,
-                _devices(entry),
-                _jaxlib(evidence.get(entry.key)),
-            )
+    with _spool(bundle) as spool:
+        try:
+            members = _spool_entries(where, keep, evidence, report, spool)
+            files = _spool_companions(where, {e.key for e in report.entries}, spool, members)
+        except OSError as exc:  # the spool's own (a full disk): named by the bundle
+            raise OSError(exc.errno, exc.strerror, str(bundle)) from None
+        report.companions = len(files)
+        head = json.dumps(_header(report, here, files), indent=1).encode()
+        spool.seek(0)
+        _write_tar(
+            bundle,
+            [(HEADER, len(head), io.BytesIO(head))] + [(n, size, spool) for n, size in members],
         )
-        members.append((f"{ENTRY_PREFIX}{entry.key}-cache", data))
-    files = []
-    for name in _companion_names(where, {e.key for e in report.entries}):
-        try:  # a manifest or record that is a link or no file: not packed (evidence only)
-            with store.open_read(name) as f:
-                data = f.read()
-        except OSError:
-            continue
-        files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-        members.append((name, data))
-    report.companions = len(files)
-    header = _header(report, here, files)
-    _write_tar(bundle, [(HEADER, json.dumps(header, indent=1).encode()), *members])
     report.bytes = bundle.stat().st_size
     return report
+
+
+class _ReadError(Exception):
+    """A source that could not be read while it was copied (not the copy's destination)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _copy_hashed(src: IO[bytes], dst: IO[bytes]) -> tuple[int, str]:
+    """Copy ``src`` to ``dst`` a chunk at a time: (bytes copied, their SHA-256). A failed read
+    raises :class:`_ReadError`; a failed write, its own OSError."""
+    digest, size = hashlib.sha256(), 0
+    while True:
+        try:
+            chunk = src.read(_CHUNK)
+        except OSError as exc:
+            raise _ReadError(exc) from None
+        if not chunk:
+            return size, digest.hexdigest()
+        digest.update(chunk)
+        dst.write(chunk)
+        size += len(chunk)
+
+
+@contextmanager
+def _spool(bundle: Path) -> Iterator[IO[bytes]]:
+    """A nameless temp file beside ``bundle`` (``O_TMPFILE`` where the system has it: nothing
+    is left behind even when the process is killed), holding the members until the header is
+    known."""
+    try:
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        spool = tempfile.TemporaryFile(dir=bundle.parent)  # noqa: SIM115 (closed below)
+    except OSError as exc:  # named by the bundle, not by its folder
+        raise OSError(exc.errno, exc.strerror, str(bundle)) from None
+    with spool:
+        yield spool
+
+
+def _spool_one(store: Any, name: str, spool: IO[bytes]) -> tuple[int, str] | OSError:
+    """``name`` copied to the end of ``spool``: (size, SHA-256), or the OSError that kept it
+    from being read, with nothing of it left in the spool. The spool's own errors are raised."""
+    start = spool.tell()
+    try:  # a link or a special file named like a cache file is never followed or read
+        source = store.open_read(name)
+    except OSError as exc:
+        return exc
+    with source:
+        try:
+            return _copy_hashed(source, spool)
+        except _ReadError as exc:
+            spool.seek(start)
+            spool.truncate()
+            return exc.error
+
+
+def _spool_entries(
+    where: Location,
+    keep: list[Any],
+    evidence: dict[str, preflight.Evidence],
+    report: PackReport,
+    spool: IO[bytes],
+) -> list[tuple[str, int]]:
+    """Each entry to pack copied into ``spool`` and named in ``report``: (member name, size) in
+    spool order. One that cannot be read is left out, and says why."""
+    store = where.store()
+    members: list[tuple[str, int]] = []
+    for entry in keep:
+        copied = _spool_one(store, f"{entry.key}-cache", spool)
+        if isinstance(copied, OSError):
+            said = f"cannot be read ({copied.strerror or copied}): left out"
+            report.left_out.append(LeftOut(entry.key, "damaged", said))
+            continue
+        size, digest = copied
+        jaxlib = _jaxlib(evidence.get(entry.key))
+        report.entries.append(
+            BundledEntry(
+                entry.key, entry.module, size, digest, entry.platform, _devices(entry), jaxlib
+            )
+        )
+        members.append((f"{ENTRY_PREFIX}{entry.key}-cache", size))
+    return members
+
+
+def _spool_companions(
+    where: Location, keys: set[str], spool: IO[bytes], members: list[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """The key manifests of ``keys`` and the stats records copied into ``spool`` after the
+    entries (and added to ``members``): the header's ``files``. One that is a link or no file
+    is not packed (evidence only)."""
+    store = where.store()
+    files = []
+    for name in _companion_names(where, keys):
+        copied = _spool_one(store, name, spool)
+        if not isinstance(copied, OSError):
+            files.append({"name": name, "size": copied[0], "sha256": copied[1]})
+            members.append((name, copied[0]))
+    return files
 
 
 def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[str, Any]:
@@ -241,7 +325,9 @@ def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[
     }
 
 
-def _write_tar(bundle: Path, members: list[tuple[str, bytes]]) -> None:
+def _write_tar(bundle: Path, members: list[tuple[str, int, IO[bytes]]]) -> None:
+    """The tar of ``members`` (name, size, the file to read that many bytes from, in order)
+    at ``bundle``: written to a temp file beside it, synced, renamed into place."""
     bundle.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
@@ -252,10 +338,10 @@ def _write_tar(bundle: Path, members: list[tuple[str, bytes]]) -> None:
             os.fdopen(fd, "wb") as raw,
             tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            for name, data in members:
+            for name, size, source in members:
                 info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-                tar.addfile(info, io.BytesIO(data))
+                info.size, info.mode, info.mtime = size, 0o644, int(time.time())
+                tar.addfile(info, source)
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, bundle)
@@ -376,12 +462,18 @@ def _stage_members(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) ->
             continue  # not named by the header (or named twice): never read
         if not member.isfile() or member.size != want[0]:
             raise BundleError(f"bundle member {member.name}: not the file its header describes")
-        data = _read(tar, member)
-        if hashlib.sha256(data).hexdigest() != want[1]:
-            raise BundleError(f"bundle member {member.name}: its bytes differ from its digest")
+        source = tar.extractfile(member)
+        if source is None:
+            raise BundleError(f"bundle member {member.name} is not a file")
         name = member.name.removeprefix(ENTRY_PREFIX)
         (stage / name).parent.mkdir(parents=True, exist_ok=True)
-        (stage / name).write_bytes(data)
+        with open(stage / name, "wb") as staged:  # a chunk at a time, whatever its size
+            try:
+                _, digest = _copy_hashed(source, staged)
+            except _ReadError as exc:
+                raise exc.error from None
+        if digest != want[1]:
+            raise BundleError(f"bundle member {member.name}: its bytes differ from its digest")
         seen.add(member.name)
     missing = sorted(set(expected) - seen)
     if missing:
