@@ -1,3 +1,3 @@
-from cachedoctor.cli import main
+from cachedoctor.cli import run
 
-raise SystemExit(main())
+run()

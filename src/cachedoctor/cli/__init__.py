@@ -6,6 +6,7 @@ empty directory never import jax.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -134,6 +135,19 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(int(ExitCode.USAGE))
+
+
+def run() -> None:
+    """The console script and ``python -m cachedoctor``: :func:`main`, then an exit that skips
+    the interpreter's last garbage collections (``gc.freeze``). They walk every object the
+    command made, about 0.1 s of a 0.6 s ``scan`` of a small cache, to free memory the process
+    gives back whole as it ends; objects are still released as modules are cleared. Not in
+    :func:`main`, which tests and programs call inside a process that goes on."""
+    try:
+        code = main()
+    finally:
+        gc.freeze()
+    sys.exit(code)
 
 
 def _quiet_bucket_clients() -> None:
