@@ -174,7 +174,25 @@ _lock = threading.Lock()
 _local = threading.local()
 
 
-def _warn_once(message: str) -> None:
+def recording_mode() -> str | None:
+    """The mode this process records in; None when it does not record (the hook is off, or
+    JAX lacks the listener API)."""
+    return _recorder.mode if _recorder is not None and _listening else None
+
+
+def record_written() -> str | None:
+    """Where this process's record went, once it is written (``stats_record``)."""
+    return _recorder.written if _recorder is not None else None
+
+
+def mark_record_written(where: str) -> None:
+    """Note where the record went: one record per process."""
+    if _recorder is not None:
+        _recorder.written = where
+
+
+def warn_once(message: str) -> None:
+    """One stderr line for this process's first recording problem; the rest are silent."""
     if _recorder is not None and not _recorder.warned:
         _recorder.warned = True
         # one stderr line, never a Python warning: `-W error` would make it an exception
@@ -219,7 +237,7 @@ def _on_event(event: str, **kwargs: Any) -> None:
         if name is not None and _recorder is not None:
             _add(name, 1)
     except Exception as exc:  # never let a listener break a compile
-        _warn_once(f"{type(exc).__name__}: {exc}")
+        warn_once(f"{type(exc).__name__}: {exc}")
 
 
 def _on_duration(event: str, duration_secs: float, **kwargs: Any) -> None:
@@ -228,7 +246,7 @@ def _on_duration(event: str, duration_secs: float, **kwargs: Any) -> None:
         if name is not None and _recorder is not None:
             _add(name, float(duration_secs))
     except Exception as exc:
-        _warn_once(f"{type(exc).__name__}: {exc}")
+        warn_once(f"{type(exc).__name__}: {exc}")
 
 
 def _module_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -282,7 +300,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                 try:
                     _finish(call, start, compiled)
                 except Exception as exc:
-                    _warn_once(f"{type(exc).__name__}: {exc}")
+                    warn_once(f"{type(exc).__name__}: {exc}")
 
     compile_or_get_cached.__cachedoctor_original__ = original  # type: ignore[attr-defined]
     compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
@@ -381,7 +399,7 @@ def refuses_host_callbacks(cache_write: Callable[..., Any] | None) -> bool:
 def _entry_exists(key: str) -> bool:
     """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
     (JAX's put returned: no request per compile)."""
-    where = Location.of_setting(_cache_dir())
+    where = Location.of_setting(jax_cache_dir())
     folder = None if where is None else where.local_path
     if folder is None:
         return True
@@ -436,7 +454,7 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
             try:  # a miss: what went into the key, while JAX's arguments are as it hashed them
                 call.missed = misskeys.describe_miss(str(cache_key))
             except Exception as exc:
-                _warn_once(f"{type(exc).__name__}: {exc}")
+                warn_once(f"{type(exc).__name__}: {exc}")
         return result
 
     get_executable_and_time.__cachedoctor_stats_original__ = original  # type: ignore[attr-defined]
@@ -472,7 +490,7 @@ def start(mode: str, write: Callable[[], object]) -> bool:
         monitoring.register_event_duration_secs_listener(_on_duration)
         _listening = True
     except Exception as exc:
-        _warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
+        warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
         return False
     _at_exit(write)
     return True
@@ -526,11 +544,12 @@ def snapshot() -> dict[str, Any] | None:
         "hook": recorder.mode,
         "config": {name: _config_value(name) for name in CONFIG_NAMES},
         "modules": modules,
-        **({"read_only": True, "cache_dir": _cache_dir()} if readonly.active() else {}),
+        **({"read_only": True, "cache_dir": jax_cache_dir()} if readonly.active() else {}),
     }
 
 
-def _cache_dir() -> str | None:
+def jax_cache_dir() -> str | None:
+    """The cache dir JAX's config names in this process (None: no persistent cache)."""
     from jax._src import config
 
     value = config.compilation_cache_dir.value

@@ -16,7 +16,7 @@ from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys import readonly, stats
-from cachedoctor.stablekeys.stats import RECORD_SUFFIX, _cache_dir, _warn_once, snapshot
+from cachedoctor.stablekeys.stats import RECORD_SUFFIX, jax_cache_dir, snapshot, warn_once
 from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
@@ -26,15 +26,15 @@ def recording() -> dict[str, str | None] | None:
 
     None when it does not record (the hook is off, or JAX lacks the listener API).
     """
-    recorder = stats._recorder
-    if recorder is None or not stats._listening:
+    mode = stats.recording_mode()
+    if mode is None:
         return None
     try:
         cache_dir = _records_home()
     except Exception:
         cache_dir = None
     where = f"{cache_dir.rstrip('/')}/{STATS_DIRNAME}/" if cache_dir else None
-    return {"mode": recorder.mode, "records": where}
+    return {"mode": mode, "records": where}
 
 
 def _records_home() -> str | None:
@@ -42,7 +42,7 @@ def _records_home() -> str | None:
     when the cache is read-only the records folder the user chose (``readonly.records_home``)."""
     if readonly.active():
         return readonly.records_home()
-    return _cache_dir()
+    return jax_cache_dir()
 
 
 def record_name(record: dict[str, Any]) -> str:
@@ -73,7 +73,7 @@ def write_record() -> str | None:
     try:
         record = snapshot()
         where = Location.of_setting(_records_home())
-        if record is None or where is None or stats._recorder is None or stats._recorder.written:
+        if record is None or where is None or stats.record_written() is not None:
             return None
         if not any(c["requests"] for c in record["modules"].values()):
             return None
@@ -86,10 +86,11 @@ def write_record() -> str | None:
             share_jax_filesystem()
             store = store_for(where)  # JAX's own filesystem (the hook's store): no client
             store.write_atomic(name, data)
-            stats._recorder.written = store.url_of(name)
+            written = store.url_of(name)
         else:  # no store: importing one at exit would register exit handlers after shutdown
-            stats._recorder.written = _write_local(folder, name, data)
-        return stats._recorder.written
+            written = _write_local(folder, name, data)
+        stats.mark_record_written(written)
+        return written
     except Exception as exc:
-        _warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")
+        warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")
         return None
