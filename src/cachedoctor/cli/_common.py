@@ -22,6 +22,20 @@ CI_FORMATS = ("text", "json", "github", "junit")  # `lint` and `check` output fo
 SEVERITY_CHOICE = click.Choice([s.label for s in Severity], case_sensitive=False)
 
 
+def json_flag(
+    same_as_format: bool = False,
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """``--json`` (the ``as_json`` parameter), in the same words in every command's --help;
+    ``same_as_format``: the command also takes ``--format json``."""
+    also = "; the same as --format json" if same_as_format else ""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=f"Print one JSON document (schema_version 1, docs/json-schema.md{also}).",
+    )
+
+
 PROGRESS_DELAY_S = 1.0  # a bar for work that is over sooner would only flicker
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, complete_dir
 from cachedoctor.core.where import Location, cache_location, default_location
 from cachedoctor.errors import ExitCode
@@ -28,7 +29,7 @@ from cachedoctor.render.formats import renderer
     metavar="NAME",
     help="Compare every entry of module NAME with its most recent entry.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@json_flag()
 @click.option(
     "--hlo-context",
     type=click.IntRange(0, 10_000),

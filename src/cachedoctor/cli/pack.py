@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import DURATION, LOCATION, complete_dir
 from cachedoctor.core.bundle import LEAVE_OUT
 from cachedoctor.core.bundle import pack as pack_cache
@@ -42,7 +43,7 @@ from cachedoctor.render.formats import renderer
     "written by another are left out.",
 )
 @click.option("--force", is_flag=True, help="Replace BUNDLE if it exists.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_flag()
 def pack(
     directory: Location | None,
     bundle: Path,
@@ -98,7 +99,7 @@ def pack(
     metavar="AGE",
     help="How long to wait for JAX's lock when moving relocated entries.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_flag()
 @click.pass_context
 def unpack(
     ctx: click.Context,

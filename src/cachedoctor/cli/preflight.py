@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, complete_dir
 from cachedoctor.core.preflight import predict
 from cachedoctor.core.where import Location, cache_location, job_spelling, open_cache_dir
@@ -34,7 +35,7 @@ from cachedoctor.render.formats import renderer
     show_default=True,
     help="github: an annotation per module that will miss (or cannot be told, with --strict).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
+@json_flag(same_as_format=True)
 @click.pass_context
 def preflight(
     ctx: click.Context,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cli._common import progress_bar
+from cachedoctor.cli._common import json_flag, progress_bar
 from cachedoctor.cli.params import DURATION, LOCATION, SIZE, as_typed, complete_dir
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import ExitCode
@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     help="Age after which temp files and manifests without entry count as left over.",
 )
 @click.option("--apply", "do_apply", is_flag=True, help="Make the changes (default: dry run).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@json_flag()
 @click.option(
     "--lock-timeout",
     type=DURATION,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachedoctor.cli._common import progress_bar
+from cachedoctor.cli._common import json_flag, progress_bar
 from cachedoctor.cli.params import DURATION, LOCATION, complete_dir
 from cachedoctor.cli.prune import apply_progress
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
@@ -18,7 +18,7 @@ from cachedoctor.render.formats import PlanReport, renderer
     "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
 )
 @click.option("--apply", "do_apply", is_flag=True, help="Move the entries (default: dry run).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@json_flag()
 @click.option(
     "--relocated",
     is_flag=True,

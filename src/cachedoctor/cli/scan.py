@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cachedoctor.cli._common import SEVERITY_CHOICE, not_a_cache, progress_bar
+from cachedoctor.cli._common import SEVERITY_CHOICE, json_flag, not_a_cache, progress_bar
 from cachedoctor.cli.params import EXECUTOR, EXECUTOR_HELP, LOCATION, complete_dir, complete_kind
 from cachedoctor.core.findings import Severity
 from cachedoctor.core.scan.report import JsonScan, ProgressCallback, ScanReport
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @click.argument(
     "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema_version 1).")
+@json_flag()
 @click.option(
     "--fail-on",
     type=SEVERITY_CHOICE,

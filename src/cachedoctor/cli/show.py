@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, complete_dir
 from cachedoctor.core.diff.load import resolve_entry
 from cachedoctor.core.where import Location, default_location
@@ -23,7 +24,7 @@ from cachedoctor.render.formats import ShowReport, renderer
     help="Cache directory to look the key up in.",
 )
 @click.option("--hlo", is_flag=True, help="Also print the HLO text (rendered by jaxlib).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@json_flag()
 @click.option(
     "--extract",
     type=click.Path(dir_okay=False, writable=True),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, SINCE, complete_dir
 from cachedoctor.core.stats import collect_stats, zero
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
@@ -34,7 +35,7 @@ STATS_FORMATS = ("text", "json", "markdown")
     help="text (the default); json; markdown (GitHub-flavoured, for a CI job's summary: "
     "$GITHUB_STEP_SUMMARY).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
+@json_flag(same_as_format=True)
 @click.option(
     "--html", "html_file", metavar="FILE", help="Also write a self-contained HTML page to FILE."
 )

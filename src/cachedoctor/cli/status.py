@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.errors import ExitCode
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer
@@ -11,7 +12,7 @@ from cachedoctor.stablekeys import activation
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_flag()
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the effective cache settings and prove the hook is active in a fresh interpreter.

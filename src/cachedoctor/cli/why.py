@@ -6,6 +6,7 @@ import fnmatch
 
 import click
 
+from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, complete_dir
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.core.why import explain_misses
@@ -19,7 +20,7 @@ from cachedoctor.render.formats import renderer
     "directory", required=False, metavar="[DIR]", type=LOCATION, shell_complete=complete_dir
 )
 @click.option("--module", metavar="NAME", help="Only this module (a glob such as 'jit_*' works).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_flag()
 @click.pass_context
 def why(ctx: click.Context, directory: Location | None, module: str | None, as_json: bool) -> None:
     """Why did a run miss: each recorded miss against the nearest earlier key of its module.
