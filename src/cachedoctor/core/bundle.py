@@ -327,8 +327,8 @@ def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[
 
 def _write_tar(bundle: Path, members: list[tuple[str, int, IO[bytes]]]) -> None:
     """The tar of ``members`` (name, size, the file to read that many bytes from, in order)
-    at ``bundle``: written to a temp file beside it, synced, renamed into place."""
-    bundle.parent.mkdir(parents=True, exist_ok=True)
+    at ``bundle``: written to a temp file beside it (its folder made by ``_spool``), synced,
+    renamed into place."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
     except OSError as exc:  # named by the bundle, not by its temp file
@@ -418,11 +418,15 @@ def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
         yield header, tar
 
 
-def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+def _open_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
     f = tar.extractfile(member)
     if f is None:
         raise BundleError(f"bundle member {member.name} is not a file")
-    return f.read()
+    return f
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    return _open_member(tar, member).read()
 
 
 def _expected(header: dict[str, Any]) -> dict[str, tuple[int, str]]:
@@ -462,9 +466,7 @@ def _stage_members(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) ->
             continue  # not named by the header (or named twice): never read
         if not member.isfile() or member.size != want[0]:
             raise BundleError(f"bundle member {member.name}: not the file its header describes")
-        source = tar.extractfile(member)
-        if source is None:
-            raise BundleError(f"bundle member {member.name} is not a file")
+        source = _open_member(tar, member)
         name = member.name.removeprefix(ENTRY_PREFIX)
         (stage / name).parent.mkdir(parents=True, exist_ok=True)
         with open(stage / name, "wb") as staged:  # a chunk at a time, whatever its size
