@@ -16,10 +16,17 @@ import hashlib
 from dataclasses import dataclass, field
 
 from cachedoctor.cache.decompress import DecodeFailure
-from cachedoctor.cache.model import FieldDigest, GpuSummary, Section
+from cachedoctor.cache.model import (
+    FieldDigest,
+    GpuSummary,
+    MosaicKernel,
+    Problem,
+    Section,
+    TpuSummary,
+)
 from cachedoctor.formats import wire
 from cachedoctor.formats.errors import FormatError
-from cachedoctor.xla import gpu
+from cachedoctor.xla import gpu, mosaic, tpu
 from cachedoctor.xla.executable import (
     CPU_SIZE_SECTIONS,
     CPU_TARGET_MACHINE_FIELD,
@@ -46,6 +53,7 @@ class _Walk:
     scalars: list[tuple[int, int]] = field(default_factory=list)
     sections: list[tuple[int, int, bytes]] = field(default_factory=list)  # number, size, head
     gpu_executable: gpu.GpuExecutable | None = None
+    tpu_executable: tpu.TpuExecutable | None = None
     payload_split: bool = False
     hash_fields: bool = False  # detail decodes hash every executable field (FieldDigest)
     digests: list[FieldDigest] = field(default_factory=list)
@@ -177,7 +185,40 @@ def _platform_of_head(n: int, head: bytes) -> str | None:
     return None
 
 
+def _tpu_summary(
+    executable: tpu.TpuExecutable | None, problems: list[Problem]
+) -> TpuSummary | None:
+    """What scan and show say of libtpu's executable; the kernels from the optimised module."""
+    if executable is None:
+        return None
+    kernels: tuple[MosaicKernel, ...] = ()
+    try:
+        if executable.hlo_module is not None:
+            kernels = tuple(
+                MosaicKernel(
+                    k.instruction, mosaic.body_digest(k.body or k.config), len(k.body or b"")
+                )
+                for k in mosaic.kernels_in_module(executable.hlo_module)
+            )
+    except wire.WireError as exc:
+        problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
+    chip = executable.chip
+    return TpuSummary(
+        chip=chip.label if chip else None,
+        chip_version=chip.version if chip else None,
+        chip_variant=chip.variant if chip else None,
+        messages=executable.message_sizes,
+        program_size=executable.program_size,
+        environment=executable.environment_type,
+        environment_size=len(executable.environment or b""),
+        kernels=kernels,
+    )
+
+
 def _interpret_executable(walk: _Walk, platform: str, out: dict[str, object]) -> list[Section]:
+    if walk.tpu_executable is not None:
+        messages = walk.tpu_executable.message_sizes
+        return [Section(tpu.MESSAGES[i], n) for i, n in enumerate(messages) if n]
     names = GPU_SIZE_SECTIONS if platform == "gpu" else CPU_SIZE_SECTIONS
     sizes: dict[str, int] = {}
     for n, size, _ in walk.sections:

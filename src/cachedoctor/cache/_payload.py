@@ -25,13 +25,14 @@ from cachedoctor.cache._executable_walk import (
 from cachedoctor.cache.decompress import DecodeFailure
 from cachedoctor.formats import wire
 from cachedoctor.formats.errors import FormatError
-from cachedoctor.xla import gpu
+from cachedoctor.xla import gpu, tpu
 
 MAX_OPTIONS_BYTES = 64 << 20
 MAX_HEADER_BYTES = 64 << 20
 # A reassembled split-proto payload: fixed at 8 GiB (reader.DEFAULT_MAX_DECOMPRESSED's value),
 # whatever cap the caller set on decompression.
 MAX_UNSPLIT_BYTES = 8 << 30
+IFRT_RUNTIME = b"pjrt_ifrt"  # SerializedXlaExecutableMetadata.runtime_name of jaxlib's header
 
 
 def _ifrt_header_at(window: bytes) -> tuple[int, bytes] | None:
@@ -62,6 +63,8 @@ def _ifrt_header_at(window: bytes) -> tuple[int, bytes] | None:
         bytes(runtime or b"").decode("utf-8")
     except UnicodeDecodeError:
         return None
+    if runtime is not None and bytes(runtime) == IFRT_RUNTIME:
+        return start, header  # what follows is the plugin's own: libtpu's, or a layout unknown
     if not _opens_payload(window[end:]):
         return None
     return start, header
@@ -81,9 +84,9 @@ def _opens_payload(data: bytes) -> bool:
 
 
 def _payload_prefix(peek: Callable[[int], bytes]) -> tuple[int, bytes] | None:
-    """``(prefix length, header)`` when the payload opens with a ``pjrt_ifrt`` header; None
-    when it opens an ``ExecutableAndOptionsProto`` or a Riegeli file. ``peek(n)`` shows up to
-    ``n`` bytes of the payload. Raises DecodeFailure when the payload opens none of these."""
+    """``(prefix length, header)`` when the payload opens with a ``pjrt_ifrt`` header, else
+    None. ``peek(n)`` shows up to ``n`` bytes of the payload. Raises DecodeFailure when there
+    is nothing after the compile-time prefix."""
     head = peek(wire.MAX_VARINT_BYTES + len(RIEGELI_MAGIC))
     if not head:
         raise DecodeFailure("truncated", "no executable after the compile-time prefix")
@@ -93,16 +96,42 @@ def _payload_prefix(peek: Callable[[int], bytes]) -> tuple[int, bytes] | None:
         claimed, start = wire.read_varint(head, 0, len(head))
     except wire.WireError:
         claimed, start = -1, 0
-    found = None
     if 0 < claimed <= MAX_HEADER_BYTES:
-        found = _ifrt_header_at(peek(start + claimed + wire.MAX_VARINT_BYTES + 8))
-    if found is None and not _opens_payload(head):
+        return _ifrt_header_at(peek(start + claimed + wire.MAX_VARINT_BYTES + 8))
+    return None
+
+
+def _not_executable_and_options(head: bytes) -> bool:
+    """Whether the executable (after any header) is not an ``ExecutableAndOptionsProto`` nor a
+    Riegeli file: then it is libtpu's layout, or one cachedoctor does not know."""
+    return not head.startswith(RIEGELI_MAGIC) and not _opens_payload(head)
+
+
+def _note_plugin_payload(walk: _Walk, data: memoryview, header: bool) -> None:
+    """A payload in a plugin's own layout: libtpu's is read whole (``xla.tpu``); any other is
+    ``unknown-layout`` after a pjrt_ifrt header (a newer libtpu, another plugin: no verdict),
+    and damage without one (neither JAX's header nor any payload JAX writes)."""
+    try:
+        walk.tpu_executable = tpu.decode_tpu_executable(data)
+    except tpu.UnknownLayout as exc:
+        if not header:
+            raise DecodeFailure(
+                "header",
+                "payload is neither an ExecutableAndOptionsProto, a Riegeli file, libtpu's"
+                f" executable nor a pjrt_ifrt header (starts {bytes(data[:8]).hex(' ')})",
+            ) from exc
         raise DecodeFailure(
-            "header",
-            "payload is neither an ExecutableAndOptionsProto, a Riegeli file, nor a"
-            f" pjrt_ifrt header followed by one (starts {head[:8].hex(' ')})",
-        )
-    return found
+            "unknown-layout",
+            "after its pjrt_ifrt header the payload is in a layout cachedoctor does not know"
+            f" ({exc}; starts {bytes(data[:8]).hex(' ')}): no verdict on it",
+        ) from exc
+    except FormatError as exc:
+        raise DecodeFailure("protobuf", f"TPU executable: {exc}") from exc
+    executable = walk.tpu_executable
+    walk.hlo_module = executable.hlo_module
+    walk.hlo_config = executable.hlo_config
+    walk.compile_options = executable.compile_options
+    walk.fields["payload_format"] = "ifrt" if header else "pjrt"
 
 
 def _note_ifrt_header(walk: _Walk, header: bytes) -> None:
@@ -118,6 +147,9 @@ def _walk_payload(stream: wire.ByteStream, walk: _Walk) -> None:
         prefix, header = found
         stream.skip(prefix + len(header))
         _note_ifrt_header(walk, header)
+    if _not_executable_and_options(stream.peek(wire.MAX_VARINT_BYTES)):
+        _note_plugin_payload(walk, memoryview(_read_rest(stream)), found is not None)
+        return
     if stream.peek(len(RIEGELI_MAGIC)) == RIEGELI_MAGIC:
         stream = _unsplit_payload(stream, walk)
     walk.fields["payload_format"] = "pjrt" if found is None else "ifrt"
@@ -154,6 +186,9 @@ def _walk_payload_buffer(payload: memoryview, walk: _Walk) -> None:
         prefix, header = found
         payload = payload[prefix + len(header) :]
         _note_ifrt_header(walk, header)
+    if _not_executable_and_options(bytes(payload[: wire.MAX_VARINT_BYTES])):
+        _note_plugin_payload(walk, payload, found is not None)
+        return
     if payload[: len(RIEGELI_MAGIC)] == RIEGELI_MAGIC:
         payload = memoryview(_unsplit(bytes(payload), walk))
     walk.fields["payload_format"] = "pjrt" if found is None else "ifrt"
@@ -171,10 +206,19 @@ def _walk_payload_buffer(payload: memoryview, walk: _Walk) -> None:
 
 def _unsplit_payload(stream: wire.ByteStream, walk: _Walk) -> wire.ByteStream:
     """A GPU payload written as a Riegeli split proto: reassemble it, walk the result."""
+    return wire.ByteStream(io.BytesIO(_unsplit(_read_rest(stream), walk)))
+
+
+def _read_rest(stream: wire.ByteStream) -> bytes:
+    """The rest of the payload, for the layouts read whole (a split proto, libtpu's)."""
     parts = []
+    read = 0
     while chunk := stream.read_some(1 << 20):
+        read += len(chunk)
+        if read > MAX_UNSPLIT_BYTES:
+            raise DecodeFailure("too-large", f"payload over {MAX_UNSPLIT_BYTES} bytes")
         parts.append(chunk)
-    return wire.ByteStream(io.BytesIO(_unsplit(b"".join(parts), walk)))
+    return b"".join(parts)
 
 
 def _unsplit(data: bytes, walk: _Walk) -> bytes:

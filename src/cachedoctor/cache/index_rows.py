@@ -20,7 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from cachedoctor.cache import decompress
-from cachedoctor.cache.model import EntryInfo, GpuSummary, Problem, Section
+from cachedoctor.cache.model import (
+    EntryInfo,
+    GpuSummary,
+    MosaicKernel,
+    Problem,
+    Section,
+    TpuSummary,
+)
 from cachedoctor.plaindata import slot_filler
 from cachedoctor.xla.hlo import CustomCall, HloSummary, VolatileField
 
@@ -75,6 +82,23 @@ def _records(cls: Callable[..., Any], rows: list[list[Any]]) -> tuple[Any, ...]:
     return tuple(cls(*row) for row in rows)
 
 
+def _tpu_summary(v: list[Any]) -> TpuSummary:
+    """A ``TpuSummary`` from its JSON list: its tuples come back as lists."""
+    if not isinstance(v, list) or len(v) != len(dataclasses.fields(TpuSummary)):
+        raise ValueError("index row of another shape")
+    chip, version, variant, messages, program, environment, environment_size, kernels = v
+    return TpuSummary(
+        chip,
+        version,
+        variant,
+        tuple(messages),
+        program,
+        environment,
+        environment_size,
+        _records(MosaicKernel, kernels),
+    )
+
+
 def _strings(rows: list[str]) -> tuple[str, ...]:
     return tuple(rows)
 
@@ -83,6 +107,7 @@ def _strings(rows: list[str]) -> tuple[str, ...]:
 # other field of an entry is a scalar. Entries keep them apart: copies of a program share them.
 _ENTRY_PARTS: dict[str, Callable[[Any], Any]] = {
     "gpu": lambda v: GpuSummary(*v),
+    "tpu": _tpu_summary,
     "sections": lambda v: _records(Section, v),
     "volatile": lambda v: _records(VolatileField, v),
     "problems": lambda v: _records(Problem, v),

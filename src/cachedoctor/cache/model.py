@@ -41,7 +41,7 @@ class Problem:
     """Why an entry could not be (fully) decoded. ``kind`` is a stable slug."""
 
     kind: str  # unreadable | symlink | not-compressed | truncated | decompress | too-large |
-    #            header | protobuf | unsupported
+    #            header | protobuf | unsupported | unknown-layout
     message: str
 
 
@@ -67,6 +67,33 @@ class GpuSummary:
     cubin_size: int
     cudnn_graphs: int
     thunks: int
+
+
+@_pickled_by_values
+@dataclass(frozen=True, slots=True)
+class MosaicKernel:
+    """A Pallas TPU kernel: one ``tpu_custom_call`` and the Mosaic body its config holds
+    (docs/format-tpu.md). The body's name, grid and debug locations are read on demand
+    (``xla/mosaic.describe``): a scan keeps only what tells bodies apart."""
+
+    instruction: str  # computation/instruction
+    body_sha256: str  # of the MLIR bytecode, debug locations included
+    body_size: int
+
+
+@_pickled_by_values
+@dataclass(frozen=True, slots=True)
+class TpuSummary:
+    """TPU executable facts (libtpu's layout, docs/format-tpu.md; xla/tpu.py)."""
+
+    chip: str | None  # "TPU v5 lite": JAX's device_kind for the chip it was built for
+    chip_version: int | None  # TpuVersionEnum (4: v5)
+    chip_variant: str | None  # "lite"
+    messages: tuple[int, ...]  # the size of each of libtpu's six messages
+    program_size: int  # the machine code
+    environment: str | None  # the compilation environment's type
+    environment_size: int
+    kernels: tuple[MosaicKernel, ...] = ()
 
 
 @_pickled_by_values
@@ -104,6 +131,7 @@ class EntryInfo:
     debug_fields: str | None = None
     hlo: hlo_mod.HloSummary | None = None
     gpu: GpuSummary | None = None
+    tpu: TpuSummary | None = None
     sections: tuple[Section, ...] = ()
     # sha256 of the payload after the compile-time prefix; None with ``hlo_deferred`` (tiers.py)
     executable_digest: str | None = None
@@ -199,3 +227,4 @@ class EntryDetail:
     ifrt_header: bytes | None
     small_fields: tuple[tuple[int, bytes], ...]  # executable sub-fields small enough to keep
     executable_fields: tuple[FieldDigest, ...] = ()  # every executable sub-field, in order
+    original_module: bytes | None = None  # TPU: the module before optimisation

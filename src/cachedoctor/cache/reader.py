@@ -41,6 +41,7 @@ from cachedoctor.cache._executable_walk import (
     _gpu_summary,
     _infer_platform,
     _interpret_executable,
+    _tpu_summary,
     _Walk,
 )
 from cachedoctor.cache._payload import _walk_payload, _walk_payload_buffer
@@ -142,6 +143,7 @@ def decode_entry(
         ifrt_header=walk.ifrt_header,
         small_fields=tuple((n, bytes(d)) for n, d in walk.small),
         executable_fields=tuple(walk.digests),
+        original_module=walk.tpu_executable.original_module if walk.tpu_executable else None,
     )
 
 
@@ -348,9 +350,13 @@ def _finish(
     info: EntryInfo, walk: _Walk, problems: list[Problem], defer_hlo: bool = False
 ) -> EntryInfo:
     fields: dict[str, object] = dict(walk.fields)
-    platform = "gpu" if walk.gpu_executable is not None else _infer_platform(walk)
+    if walk.tpu_executable is not None:
+        platform = "tpu"
+    else:
+        platform = "gpu" if walk.gpu_executable is not None else _infer_platform(walk)
     sections = _interpret_executable(walk, platform, fields)
     gpu_summary = _gpu_summary(walk) if platform == "gpu" else None
+    tpu_summary = _tpu_summary(walk.tpu_executable, problems)
     summary = None
     deferred = False
     program = hashlib.sha256(platform.encode())
@@ -389,6 +395,7 @@ def _finish(
         else "unknown",
         hlo=summary,
         gpu=gpu_summary,
+        tpu=tpu_summary,
         sections=tuple(sections),
         program_digest=program.hexdigest() if summary is not None and not problems else None,
         volatile=volatile,

@@ -104,12 +104,24 @@ ORPHAN_TEMP = Case(
 )
 CORRUPT = Case(
     K.CORRUPT,
-    when="an entry does not decode",
+    when="an entry does not decode, where JAX's own load fails too: the zstd frame does not "
+    "decode whole, or a message JAX parses does not parse",
     severity=Severity.ERROR,
     otherwise=((Severity.WARNING, "written under a minute ago: it may be a write in progress"),),
     evidence="decoding the file: {problem}",
-    advice="JAX fails to load this entry and recompiles; `cachedoctor prune --corrupt --apply` "
-    "removes it",
+    advice="JAX fails to load this entry and recompiles, and never replaces it (its write "
+    "returns when the file exists), so every later run warns and compiles again; "
+    "`cachedoctor prune --corrupt --apply` removes it",
+)
+UNKNOWN_LAYOUT = Case(
+    K.UNKNOWN_LAYOUT,
+    when="an entry decompresses whole and opens with JAX's pjrt_ifrt header, but what follows "
+    "is in a layout cachedoctor does not know (a newer libtpu or jaxlib, another PJRT plugin)",
+    severity=Severity.INFO,
+    evidence="decoding the file: {problem}",
+    advice="no verdict: cachedoctor cannot tell whether JAX loads it, so no command removes, "
+    "rewrites or leaves it out; JAX's own log says whether it hits "
+    "(JAX_EXPLAIN_CACHE_MISSES=1)",
 )
 UNREADABLE = Case(
     K.UNREADABLE,

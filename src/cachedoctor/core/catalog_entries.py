@@ -42,6 +42,7 @@ from cachedoctor.core.catalog import (
     SUBCACHE_AUTOTUNE,
     SUBCACHE_KERNEL,
     UNKNOWN_FILE,
+    UNKNOWN_LAYOUT,
     UNREADABLE,
     UNSTABLE_KEY,
 )
@@ -160,15 +161,39 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         K.CORRUPT,
         Family.INTEGRITY,
         summary="an entry that does not decode",
-        what="Decodes every entry (compression, serialized executable, compile options, HLO) "
-        "and flags one that fails: cut short, a forged size, bytes of another format.",
-        why="JAX fails to load the entry and recompiles, each run.",
+        what="Decodes every entry (compression, serialized executable, compile options, HLO; "
+        "on a TPU libtpu's six messages) and flags one that fails where JAX's load fails too: "
+        "cut short, a byte zstd rejects, a message that does not parse, bytes after the last "
+        "message. A byte changed in debug text (a source path, a folder name) loads, and is "
+        "not flagged.",
+        why="JAX fails to load the entry and recompiles, and never replaces it: every later run "
+        "warns and compiles again.",
         cases=(CORRUPT,),
         example=Example(
             CORRUPT,
             f"{_KEY}: zstd frame declares 17046 bytes but holds 0 (file cut short, or a forged "
             "size)",
             (("problem", "truncated"),),
+            module="jit_f",
+        ),
+    ),
+    CatalogEntry(
+        K.UNKNOWN_LAYOUT,
+        Family.INTEGRITY,
+        summary="an entry in a layout cachedoctor does not know: no verdict, kept",
+        what="An entry whose zstd frame decodes whole and which opens with JAX's pjrt_ifrt "
+        "header, followed by bytes in no layout the reader knows (CPU and GPU executables, "
+        "libtpu's six messages): a newer libtpu or jaxlib, another PJRT plugin, a new platform.",
+        why="cachedoctor cannot tell whether JAX loads it, so it says so instead of a verdict: "
+        "`prune --corrupt` never removes it, `pack` never leaves it out, `lint` never fails on "
+        "it.",
+        cases=(UNKNOWN_LAYOUT,),
+        example=Example(
+            UNKNOWN_LAYOUT,
+            f"{_KEY}: after its pjrt_ifrt header the payload is in a layout cachedoctor does not "
+            "know (not libtpu's six messages (1 framed, then claims 7561 bytes but 12 remain), "
+            "and no TPU program first; starts 7f 46 55 54 55 52 45 00): no verdict on it",
+            (("problem", "unknown-layout"),),
             module="jit_f",
         ),
     ),

@@ -34,6 +34,7 @@ class FindingKind(enum.StrEnum):
     MISSING_ATIME = "missing-atime"
     CORRUPT = "corrupt"
     UNREADABLE = "unreadable"
+    UNKNOWN_LAYOUT = "unknown-layout"  # a payload layout the reader does not know: no verdict
     ORPHAN = "orphan"
     INSECURE = "insecure"
     MIXED_VERSIONS = "mixed-versions"

@@ -194,16 +194,28 @@ def _lru_evidence(listing: CacheListing) -> LruEvidence:
 DAMAGE = frozenset({"truncated", "decompress", "not-compressed", "header", "protobuf"})
 
 
+# Problems that say nothing of the bytes: a symbolic link (never followed), a layout the reader
+# cannot decode (no zstandard installed) or does not know (no verdict: when in doubt, keep).
+NOT_DAMAGE = frozenset({"symlink", "unsupported", "unknown-layout"})
+
+
 def real_problems(e: EntryInfo) -> list[model.Problem]:
-    """Problems that make an entry unusable (a symlink or an unsupported layout is not damage)."""
+    """Problems that make an entry unusable (a symlink or an unknown layout is not damage)."""
     if not e.problems:  # nearly every entry: asked of each, several times per scan
         return []
-    return [p for p in e.problems if p.kind not in ("symlink", "unsupported")]
+    return [p for p in e.problems if p.kind not in NOT_DAMAGE]
 
 
 def is_symlink(e: EntryInfo) -> bool:
     """A -cache name that is a symbolic link: never followed, so neither an entry nor decoded."""
     return bool(e.problems) and any(p.kind == "symlink" for p in e.problems)
+
+
+def unknown_layout(e: EntryInfo) -> model.Problem | None:
+    """The problem saying an entry's layout is one the reader does not know, if it is."""
+    if not e.problems:
+        return None
+    return next((p for p in e.problems if p.kind == "unknown-layout"), None)
 
 
 def undecodable(e: EntryInfo) -> bool:

@@ -15,6 +15,7 @@ from cachedoctor.core.scan.report import (
     judged_by_age_until,
     lru_evidence,
     real_problems,
+    unknown_layout,
 )
 from cachedoctor.errors import count
 
@@ -94,10 +95,22 @@ def _entries_have(keys: tuple[str, ...], links: set[str | None]) -> str:
 
 
 def corrupt_findings(entries: list[EntryInfo], now: float) -> list[Finding]:
+    """Damaged entries (JAX fails on them too), unreadable ones, and those in a layout the
+    reader does not know (no verdict)."""
     findings = []
     for e in entries:
         real = real_problems(e)
         if not real:
+            unknown = unknown_layout(e)
+            if unknown is not None:
+                findings.append(
+                    catalog.UNKNOWN_LAYOUT.finding(
+                        f"{e.key}: {unknown.message}",
+                        module=e.module,
+                        entries=(e.key,),
+                        problem=unknown.kind,
+                    )
+                )
             continue
         if real[0].kind not in DAMAGE:
             findings.append(

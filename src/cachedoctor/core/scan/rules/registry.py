@@ -94,7 +94,11 @@ SCAN_RULES: tuple[ScanRule, ...] = (
     ScanRule(
         "lru-write-cost", (K.LRU_WRITE_COST,), lambda s, _: lru_write_cost_findings(s.listing)
     ),
-    ScanRule("corrupt", (K.CORRUPT, K.UNREADABLE), lambda s, _: corrupt_findings(s.entries, s.now)),
+    ScanRule(
+        "corrupt",
+        (K.CORRUPT, K.UNREADABLE, K.UNKNOWN_LAYOUT),
+        lambda s, _: corrupt_findings(s.entries, s.now),
+    ),
     ScanRule("insecure", (K.INSECURE,), lambda s, _: insecure_findings(s.listing)),
     ScanRule("mixtures", (K.MIXED_VERSIONS, K.MIXED_PLATFORMS), lambda s, _: mixtures(s.entries)),
     ScanRule("unknown-file", (K.UNKNOWN_FILE,), lambda s, _: unknown_files(s.listing)),

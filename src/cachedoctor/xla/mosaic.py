@@ -1,0 +1,206 @@
+"""Pallas TPU kernels in a stored HLO module: each ``tpu_custom_call`` and its Mosaic body.
+
+A Pallas TPU kernel lowers to a ``tpu_custom_call`` whose config is JSON; its
+``custom_call_config.body`` is the kernel as base64 MLIR bytecode. In the optimised module that
+libtpu stores, the config is not in the instruction's ``backend_config`` (empty) but in the
+module's field 22, a list of payloads the instruction names by index (its field 99, field 2);
+in a module lowered by JAX it is the ``backend_config`` itself (docs/format-tpu.md).
+
+The body keeps debug locations: the kernel's source path and line numbers. Up to jax 0.10 they
+are hashed into the cache key, so the same kernel run from another folder, or a line lower,
+gets another key; jax 0.11 strips them first (``cache_key._strip_mosaic_debug_info``).
+
+``kernels_in_module`` finds the bodies in the bytes alone. ``describe`` reads a body with
+jaxlib's MLIR (imported only then: about half a second): its name, its grid, its debug locations,
+and the digest of the body with its debug information stripped as jax 0.11 strips it. Two bodies
+with equal stripped digests differ in debug locations only; that is the evidence ``scan``,
+``diff`` and ``why`` give, and what the stable hasher (stablekeys/keys.py) hashes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from cachedoctor.formats import wire
+
+TARGET = "tpu_custom_call"
+_TARGET_BYTES = TARGET.encode()
+# HloModuleProto / HloComputationProto / HloInstructionProto field numbers (hlo.proto; 22 and 99
+# as read from libtpu's modules)
+_MODULE_COMPUTATIONS, _MODULE_PAYLOADS = 3, 22
+_COMPUTATION_NAME, _COMPUTATION_INSTRUCTIONS = 1, 2
+_INSTR_NAME, _INSTR_TARGET, _INSTR_CONFIG, _INSTR_PAYLOAD = 1, 28, 43, 99
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One ``tpu_custom_call`` of a module: where it is, its config, the Mosaic body in it."""
+
+    instruction: str  # computation/instruction
+    config: bytes  # the JSON config
+    body: bytes | None  # the MLIR bytecode, None when the config holds none
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class KernelDetail:
+    """What jaxlib's MLIR reads of a Mosaic body."""
+
+    name: str | None  # the kernel function's name (the Pallas kernel's Python name)
+    grid: tuple[int, ...] | None  # its iteration bounds
+    locations: tuple[Location, ...]  # every file location, in the order MLIR prints them
+    stripped_sha256: str  # of the body with debug information stripped (as jax 0.11 does)
+
+
+class MosaicUnreadable(ValueError):
+    """jaxlib could not read the body (missing, or a bytecode newer than it reads)."""
+
+
+def kernels_in_module(module: wire.Buffer) -> list[KernelConfig]:
+    """Every ``tpu_custom_call`` of an ``HloModuleProto``, in order. Raises WireError."""
+    if _TARGET_BYTES not in bytes(module):
+        return []
+    fields = wire.field_list(module)
+    payloads = [bytes(v) for n, wt, v in fields if n == _MODULE_PAYLOADS and wt == wire.LEN]
+    found = []
+    for number, wt, computation in fields:
+        if number != _MODULE_COMPUTATIONS or wt != wire.LEN:
+            continue
+        assert isinstance(computation, memoryview)
+        cfields = wire.field_list(computation)
+        cname = next((bytes(v) for n, _, v in cfields if n == _COMPUTATION_NAME), b"")
+        for n, _, instruction in cfields:
+            if n != _COMPUTATION_INSTRUCTIONS or _TARGET_BYTES not in bytes(instruction):
+                continue
+            found.extend(_kernel_of(cname, instruction, payloads))
+    return found
+
+
+def _kernel_of(cname: bytes, instruction: Any, payloads: list[bytes]) -> list[KernelConfig]:
+    ifields = wire.fields_by_number(instruction)
+    if wire.as_str(wire.first(ifields, _INSTR_TARGET)) != TARGET:
+        return []
+    name = wire.as_str(wire.first(ifields, _INSTR_NAME)) or "?"
+    where = f"{cname.decode('utf-8', 'replace')}/{name}"
+    config = wire.first(ifields, _INSTR_CONFIG)
+    data = b"" if config is None or isinstance(config, int) else bytes(config)
+    if not data:
+        ref = wire.first(ifields, _INSTR_PAYLOAD)
+        if ref is not None and not isinstance(ref, int):
+            index = wire.as_int(wire.first(wire.fields_by_number(ref), 2))
+            if index is not None and 0 <= index < len(payloads):
+                data = payloads[index]
+    return [KernelConfig(where, data, body_of(data))]
+
+
+def body_of(config: bytes) -> bytes | None:
+    """The Mosaic body of a ``tpu_custom_call`` config, or None when it holds none."""
+    try:
+        parsed = json.loads(config)
+        body = parsed["custom_call_config"]["body"]
+        return base64.b64decode(body, validate=True) if isinstance(body, str) else None
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+
+
+def body_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+# --- reading a body with jaxlib's MLIR ------------------------------------------------------
+
+_LOC_DEF = re.compile(r'^#(loc\d*) = loc\("((?:[^"\\]|\\.)*)":(\d+):(\d+)(?:\s+to\s+[^)]*)?\)$')
+_FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@([\w$.-]+)")
+_BOUNDS = re.compile(r"iteration_bounds\s*=\s*array<i64(?::\s*([-\d,\s]*))?>")
+
+
+@functools.cache
+def _mlir() -> tuple[Any, Any, Any]:
+    """jaxlib's ``ir``, ``passmanager`` and Mosaic TPU dialect (imported once, on demand)."""
+    try:
+        from jax._src.lib import tpu  # type: ignore[attr-defined]
+        from jax._src.lib.mlir import ir, passmanager  # type: ignore[attr-defined]
+    except Exception as exc:  # no jaxlib, or one without the Mosaic TPU dialect
+        raise MosaicUnreadable(f"jaxlib's MLIR is not importable: {exc}") from exc
+    return ir, passmanager, tpu
+
+
+@functools.lru_cache(maxsize=256)
+def describe(body: bytes) -> KernelDetail:
+    """A Mosaic body's name, grid, locations and stripped digest. Raises MosaicUnreadable."""
+    ir, passmanager, tpu = _mlir()
+    context = ir.Context()
+    try:
+        tpu.register_dialect(context)
+        context.allow_unregistered_dialects = True
+        with context:
+            module = ir.Module.parse(body)
+            text = module.operation.get_asm(enable_debug_info=True)
+            passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+            out = io.BytesIO()
+            module.operation.write_bytecode(out)
+    except Exception as exc:  # MLIRError, or a bytecode version jaxlib does not read
+        raise MosaicUnreadable(f"jaxlib's MLIR could not read the kernel: {exc}") from exc
+    return KernelDetail(
+        name=_name(text),
+        grid=_grid(text),
+        locations=_locations(text),
+        stripped_sha256=hashlib.sha256(out.getvalue()).hexdigest(),
+    )
+
+
+def _locations(text: str) -> tuple[Location, ...]:
+    found = []
+    for line in text.splitlines():
+        match = _LOC_DEF.match(line.strip())
+        if match:
+            file = match.group(2).encode().decode("unicode_escape", "replace")
+            found.append(Location(file, int(match.group(3)), int(match.group(4))))
+    return tuple(found)
+
+
+def _name(text: str) -> str | None:
+    match = _FUNC.search(text)
+    return match.group(1) if match else None
+
+
+def _grid(text: str) -> tuple[int, ...] | None:
+    match = _BOUNDS.search(text)
+    if not match:
+        return None
+    values = (match.group(1) or "").replace(" ", "")
+    return tuple(int(v) for v in values.split(",") if v)
+
+
+def location_change(a: KernelDetail, b: KernelDetail) -> str:
+    """How ``b``'s locations differ from ``a``'s, in a few words: ``a/k.py:14 → b/k.py:15``
+    (the first location of each that differs, and how many more differ)."""
+    pairs = [
+        (x, y)
+        for x, y in zip(a.locations, b.locations, strict=False)
+        if (x.file, x.line) != (y.file, y.line)
+    ]
+    if not pairs and len(a.locations) == len(b.locations):
+        return "no file location differs (names or columns only)"
+    if not pairs:
+        return f"{len(a.locations)} locations → {len(b.locations)}"
+    first = f"{pairs[0][0]} → {pairs[0][1]}"
+    more = len(pairs) - 1
+    return first + (f" (and {more} more location{'s' if more > 1 else ''})" if more else "")

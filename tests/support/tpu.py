@@ -1,0 +1,66 @@
+"""The real TPU caches of tests/fixtures/tpu-v5e, unpacked once per test process.
+
+Two archives, kept as they were written (CI has no TPU): ``shared-jax0.10.2.tar.gz`` (the
+project's first TPU caches: the seed program, plain and hooked, and a mix of Pallas kernels and
+an MLP) and ``capture-<date>.tar.gz`` (``tools/tpu_capture.py``'s run: one program run from two
+folders, a line lower and with a kernel changed, plain and hooked; and damaged copies of two
+entries), with ``capture-<date>.json``: what JAX did on each run and with each damaged copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.support.caches import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "tpu-v5e"
+SHARED = FIXTURES / "shared-jax0.10.2.tar.gz"
+CAPTURE = FIXTURES / "capture-2026-12-07.tar.gz"
+CAPTURE_RESULTS = FIXTURES / "capture-2026-12-07.json"
+
+
+@functools.cache
+def unpacked() -> Path:
+    """Both archives unpacked, read-only by intent: ``shared/`` and ``capture/`` below. Tests
+    that change a cache copy it first (``copy_of``)."""
+    root = Path(tempfile.mkdtemp(prefix="cachedoctor-tpu-"))
+    for name, archive in (("shared", SHARED), ("capture", CAPTURE)):
+        with tarfile.open(archive) as tar:
+            tar.extractall(root / name, filter="data")
+    return root
+
+
+def cache(name: str) -> Path:
+    """A cache folder: ``shared/seed``, ``shared/hook``, ``shared/mix``, ``capture/moved``,
+    ``capture/moved-stable`` or ``capture/damage``."""
+    archive, folder = name.split("/")
+    return unpacked() / archive / "caches" / folder
+
+
+@functools.cache
+def capture_results() -> dict[str, Any]:
+    return dict(json.loads(CAPTURE_RESULTS.read_text()))
+
+
+def damage_variants() -> list[dict[str, Any]]:
+    """Each damaged copy: ``name``, ``what`` was done, ``jax`` (hit | error | ...), ``errors``,
+    and ``path``, the file."""
+    out = []
+    for variant in capture_results()["damage"]["variants"]:
+        out.append({**variant, "path": unpacked() / "capture" / variant["file"]})
+    return out
+
+
+def written_keys(log: Path) -> list[str]:
+    """The keys JAX's log says it wrote (JAX_EXPLAIN_CACHE_MISSES=1)."""
+    marker = "to persistent compilation cache with key '"
+    return [
+        line.split(marker, 1)[1].split("'", 1)[0]
+        for line in log.read_text().splitlines()
+        if marker in line
+    ]

@@ -1,0 +1,677 @@
+#!/usr/bin/env python3
+"""Capture real TPU cache entries, with JAX's own verdict on each, for cachedoctor's tests.
+
+Run on a TPU machine (the device tool's tpu-v5e), from the repository root, with the Python that
+has JAX and libtpu. cachedoctor's own dependencies travel as wheels (``--wheels .whl-tpu``, the
+device README's recipe); the script puts them and this checkout's ``src/`` into a virtual
+environment over the machine's JAX, with the start-up ``.pth``, so that ``CACHEDOCTOR_HOOK`` works
+in the programs it starts:
+
+    PYTHONUNBUFFERED=1 python3 tools/tpu_capture.py --out "$OUT" --wheels .whl-tpu
+
+Steps (``--steps``, all by default):
+
+- ``moved``: one program with two Pallas TPU kernels (an add, a tiled bf16 matmul) and a plain
+  ``jnp`` step, run five times into one cache, each in a fresh process: from folder ``a``, from a
+  copy in folder ``b``, from ``a`` with one comment line added above the kernels, from ``a`` as it
+  was, and from ``a`` with the add kernel's body changed. JAX's log of every run is kept
+  (``JAX_EXPLAIN_CACHE_MISSES``), with each module's hit or miss and the program's results.
+- ``moved-stable``: the same five runs with ``CACHEDOCTOR_HOOK=stable``.
+- ``damage``: a fresh cache of the same program; copies of its ``jit_add`` (Pallas) and
+  ``jit_step`` entries are damaged in named ways (cut short, a byte zstd rejects, broken
+  messages, a byte in debug text, random bytes away from the machine code), and JAX loads each
+  one in turn in a worker process: ``damage.json`` says what JAX did (hit with the right
+  result, an error and its text, or a crash), and ``variants/`` holds the bytes.
+- ``commands``: cachedoctor's commands on the captured caches (``commands.json``).
+
+Everything lands in ``--out``: ``capture.tar.gz`` (caches, programs, logs, variants) and the
+JSON files. The device returns at most 8 files, so nothing else is written there.
+Without a TPU, ``JAX_PLATFORMS=cpu`` runs no step (the programs need ``pallas_call`` on a TPU);
+``tests/e2e/test_tpu_capture.py`` checks that the script imports and builds its variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+STEPS = ("moved", "moved-stable", "damage", "commands")
+WORK = Path("/tmp/tpucap")
+
+# The program: two Pallas TPU kernels and a plain step. {comment} and {add_rhs} vary per run.
+PROGRAM = '''\
+"""cachedoctor's TPU capture program (tools/tpu_capture.py)."""
+import json, logging, os, re, warnings
+import jax
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+OUTCOMES = []
+_PATTERNS = (
+    ("hit", re.compile(r"Persistent compilation cache hit for '(.+?)' with key '?([^' ]+)")),
+    ("miss", re.compile(r"PERSISTENT COMPILATION CACHE MISS for '(.+?)' with key '?([^' ]+)")),
+)
+
+
+class _Outcomes(logging.Handler):
+    def emit(self, record):
+        text = record.getMessage()
+        for kind, pattern in _PATTERNS:
+            found = pattern.search(text)
+            if found:
+                OUTCOMES.append([kind, found.group(1), found.group(2)])
+
+
+_logger = logging.getLogger("jax._src.compiler")
+_logger.setLevel(logging.DEBUG)
+_logger.addHandler(_Outcomes())
+_shown = logging.StreamHandler()  # JAX's own warnings, as without our handler
+_shown.setLevel(logging.WARNING)
+_logger.addHandler(_shown)
+logging.getLogger("jax._src.compilation_cache").addHandler(_Outcomes())
+{comment}
+def add_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + {add_rhs}
+
+
+@jax.jit
+def add(x, y):
+    return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
+
+
+def mm_kernel(x_ref, y_ref, o_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+
+@jax.jit
+def matmul(x, y):
+    m, k = x.shape
+    _, n = y.shape
+    bm = bn = bk = 256
+    return pl.pallas_call(
+        mm_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(m // bm, n // bn, k // bk),
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+    )(x, y)
+
+
+@jax.jit
+def step(w, x):
+    return jnp.tanh(x @ w).sum()
+
+
+def inputs():
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128) / 1024
+    a = jnp.ones((512, 512), jnp.bfloat16)
+    w = jnp.ones((128, 128), jnp.float32) / 128
+    return jax.block_until_ready((x, a, w))
+
+
+def run(only=None):
+    x, a, w = inputs()
+    calls = {{
+        "add": lambda: float(add(x, x).sum()),
+        "matmul": lambda: float(matmul(a, a)[0, 0]),
+        "step": lambda: float(step(w, x)),
+    }}
+    return {{name: call() for name, call in calls.items() if only in (None, name)}}
+
+
+if __name__ == "__main__":
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run()
+    errors = [str(w.message) for w in caught if "persistent compilation cache" in str(w.message)]
+    print("CAPTURE " + json.dumps({{"results": results, "outcomes": OUTCOMES, "errors": errors}}))
+'''
+
+COMMENT = "# one comment line added above the kernels: every line below moves down by one\n"
+ADD_RHS, ADD_RHS_CHANGED = "y_ref[...]", "y_ref[...] * 2"
+
+# (name, folder, comment, add_rhs): the five runs of the moved steps, in order
+RUNS = (
+    ("a", "a", "", ADD_RHS),
+    ("b", "b", "", ADD_RHS),
+    ("a-comment", "a", COMMENT, ADD_RHS),
+    ("a-again", "a", "", ADD_RHS),
+    ("a-body", "a", "", ADD_RHS_CHANGED),
+)
+
+
+def log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# --- the environment ---------------------------------------------------------------------------
+
+
+def make_env(wheels: Path | None) -> Path:
+    """A virtual environment over this machine's JAX with cachedoctor's wheels and this
+    checkout's src/ (an editable-style .pth) and the start-up .pth; returns its python."""
+    venv = WORK / "venv"
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+    )
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    if wheels is not None:
+        found = sorted(p for p in wheels.glob("*.whl") if not p.name.startswith("cachedoctor-"))
+        env = dict(os.environ, PIP_CONFIG_FILE="/dev/null")
+        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-index"]
+        cmd += ["--no-deps", "--no-compile", "--upgrade", "--target", str(site)]
+        subprocess.run([*cmd, *map(str, found)], check=True, env=env)
+    (site / "cachedoctor-src.pth").write_text(str(ROOT / "src") + "\n")
+    shutil.copy(ROOT / "src" / "cachedoctor_startup.pth", site / "cachedoctor_startup.pth")
+    return python
+
+
+def environment(python: Path) -> dict[str, object]:
+    probe = (
+        "import json, jax, jaxlib; d = jax.devices()[0]; "
+        "v = {'jax': jax.__version__, 'jaxlib': jaxlib.__version__, 'device_kind': d.device_kind,"
+        " 'platform': d.platform, 'devices': len(jax.devices())}\n"
+        "try:\n import libtpu; v['libtpu'] = getattr(libtpu, '__version__', '?')\n"
+        "except Exception as e: v['libtpu'] = repr(e)\n"
+        "import cachedoctor; v['cachedoctor'] = cachedoctor.__file__\n"
+        "print(json.dumps(v))"
+    )
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    if out.returncode:
+        return {"error": out.stderr[-2000:]}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+# --- the program runs --------------------------------------------------------------------------
+
+
+def write_program(folder: str, comment: str, add_rhs: str) -> Path:
+    path = WORK / "progs" / folder / "capture_prog.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(PROGRAM.format(comment=comment, add_rhs=add_rhs))
+    return path
+
+
+def run_program(
+    python: Path, program: Path, cache: Path, logfile: Path, extra_env: dict[str, str]
+) -> dict[str, object]:
+    """One fresh process of the program; what it printed of its hits, misses and results."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache), JAX_EXPLAIN_CACHE_MISSES="1")
+    env.pop("CACHEDOCTOR_HOOK", None)
+    env.update(extra_env)
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(python), str(program)], cwd=program.parent, env=env, capture_output=True, text=True
+    )
+    text = done.stdout + done.stderr
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    logfile.write_text(text)
+    found: dict[str, object] = {"rc": done.returncode, "seconds": round(time.monotonic() - started)}
+    for line in done.stdout.splitlines():
+        if line.startswith("CAPTURE "):
+            found.update(json.loads(line[len("CAPTURE ") :]))
+    if done.returncode:
+        found["tail"] = text[-3000:]
+    return found
+
+
+def moved_step(python: Path, name: str, extra_env: dict[str, str]) -> dict[str, object]:
+    cache = WORK / "caches" / name
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    runs = {}
+    for run_name, folder, comment, add_rhs in RUNS:
+        program = write_program(folder, comment, add_rhs)
+        shutil.copy(program, WORK / "programs" / f"capture_prog-{run_name}.py")
+        found = run_program(
+            python, program, cache, WORK / "logs" / f"{name}-{run_name}.log", extra_env
+        )
+        runs[run_name] = found
+        log(f"{name} {run_name}: {summarise(found)}")
+    write_program("a", "", ADD_RHS)  # a as it was, for the later steps
+    entries = sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache"))
+    return {"runs": runs, "entries": entries}
+
+
+def summarise(found: dict[str, object]) -> str:
+    outcomes = found.get("outcomes") or []
+    per: dict[str, list[str]] = {}
+    for kind, module, _key in outcomes:  # type: ignore[misc]
+        per.setdefault(kind, []).append(module)
+    parts = [f"{k} {sorted(v)}" for k, v in sorted(per.items())]
+    return f"rc {found.get('rc')}, {'; '.join(parts)}, results {found.get('results')}"
+
+
+# --- damaged entries, and what JAX does with each ----------------------------------------------
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def chunks_of(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) of the header and each length-delimited message after the 4-byte prefix."""
+    out, pos = [], 4
+    while pos < len(raw):
+        length, start = _varint(raw, pos)
+        out.append((start, start + length))
+        pos = start + length
+    return out
+
+
+def _fields(data: bytes, base: int) -> list[tuple[int, int, int, int]]:
+    """(number, wire type, start, end) of the top-level fields of a message at ``base``."""
+    out, pos = [], 0
+    while pos < len(data):
+        tag, pos = _varint(data, pos)
+        number, wt = tag >> 3, tag & 7
+        if wt == 0:
+            _, end = _varint(data, pos)
+            out.append((number, wt, base + pos, base + end))
+            pos = end
+        elif wt == 2:
+            length, start = _varint(data, pos)
+            out.append((number, wt, base + start, base + start + length))
+            pos = start + length
+        elif wt in (1, 5):
+            size = 8 if wt == 1 else 4
+            out.append((number, wt, base + pos, base + pos + size))
+            pos += size
+        else:
+            raise ValueError(f"wire type {wt}")
+    return out
+
+
+def variants_of(compressed: bytes, seed: int) -> list[tuple[str, str, bytes]]:
+    """(name, what was done, the file's bytes) for one healthy entry: each a way to damage it."""
+    import zstandard
+
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(compressed)
+    chunks = chunks_of(raw)
+    out: list[tuple[str, str, bytes]] = []
+
+    def recompressed(name: str, what: str, data: bytes | bytearray) -> None:
+        out.append((name, what, zstandard.ZstdCompressor(level=3).compress(bytes(data))))
+
+    def set_byte(name: str, what: str, at: int, value: int) -> None:
+        data = bytearray(raw)
+        data[at] = value
+        recompressed(
+            name, f"{what} (byte {at} of the payload: {raw[at]:#04x} -> {value:#04x})", data
+        )
+
+    out.append(("cut-half", "the file cut to half its length", compressed[: len(compressed) // 2]))
+    out.append(("cut-last-byte", "the file's last byte cut", compressed[:-1]))
+    rng = random.Random(seed)
+    rejected = silent = 0
+    for _ in range(4000):
+        at = rng.randrange(4, len(compressed))
+        bad = bytearray(compressed)
+        bad[at] ^= 1 << rng.randrange(8)
+        try:
+            decoded = zstandard.ZstdDecompressor().decompressobj().decompress(bytes(bad))
+        except zstandard.ZstdError:
+            if rejected < 2:
+                rejected += 1
+                out.append(
+                    (
+                        f"zstd-rejects-{rejected}",
+                        f"bit flipped in compressed byte {at}: zstd refuses",
+                        bytes(bad),
+                    )
+                )
+            continue
+        if decoded != raw and silent < 3:
+            changed = [i for i, (p, q) in enumerate(zip(decoded, raw, strict=False)) if p != q]
+            if len(decoded) != len(raw) or not changed or changed[0] < chunks[1][1]:
+                continue  # only changes after message 0 (the TPU program) are loaded on a chip
+            silent += 1
+            where = changed[0]
+            out.append(
+                (
+                    f"zstd-silent-{silent}",
+                    f"bit flipped in compressed byte {at}: the frame decodes whole, first"
+                    f" change at payload byte {where} of {len(raw)}",
+                    bytes(bad),
+                )
+            )
+        if rejected >= 2 and silent >= 3:
+            break
+    header, messages = chunks[0], chunks[1:]
+    set_byte("header-length", "the pjrt_ifrt header's length varint", 4, raw[4] ^ 0x01)
+    for i, (start, end) in enumerate(messages):
+        if end > start:
+            set_byte(
+                f"m{i}-first-tag",
+                f"message {i}'s first tag made wire type 7",
+                start,
+                raw[start] | 0x07,
+            )
+    out.extend(_text_variants(raw, messages, recompressed))
+    recompressed(
+        "trailing-bytes", "four bytes added after the last message", raw + b"\x08\x01\x08\x01"
+    )
+    # away from message 0, the TPU program, whose bytes the chip would run
+    spots = [*range(header[0], header[1]), *range(messages[1][0], len(raw))]
+    for n in range(10):
+        at = rng.choice(spots)
+        set_byte(
+            f"random-{n}",
+            "a random byte outside the TPU program (message 0)",
+            at,
+            raw[at] ^ (1 + rng.randrange(255)),
+        )
+    return out
+
+
+def _text_variants(
+    raw: bytes, messages: list[tuple[int, int]], recompressed: Callable[[str, str, bytes], None]
+) -> list[tuple[str, str, bytes]]:
+    """One letter changed in texts no executable needs: a source path in the HLO metadata, the
+    autotune folder in the compile options, a Mosaic kernel's debug location; and a byte that
+    is not UTF-8 in the module's name."""
+    found: list[tuple[str, str, int, int]] = []
+    text = raw.decode("latin-1")
+    path = text.find("capture_prog.py")
+    if path > 0:
+        found.append(
+            (
+                "debug-source-path",
+                "one letter of the program's path in the HLO's source metadata",
+                path,
+                ord("K"),
+            )
+        )
+    autotune = text.find("xla_gpu_per_fusion_autotune_cache_dir")
+    if autotune < 0:
+        autotune = text.find("tpucap/caches")
+    if autotune > 0:
+        found.append(
+            (
+                "debug-autotune-dir",
+                "one letter of the autotune folder in the stored compile options",
+                autotune + 3,
+                ord("Q"),
+            )
+        )
+    body = re.search(rb'"body":"([A-Za-z0-9+/=]+)"', raw)
+    if body:
+        import base64
+
+        kernel = bytearray(base64.b64decode(body.group(1)))
+        at = kernel.find(b"capture_prog.py")
+        if at >= 0:
+            kernel[at] = ord("K")
+            encoded = base64.b64encode(bytes(kernel))
+            data = raw[: body.start(1)] + encoded + raw[body.end(1) :]
+            recompressed(
+                "mosaic-debug-path",
+                "one letter of the kernel's source path inside the first Mosaic body",
+                data,
+            )
+    start, end = messages[1]
+    for number, wt, a, _b in _fields(raw[start:end], start):
+        if number == 20 and wt == 2:
+            found.append(
+                (
+                    "module-name-not-utf8",
+                    "the module name in the compiler metadata made not UTF-8",
+                    a,
+                    0xFF,
+                )
+            )
+    for name, what, at, value in found:
+        data = bytearray(raw)
+        data[at] = value
+        recompressed(name, f"{what} (payload byte {at})", bytes(data))
+    return []
+
+
+WORKER = """\
+import json, os, sys, warnings
+sys.path.insert(0, os.environ["CAPTURE_PROGRAM_DIR"])
+import capture_prog as prog
+import jax
+from jax._src import compilation_cache
+todo = json.load(open(os.environ["CAPTURE_TODO"]))
+done = {json.loads(l)["name"] for l in open(os.environ["CAPTURE_RESULTS"])}
+expected = {}
+for item in todo:
+    if item["name"] in done:
+        continue
+    target = item["target"]
+    if target not in expected:  # the right answer, from the healthy entry
+        open(item["path"], "wb").write(open(item["healthy"], "rb").read())
+        jax.clear_caches(); compilation_cache.reset_cache()
+        expected[target] = prog.run(target)[target]
+    open(item["path"], "wb").write(open(item["variant"], "rb").read())
+    jax.clear_caches(); compilation_cache.reset_cache()
+    prog.OUTCOMES.clear()
+    with open(os.environ["CAPTURE_RESULTS"], "a") as out:
+        out.write(json.dumps({"name": item["name"], "started": True}) + "\\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = prog.run(target)[target]
+    errors = [str(w.message) for w in caught if "persistent compilation cache" in str(w.message)]
+    kinds = sorted({o[0] for o in prog.OUTCOMES if o[1] == item["module"]})
+    if errors:
+        verdict = "error"
+    elif "hit" in kinds:
+        verdict = "hit" if value == expected[target] else "hit-wrong-result"
+    else:
+        verdict = "miss"
+    with open(os.environ["CAPTURE_RESULTS"], "a") as out:
+        out.write(json.dumps({"name": item["name"], "verdict": verdict, "errors": errors,
+                              "outcomes": prog.OUTCOMES, "value": value,
+                              "expected": expected[target]}) + "\\n")
+"""
+
+DAMAGE_TARGETS = {"jit_add": "add", "jit_step": "step"}
+
+
+def damage_step(python: Path) -> dict[str, object]:
+    cache = WORK / "caches" / "damage"
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    program = write_program("a", "", ADD_RHS)
+    first = run_program(python, program, cache, WORK / "logs" / "damage-write.log", {})
+    log(f"damage: wrote {summarise(first)}")
+    todo = []
+    vdir = WORK / "variants"
+    shutil.rmtree(vdir, ignore_errors=True)
+    for module, target in DAMAGE_TARGETS.items():
+        (entry,) = cache.glob(f"{module}-*-cache")
+        healthy = vdir / "healthy" / entry.name
+        healthy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(entry, healthy)
+        seed = int(hashlib.sha256(module.encode()).hexdigest()[:8], 16)
+        for name, what, data in variants_of(entry.read_bytes(), seed):
+            path = vdir / f"{module}.{name}" / entry.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            todo.append(
+                {
+                    "name": f"{module}.{name}",
+                    "what": what,
+                    "target": target,
+                    "module": module,
+                    "path": str(entry),
+                    "variant": str(path),
+                    "healthy": str(healthy),
+                }
+            )
+    todo_file, results = WORK / "damage-todo.json", WORK / "damage-results.jsonl"
+    todo_file.write_text(json.dumps(todo))
+    results.write_text("")
+    env = dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        CAPTURE_PROGRAM_DIR=str(program.parent),
+        CAPTURE_TODO=str(todo_file),
+        CAPTURE_RESULTS=str(results),
+    )
+    for attempt in range(len(todo) + 1):
+        done = subprocess.run(
+            [str(python), "-c", WORKER], env=env, capture_output=True, text=True, timeout=400
+        )
+        lines = [json.loads(line) for line in results.read_text().splitlines() if line]
+        finished = {r["name"] for r in lines if "verdict" in r}
+        started = [r["name"] for r in lines if r.get("started")]
+        if done.returncode == 0 and len(finished) == len(todo):
+            break
+        crashed = [n for n in started if n not in finished]
+        log(f"damage worker ended rc {done.returncode} (attempt {attempt}): {done.stderr[-600:]}")
+        with results.open("a") as out:
+            for name in crashed:
+                out.write(
+                    json.dumps(
+                        {"name": name, "verdict": "crashed", "errors": [done.stderr[-1500:]]}
+                    )
+                    + "\n"
+                )
+    for module in DAMAGE_TARGETS:  # the healthy entries back
+        (entry,) = cache.glob(f"{module}-*-cache")
+        shutil.copy(vdir / "healthy" / entry.name, entry)
+    verdicts = {}
+    for line in results.read_text().splitlines():
+        r = json.loads(line)
+        if "verdict" in r:
+            verdicts[r["name"]] = r
+    report = []
+    for item in todo:
+        r = verdicts.get(item["name"], {"verdict": "not run"})
+        report.append(
+            {
+                "name": item["name"],
+                "what": item["what"],
+                "jax": r["verdict"],
+                "errors": r.get("errors", []),
+                "file": str(Path(item["variant"]).relative_to(WORK)),
+            }
+        )
+        log(f"damage {item['name']}: JAX {r['verdict']} {str(r.get('errors', ''))[:160]}")
+    return {"variants": report, "write": first}
+
+
+# --- cachedoctor's commands on the captured caches ----------------------------------------------
+
+
+def commands_step(python: Path) -> dict[str, object]:
+    """cachedoctor's reading commands on the captured caches, and its verdict on each variant."""
+    out: dict[str, object] = {}
+    for cache in sorted((WORK / "caches").iterdir()):
+        for args in (["scan", "--json"], ["lint", "--format", "json"]):
+            done = subprocess.run(
+                [str(python), "-m", "cachedoctor", *args, str(cache)],
+                capture_output=True,
+                text=True,
+            )
+            out[f"{cache.name}: {' '.join(args)}"] = {
+                "rc": done.returncode,
+                "stdout": done.stdout[-20000:],
+                "stderr": done.stderr[-2000:],
+            }
+    probe = (
+        "import json, sys\nfrom cachedoctor.cache import reader\n"
+        "out = {}\nfor p in sys.argv[1:]:\n"
+        " i = reader.decode_entry(p)\n"
+        " out[p] = [[x.kind, x.message] for x in i.problems]\n"
+        "print(json.dumps(out))"
+    )
+    files = sorted(str(p) for p in (WORK / "variants").glob("*/*-cache"))
+    if files:
+        done = subprocess.run([str(python), "-c", probe, *files], capture_output=True, text=True)
+        out["variant problems"] = done.stdout[-50000:] or done.stderr[-3000:]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--wheels", type=Path, help="cachedoctor's dependencies as wheels")
+    parser.add_argument("--steps", default=",".join(STEPS))
+    args = parser.parse_args()
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown:
+        parser.error(f"unknown steps {unknown}; known: {', '.join(STEPS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (WORK / "programs").mkdir(parents=True, exist_ok=True)
+    python = make_env(args.wheels)
+    if Path(sys.prefix) != WORK / "venv":  # on in the environment: its zstandard, its cachedoctor
+        os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
+    results: dict[str, object] = {
+        "environment": environment(python),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    log(f"environment: {results['environment']}")
+    for step in steps:
+        started = time.monotonic()
+        try:
+            if step == "moved":
+                results[step] = moved_step(python, "moved", {})
+            elif step == "moved-stable":
+                results[step] = moved_step(python, "moved-stable", {"CACHEDOCTOR_HOOK": "stable"})
+            elif step == "damage":
+                results[step] = damage_step(python)
+            elif step == "commands":
+                (args.out / "commands.json").write_text(json.dumps(commands_step(python), indent=1))
+        except Exception as exc:  # keep what the other steps found
+            import traceback
+
+            results[step] = {"error": traceback.format_exc()}
+            log(f"{step} failed: {exc!r}")
+        log(f"{step}: {time.monotonic() - started:.0f} s")
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    with tarfile.open(args.out / "capture.tar.gz", "w:gz") as tar:
+        for part in ("caches", "programs", "logs", "variants"):
+            if (WORK / part).exists():
+                tar.add(WORK / part, arcname=part)
+    log(f"wrote {sorted(p.name for p in args.out.iterdir())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
