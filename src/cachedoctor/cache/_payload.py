@@ -11,6 +11,7 @@ the one part of the decode that knows the framing; only ``reader`` imports it.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from cachedoctor.cache._executable_walk import (
     _walk_executable_buffer,
 )
 from cachedoctor.cache.decompress import DecodeFailure
+from cachedoctor.cache.model import FieldDigest
 from cachedoctor.formats import wire
 from cachedoctor.formats.errors import FormatError
 from cachedoctor.xla import gpu, tpu
@@ -128,6 +130,10 @@ def _note_plugin_payload(walk: _Walk, data: memoryview, header: bool) -> None:
     except FormatError as exc:
         raise DecodeFailure("protobuf", f"TPU executable: {exc}") from exc
     executable = walk.tpu_executable
+    if walk.hash_fields:  # detail decodes: each message's digest (diff compares them)
+        for index, message in enumerate(tpu.read_messages(data)):
+            digest = hashlib.sha256(message).hexdigest()
+            walk.digests.append(FieldDigest(index, len(message), digest))
     walk.hlo_module = executable.hlo_module
     walk.hlo_config = executable.hlo_config
     walk.compile_options = executable.compile_options

@@ -86,7 +86,7 @@ def _tpu_summary(v: list[Any]) -> TpuSummary:
     """A ``TpuSummary`` from its JSON list: its tuples come back as lists."""
     if not isinstance(v, list) or len(v) != len(dataclasses.fields(TpuSummary)):
         raise ValueError("index row of another shape")
-    chip, version, variant, messages, program, environment, environment_size, kernels = v
+    chip, version, variant, messages, program, environment, env_size, kernels, masked = v
     return TpuSummary(
         chip,
         version,
@@ -94,9 +94,15 @@ def _tpu_summary(v: list[Any]) -> TpuSummary:
         tuple(messages),
         program,
         environment,
-        environment_size,
-        _records(MosaicKernel, kernels),
+        env_size,
+        tuple(_kernel(k) for k in kernels),
+        masked,
     )
+
+
+def _kernel(v: list[Any]) -> MosaicKernel:
+    instruction, body, size, name, stripped, locations, unreadable = v
+    return MosaicKernel(instruction, body, size, name, stripped, tuple(locations), unreadable)
 
 
 def _strings(rows: list[str]) -> tuple[str, ...]:

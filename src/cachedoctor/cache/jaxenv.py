@@ -26,6 +26,9 @@ class JaxInfo:
     # JAX's LRU takes an entry without its -atime file as the least recently used (0.12) rather
     # than failing its eviction pass on it (0.10.2); None: lru_cache.py could not be read
     lru_evicts_without_atime: bool | None = None
+    # JAX strips Mosaic kernels' debug locations before hashing (0.11 on:
+    # ``_strip_mosaic_debug_info``); None when cache_key.py could not be read
+    strips_kernel_locations: bool | None = None
 
 
 def _version(dist: str) -> str | None:
@@ -67,6 +70,7 @@ def installed_jax() -> JaxInfo:
     source_file = _jax_src_file("_src/cache_key.py")
     hashes_autotune: bool | None = None
     hashes_kernel: bool | None = None
+    strips_kernels: bool | None = None
     if source_file is not None:
         try:
             text = source_file.read_text(encoding="utf-8")
@@ -76,6 +80,8 @@ def installed_jax() -> JaxInfo:
         if fn is not None:
             hashes_autotune = not clears_field(fn, "xla_gpu_per_fusion_autotune_cache_dir")
             hashes_kernel = not clears_field(fn, "xla_gpu_kernel_cache_file")
+        if text:
+            strips_kernels = "_strip_mosaic_debug_info(" in text
     return JaxInfo(
         lru_evicts_without_atime=_lru_evicts_without_atime(),
         jax_version=_version("jax"),
@@ -83,6 +89,7 @@ def installed_jax() -> JaxInfo:
         hashes_autotune_dir=hashes_autotune,
         hashes_kernel_cache_file=hashes_kernel,
         cache_key_source=str(source_file) if source_file else None,
+        strips_kernel_locations=strips_kernels,
     )
 
 

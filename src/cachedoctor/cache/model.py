@@ -73,12 +73,17 @@ class GpuSummary:
 @dataclass(frozen=True, slots=True)
 class MosaicKernel:
     """A Pallas TPU kernel: one ``tpu_custom_call`` and the Mosaic body its config holds
-    (docs/format-tpu.md). The body's name, grid and debug locations are read on demand
-    (``xla/mosaic.describe``): a scan keeps only what tells bodies apart."""
+    (docs/format-tpu.md). Its name, stripped digest and debug locations are read with jaxlib's
+    MLIR (``xla/mosaic.describe``) only for entries a verdict compares."""
 
     instruction: str  # computation/instruction
     body_sha256: str  # of the MLIR bytecode, debug locations included
     body_size: int
+    # read with jaxlib's MLIR, only where a verdict needs them (cache/tiers.kernel_candidates)
+    name: str | None = None  # the kernel function
+    stripped_sha256: str | None = None  # the body without debug information (as jax 0.11)
+    locations: tuple[str, ...] = ()  # each distinct "file:line" of its debug locations
+    unreadable: str | None = None  # why jaxlib could not read the body
 
 
 @_pickled_by_values
@@ -94,6 +99,9 @@ class TpuSummary:
     environment: str | None  # the compilation environment's type
     environment_size: int
     kernels: tuple[MosaicKernel, ...] = ()
+    # the program digest with every kernel body masked: entries equal in it but not in their
+    # program digest differ only in their kernels' bodies (scan then reads the bodies)
+    masked_program_digest: str | None = None
 
 
 @_pickled_by_values

@@ -57,6 +57,7 @@ from cachedoctor.cache.model import (
     EntryDetail,
     EntryInfo,
     Problem,
+    TpuSummary,
     updated,
 )
 from cachedoctor.errors import os_reason
@@ -68,6 +69,7 @@ from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.stores import Store
 from cachedoctor.xla import hlo as hlo_mod
 from cachedoctor.xla import hlo_facts as hlo_facts_mod
+from cachedoctor.xla import mosaic
 from cachedoctor.xla.compile_options import canonical_compile_options, decode_compile_options
 
 DEFAULT_MAX_DECOMPRESSED = 8 << 30  # a bigger entry is reported, not decoded
@@ -385,6 +387,8 @@ def _finish(
             signed.update(canonical)
         except wire.WireError as exc:
             problems.append(Problem("protobuf", f"compile options are malformed: {exc}"))
+    if tpu_summary is not None and tpu_summary.kernels and walk.hlo_module is not None:
+        tpu_summary = _with_masked_digest(tpu_summary, platform, walk, problems)
     known = {f.name for f in dataclasses.fields(EntryInfo)}
     updates = {k: v for k, v in fields.items() if k in known}
     return replace(
@@ -405,6 +409,24 @@ def _finish(
         ),
         hlo_deferred=deferred and not problems,
     )
+
+
+def _with_masked_digest(
+    summary: TpuSummary, platform: str, walk: _Walk, problems: list[Problem]
+) -> TpuSummary:
+    """``summary`` with the program digest of its module with the kernel bodies masked (as
+    ``program_digest``, over the same compile options): what scan groups kernels by."""
+    assert walk.hlo_module is not None
+    try:
+        masked = mosaic.with_bodies(walk.hlo_module, mosaic.masked)
+        digest = hashlib.sha256(platform.encode())
+        digest.update(hlo_facts(masked).program_digest.encode())
+        if walk.compile_options is not None:
+            digest.update(options_facts(walk.compile_options)[1])
+    except wire.WireError as exc:
+        problems.append(Problem("protobuf", f"HLO module is malformed: {exc}"))
+        return summary
+    return replace(summary, masked_program_digest=digest.hexdigest())
 
 
 def iter_entries(listing: CacheListing, **kwargs: object) -> Iterator[EntryInfo]:

@@ -25,8 +25,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
-from cachedoctor.cache.model import EntryInfo, updated
+from cachedoctor.cache.model import EntryInfo, MosaicKernel, updated
+from cachedoctor.formats.wire import WireError
+from cachedoctor.xla import mosaic
 
 
 def tied(entries: Sequence[EntryInfo]) -> list[int]:
@@ -83,3 +86,55 @@ def complete(
     for n, info in zip(again, decode(again), strict=True):
         entries[n] = info
     return sorted([*todo, *copies])
+
+
+# --- the kernel tier: Pallas kernels' bodies read where a verdict compares them -------------
+
+
+def kernel_candidates(entries: Sequence[EntryInfo]) -> list[int]:
+    """Positions of TPU entries whose Pallas kernels must be read with jaxlib's MLIR: in a
+    module with several entries equal up to their kernel bodies (their program digests with
+    the bodies masked) whose bodies differ. Only there can debug locations be all that differs
+    (scan's ``kernel-locations``); jaxlib's MLIR is imported for those alone."""
+    groups: dict[tuple[str | None, str], list[int]] = defaultdict(list)
+    for n, e in enumerate(entries):
+        t = e.tpu
+        if t is not None and t.kernels and t.masked_program_digest and e.ok:
+            groups[(e.module, t.masked_program_digest)].append(n)
+    out = []
+    for group in groups.values():
+        bodies = {tuple(k.body_sha256 for k in entries[n].tpu.kernels) for n in group}  # type: ignore[union-attr]
+        if len(bodies) > 1:
+            out += [n for n in group if not _kernels_read(entries[n])]
+    return sorted(out)
+
+
+def _kernels_read(e: EntryInfo) -> bool:
+    kernels = e.tpu.kernels if e.tpu is not None else ()
+    return all(k.stripped_sha256 is not None or k.unreadable is not None for k in kernels)
+
+
+def with_kernels_read(info: EntryInfo, module: bytes | None) -> EntryInfo:
+    """``info`` with each kernel's name, stripped digest and locations, read from ``module``
+    (the entry's optimised HLO module) with jaxlib's MLIR."""
+    if info.tpu is None or module is None:
+        return info
+    try:
+        found = mosaic.kernels_in_module(module)
+    except WireError:
+        return info
+    if [k.instruction for k in found] != [k.instruction for k in info.tpu.kernels]:
+        return info  # another module than the one decoded (the file changed): no claim
+    kernels = tuple(_read(k, config) for k, config in zip(info.tpu.kernels, found, strict=True))
+    return replace(info, tpu=replace(info.tpu, kernels=kernels))
+
+
+def _read(kernel: MosaicKernel, config: mosaic.KernelConfig) -> MosaicKernel:
+    if config.body is None:
+        return replace(kernel, unreadable="no Mosaic body in its config")
+    try:
+        d = mosaic.describe(config.body)
+    except mosaic.MosaicUnreadable as exc:
+        return replace(kernel, unreadable=str(exc))
+    places = tuple(dict.fromkeys(str(loc) for loc in d.locations))
+    return replace(kernel, name=d.name, stripped_sha256=d.stripped_sha256, locations=places)

@@ -47,18 +47,24 @@ def show(
     """
     cache_dir = default_location(directory)  # --dir, $JAX_COMPILATION_CACHE_DIR, `enable`'s
     detail, where = resolve_entry(Location.parse(entry), cache_dir)
-    hlo_text = None
+    hlo_text = original_text = None
     if hlo:
         from cachedoctor.core.show import hlo_text_of
 
         if detail.hlo_module is None:
             raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")
         hlo_text = hlo_text_of(detail.hlo_module) or "(jaxlib could not render this module)"
+        if detail.original_module is not None:
+            original_text = (
+                hlo_text_of(detail.original_module) or "(jaxlib could not render this module)"
+            )
     if extract:
         from cachedoctor.core.show import extract_to_file
 
         written = extract_to_file(where, extract)
         click.echo(f"wrote {written} bytes to {extract}", err=True)
-    report = ShowReport(detail, hlo_text)
+    from cachedoctor.core.show import entry_kernels
+
+    report = ShowReport(detail, hlo_text, entry_kernels(detail), original_text)
     renderer("json" if as_json else "text").render(report, stdout_console())
     ctx.exit(int(ExitCode.OK if detail.info.ok else ExitCode.FINDINGS))

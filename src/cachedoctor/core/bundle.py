@@ -127,7 +127,8 @@ def _selected(
     for entry in scan.loaded_entries()[0]:
         ev = evidence.get(entry.key)
         writer = _jaxlib(ev)
-        if (entry.key in damaged or not entry.ok) and "damaged" not in include:
+        unread = any(p.kind != "unknown-layout" for p in entry.problems)  # no verdict: packed
+        if (entry.key in damaged or unread) and "damaged" not in include:
             left.append(LeftOut(entry.key, "damaged", "the entry cannot be read whole"))
         elif entry.volatile and not (ev and ev.kind == "stable") and "pointer" not in include:
             left.append(

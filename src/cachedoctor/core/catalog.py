@@ -31,6 +31,20 @@ UNSTABLE_KEY = Case(
     "again; run `cachedoctor diff --module {module}` to see the input, `cachedoctor enable` to "
     "give every run one key",
 )
+KERNEL_LOCATIONS = Case(
+    K.KERNEL_LOCATIONS,
+    when="a module's entries hold Pallas TPU kernels that are equal once their debug "
+    "information is stripped, in modules equal but for those kernels",
+    severity=Severity.WARNING,
+    evidence="each entry's Mosaic body read with jaxlib's MLIR: equal with its debug "
+    "information stripped (as jax 0.11 strips it before hashing; stripped sha256 {stripped}), "
+    "and each module's program digest with the kernel bodies masked is the same; the bodies' "
+    "debug locations: {where}",
+    advice="JAX {jax} {hashes} a kernel's source path and line numbers into the key, so the same "
+    "kernel run from another folder (a CI runner's workspace, another checkout), or a line lower, "
+    "compiles again and writes another entry; `cachedoctor enable` strips them as jax 0.11 does "
+    "(one key for all of these), `cachedoctor diff --module {module}` shows the move",
+)
 SAME_PROGRAM = Case(
     K.SAME_PROGRAM,
     when="one program is stored under several keys, and nothing stored shows a key input that "

@@ -16,6 +16,7 @@ from cachedoctor.core.catalog import (
     INSECURE_ENTRY_MODE,
     INSECURE_ENTRY_OWNER,
     INSECURE_SYMLINK,
+    KERNEL_LOCATIONS,
     LRU_PASS_US_PER_ENTRY,
     LRU_WRITE_COST,
     LRU_WRITE_COST_FROM_US,
@@ -57,6 +58,36 @@ _LRU_LOW, _LRU_HIGH = LRU_PASS_US_PER_ENTRY
 _LRU_INFO, _LRU_WARNING = LRU_WRITE_COST_FROM_US
 
 ENTRIES: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        K.KERNEL_LOCATIONS,
+        Family.KEYS,
+        summary="Pallas TPU kernels whose keys differ in their source paths and lines only",
+        what="Groups a module's TPU entries by their program with the Pallas kernels' bodies "
+        "masked, and where the bodies differ reads them with jaxlib's MLIR: kernels equal once "
+        "their debug information is stripped (as jax 0.11 strips it) differ only in where their "
+        "source was, and the finding lists each entry's paths and lines.",
+        why="Up to jax 0.10 the Mosaic body's debug locations are hashed into the key: the same "
+        "program run from another checkout folder, or with a line added above a kernel, "
+        "compiles every Pallas kernel again (measured on a TPU v5e: 3 folders, 3 entries each "
+        "of jit_matmul and jit_add).",
+        cases=(KERNEL_LOCATIONS,),
+        example=Example(
+            KERNEL_LOCATIONS,
+            "jit_add: 3 entries differ only in the debug locations of Mosaic kernel `add_kernel` "
+            "(/ci/run-1/ops.py:32, /ci/run-2/ops.py:32, /ci/run-2/ops.py:33)",
+            (
+                ("stripped", "8364a5865789"),
+                (
+                    "where",
+                    "/ci/run-1/ops.py:32 (jit_add-85f0…), /ci/run-2/ops.py:32 (jit_add-6a7c…), "
+                    "/ci/run-2/ops.py:33 (jit_add-5a69…)",
+                ),
+                ("jax", "0.10.2"),
+                ("hashes", "hashes"),
+            ),
+            module="jit_add",
+        ),
+    ),
     CatalogEntry(
         K.UNSTABLE_KEY,
         Family.KEYS,

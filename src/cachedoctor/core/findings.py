@@ -30,6 +30,7 @@ class Severity(enum.IntEnum):
 
 class FindingKind(enum.StrEnum):
     UNSTABLE_KEY = "unstable-key"
+    KERNEL_LOCATIONS = "kernel-locations"  # Pallas kernels' keys differing in debug locations only
     RELOCATED = "relocated"
     MISSING_ATIME = "missing-atime"
     CORRUPT = "corrupt"

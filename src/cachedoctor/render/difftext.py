@@ -87,6 +87,7 @@ def render_diff(report: DiffReport, console: Console, *, show_sides: bool = True
     _key_components(report, console)
     _options_section(report, console)
     _hlo_section(report, console)
+    _kernel_section(report, console)
     _executable_section(report, console)
 
 
@@ -219,6 +220,32 @@ def _hlo_section(report: DiffReport, console: Console) -> None:
                 _unified(console, h.raw_diff)
             else:
                 console.print(Text("identical", style="green"))
+
+
+def _kernel_section(report: DiffReport, console: Console) -> None:
+    """Each Pallas kernel: the same body, moved (debug locations only), or changed."""
+    k = report.kernels
+    if k is None:
+        return
+    _heading(console, "pallas kernels (Mosaic)")
+    if k.note:
+        console.print(Text(k.note, style="dim"), soft_wrap=True)
+    for p in k.pairs:
+        name = f"{p.name or '?'} ({p.instruction})"
+        if p.same_body:
+            console.print(Text(f"  = {name}: the same body", style="dim"), soft_wrap=True)
+        elif p.same_stripped:
+            console.print(Text(f"  ~ {name}: debug locations only: {p.change}"), soft_wrap=True)
+            moved = zip(p.a_locations, p.b_locations, strict=False)
+            for a_loc, b_loc in dict.fromkeys((x, y) for x, y in moved if x != y):
+                console.print(Text(f"      {a_loc} → {b_loc}", style="dim"), soft_wrap=True)
+        elif p.same_stripped is False:
+            console.print(
+                Text(f"  ≠ {name}: the body differs beyond its debug locations", style="yellow"),
+                soft_wrap=True,
+            )
+        else:
+            console.print(Text(f"  ? {name}: could not be read"), soft_wrap=True)
 
 
 def _executable_section(report: DiffReport, console: Console) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.preflight import PreflightReport
     from cachedoctor.core.prune.actions import ApplyReport, Plan
     from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
+    from cachedoctor.core.show import KernelView
     from cachedoctor.core.stats import StatsReport, ZeroReport
     from cachedoctor.core.why import WhyReport
     from cachedoctor.stablekeys.activation import StatusReport
@@ -61,10 +62,13 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class ShowReport:
-    """What ``show`` shows: one entry in detail, and its HLO text with ``--hlo``."""
+    """What ``show`` shows: one entry in detail, its Pallas kernels, and its HLO text with
+    ``--hlo`` (on a TPU also the module before optimisation)."""
 
     detail: EntryDetail
     hlo_text: str | None = None
+    kernels: tuple[KernelView, ...] = ()
+    original_hlo_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,7 +263,7 @@ def _preflight_text(report: PreflightReport, console: Console, options: Options)
 def _show_text(report: ShowReport, console: Console, options: Options) -> None:
     from cachedoctor.render.table import render_show
 
-    render_show(report.detail, console, report.hlo_text)
+    render_show(report.detail, console, report.hlo_text, report.kernels, report.original_hlo_text)
 
 
 def _findings_text(report: FindingList, console: Console, options: Options) -> None:
@@ -410,7 +414,7 @@ def _status_json(report: StatusReport, console: Console, options: Options) -> No
 def _show_document(report: ShowReport) -> dict[str, Any]:
     from cachedoctor.render.jsonout import show_document
 
-    return show_document(report.detail, report.hlo_text)
+    return show_document(report.detail, report.hlo_text, report.kernels, report.original_hlo_text)
 
 
 JSON_WRITERS: Mapping[ReportKind, Writer] = {

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor._version import __version__
 from cachedoctor.cache.listdir import DirItem
@@ -17,6 +17,9 @@ from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.scan.report import SCHEMA_VERSION, JsonScan, PartWriters, ScanReport
 from cachedoctor.plaindata import as_text
+
+if TYPE_CHECKING:
+    from cachedoctor.core.show import KernelView
 
 
 def to_plain(value: Any) -> Any:
@@ -167,13 +170,22 @@ def _file_dict(item: DirItem) -> dict[str, Any]:
     }
 
 
-def show_document(detail: EntryDetail, hlo_text: str | None = None) -> dict[str, Any]:
+def show_document(
+    detail: EntryDetail,
+    hlo_text: str | None = None,
+    kernels: Sequence[KernelView] = (),
+    original_hlo_text: str | None = None,
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "entry": entry_dict(detail.info),
     }
+    if kernels:
+        doc["kernels"] = [to_plain(k) for k in kernels]
     if hlo_text is not None:
         doc["hlo_text"] = hlo_text
+    if original_hlo_text is not None:
+        doc["original_hlo_text"] = original_hlo_text
     return doc
 
 

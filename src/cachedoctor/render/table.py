@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +19,9 @@ from cachedoctor.render.console import print_table
 from cachedoctor.render.findings import SEVERITY_STYLE as SEVERITY_STYLE
 from cachedoctor.render.findings import render_finding_list as render_finding_list
 from cachedoctor.units import format_bytes
+
+if TYPE_CHECKING:
+    from cachedoctor.core.show import KernelView
 
 
 def _counts(pairs: tuple[tuple[str, int], ...]) -> str:
@@ -189,6 +194,14 @@ def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
             ("PTX / cubin", f"{format_bytes(g.ptx_size)} / {format_bytes(g.cubin_size)}"),
             ("cuDNN graphs / thunks", f"{g.cudnn_graphs} / {g.thunks}"),
         ]
+    if e.tpu is not None:
+        t = e.tpu
+        rows += [
+            ("tpu chip", t.chip or "-"),
+            ("tpu program", format_bytes(t.program_size)),
+            ("tpu environment", f"{t.environment or '-'} ({format_bytes(t.environment_size)})"),
+            ("pallas kernels", str(len(t.kernels))),
+        ]
     for section in e.sections:
         rows.append((f"section {section.name}", format_bytes(section.size)))
     rows.append(("executable sha256", e.executable_digest or "-"))
@@ -196,7 +209,13 @@ def entry_rows(e: EntryInfo) -> list[tuple[str, str]]:
     return rows
 
 
-def render_show(detail: EntryDetail, console: Console, hlo_text: str | None = None) -> None:
+def render_show(
+    detail: EntryDetail,
+    console: Console,
+    hlo_text: str | None = None,
+    kernels: Sequence[KernelView] = (),
+    original_hlo_text: str | None = None,
+) -> None:
     e = detail.info
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
@@ -214,8 +233,32 @@ def render_show(detail: EntryDetail, console: Console, hlo_text: str | None = No
         print_table(console, table)
     elif e.hlo is not None:
         console.print(Text("no custom calls in the compiled module", style="dim"))
+    if kernels:
+        print_table(console, _kernel_table(kernels))
     for p in e.problems:
         console.print(Text(f"problem {p.kind}: {p.message}", style="bold red"))
     if hlo_text is not None:
-        console.rule("HLO")
+        console.rule("HLO" if original_hlo_text is None else "HLO (optimised, as compiled)")
         console.print(hlo_text, markup=False, highlight=False)
+    if original_hlo_text is not None:
+        console.rule("HLO (before optimisation)")
+        console.print(original_hlo_text, markup=False, highlight=False)
+
+
+def _kernel_table(kernels: Sequence[KernelView]) -> Table:
+    """Each Pallas kernel: its name, grid, and where its debug locations point."""
+    table = Table(title="pallas kernels (Mosaic)", title_justify="left", show_edge=False)
+    table.add_column("instruction")
+    table.add_column("kernel")
+    table.add_column("grid")
+    table.add_column("debug locations", overflow="fold")
+    table.add_column("body sha256 (stripped)")
+    for k in kernels:
+        if k.problem is not None:
+            table.add_row(k.instruction, "?", "?", k.problem, (k.body_sha256 or "-")[:12])
+            continue
+        where = ", ".join(dict.fromkeys(k.locations))  # each file:line once, in order
+        grid = "×".join(map(str, k.grid)) if k.grid else "-"
+        stripped = (k.stripped_sha256 or "-")[:12]
+        table.add_row(k.instruction, k.name or "-", grid, where or "-", stripped)
+    return table

@@ -134,6 +134,14 @@ def install(
                     _state.stats["fallbacks"] += 1
                     _state.last_error = f"{type(exc).__name__}: {exc}"
                     logger.debug("stable key failed, using JAX's key", exc_info=True)
+                    from cachedoctor.stablekeys.keys import KernelsNotStripped
+
+                    if isinstance(exc, KernelsNotStripped):
+                        _say_once(
+                            "mosaic",
+                            f"cannot strip the Pallas kernels' debug locations ({exc}): keeping"
+                            " JAX's own key, which holds their source paths and lines",
+                        )
                     key = None
                 if key is None:
                     return str(original(module, devices, compile_options, backend, *args, **kwargs))

@@ -3,14 +3,20 @@
 This is the one implementation of the stable key; the hook, the manifests and every offline
 command use it. It runs JAX's own key code (``compilation_cache.get_cache_key`` and
 ``cache_key.get`` of the installed version, so a JAX upgrade keeps JAX's semantics) on
-canonicalised inputs, with exactly two canonicalisations:
+canonicalised inputs, with exactly three canonicalisations:
 
 1. each ``CustomSPMDPartitioning`` custom call's ``backend_config`` (``str(id(obj))``) becomes a
    placeholder: the hook then picks the key by replaying recorded partitioner calls
    (:mod:`.replay`, :func:`replayed_key`); with no callbacks registered the pointer stays (a miss,
    never a wrong hit);
 2. compile-option paths derived from the cache directory (the per-fusion autotune dir and the
-   kernel cache file) become relative to the cache directory.
+   kernel cache file) become relative to the cache directory;
+3. each Pallas TPU kernel (a ``tpu_custom_call``) has its Mosaic body's debug information
+   stripped, exactly as jax 0.11 does before hashing (``_strip_mosaic_debug_info``): up to jax
+   0.10 the body's source paths and line numbers are in the key, so the same kernel run from
+   another folder, or a line lower, never hits. Where JAX strips them itself, nothing is done
+   here; where it cannot be done (no Mosaic dialect, a body that does not parse),
+   :class:`KernelsNotStripped` makes the hook keep JAX's own key and say so.
 
 JAX feeds every key component into one SHA-256. We run the same code with a recording hash that
 keeps one digest per component; the stable digest is a SHA-256 over the hasher version and those
@@ -46,6 +52,10 @@ CHUNK_LIMIT = 1 << 16  # a missed key's record keeps the hashed pieces of compon
 
 class InternalsChanged(Exception):
     """The installed JAX does not look like the versions this hasher was written against."""
+
+
+class KernelsNotStripped(InternalsChanged):
+    """A Pallas TPU kernel's debug information could not be stripped (canonicalisation 3)."""
 
 
 @dataclass(frozen=True)
@@ -297,13 +307,16 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     with module.context:
-        if not _custom_partitioning_ops(module):
+        strip_kernels = not jax_strips_kernels() and bool(_mosaic_ops(module))
+        if not _custom_partitioning_ops(module) and not strip_kernels:
             return module, [], []
         clone = _clone(module)
         clone_module = getattr(clone, "opview", clone)
         holder = types.SimpleNamespace(operation=clone)
         volatile: list[VolatileField] = []
         to_replay: list[tuple[int, bytes]] = []
+        if strip_kernels:
+            volatile += _strip_kernels(holder, module.context)
         for i, op in enumerate(_custom_partitioning_ops(holder)):
             raw = ir.StringAttr(op.attributes["backend_config"]).value
             info = cp._sharding_callbacks.get(raw.encode())
@@ -325,6 +338,84 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
             op.attributes["backend_config"] = ir.StringAttr.get(canonical)
             volatile.append(VolatileField(name, raw, canonical))
         return clone_module, volatile, to_replay
+
+
+# -- canonicalisation 3: Mosaic kernels' debug information -------------------------------------
+
+MOSAIC_TARGET = "tpu_custom_call"
+
+
+def jax_strips_kernels() -> bool:
+    """Whether the installed JAX strips Mosaic debug information before hashing (0.11 on)."""
+    from jax._src import cache_key as ck
+
+    return hasattr(ck, "_strip_mosaic_debug_info")
+
+
+def _mosaic_ops(module: Any) -> list[Any]:
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    found: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if (
+            op.name == "stablehlo.custom_call"
+            and "call_target_name" in op.attributes
+            and ir.StringAttr(op.attributes["call_target_name"]).value == MOSAIC_TARGET
+        ):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
+    """Strip each Mosaic body's debug information in place, as ``cache_key.
+    _strip_mosaic_debug_info`` of jax 0.11 does (the body parsed in the module's context with
+    the TPU dialect, ``strip-debuginfo``, bytecode written again, the config re-serialised as
+    compact JSON). Raises KernelsNotStripped where it cannot."""
+    import io
+    import json
+
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+    from jax._src.lib.mlir import passmanager as pm  # type: ignore[attr-defined]
+
+    try:
+        from jax._src.lib import tpu  # type: ignore[attr-defined]
+
+        register = tpu.register_dialect
+    except (ImportError, AttributeError) as exc:
+        raise KernelsNotStripped(f"no Mosaic TPU dialect in this jaxlib: {exc}") from exc
+    volatile = []
+    before = context.allow_unregistered_dialects
+    try:
+        register(context)
+        context.allow_unregistered_dialects = True
+        for i, op in enumerate(_mosaic_ops(module)):
+            raw = ir.StringAttr(op.attributes["backend_config"]).value
+            try:
+                config = json.loads(raw)
+                body = config.get("custom_call_config", {}).get("body")
+            except (ValueError, AttributeError) as exc:
+                raise KernelsNotStripped(f"kernel {i}: its config is not JSON: {exc}") from exc
+            if not body:
+                continue
+            try:
+                kernel = ir.Module.parse(base64.b64decode(body), context=context)
+                pm.PassManager.parse("builtin.module(strip-debuginfo)").run(kernel.operation)
+            except Exception as exc:  # ir.MLIRError, or a bytecode this jaxlib does not read
+                raise KernelsNotStripped(f"kernel {i} does not parse: {exc}") from exc
+            out = io.BytesIO()
+            kernel.operation.write_bytecode(out)
+            config["custom_call_config"]["body"] = base64.b64encode(out.getvalue()).decode()
+            canonical = json.dumps(config, separators=(",", ":"))
+            op.attributes["backend_config"] = ir.StringAttr.get(canonical)
+            digest = hashlib.sha256(out.getvalue()).hexdigest()
+            volatile.append(VolatileField(f"tpu_custom_call[{i}].body", raw, f"stripped:{digest}"))
+    finally:
+        context.allow_unregistered_dialects = before
+    return volatile
 
 
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,7 @@ def body_digest(body: bytes) -> str:
 
 _LOC_DEF = re.compile(r'^#(loc\d*) = loc\("((?:[^"\\]|\\.)*)":(\d+):(\d+)(?:\s+to\s+[^)]*)?\)$')
 _FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@([\w$.-]+)")
+_SYM_NAME = re.compile(r'\bsym_name = "((?:[^"\\]|\\.)*)"')  # the generic form (stable_mosaic)
 _BOUNDS = re.compile(r"iteration_bounds\s*=\s*array<i64(?::\s*([-\d,\s]*))?>")
 
 
@@ -177,7 +179,7 @@ def _locations(text: str) -> tuple[Location, ...]:
 
 
 def _name(text: str) -> str | None:
-    match = _FUNC.search(text)
+    match = _FUNC.search(text) or _SYM_NAME.search(text)
     return match.group(1) if match else None
 
 
@@ -191,16 +193,136 @@ def _grid(text: str) -> tuple[int, ...] | None:
 
 def location_change(a: KernelDetail, b: KernelDetail) -> str:
     """How ``b``'s locations differ from ``a``'s, in a few words: ``a/k.py:14 → b/k.py:15``
-    (the first location of each that differs, and how many more differ)."""
-    pairs = [
-        (x, y)
-        for x, y in zip(a.locations, b.locations, strict=False)
-        if (x.file, x.line) != (y.file, y.line)
-    ]
+    (the first line that moved, and how many other lines moved)."""
+    pairs = list(
+        dict.fromkeys(
+            (str(x), str(y))
+            for x, y in zip(a.locations, b.locations, strict=False)
+            if (x.file, x.line) != (y.file, y.line)
+        )
+    )
     if not pairs and len(a.locations) == len(b.locations):
         return "no file location differs (names or columns only)"
     if not pairs:
         return f"{len(a.locations)} locations → {len(b.locations)}"
     first = f"{pairs[0][0]} → {pairs[0][1]}"
     more = len(pairs) - 1
-    return first + (f" (and {more} more location{'s' if more > 1 else ''})" if more else "")
+    return first + (f" (and {more} more line{'s' if more > 1 else ''})" if more else "")
+
+
+# --- a module with its kernel bodies replaced -------------------------------------------------
+
+MASKED = "<mosaic body>"
+
+
+def with_bodies(module: wire.Buffer, replace: Callable[[bytes], str]) -> bytes:
+    """``module`` with the Mosaic body of each payload (field 22) replaced by
+    ``replace(body)``; every other byte as it was. Raises WireError, MosaicUnreadable.
+
+    What two modules whose bodies are replaced by their stripped digests share is everything
+    but the kernels' debug information: equal program digests of the results are the evidence
+    that two entries differ in debug locations only. Bodies replaced by ``MASKED`` tell scan
+    which entries to look at (equal up to their kernel bodies)."""
+    out = bytearray()
+    for number, wt, value in wire.field_list(module):
+        if number == _MODULE_PAYLOADS and isinstance(value, memoryview):
+            out += wire.encode_field(number, wt, _payload_with_body(bytes(value), replace))
+        else:
+            out += wire.encode_field(number, wt, value)
+    return bytes(out)
+
+
+def _payload_with_body(payload: bytes, replace: Callable[[bytes], str]) -> bytes:
+    body = body_of(payload)
+    if body is None:
+        return payload
+    config = json.loads(payload)
+    config["custom_call_config"]["body"] = replace(body)
+    return json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
+
+
+def stripped(body: bytes) -> str:
+    """A body's stand-in in ``with_bodies``: the digest of it without debug information."""
+    return "stripped:" + describe(body).stripped_sha256
+
+
+def masked(body: bytes) -> str:
+    return MASKED
+
+
+# --- two modules' kernels compared ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelPair:
+    """One kernel of two modules (the n-th ``tpu_custom_call`` of each)."""
+
+    instruction: str
+    name: str | None
+    same_body: bool  # byte for byte, debug locations included
+    same_stripped: bool | None  # without debug information; None when unreadable
+    change: str  # how the debug locations moved ("" when the bodies are the same)
+    a_locations: tuple[str, ...] = ()
+    b_locations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelComparison:
+    """Two modules' Pallas kernels, and whether the modules differ in their debug info only."""
+
+    pairs: tuple[KernelPair, ...]
+    # the modules are equal once every body's debug information is stripped (True), differ
+    # even so (False), or cannot be told (None: a body jaxlib cannot read, kernels not paired)
+    only_debug_info: bool | None
+    unreadable: str | None = None
+
+    @property
+    def moved(self) -> tuple[KernelPair, ...]:
+        """The kernels whose bodies differ in debug locations only."""
+        return tuple(p for p in self.pairs if not p.same_body and p.same_stripped)
+
+    def summary(self) -> str:
+        """``Mosaic kernel `mm_kernel`: a/k.py:14 → b/k.py:15`` for each kernel that moved."""
+        return "; ".join(
+            f"Mosaic kernel `{p.name or p.instruction}`: {p.change}" for p in self.moved
+        )
+
+
+def compare_kernels(a: wire.Buffer, b: wire.Buffer) -> KernelComparison | None:
+    """The Pallas kernels of two HLO modules compared, or None when neither holds one.
+    Raises WireError."""
+    from cachedoctor.xla import hlo_facts
+
+    ka, kb = kernels_in_module(a), kernels_in_module(b)
+    if not ka and not kb:
+        return None
+    if [k.instruction for k in ka] != [k.instruction for k in kb]:
+        return KernelComparison((), False, None)  # other kernels: another program
+    pairs = []
+    try:
+        for x, y in zip(ka, kb, strict=True):
+            pairs.append(_pair(x, y))
+        same = (
+            hlo_facts.scan_facts(with_bodies(a, stripped)).program_digest
+            == hlo_facts.scan_facts(with_bodies(b, stripped)).program_digest
+        )
+    except MosaicUnreadable as exc:
+        return KernelComparison(tuple(pairs), None, str(exc))
+    return KernelComparison(tuple(pairs), same)
+
+
+def _pair(x: KernelConfig, y: KernelConfig) -> KernelPair:
+    if x.body is None or y.body is None:
+        same = x.config == y.config
+        return KernelPair(x.instruction, None, same, same, "")
+    dx, dy = describe(x.body), describe(y.body)
+    same_body = x.body == y.body
+    return KernelPair(
+        x.instruction,
+        dx.name or dy.name,
+        same_body,
+        dx.stripped_sha256 == dy.stripped_sha256,
+        "" if same_body else location_change(dx, dy),
+        tuple(str(loc) for loc in dx.locations),
+        tuple(str(loc) for loc in dy.locations),
+    )

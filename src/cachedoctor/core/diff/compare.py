@@ -17,7 +17,7 @@ import os
 from cachedoctor.cache import listdir
 from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.diff.executable import executable_section
-from cachedoctor.core.diff.hlo import hlo_section
+from cachedoctor.core.diff.hlo import hlo_section, kernel_section
 from cachedoctor.core.diff.load import load_detail, load_item, side_of
 from cachedoctor.core.diff.manifest import manifest_section
 from cachedoctor.core.diff.options import options_section
@@ -51,8 +51,9 @@ def diff_details(
     execs = executable_section(a, b)
     manifest = manifest_section(side_a, side_b, context)
     dirs = (str(side_a.cache_dir), str(side_b.cache_dir))
-    verdict = decide(a, b, same_file, options, hlo, execs, manifest, dirs)
-    return DiffReport(verdict, side_a, side_b, manifest, options, hlo, execs)
+    kernels = kernel_section(a, b)
+    verdict = decide(a, b, same_file, options, hlo, execs, manifest, dirs, kernels)
+    return DiffReport(verdict, side_a, side_b, manifest, options, hlo, execs, kernels)
 
 
 def diff_entries(

@@ -7,10 +7,15 @@ import hashlib
 from cachedoctor.cache.model import EntryDetail
 from cachedoctor.core.diff.report import BytesSection, SectionDiff
 from cachedoctor.xla.executable import CPU_EXECUTABLE_FIELDS, GPU_EXECUTABLE_FIELDS
+from cachedoctor.xla.tpu import MESSAGES as TPU_MESSAGES
 
 
 def executable_section(a: EntryDetail, b: EntryDetail) -> BytesSection:
-    names = GPU_EXECUTABLE_FIELDS if a.info.platform == "gpu" else CPU_EXECUTABLE_FIELDS
+    tpu = a.info.platform == b.info.platform == "tpu"
+    if tpu:  # libtpu's six messages, by their index
+        names = {i: f"libtpu {name}" for i, name in enumerate(TPU_MESSAGES)}
+    else:
+        names = GPU_EXECUTABLE_FIELDS if a.info.platform == "gpu" else CPU_EXECUTABLE_FIELDS
     fa = {d.number: d for d in a.executable_fields}
     fb = {d.number: d for d in b.executable_fields}
     sections: list[SectionDiff] = []
@@ -32,7 +37,7 @@ def executable_section(a: EntryDetail, b: EntryDetail) -> BytesSection:
             continue
         sections.append(SectionDiff(name, None, size(x), size(y), digest(x) == digest(y)))
     for number in sorted(set(fa) | set(fb)):
-        if number == 1:
+        if number == 1 and not tpu:
             continue  # shown as HLO module and config above
         da, db = fa.get(number), fb.get(number)
         sections.append(

@@ -10,8 +10,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from cachedoctor.cache.model import EntryDetail
-from cachedoctor.core.diff.report import MAX_EXAMPLES, HloSection, RemovedDiff
+from cachedoctor.core.diff.report import MAX_EXAMPLES, HloSection, KernelSection, RemovedDiff
+from cachedoctor.formats.wire import WireError
 from cachedoctor.xla import hlo as hlo_mod
+from cachedoctor.xla import mosaic
 from cachedoctor.xla.hlo_identity import MODULE_FIELDS, identities, module_level_fields
 
 
@@ -160,3 +162,21 @@ def hlo_section(a: EntryDetail, b: EntryDetail, context: int, raw: bool) -> HloS
         raw_diff=raw_diff,
         note=note,
     )
+
+
+def kernel_section(a: EntryDetail, b: EntryDetail) -> KernelSection | None:
+    """The two entries' Pallas TPU kernels compared, or None when neither holds one."""
+    if not (a.info.tpu and a.info.tpu.kernels) and not (b.info.tpu and b.info.tpu.kernels):
+        return None
+    if a.hlo_module is None or b.hlo_module is None:
+        return None
+    try:
+        compared = mosaic.compare_kernels(a.hlo_module, b.hlo_module)
+    except WireError:
+        return None
+    if compared is None:
+        return None
+    note: str | None = compared.unreadable
+    if not compared.pairs and compared.only_debug_info is False:
+        note = "the modules hold different tpu_custom_call instructions"
+    return KernelSection(compared.pairs, compared.only_debug_info, note)

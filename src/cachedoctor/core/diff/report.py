@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from cachedoctor.plaindata import ToDict
 from cachedoctor.storage.location import Location
-from cachedoctor.xla import optiondiff
+from cachedoctor.xla import mosaic, optiondiff
 
 DEFAULT_CONTEXT = 3
 
@@ -154,6 +154,17 @@ class BytesSection:
 
 
 @dataclass(frozen=True)
+class KernelSection:
+    """The Pallas TPU kernels of both entries, their bodies read with jaxlib's MLIR."""
+
+    pairs: tuple[mosaic.KernelPair, ...]
+    # the modules are equal once the kernels' debug information is stripped: True, False, or
+    # None when it cannot be told (``note`` says why)
+    only_debug_info: bool | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class DiffReport(ToDict):
     verdict: Verdict
     a: EntrySide
@@ -162,6 +173,7 @@ class DiffReport(ToDict):
     options: OptionsSection
     hlo: HloSection
     executable: BytesSection
+    kernels: KernelSection | None = None
 
     @property
     def equivalent(self) -> bool:

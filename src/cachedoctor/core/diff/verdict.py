@@ -8,6 +8,7 @@ from cachedoctor.core.diff.report import (
     ENABLE_ADVICE,
     BytesSection,
     HloSection,
+    KernelSection,
     ManifestSection,
     OptionsSection,
     Verdict,
@@ -54,10 +55,11 @@ def decide(
     execs: BytesSection,
     manifest: ManifestSection,
     dirs: tuple[str, str],
+    kernels: KernelSection | None = None,
 ) -> Verdict:
     """The strongest statement the evidence allows: same file, same bytes, same program, else
     what differs (platform, JAX era, topology, target, program, options). ``dirs``: the cache
-    directories of A and B, as the report names them."""
+    directories of A and B, as the report names them; ``kernels``: their Pallas kernels."""
     ia, ib = a.info, b.info
     if same_file:
         return Verdict(
@@ -67,11 +69,16 @@ def decide(
         return _same_executable_verdict(a, b, manifest, dirs)
     if ia.program_digest is not None and ia.program_digest == ib.program_digest:
         return _same_program_verdict(options, hlo, execs)
+    if kernels is not None and (ia.platform, ia.format_label) == (ib.platform, ib.format_label):
+        moved = _kernels_moved_verdict(kernels, options, execs)
+        if moved is not None:
+            return moved
     claims = [
         *_platform_claims(a, b),
         *_era_claims(a, b),
         *_topology_claims(a, b, options),
         *_target_claims(a, b),
+        *_kernel_claims(kernels, options),
         *_program_claims(hlo, options),
     ]
     kind: VerdictKind | None = None
@@ -333,6 +340,69 @@ def _target_claims(a: EntryDetail, b: EntryDetail) -> list[_Claim]:
     return [
         (VerdictKind.DIFFERENT_TARGET, "different CPU target machine options: " + ", ".join(parts))
     ]
+
+
+def _kernels_moved_verdict(
+    kernels: KernelSection, options: OptionsSection, execs: BytesSection
+) -> Verdict | None:
+    """The modules equal but for the Pallas kernels' debug locations (what jax up to 0.10
+    hashes into the key), with the same compile options; None when that is not what they show."""
+    real_opts = [d for d in options.compile_options if not is_volatile_option(d)]
+    moved = [p for p in kernels.pairs if not p.same_body and p.same_stripped]
+    if not (kernels.only_debug_info and moved) or real_opts:
+        return None
+    where = "; ".join(f"Mosaic kernel `{p.name or p.instruction}`: {p.change}" for p in moved)
+    because = [
+        "the modules are equal once each kernel's debug information is stripped, as jax 0.11 "
+        "strips it before hashing (strip-debuginfo on the Mosaic body): its source paths and "
+        "lines are all that differ",
+        _kernel_key_advice(),
+    ]
+    program = next((x for x in execs.sections if x.name == "libtpu core program"), None)
+    if program is not None and program.same:
+        because.append("the compiled TPU program (libtpu's core program) is byte-identical")
+    relocated = [d for d in options.compile_options if is_relocation(d)]
+    if relocated:
+        because.append("also relocated: " + first_option(relocated))
+    return Verdict(
+        VerdictKind.SAME_PROGRAM,
+        f"same program: differs only in the debug locations of {where}",
+        tuple(because),
+        f"{ENABLE_ADVICE}: its keys leave the kernels' debug locations out, as jax 0.11 does",
+        True,
+    )
+
+
+def _kernel_claims(kernels: KernelSection | None, options: OptionsSection) -> list[_Claim]:
+    """A Pallas kernel whose body changed beyond its debug locations, or why that cannot be
+    told."""
+    if kernels is None:
+        return []
+    changed = [p for p in kernels.pairs if p.same_stripped is False]
+    if changed:
+        names = ", ".join(f"`{p.name or p.instruction}`" for p in changed)
+        return [
+            (
+                VerdictKind.DIFFERENT_PROGRAM,
+                f"different programs: the body of Mosaic kernel {names} differs beyond its "
+                "debug locations",
+            )
+        ]
+    if kernels.note:
+        return [(None, f"Pallas kernels: {kernels.note}")]
+    return []
+
+
+def _kernel_key_advice() -> str:
+    """Whether the installed JAX hashes Mosaic debug locations into the key, as a reason."""
+    from cachedoctor.cache.jaxenv import installed_jax
+
+    version = installed_jax().jax_version
+    return (
+        "jax up to 0.10 hashes these locations into the key, so the same kernel run from another "
+        "folder, or a line lower, compiles again (jax 0.11 strips them; `cachedoctor enable` "
+        f"strips them on older jax); installed: jax {version}"
+    )
 
 
 def _program_claims(hlo: HloSection, options: OptionsSection) -> list[_Claim]:

@@ -23,7 +23,7 @@ from cachedoctor.cache import listdir, model, reader
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.cache.listdir import CacheListing, DirItem, FileKind
 from cachedoctor.cache.memostore import KeptText
-from cachedoctor.cache.model import EntryInfo
+from cachedoctor.cache.model import EntryDetail, EntryInfo
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.build import build_report, other_files
 from cachedoctor.core.scan.report import JsonScan, PartWriters, ProgressCallback, ScanReport
@@ -257,6 +257,7 @@ class _Scan:
             self.max_decompressed if self.use_index else None,
             self.all_tiers,
             digests_of,
+            lambda item: reader.decode_entry(path_of(item), key=item.key, detail=True),
         )
 
     def _local_rest(
@@ -284,6 +285,7 @@ class _Scan:
                     progress,
                     self.max_decompressed if self.use_index else None,
                     self.all_tiers,
+                    read_detail=lambda item: reader.decode_item(store, item, detail=True),
                 )
 
         served = self._served(memo, lambda: (decoded(None), other_files(listing)))
@@ -353,6 +355,7 @@ def _decode_entries(
     index_options: int | None,
     all_tiers: bool = True,
     digests_of: Callable[[list[DirItem]], Callable[[], list[str | None]]] | None = None,
+    read_detail: Callable[[DirItem], EntryDetail | EntryInfo] | None = None,
 ) -> list[EntryInfo]:
     """Every entry of the listing, in order: from the index (when ``index_options`` is given)
     when unchanged (by identity, or by the digests of a local file's bytes that ``digests_of``
@@ -408,6 +411,8 @@ def _decode_entries(
     changed = set(todo)
     if not all_tiers:
         changed.update(_tied_completed(entries, items, decode, strings, digests))
+    if read_detail is not None:
+        changed.update(_kernels_read(entries, items, read_detail))
     if idx is not None:
         fresh = {items[n].name: entries[n] for n in changed}
         idx.update(items, fresh, time.time(), digests)
@@ -435,6 +440,23 @@ def _tied_completed(
         return out
 
     return tiers.complete(entries, tiers.tied(entries), again)
+
+
+def _kernels_read(
+    entries: list[EntryInfo],
+    items: list[DirItem],
+    read_detail: Callable[[DirItem], EntryDetail | EntryInfo],
+) -> list[int]:
+    """The kernel tier (``tiers.kernel_candidates``): the Pallas kernels of the entries whose
+    verdict needs their bodies, read in place; their positions."""
+    from cachedoctor.cache import tiers
+
+    positions = tiers.kernel_candidates(entries)
+    for n in positions:
+        detail = read_detail(items[n])
+        if isinstance(detail, EntryDetail) and detail.info.key == entries[n].key:
+            entries[n] = tiers.with_kernels_read(entries[n], detail.hlo_module)
+    return positions
 
 
 def _read_manifests(listing: CacheListing, root: Location) -> list[Mapping[str, object]]:

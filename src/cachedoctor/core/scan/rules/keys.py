@@ -109,6 +109,68 @@ def same_program_findings(
     return findings
 
 
+def kernel_location_findings(entries: list[EntryInfo], jax_info: JaxInfo) -> list[Finding]:
+    """``kernel-locations``: entries of one module equal but for their Pallas kernels, whose
+    bodies are equal once stripped of debug information (read by the kernel tier,
+    ``cache/tiers.kernel_candidates``), yet differ: the same kernels from other source places."""
+    groups: dict[tuple[str | None, str, tuple[str | None, ...]], list[EntryInfo]] = defaultdict(
+        list
+    )
+    for e in entries:
+        t = e.tpu
+        if t is None or not t.kernels or not t.masked_program_digest or not e.ok:
+            continue
+        stripped = tuple(k.stripped_sha256 for k in t.kernels)
+        if None not in stripped:
+            groups[(e.module, t.masked_program_digest, stripped)].append(e)
+    findings = []
+    for (module, _, stripped), group in sorted(groups.items(), key=lambda kv: str(kv[0][0])):
+        bodies = {tuple(k.body_sha256 for k in e.tpu.kernels) for e in group}  # type: ignore[union-attr]
+        if len(bodies) < 2:
+            continue
+        findings.append(_kernel_locations(module or "(unnamed)", group, stripped, jax_info))
+    return findings
+
+
+def _kernel_locations(
+    module: str, group: list[EntryInfo], stripped: tuple[str | None, ...], jax_info: JaxInfo
+) -> Finding:
+    group = sorted(group, key=lambda e: (e.mtime_ns, e.key))
+    kernels = group[0].tpu.kernels  # type: ignore[union-attr]
+    moved = [
+        n
+        for n in range(len(kernels))
+        if len({e.tpu.kernels[n].body_sha256 for e in group}) > 1  # type: ignore[union-attr]
+    ]
+    names = ", ".join(f"`{kernels[n].name or kernels[n].instruction}`" for n in moved)
+    first = moved[0]
+
+    def place(e: EntryInfo) -> str:
+        locations = e.tpu.kernels[first].locations  # type: ignore[union-attr]
+        return locations[0] if locations else "?"
+
+    places = ", ".join(dict.fromkeys(place(e) for e in group))
+    where = ", ".join(f"{place(e)} ({e.key[: len(module) + 5]}…)" for e in group)
+    kind = "kernel" if len(moved) == 1 else "kernels"
+    return catalog.KERNEL_LOCATIONS.finding(
+        f"{module}: {len(group)} entries differ only in the debug locations of Mosaic {kind} "
+        f"{names} ({places})",
+        module=module,
+        entries=tuple(e.key for e in group),
+        stripped=", ".join((s or "?")[:12] for s in stripped),
+        where=where,
+        jax=str(jax_info.jax_version),
+        hashes=_hashes_kernel_locations(jax_info),
+    )
+
+
+def _hashes_kernel_locations(jax_info: JaxInfo) -> str:
+    """Whether the installed JAX hashes Mosaic debug locations (its cache_key.py, read)."""
+    if jax_info.strips_kernel_locations is None:
+        return "may hash (its cache_key.py could not be read)"
+    return "strips" if jax_info.strips_kernel_locations else "hashes"
+
+
 def _manifests_by_key(manifests: Iterable[Mapping[str, object] | None]) -> dict[str, Manifest]:
     from cachedoctor.stablekeys.manifest import Manifest
 

@@ -27,6 +27,7 @@ from cachedoctor.core.scan.rules.inventory import (
     unknown_files,
 )
 from cachedoctor.core.scan.rules.keys import (
+    kernel_location_findings,
     relocated_findings,
     same_program_findings,
     stable_hasher_keys,
@@ -72,6 +73,11 @@ SCAN_RULES: tuple[ScanRule, ...] = (
         "same-program",
         (K.UNSTABLE_KEY, K.SAME_PROGRAM),
         lambda s, _: same_program_findings(s.entries, s.manifests),
+    ),
+    ScanRule(
+        "kernel-locations",
+        (K.KERNEL_LOCATIONS,),
+        lambda s, _: kernel_location_findings(s.entries, s.jax_info),
     ),
     ScanRule(
         "relocated",
