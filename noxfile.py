@@ -40,9 +40,11 @@ COMPAT_TESTS = [
     "tests/xla/test_hlo_facts.py",  # protobuf view against the pure walker, each release's HLO
     "tests/cache/test_whole_decode.py",
     "tests/cache/test_reader_bytes.py",  # every field read, against protobuf and zstandard
+    "tests/cache/test_reader_tpu.py",  # real TPU entries: each release's jaxlib reads their kernels
     "tests/core/scan/test_scanmemo.py",  # a served report is the scan, on each release's caches
     # the runtime hook patches JAX internals that differ between releases
     "tests/stablekeys/test_keys.py",
+    "tests/stablekeys/test_keys_mosaic.py",  # Pallas kernels' debug locations, against JAX's own
     "tests/stablekeys/test_hook.py",
     "tests/stablekeys/test_hook_internals.py",
     "tests/stablekeys/test_hook_manifest.py",

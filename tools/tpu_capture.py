@@ -33,6 +33,7 @@ Without a TPU, ``JAX_PLATFORMS=cpu`` runs no step (the programs need ``pallas_ca
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -60,10 +61,13 @@ import jax
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+if os.environ.get("CAPTURE_PRECISION"):
+    jax.config.update("jax_default_matmul_precision", os.environ["CAPTURE_PRECISION"])
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 OUTCOMES = []
+INTERPRET = jax.default_backend() == "cpu"  # a dry run of this script without a TPU
 _PATTERNS = (
     ("hit", re.compile(r"Persistent compilation cache hit for '(.+?)' with key '?([^' ]+)")),
     ("miss", re.compile(r"PERSISTENT COMPILATION CACHE MISS for '(.+?)' with key '?([^' ]+)")),
@@ -93,7 +97,9 @@ def add_kernel(x_ref, y_ref, o_ref):
 
 @jax.jit
 def add(x, y):
-    return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
+    return pl.pallas_call(
+        add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=INTERPRET
+    )(x, y)
 
 
 def mm_kernel(x_ref, y_ref, o_ref):
@@ -118,6 +124,7 @@ def matmul(x, y):
             pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
         ],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+        interpret=INTERPRET,
     )(x, y)
 
 
@@ -598,33 +605,179 @@ def damage_step(python: Path) -> dict[str, object]:
 # --- cachedoctor's commands on the captured caches ----------------------------------------------
 
 
-def commands_step(python: Path) -> dict[str, object]:
-    """cachedoctor's reading commands on the captured caches, and its verdict on each variant."""
-    out: dict[str, object] = {}
-    for cache in sorted((WORK / "caches").iterdir()):
-        for args in (["scan", "--json"], ["lint", "--format", "json"]):
-            done = subprocess.run(
-                [str(python), "-m", "cachedoctor", *args, str(cache)],
-                capture_output=True,
-                text=True,
-            )
-            out[f"{cache.name}: {' '.join(args)}"] = {
-                "rc": done.returncode,
-                "stdout": done.stdout[-20000:],
-                "stderr": done.stderr[-2000:],
-            }
-    probe = (
-        "import json, sys\nfrom cachedoctor.cache import reader\n"
-        "out = {}\nfor p in sys.argv[1:]:\n"
-        " i = reader.decode_entry(p)\n"
-        " out[p] = [[x.kind, x.message] for x in i.problems]\n"
-        "print(json.dumps(out))"
+def _cli(python: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """One cachedoctor command: its exit status and the tails of what it printed."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(python), "-m", "cachedoctor", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
     )
-    files = sorted(str(p) for p in (WORK / "variants").glob("*/*-cache"))
-    if files:
-        done = subprocess.run([str(python), "-c", probe, *files], capture_output=True, text=True)
-        out["variant problems"] = done.stdout[-50000:] or done.stderr[-3000:]
+    return {
+        "args": list(args),
+        "rc": done.returncode,
+        "stdout": done.stdout[-12000:],
+        "stderr": done.stderr[-3000:],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _outcomes(found: dict[str, object]) -> dict[str, str]:
+    """key -> "hit" | "miss", from a program run's own log of JAX's lookups."""
+    return {key: kind for kind, _module, key in found.get("outcomes") or []}  # type: ignore[misc]
+
+
+def _entries(cache: Path) -> set[str]:
+    return {p.name[: -len("-cache")] for p in cache.glob("*-cache")}
+
+
+def _restore(pristine: Path, cache: Path) -> None:
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.copytree(pristine, cache, symlinks=True)
+
+
+PRUNE_SELECTORS = (
+    ["--corrupt"],
+    ["--duplicates"],
+    ["--orphans"],
+    ["--repair"],
+    ["--relocated"],
+    ["--stale-jax"],
+    ["--max-size", "120KiB"],
+    ["--older-than", "1s"],
+    ["--module", "jit_add"],
+    ["--module", "jit_*", "--corrupt"],
+    ["--xla-subcaches"],
+)
+
+
+def commands_step(python: Path, save: Callable[[dict[str, object]], None]) -> dict[str, object]:
+    """Every command on a TPU cache, and JAX as the oracle where a command predicts or removes:
+    a cache written by runs with stats records (from folder a, from b, at another matmul
+    precision); the reading commands on it; each prune selector applied to a fresh copy at the
+    same path, then the program run again (what was removed must miss, the rest hit); rekey
+    --relocated, then a stable run; pack and unpack to another folder, then a stable run
+    against the prediction; check; status."""
+    out: dict[str, object] = {}
+    stats = {"CACHEDOCTOR_HOOK": "stats"}
+    cache, pristine = WORK / "caches" / "cmd", WORK / "cmd-pristine"
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    prog_a, prog_b = write_program("a", "", ADD_RHS), write_program("b", "", ADD_RHS)
+    runs = {}
+    for name, program, env in (
+        ("a", prog_a, stats),
+        ("b", prog_b, stats),
+        ("a-highest", prog_a, {**stats, "CAPTURE_PRECISION": "highest"}),
+    ):
+        runs[name] = run_program(python, program, cache, WORK / "logs" / f"cmd-{name}.log", env)
+        log(f"cmd {name}: {summarise(runs[name])}")
+    out["runs"] = runs
+    _restore(cache, pristine)
+    add = sorted(p.name for p in cache.glob("jit_add-*-cache"))
+    env = {"JAX_COMPILATION_CACHE_DIR": str(cache)}
+    out["read"] = [
+        _cli(python, *args, env=env)
+        for args in (
+            ["scan", str(cache)],
+            ["scan", "--json", str(cache)],
+            ["lint", str(cache)],
+            ["stats", str(cache)],
+            ["why", str(cache)],
+            ["preflight", str(cache)],
+            ["show", str(cache / add[0])],
+            ["diff", str(cache / add[0]), str(cache / add[-1])],
+            ["diff", "--module", "jit_add", "--dir", str(cache)],
+            ["status"],
+        )
+    ]
+    log("cmd: read commands done")
+    save(out)
+    # preflight's prediction for a run here, against JAX
+    predicted = _cli(python, "preflight", "--json", str(cache), env=env)
+    again = run_program(python, prog_a, cache, WORK / "logs" / "cmd-a-again.log", stats)
+    out["preflight_then_run"] = {"preflight": predicted, "run": again}
+    _restore(pristine, cache)
+    out["prune"] = []
+    for selector in PRUNE_SELECTORS:
+        _restore(pristine, cache)
+        before = _entries(cache)
+        applied = _cli(python, "prune", *selector, "--apply", "--json", str(cache))
+        removed = before - _entries(cache)
+        found = run_program(python, prog_a, cache, WORK / "logs" / "cmd-after-prune.log", {})
+        seen = _outcomes(found)
+        wrong = sorted(
+            k for k, kind in seen.items() if (kind == "hit") == (k in removed) and k in before
+        )
+        out["prune"].append(
+            {
+                "selector": selector,
+                "prune": applied,
+                "removed": sorted(removed),
+                "jax": seen,
+                "disagree": wrong,
+                "results": found.get("results"),
+            }
+        )
+        log(f"prune {' '.join(selector)}: removed {len(removed)}, JAX disagrees on {wrong}")
+        save(out)
+    _restore(pristine, cache)
+    out["rekey"] = _rekey_scenario(python, prog_a)
+    save(out)
+    out["bundle"] = _bundle_scenario(python, prog_a)
+    save(out)
+    out["check"] = _cli(python, "check", "--runs", "2", "--", str(python), str(prog_a), env={})
+    log(f"check: rc {out['check']['rc']}")  # type: ignore[index]
+    save(out)
     return out
+
+
+def _rekey_scenario(python: Path, program: Path) -> dict[str, object]:
+    """Observe-mode entries copied to another folder (JAX misses them there: the autotune path
+    is in the key), re-keyed with ``rekey --relocated``, then a stable run there."""
+    obs, moved = WORK / "caches" / "obs", WORK / "caches" / "obs-moved"
+    for folder in (obs, moved):
+        shutil.rmtree(folder, ignore_errors=True)
+    obs.mkdir(parents=True)
+    wrote = run_program(
+        python, program, obs, WORK / "logs" / "rekey-observe.log", {"CACHEDOCTOR_HOOK": "observe"}
+    )
+    shutil.copytree(obs, moved, symlinks=True)
+    plan = _cli(python, "rekey", "--relocated", str(moved))
+    applied = _cli(python, "rekey", "--relocated", "--apply", str(moved))
+    run = run_program(
+        python, program, moved, WORK / "logs" / "rekey-stable.log", {"CACHEDOCTOR_HOOK": "stable"}
+    )
+    log(f"rekey: {summarise(run)}")
+    return {"observe": wrote, "plan": plan, "apply": applied, "stable_run": run}
+
+
+def _bundle_scenario(python: Path, program: Path) -> dict[str, object]:
+    """The stable-keyed cache packed, unpacked into another folder with the prediction, then a
+    stable run there: what unpack said will hit, against JAX."""
+    source = WORK / "caches" / "moved-stable"
+    bundle, target = WORK / "bundle.tar", WORK / "caches" / "unpacked"
+    bundle.unlink(missing_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    stable = {"CACHEDOCTOR_HOOK": "stable", "JAX_COMPILATION_CACHE_DIR": str(target)}
+    packed = _cli(python, "pack", str(source), "-o", str(bundle))
+    plan = _cli(python, "unpack", "--json", str(bundle), str(target), env=stable)
+    applied = _cli(python, "unpack", "--apply", str(bundle), str(target), env=stable)
+    run = run_program(
+        python,
+        program,
+        target,
+        WORK / "logs" / "unpacked-stable.log",
+        {"CACHEDOCTOR_HOOK": "stable"},
+    )
+    log(f"bundle: {summarise(run)}")
+    return {"pack": packed, "unpack_plan": plan, "unpack": applied, "stable_run": run}
+
+
+def _save(target: Path, found: dict[str, object]) -> None:
+    target.write_text(json.dumps(found, indent=1))
 
 
 def main() -> int:
@@ -657,7 +810,7 @@ def main() -> int:
             elif step == "damage":
                 results[step] = damage_step(python)
             elif step == "commands":
-                (args.out / "commands.json").write_text(json.dumps(commands_step(python), indent=1))
+                commands_step(python, functools.partial(_save, args.out / "commands.json"))
         except Exception as exc:  # keep what the other steps found
             import traceback
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cachedoctor.storage.location import Location
 from tests.support import tpu
 from tests.support.cli import invoke
 
@@ -177,3 +178,53 @@ def test_an_unknown_layout_is_info_and_kept_by_every_command(tmp_path: Path) -> 
     code, out, err = invoke("pack", str(folder), "-o", str(bundle))
     assert code == 0, err
     assert "3 entries" in out.splitlines()[0] and "left out" not in out, out
+
+
+def test_the_hook_made_one_entry_per_kernel_on_the_tpu(tmp_path: Path) -> None:
+    """What the stable hook did on the TPU (jax 0.10.2): the program run from folder a, from b
+    and a line lower shared one entry per kernel and hit; the changed kernel missed, and its
+    result is the new body's. Each entry's key is recomputed offline from its manifest."""
+    from cachedoctor.stablekeys import keys, manifest
+
+    runs = tpu.verify_results()["moved-stable"]["runs"]
+    for name in ("b", "a-comment", "a-again"):
+        assert {kind for kind, _, _ in runs[name]["outcomes"]} == {"hit"}, name
+    missed = [m for kind, m, _ in runs["a-body"]["outcomes"] if kind == "miss"]
+    assert missed == ["jit_add"]
+    assert runs["a-body"]["results"]["add"] != runs["a"]["results"]["add"]  # never stale
+    folder = tmp_path / "stable"
+    shutil.copytree(tpu.cache("verify/moved-stable"), folder)
+    by_module: dict[str, int] = {}
+    for path in folder.glob("*-cache"):
+        module = path.name.split("-", 1)[0]
+        by_module[module] = by_module.get(module, 0) + 1
+    assert by_module["jit_matmul"] == 1 and by_module["jit_add"] == 2  # a's, and a-body's
+    found = list(manifest.iter_manifests(Location.local(str(folder))))
+    assert {m.key for m in found} == {p.name[: -len("-cache")] for p in folder.glob("*-cache")}
+    for m in found:
+        assert m.mode == "stable"
+        pairs = [(c["name"], c["digest"]) for c in m.components]
+        assert m.key.rsplit("-", 1)[1] == keys.combine(pairs, m.hasher_version)
+        if m.module_name in ("jit_add", "jit_matmul"):  # the strip, as recorded on the TPU
+            assert any(v["field"] == "tpu_custom_call[0].body" for v in m.volatile)
+    code, out, _ = invoke("scan", "--json", str(folder))
+    assert code == 0
+    assert not [f for f in json.loads(out)["findings"] if f["kind"] == "kernel-locations"]
+
+
+def test_why_names_the_kernel_that_moved(tmp_path: Path) -> None:
+    """Stats records of runs from folder a and then from b: `why` explains each Pallas
+    kernel's miss by the lines its source moved from and to, read from the entries."""
+    folder = tmp_path / "cmd"
+    shutil.copytree(tpu.cache("verify/cmd"), folder)
+    code, out, err = invoke("why", "--json", str(folder))
+    assert code == 0, err
+    doc = json.loads(out)
+    said: dict[str, list[str]] = {}
+    for m in doc["misses"]:
+        if m["verdict"] == "changed":
+            said.setdefault(m["module"], []).append(m["words"])
+    for module, kernel, line in (("jit_add", "add_kernel", 38), ("jit_matmul", "mm_kernel", 49)):
+        a, b = (f"/tmp/tpucap/progs/{f}/capture_prog.py:{line}" for f in "ab")
+        moved = f"differs only in the debug locations of Mosaic kernel `{kernel}`: {a} → {b}"
+        assert any(moved in words for words in said[module]), said[module]

@@ -39,7 +39,7 @@ VARIANTS = {
 }
 
 
-def _lowered(folder: Path, comment: str, rhs: str) -> Any:
+def _lowered(folder: Path, comment: str, rhs: str, unzipped: bool = False) -> Any:
     """The program's module, lowered for the TPU here (no chip needed), from ``folder``."""
     path = folder / "kernels.py"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,16 @@ def _lowered(folder: Path, comment: str, rhs: str) -> Any:
     jitted = jax.jit(program.add)
     if not hasattr(jitted, "trace"):
         pytest.skip(f"jax {jax.__version__} cannot lower for another platform (jit(...).trace)")
-    return jitted.trace(x, x).lower(lowering_platforms=("tpu",)).compiler_ir("stablehlo")
+    # jax 0.12 moves the locations out of the body into the config ("debug_locations"); kept
+    # in the body here, as jax up to 0.10 writes it (and JAX's own strip falls back to it)
+    unzip = getattr(jax.config, "jax_mosaic_unzip_debug_locations", None)
+    if unzip is not None:
+        jax.config.update("jax_mosaic_unzip_debug_locations", unzipped)
+    try:
+        return jitted.trace(x, x).lower(lowering_platforms=("tpu",)).compiler_ir("stablehlo")
+    finally:
+        if unzip is not None:
+            jax.config.update("jax_mosaic_unzip_debug_locations", unzip)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +157,25 @@ def test_stripped_exactly_as_jax_strips(modules: dict[str, Any]) -> None:
         assert config(ours) == config(theirs)
 
 
+def test_unzipped_locations_stripped_exactly_as_jax_strips(tmp_path: Path) -> None:
+    """jax 0.12 keeps a kernel's locations beside its body (``debug_locations``): the hasher
+    drops them as JAX does, byte for byte."""
+    from jax._src import cache_key as ck
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    if getattr(jax.config, "jax_mosaic_unzip_debug_locations", None) is None:
+        pytest.skip(f"jax {jax.__version__} keeps the locations in the body (no unzipping)")
+    module = _lowered(tmp_path / "u", "", "y_ref[...]", unzipped=True)
+    with module.context:
+        ours, theirs = keys._clone(module), keys._clone(module)
+        keys._strip_kernels(ours, module.context)
+        ck._strip_mosaic_debug_info(getattr(theirs, "opview", theirs))  # type: ignore[attr-defined]
+        (a,), (b,) = keys._mosaic_ops(ours), keys._mosaic_ops(theirs)
+        config = str(ir.StringAttr(a.attributes["backend_config"]).value)
+        assert config == str(ir.StringAttr(b.attributes["backend_config"]).value)
+        assert "debug_locations" not in config
+
+
 def test_a_kernel_that_does_not_parse_keeps_jax_key(modules: dict[str, Any]) -> None:
     """A body this jaxlib cannot read: the hasher refuses (the hook then keeps JAX's key and
     says so in one line), never hashing a half-stripped module."""
@@ -167,3 +195,54 @@ def test_a_kernel_that_does_not_parse_keeps_jax_key(modules: dict[str, Any]) -> 
         op.attributes["backend_config"] = ir.StringAttr.get(json.dumps(config))
         with pytest.raises(keys.KernelsNotStripped, match="does not parse"):
             _keys(holder)
+
+
+def test_the_hook_gives_moved_kernels_one_key(
+    modules: dict[str, Any], tmp_path: Path, capsys: Any
+) -> None:
+    """Through JAX's own ``get_cache_key`` with the hook installed, as a compile calls it: the
+    moved kernels share a key, the changed one does not; a body the hook cannot strip keeps
+    JAX's own key, and says so in one line."""
+    import json
+
+    from jax._src import compilation_cache as cc
+    from jax._src import compiler, xla_bridge
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    from cachedoctor.stablekeys import hook, hook_replay
+
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    backend = xla_bridge.get_backend()
+    devices = np.array(jax.devices()[:1])
+
+    def key(module: Any) -> str:
+        options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+        return str(cc.get_cache_key(module, devices, options, backend))
+
+    plain = {name: key(m) for name, m in modules.items()}
+    assert hook.install("stable", manifests=False)
+    hook_replay._state.said.discard("mosaic")
+    try:
+        hooked = {name: key(m) for name, m in modules.items()}
+        module = modules["a"]
+        with module.context:
+            broken = keys._clone(module)
+            holder = getattr(broken, "opview", broken)
+            (op,) = keys._mosaic_ops(holder)
+            config = json.loads(ir.StringAttr(op.attributes["backend_config"]).value)
+            config["custom_call_config"]["body"] = "TUzvUgAAAA=="
+            op.attributes["backend_config"] = ir.StringAttr.get(json.dumps(config))
+        capsys.readouterr()
+        fallback = key(holder)
+        said = capsys.readouterr().err
+        options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+        original = cc.get_cache_key.__cachedoctor_original__  # type: ignore[attr-defined]
+        jax_own = str(original(holder, devices, options, backend))
+    finally:
+        hook.uninstall()
+        jax.config.update("jax_compilation_cache_dir", None)
+    assert hooked["a"] == hooked["b"] == hooked["a-comment"] != hooked["a-changed"]
+    assert hooked["a"] != plain["a"]  # the stable key, not JAX's
+    if not keys.jax_strips_kernels():
+        assert fallback == jax_own  # JAX's own key for the kernel it cannot strip
+        assert said.count("\n") == 1 and "cannot strip the Pallas kernels' debug locations" in said

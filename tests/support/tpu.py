@@ -22,6 +22,11 @@ FIXTURES = REPO / "tests" / "fixtures" / "tpu-v5e"
 SHARED = FIXTURES / "shared-jax0.10.2.tar.gz"
 CAPTURE = FIXTURES / "capture-2026-12-07.tar.gz"
 CAPTURE_RESULTS = FIXTURES / "capture-2026-12-07.json"
+# the second run on the TPU, with the stable hook that strips kernels' locations: the same
+# program from two folders and a line lower (moved-stable), and every command against JAX
+VERIFY = FIXTURES / "verify-2026-12-07.tar.gz"
+VERIFY_RESULTS = FIXTURES / "verify-2026-12-07.json"
+VERIFY_COMMANDS = FIXTURES / "verify-2026-12-07-commands.json"
 
 
 @functools.cache
@@ -29,7 +34,7 @@ def unpacked() -> Path:
     """Both archives unpacked, read-only by intent: ``shared/`` and ``capture/`` below. Tests
     that change a cache copy it first (``copy_of``)."""
     root = Path(tempfile.mkdtemp(prefix="cachedoctor-tpu-"))
-    for name, archive in (("shared", SHARED), ("capture", CAPTURE)):
+    for name, archive in (("shared", SHARED), ("capture", CAPTURE), ("verify", VERIFY)):
         with tarfile.open(archive) as tar:
             tar.extractall(root / name, filter="data")
     return root
@@ -37,7 +42,9 @@ def unpacked() -> Path:
 
 def cache(name: str) -> Path:
     """A cache folder: ``shared/seed``, ``shared/hook``, ``shared/mix``, ``capture/moved``,
-    ``capture/moved-stable`` or ``capture/damage``."""
+    ``capture/moved-stable``, ``capture/damage``, ``verify/moved-stable`` (the fixed hook),
+    ``verify/cmd`` (stats records of runs from folder a, from b, at another precision),
+    ``verify/obs``, ``verify/obs-moved`` (re-keyed) or ``verify/unpacked``."""
     archive, folder = name.split("/")
     return unpacked() / archive / "caches" / folder
 
@@ -45,6 +52,11 @@ def cache(name: str) -> Path:
 @functools.cache
 def capture_results() -> dict[str, Any]:
     return dict(json.loads(CAPTURE_RESULTS.read_text()))
+
+
+@functools.cache
+def verify_results() -> dict[str, Any]:
+    return dict(json.loads(VERIFY_RESULTS.read_text()))
 
 
 def damage_variants() -> list[dict[str, Any]]:

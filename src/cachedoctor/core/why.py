@@ -231,6 +231,12 @@ def _written(m: MissedKey) -> bool:
     return m.outcome in (None, "writes")
 
 
+KERNEL_MOVED = (
+    " (jax up to 0.10 hashes a Pallas kernel's source path and lines into the key; 0.11 and"
+    " `cachedoctor enable` strip them)"
+)
+
+
 def _program_detail(where: Location, before: str, after: str) -> str | None:
     """What the canonical programs of two entries the cache holds say (local caches only)."""
     root = where.local_path
@@ -242,9 +248,14 @@ def _program_detail(where: Location, before: str, after: str) -> str | None:
     try:
         from cachedoctor.core.diff.compare import diff_entries
 
-        hlo = diff_entries(a, b).hlo
+        report = diff_entries(a, b)
     except Exception:
         return None
+    moved = report.kernels.pairs if report.kernels and report.kernels.only_debug_info else ()
+    if report.verdict.equivalent and any(not p.same_body and p.same_stripped for p in moved):
+        # the entries say which Pallas kernel moved, and where (jax <= 0.10 hashes it)
+        return report.verdict.line.split(": ", 1)[1] + KERNEL_MOVED
+    hlo = report.hlo
     if not hlo.available:
         return None
     if hlo.same_canonical:

@@ -371,10 +371,11 @@ def _mosaic_ops(module: Any) -> list[Any]:
 
 
 def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
-    """Strip each Mosaic body's debug information in place, as ``cache_key.
-    _strip_mosaic_debug_info`` of jax 0.11 does (the body parsed in the module's context with
-    the TPU dialect, ``strip-debuginfo``, bytecode written again, the config re-serialised as
-    compact JSON). Raises KernelsNotStripped where it cannot."""
+    """Strip each Mosaic kernel's debug information in place, as ``cache_key.
+    _strip_mosaic_debug_info`` does: locations unzipped into the config (``debug_locations``,
+    jax 0.12) are dropped; else the body is parsed in the module's context with the TPU
+    dialect, ``strip-debuginfo`` runs, its bytecode is written again (jax 0.11); the config is
+    then re-serialised as compact JSON. Raises KernelsNotStripped where it cannot."""
     import io
     import json
 
@@ -396,16 +397,27 @@ def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
             raw = ir.StringAttr(op.attributes["backend_config"]).value
             try:
                 config = json.loads(raw)
-                body = config.get("custom_call_config", {}).get("body")
-            except (ValueError, AttributeError) as exc:
+                kernel_config = config["custom_call_config"]
+                body = kernel_config.get("body")
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise KernelsNotStripped(f"kernel {i}: its config is not JSON: {exc}") from exc
+            if "debug_locations" in kernel_config:  # unzipped from the body (jax 0.12 on)
+                del kernel_config["debug_locations"]
+                canonical = json.dumps(config, separators=(",", ":"))
+                op.attributes["backend_config"] = ir.StringAttr.get(canonical)
+                digest = hashlib.sha256(canonical.encode()).hexdigest()
+                volatile.append(
+                    VolatileField(f"tpu_custom_call[{i}].body", raw, f"stripped:{digest}")
+                )
+                continue
             if not body:
                 continue
             try:
                 kernel = ir.Module.parse(base64.b64decode(body), context=context)
                 pm.PassManager.parse("builtin.module(strip-debuginfo)").run(kernel.operation)
             except Exception as exc:  # ir.MLIRError, or a bytecode this jaxlib does not read
-                raise KernelsNotStripped(f"kernel {i} does not parse: {exc}") from exc
+                said = " ".join(str(exc).split())  # MLIR's diagnostics span lines: one line
+                raise KernelsNotStripped(f"kernel {i} does not parse: {said[:200]}") from exc
             out = io.BytesIO()
             kernel.operation.write_bytecode(out)
             config["custom_call_config"]["body"] = base64.b64encode(out.getvalue()).decode()
