@@ -182,3 +182,26 @@ def test_a_layout_nobody_knows_is_unknown_not_corrupt(tmp_path: Path, tail: byte
     assert [p.kind for p in info.problems] == ["unknown-layout"]
     assert "no verdict" in info.problems[0].message
     assert not _corrupt(info) and info.platform == "unknown"
+
+
+def test_the_kernel_tier_reads_the_same_from_kept_bodies_and_from_the_entry() -> None:
+    """A candidate's kernels read from the bodies the decode kept, or from the entry decoded
+    again (a worker decoded it): the same names, stripped digests and locations."""
+    from cachedoctor.cache import tiers
+    from cachedoctor.xla import mosaic
+
+    entries = [reader.decode_entry(p) for p in _entries("capture/moved")]
+    infos = [e for e in entries if isinstance(e, EntryInfo)]
+    positions = tiers.kernel_candidates(infos)
+    assert len(positions) == 7  # the 4 jit_add and 3 jit_matmul entries
+    for n in positions:
+        kept = tiers.with_known_kernels_read(infos[n])
+        detail = reader.decode_entry(infos[n].path, detail=True)
+        assert isinstance(detail, model.EntryDetail)
+        again = tiers.with_kernels_read(infos[n], detail.hlo_module)
+        assert kept is not None and kept == again
+        (kernel,) = kept.tpu.kernels  # type: ignore[union-attr]
+        assert kernel.name in ("add_kernel", "mm_kernel") and kernel.stripped_sha256
+        assert kernel.locations and kernel.locations[0].startswith("/tmp/tpucap/progs/")
+    mosaic._BODIES.clear()  # as in a parent whose workers decoded the entries
+    assert tiers.with_known_kernels_read(infos[positions[0]]) is None

@@ -196,7 +196,7 @@ def _tpu_summary(
         if executable.hlo_module is not None:
             kernels = tuple(
                 MosaicKernel(
-                    k.instruction, mosaic.body_digest(k.body or k.config), len(k.body or b"")
+                    k.instruction, mosaic.remember_body(k.body or k.config), len(k.body or b"")
                 )
                 for k in mosaic.kernels_in_module(executable.hlo_module)
             )

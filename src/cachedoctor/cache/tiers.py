@@ -114,6 +114,20 @@ def _kernels_read(e: EntryInfo) -> bool:
     return all(k.stripped_sha256 is not None or k.unreadable is not None for k in kernels)
 
 
+def with_known_kernels_read(info: EntryInfo) -> EntryInfo | None:
+    """``info`` with its kernels read from the bodies this process kept when it decoded the
+    entry (``mosaic.remember_body``), or None when one is not kept (decoded in a worker)."""
+    if info.tpu is None:
+        return None
+    kernels = []
+    for kernel in info.tpu.kernels:
+        body = mosaic.known_body(kernel.body_sha256)
+        if body is None or kernel.body_size == 0:
+            return None
+        kernels.append(_read(kernel, mosaic.KernelConfig(kernel.instruction, b"", body)))
+    return replace(info, tpu=replace(info.tpu, kernels=tuple(kernels)))
+
+
 def with_kernels_read(info: EntryInfo, module: bytes | None) -> EntryInfo:
     """``info`` with each kernel's name, stripped digest and locations, read from ``module``
     (the entry's optimised HLO module) with jaxlib's MLIR."""

@@ -125,6 +125,31 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
+# The bodies this process read, by digest: the kernel tier (cache/tiers.py) reads them from
+# here instead of decoding the entry again. Bounded: a miss only costs that second decode.
+_BODIES: dict[str, bytes] = {}
+_BODIES_MAX_BYTES = 16 << 20
+_bodies_bytes = 0
+
+
+def remember_body(body: bytes) -> str:
+    """``body_digest(body)``, the body kept for :func:`known_body`."""
+    global _bodies_bytes
+    digest = body_digest(body)
+    if digest not in _BODIES:
+        if _bodies_bytes + len(body) > _BODIES_MAX_BYTES:
+            _BODIES.clear()
+            _bodies_bytes = 0
+        _BODIES[digest] = body
+        _bodies_bytes += len(body)
+    return digest
+
+
+def known_body(digest: str) -> bytes | None:
+    """A body this process read (:func:`remember_body`), if it still holds it."""
+    return _BODIES.get(digest)
+
+
 # --- reading a body with jaxlib's MLIR ------------------------------------------------------
 
 _LOC_DEF = re.compile(r'^#(loc\d*) = loc\("((?:[^"\\]|\\.)*)":(\d+):(\d+)(?:\s+to\s+[^)]*)?\)$')
@@ -134,28 +159,63 @@ _BOUNDS = re.compile(r"iteration_bounds\s*=\s*array<i64(?::\s*([-\d,\s]*))?>")
 
 
 @functools.cache
-def _mlir() -> tuple[Any, Any, Any]:
-    """jaxlib's ``ir``, ``passmanager`` and Mosaic TPU dialect (imported once, on demand)."""
+def _mlir() -> tuple[Any, Any, Any, Any]:
+    """jaxlib's ``ir``, ``passmanager``, Mosaic TPU dialect and the dialect registry JAX's own
+    contexts get (imported once, on demand). From jaxlib itself where it lays them out as
+    0.10 does (80 ms); else through ``jax._src``, which imports all of jax (370 ms; measured:
+    benchmarks/bench_tpu_scan.py). Raises MosaicUnreadable."""
     try:
-        from jax._src.lib import tpu  # type: ignore[attr-defined]
-        from jax._src.lib.mlir import ir, passmanager  # type: ignore[attr-defined]
+        from jaxlib.mlir import ir, passmanager
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+        from jaxlib.mosaic.python import tpu
+
+        registry = ir.DialectRegistry()
+        _jax_mlir_ext.register_dialects(registry)  # JAX's dialects and passes
+        _check(ir, passmanager, tpu, registry)
+        return ir, passmanager, tpu, registry
+    except Exception:  # another layout: as JAX itself finds them
+        pass
+    try:
+        from jax._src.interpreters import mlir as jax_mlir
+        from jax._src.lib import tpu as jax_tpu  # type: ignore[attr-defined]
+        from jax._src.lib.mlir import ir as jax_ir  # type: ignore[attr-defined]
+        from jax._src.lib.mlir import passmanager as jax_pm  # type: ignore[attr-defined]
+
+        _check(jax_ir, jax_pm, jax_tpu, jax_mlir.upstream_dialects)
+        return jax_ir, jax_pm, jax_tpu, jax_mlir.upstream_dialects
     except Exception as exc:  # no jaxlib, or one without the Mosaic TPU dialect
-        raise MosaicUnreadable(f"jaxlib's MLIR is not importable: {exc}") from exc
-    return ir, passmanager, tpu
+        said = " ".join(str(exc).split())[:200]
+        raise MosaicUnreadable(f"jaxlib's MLIR cannot read Mosaic kernels here: {said}") from exc
+
+
+def _check(ir: Any, passmanager: Any, tpu: Any, registry: Any) -> None:
+    """Raise unless a context of this kind parses the pipeline ``describe`` runs."""
+    context = _context(ir, tpu, registry)
+    with context:
+        passmanager.PassManager.parse(STRIP)
+
+
+def _context(ir: Any, tpu: Any, registry: Any) -> Any:
+    context = ir.Context()
+    context.append_dialect_registry(registry)
+    tpu.register_dialect(context)
+    context.allow_unregistered_dialects = True
+    return context
+
+
+STRIP = "builtin.module(strip-debuginfo)"
 
 
 @functools.lru_cache(maxsize=256)
 def describe(body: bytes) -> KernelDetail:
     """A Mosaic body's name, grid, locations and stripped digest. Raises MosaicUnreadable."""
-    ir, passmanager, tpu = _mlir()
-    context = ir.Context()
+    ir, passmanager, tpu, registry = _mlir()
     try:
-        tpu.register_dialect(context)
-        context.allow_unregistered_dialects = True
+        context = _context(ir, tpu, registry)
         with context:
             module = ir.Module.parse(body)
             text = module.operation.get_asm(enable_debug_info=True)
-            passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+            passmanager.PassManager.parse(STRIP).run(module.operation)
             out = io.BytesIO()
             module.operation.write_bytecode(out)
     except Exception as exc:  # MLIRError, or a bytecode version jaxlib does not read

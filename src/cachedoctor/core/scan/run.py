@@ -453,6 +453,10 @@ def _kernels_read(
 
     positions = tiers.kernel_candidates(entries)
     for n in positions:
+        known = tiers.with_known_kernels_read(entries[n])
+        if known is not None:
+            entries[n] = known
+            continue
         detail = read_detail(items[n])
         if isinstance(detail, EntryDetail) and detail.info.key == entries[n].key:
             entries[n] = tiers.with_kernels_read(entries[n], detail.hlo_module)
