@@ -81,6 +81,10 @@ DEFAULT = {
     ("repair", "abs", "written"),
     ("xla-subcaches", "abs", "read"),
     ("duplicates+module", "abs", "written"),
+    # Trust IV: --module with a selector that removes no entry selected every matching entry
+    ("repair+module", "abs", "written"),
+    ("orphans+module", "abs", "reread"),
+    ("xla-subcaches+module", "abs", "read"),
     ("older-than+duplicates", "abs", "reread"),
 }
 

@@ -9,6 +9,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -311,6 +312,41 @@ def test_module_alone_and_as_a_limit(copy_of: Callable[[Path], Path], evict_cach
     # with another rule, --module narrows it: everything is older than 0 s, only jit_g goes
     plan = plan_prune(Location.parse(root), PruneOptions(module="jit_g", older_than_s=0))
     assert {a.name for a in plan.actions} == g
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "narrowed",
+    [
+        {"repair": True},
+        {"orphans": True, "stale_after_s": 0},
+        {"xla_subcaches": True},
+        {"repair": True, "orphans": True, "xla_subcaches": True},
+    ],
+)
+def test_module_never_widens_a_selector_that_removes_no_entry(
+    copy_of: Callable[[Path], Path], evict_cache: Path, narrowed: dict[str, Any]
+) -> None:
+    """Trust IV: `--module 'jit_*' --repair` (or --orphans, --xla-subcaches) planned the removal
+    of every entry of the matching modules. A narrowing never widens: no entry goes, the
+    selector acts only on the modules named (-atime files recreated for jit_g alone), and what
+    names no module (XLA's sub-caches) is kept."""
+    root = copy_of(evict_cache)
+    for name in os.listdir(root):  # every -atime file gone: --repair recreates them
+        if name.endswith(layout.ATIME_SUFFIX):
+            os.unlink(root / name)
+    sub = root / layout.AUTOTUNE_DIR
+    sub.mkdir(exist_ok=True)
+    (sub / ("A" * 43 + ".textproto")).write_text("run_time { nanos: 5 }")
+    before = entry_keys(root)
+    plan, _ = prune(root, module="jit_g", **narrowed)
+    assert not [a for a in plan.actions if a.op == Op.REMOVE_ENTRY], plan.actions
+    assert entry_keys(root) == before  # applied: every entry is still there
+    g = {k for k in before if k.startswith("jit_g-")}
+    recreated = {a.name for a in plan.actions if a.op == Op.RECREATE_ATIME}
+    assert recreated == (g if narrowed.get("repair") else set())
+    assert not [a for a in plan.actions if a.rules == (Selector.XLA_SUBCACHES,)]
+    assert (sub / ("A" * 43 + ".textproto")).exists()
 
 
 @pytest.mark.slow

@@ -57,14 +57,20 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
     """``--orphans``: stale temporary files, manifests and module text without their entry, and
     interrupted manifest writes, each older than ``--stale-after`` (a write may be in progress)."""
     entry_keys = {i.key for i in ctx.listing.entries}
-    stale_temps(ctx, Selector.ORPHANS)
+    if _module_scope(ctx) is None:
+        stale_temps(ctx, Selector.ORPHANS)
+    else:
+        ctx.notes.append(
+            f"--orphans with --module {ctx.options.module}: temporary files and interrupted "
+            "writes name no module, so they are kept"
+        )
     folder_name = MANIFEST_DIRNAME
     folder = ctx.cd.subdir(folder_name)
     if folder is None:
         return
     with folder:
         for m in ctx.manifests:
-            if m.key in entry_keys or m.is_symlink:
+            if m.key in entry_keys or m.is_symlink or not _in_module_scope(ctx, m.key):
                 continue
             st = folder.regular(m.file)
             if st is None:
@@ -91,6 +97,8 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
                     folder_name,
                 )
         manifest_keys = {m.key for m in ctx.manifests}
+        if _module_scope(ctx) is not None:
+            return  # interrupted writes and module texts without a manifest: see the note
         for item in ctx.manifest_others:
             st = folder.regular(item.name)
             if st is None:
@@ -115,6 +123,17 @@ def rule_orphans(ctx: PruneContext, state: PlanState) -> None:
                     "module text without manifest or entry",
                     folder_name,
                 )
+
+
+def _module_scope(ctx: PruneContext) -> str | None:
+    """The ``--module`` glob that narrows every rule, or None."""
+    return ctx.options.module
+
+
+def _in_module_scope(ctx: PruneContext, key: str) -> bool:
+    """Whether a file of ``key`` (a manifest) is one of the modules ``--module`` names."""
+    pattern = _module_scope(ctx)
+    return pattern is None or fnmatch.fnmatchcase(listdir.module_of(key) or "", pattern)
 
 
 def stale_temps(ctx: PruneContext, rule: Selector) -> None:
@@ -188,7 +207,7 @@ def rule_repair(ctx: PruneContext, state: PlanState) -> None:
                     files=(fid,),
                 )
             )
-    if not ctx.options.orphans:
+    if not ctx.options.orphans and _module_scope(ctx) is None:
         stale_temps(ctx, Selector.REPAIR)
     if ctx.eviction_in_use:
         blockers = [
@@ -232,7 +251,19 @@ def note_xla_subcaches(ctx: PruneContext, state: PlanState) -> None:
 
 
 def rule_xla_subcaches(ctx: PruneContext, state: PlanState) -> None:
-    """``--xla-subcaches``: XLA's autotune and kernel sub-caches, by their names."""
+    """``--xla-subcaches``: XLA's autotune and kernel sub-caches, by their names; with
+    ``--module``, none (their files are not per module: a narrowing never widens)."""
+    if _module_scope(ctx) is not None:
+        for item in _subcaches(ctx):
+            ctx.skipped.append(
+                Skip(
+                    item.name,
+                    f"--xla-subcaches with --module {ctx.options.module}: XLA's sub-caches "
+                    "are not per module, so they are kept",
+                    Selector.XLA_SUBCACHES,
+                )
+            )
+        return
     for item in _subcaches(ctx):
         if item.is_symlink:
             ctx.skipped.append(Skip(item.name, "symbolic link: never followed or removed"))

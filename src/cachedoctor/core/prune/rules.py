@@ -57,14 +57,16 @@ def _decoded(state: PlanState) -> ScanReport:
 
 
 def rule_module(ctx: PruneContext, state: PlanState) -> None:
-    """``--module``: with other rules, limits them to the modules matching the glob; alone,
-    selects those modules' entries."""
+    """``--module``: with any other selector, limits it to the modules matching the glob (a
+    narrowing never widens: with ``--repair``, ``--orphans`` or ``--xla-subcaches`` it removes
+    no entry); alone, selects those modules' entries."""
     pattern = ctx.options.module or ""
     entries = state.entries
     state.entries = {
         k: e for k, e in entries.items() if fnmatch.fnmatchcase(e.module or "", pattern)
     }
-    if not ctx.options.entry_rules:
+    o = ctx.options
+    if not (o.entry_rules or o.orphans or o.repair or o.xla_subcaches):  # alone: it selects
         for e in state.entries.values():
             e.rules.append((Selector.MODULE, f"module matches {pattern}"))
     matched = sorted({e.module or "(unnamed)" for e in state.entries.values()})
