@@ -275,3 +275,32 @@ def test_an_entry_whose_read_fails_part_way_is_left_out_whole(
         for m in members:
             data = tar.extractfile(m).read()  # type: ignore[union-attr]
             assert hashlib.sha256(data).hexdigest() == named[m.name], m.name
+
+
+def test_unpacked_into_a_cache_with_jax_lru_jax_still_stores(tmp_path: Path) -> None:
+    """Trust IV: unpack wrote entries without -atime files into a cache with JAX's LRU, and
+    JAX's eviction pass then failed every later put (FileNotFoundError): no new program was
+    stored again. Now each entry comes with its -atime file, and JAX's next run with eviction on
+    stores its new program (JAX's own log: no write error; the entry is there)."""
+    from cachedoctor import layout
+    from cachedoctor.programs import program_path
+    from tests.support.caches import EVICT
+
+    source, bundle, target = tmp_path / "src", tmp_path / "b.tar", tmp_path / "target"
+    run_logged(source, None, program=_seed(), env=PLAIN)
+    assert cd("pack", str(source), "-o", str(bundle))[0] == 0
+    plain = program_path("plain")
+    run_logged(target, None, program=plain, env={**PLAIN, **EVICT})  # JAX's LRU: .lockfile
+    assert (target / layout.LOCKFILE).exists()
+    code, done = cd_json("unpack", str(bundle), str(target), "--apply")
+    written = [e["key"] for e in done["entries"] if e["action"] == "written"]
+    before = set(entries(target))
+    log = run_logged(
+        target, None, program=plain, env={**PLAIN, **EVICT, "CACHEDOCTOR_PLAIN_SIZE": "48"}
+    )
+    assert "Error writing persistent compilation cache entry" not in log, log[-2000:]
+    new = set(entries(target)) - before
+    assert any(k.startswith("jit_g-") for k in new), new  # the new program was stored
+    assert written and done.get("atime_files") == len(written), done
+    for key in written:
+        assert len((target / f"{key}{layout.ATIME_SUFFIX}").read_bytes()) == 8

@@ -372,6 +372,7 @@ class UnpackReport:
     applied: bool
     entries: list[UnpackedEntry] = field(default_factory=list)
     companions: int = 0  # manifests written (records stay in the bundle: the target's own)
+    atime_files: int = 0  # -atime files written beside entries (the target runs JAX's LRU)
     moved: list[tuple[str, str]] = field(default_factory=list)  # relocated -> stable key
     problem: str | None = None  # why the preflight could not judge (no JAX here)
     notes: list[str] = field(default_factory=list)
@@ -393,6 +394,7 @@ class UnpackReport:
             "counts": self.counts(),
             "entries": [asdict(e) for e in self.entries],
             "companions": self.companions,
+            "atime_files": self.atime_files,
             "moved": [list(m) for m in self.moved],
             "problem": self.problem,
             "notes": self.notes,
@@ -523,10 +525,21 @@ def unpack(
     return report
 
 
+def _lru_in_use(store: Any) -> bool:
+    """Whether JAX's LRU eviction runs on the target: its ``.lockfile``, or ``-atime`` files
+    (JAX writes them only with eviction on)."""
+    if store.stat(layout.LOCKFILE) is not None:
+        return True
+    return any(i.name.endswith(layout.ATIME_SUFFIX) for i in store.list())
+
+
 def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport) -> None:
-    """Manifests first, then each entry whole, none over an existing file."""
+    """Manifests first, then each entry whole, none over an existing file. Into a cache where
+    JAX's LRU eviction runs, each entry's ``-atime`` file is written first (JAX's eviction pass
+    fails on an entry without one, jax <= 0.10, and then every later put fails)."""
     mode = 0o666 & ~_umask()
     entries = {e.key: i for i, e in enumerate(report.entries)}
+    lru = _lru_in_use(store)
     for f in header["files"]:
         if f["name"].startswith(layout.MANIFEST_DIRNAME + "/"):
             with contextlib.suppress(FileExistsError):
@@ -539,6 +552,12 @@ def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport
         if done.action != "write":
             continue
         try:
+            if lru and store.stat(f"{key}{layout.ATIME_SUFFIX}") is None:
+                # as JAX's LRU writes it on a put: the time of use, ns, 8 bytes little-endian
+                with contextlib.suppress(FileExistsError):
+                    stamp = time.time_ns().to_bytes(8, "little")
+                    store.write_atomic(f"{key}{layout.ATIME_SUFFIX}", stamp, create=True, mode=mode)
+                    report.atime_files += 1
             store.write_atomic(
                 f"{key}-cache", (stage / f"{key}-cache").read_bytes(), create=True, mode=mode
             )

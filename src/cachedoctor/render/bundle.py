@@ -88,6 +88,11 @@ def _unpack_lines(report: UnpackReport) -> Iterator[str]:
             f"wrote {actions.get('written', 0)} entries and {report.companions} manifests;"
             f" {actions.get('present', 0)} were there already"
             + (f"; {actions['failed']} failed" if actions.get("failed") else "")
+            + (
+                f"; {report.atime_files} -atime files beside them (JAX's LRU eviction runs here)"
+                if report.atime_files
+                else ""
+            )
         )
         if report.moved:
             yield (
