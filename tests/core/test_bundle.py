@@ -292,7 +292,7 @@ def test_unpacked_into_a_cache_with_jax_lru_jax_still_stores(tmp_path: Path) -> 
     plain = program_path("plain")
     run_logged(target, None, program=plain, env={**PLAIN, **EVICT})  # JAX's LRU: .lockfile
     assert (target / layout.LOCKFILE).exists()
-    code, done = cd_json("unpack", str(bundle), str(target), "--apply")
+    _, done = cd_json("unpack", str(bundle), str(target), "--apply")
     written = [e["key"] for e in done["entries"] if e["action"] == "written"]
     before = set(entries(target))
     log = run_logged(
