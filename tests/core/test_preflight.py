@@ -163,3 +163,55 @@ def test_jax_unusable_here_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: A
     assert done.output.strip().splitlines() == [
         f"{cache}: cannot predict: cannot ask JAX what it would hash here: No module named 'jax'"
     ]
+
+
+@pytest.mark.slow
+def test_stats_zero_keeps_what_preflight_and_why_read(tmp_path: Path) -> None:
+    """Trust IV: `stats --zero --apply` removed the records preflight and why read: before it
+    preflight said "will miss" (exit 1), after it "cannot tell" (exit 0), and why said no
+    process recorded. The counters reset; the history stays in the archive, and both read it.
+    JAX then misses, as predicted."""
+    cache = tmp_path / "cache"
+    first = logged_keys(run_logged(cache))[0]
+    flag = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"}
+    code, before = preflight(cache, **flag)
+    assert code == 1 and entry_of(before)["verdict"] == "miss"
+    why_before = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "why", "--json", str(cache)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache),
+        timeout=300,
+    )
+    zero = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", "--zero", "--apply", str(cache)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache),
+        timeout=300,
+    )
+    assert zero.returncode == 0, zero.stderr
+    stats = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "stats", "--json", str(cache)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache),
+        timeout=300,
+    )
+    assert json.loads(stats.stdout)["totals"]["requests"] == 0  # the counters did reset
+    code, after = preflight(cache, **flag)
+    assert code == 1 and entry_of(after)["verdict"] == "miss", entry_of(after)
+    assert entry_of(after)["differences"] == entry_of(before)["differences"]
+    why_after = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "why", "--json", str(cache)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache),
+        timeout=300,
+    )
+
+    def said(out: str) -> list[dict[str, Any]]:  # the record's file is the archive's now
+        return [{k: v for k, v in m.items() if k != "record"} for m in json.loads(out)["misses"]]
+
+    assert said(why_after.stdout) == said(why_before.stdout) != []
+    _judge(after, first, run_logged(cache, env=flag))

@@ -143,8 +143,9 @@ def _text(values: Iterable[str] | None) -> str | None:
 
 
 def _evidence_from_records(where: Location) -> dict[str, Evidence]:
-    """Each written key a stats record kept the components of (the latest record wins)."""
-    found, _ = usage_records.read_records(where.store())
+    """Each written key a stats record kept the components of (the latest record wins); the
+    records ``stats --zero`` archived count too."""
+    found = usage_records.read_evidence(where.store())
     kept: dict[str, tuple[float, Evidence]] = {}
     for record in found:
         for m in record.missed.values():

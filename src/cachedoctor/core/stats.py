@@ -271,7 +271,9 @@ def missed_findings(rows: Iterable[ModuleRow]) -> list[Finding]:
 def _causes(where: Location, module: str | None) -> dict[str, tuple[MissCause, ...]]:
     """Each module's miss causes from the records' missed keys (none when unreadable)."""
     try:
-        return miss_causes(explain_misses(where, module=module, program_detail=False))
+        return miss_causes(
+            explain_misses(where, module=module, program_detail=False, archived=False)
+        )
     except OSError:
         return {}
 

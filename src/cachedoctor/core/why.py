@@ -345,13 +345,21 @@ def _entry_times(store: Store) -> dict[str, float]:
 
 
 def explain_misses(
-    where: Location, *, module: str | None = None, program_detail: bool = True
+    where: Location,
+    *,
+    module: str | None = None,
+    program_detail: bool = True,
+    archived: bool = True,
 ) -> WhyReport:
     """Every recorded miss of the cache's processes (of ``module``), explained, oldest first.
     ``program_detail``: a changed program is diffed entry against entry (as ``diff`` does),
-    which reads both entries; ``stats`` and ``lint`` leave it out."""
+    which reads both entries; ``stats`` and ``lint`` leave it out. ``archived``: the records
+    ``stats --zero`` archived count too (the history a miss is explained by); ``stats`` and
+    ``lint``, which report the counters since the last reset, leave them out."""
     store = where.store()
     found, findings = usage_records.read_records(store)
+    if archived:
+        found = [*found, *usage_records.read_archived(store)]
     report = WhyReport(where=where.spelling, records=len(found), findings=list(findings))
     written_at = _entry_times(store)
     recorded = {m.key for r in found for m in r.missed.values()}

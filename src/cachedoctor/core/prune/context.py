@@ -117,7 +117,7 @@ def _key_index(store: Store) -> records.KeyIndex:
     """The stats records' per-key counts (``cachedoctor-stats/``); a record that is not sound is
     left out (``stats`` and ``lint`` report it), an unreadable folder gives none."""
     try:
-        found, _problems = records.read_records(store)
+        found = records.read_evidence(store)  # archived by `stats --zero` too: the same history
     except (OSError, ValueError):
         return {}
     return records.index_keys(found)

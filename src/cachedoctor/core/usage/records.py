@@ -36,6 +36,7 @@ from cachedoctor.storage.stores import Store
 
 ARCHIVE_PREFIX = "archive-"  # cachedoctor-stats/archive-<UTC time>.jsonl: one per --zero
 ARCHIVE_SUFFIX = ".jsonl"
+MAX_ARCHIVE_BYTES = 1 << 30  # an archive holds many records, each at most MAX_RECORD_BYTES
 
 
 def _listed(store: Store) -> list[tuple[str, bool]]:
@@ -90,6 +91,42 @@ class FolderRead:
     findings: list[Finding]
     fresh: dict[str, str]
     complete: bool
+
+
+def read_archived(store: Store) -> list[Record]:
+    """The records ``stats --zero`` archived (``archive-*.jsonl``, one record a line): what
+    ``why``, ``preflight`` and ``prune`` still rely on after the counters were reset. A line
+    that is not a sound record is left out (the archive held what the records folder did)."""
+    try:
+        items = store.list(STATS_DIRNAME)
+    except FileNotFoundError:
+        return []
+    out: list[Record] = []
+    for item in sorted(items, key=lambda i: i.name):
+        name = item.name
+        if item.is_dir or not (name.startswith(ARCHIVE_PREFIX) and name.endswith(ARCHIVE_SUFFIX)):
+            continue
+        try:
+            with store.open_read(f"{STATS_DIRNAME}/{name}") as fh:
+                body = fh.read(MAX_ARCHIVE_BYTES + 1)
+        except OSError:
+            continue
+        if len(body) > MAX_ARCHIVE_BYTES:
+            continue  # not an archive --zero wrote: no record is taken from it
+        for n, line in enumerate(body.splitlines()):
+            if not line.strip():
+                continue
+            try:
+                out.append(validate.parse_record(f"{name}#{n + 1}", line))
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                continue
+    return out
+
+
+def read_evidence(store: Store) -> list[Record]:
+    """The records whose evidence ``why``, ``preflight`` and ``prune`` read: those in the
+    folder and those ``stats --zero`` archived (counters reset, history kept)."""
+    return [*read_records(store)[0], *read_archived(store)]
 
 
 def read_listed(
