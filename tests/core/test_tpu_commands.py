@@ -228,3 +228,34 @@ def test_why_names_the_kernel_that_moved(tmp_path: Path) -> None:
         a, b = (f"/tmp/tpucap/progs/{f}/capture_prog.py:{line}" for f in "ab")
         moved = f"differs only in the debug locations of Mosaic kernel `{kernel}`: {a} → {b}"
         assert any(moved in words for words in said[module]), said[module]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("scan",), ("scan", "--json"), ("lint",), ("stats",), ("preflight",), ("pack", "-o", "B")],
+)
+def test_read_only_runs_write_nothing_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    """Trust IV: under CACHEDOCTOR_READ_ONLY (the Action's read-only: true) the inspectors wrote
+    their index into the cache (cachedoctor-index/); now the cache's files, names and times are
+    as they were, and the index goes to the user cache dir."""
+    folder = tmp_path / "mix"
+    shutil.copytree(tpu.cache("shared/mix"), folder)
+    argv = [str(tmp_path / "b.tar") if a == "B" else a for a in args]
+
+    def state() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*")
+        }
+
+    before = state()
+    monkeypatch.setenv("CACHEDOCTOR_INDEX_IN_CACHE", "1")  # as outside the tests (conftest)
+    monkeypatch.setenv("CACHEDOCTOR_READ_ONLY", "1")
+    code, out, err = invoke(*argv[:1], str(folder), *argv[1:])
+    assert code in (0, 1), err
+    assert state() == before, set(state()) ^ set(before)
+    monkeypatch.delenv("CACHEDOCTOR_READ_ONLY")
+    invoke("scan", str(folder))  # the premise: without it, the index does go into the cache
+    assert (folder / "cachedoctor-index").is_dir()

@@ -12,7 +12,8 @@ served only when the file's bytes hash to the row's digest, read once by the sca
 When a scan writes into the cache (``usable``): the cache directory is ours (owned by this
 user) and writable, and the folder is absent or a directory of ours (never a link), and the
 scan found at least one entry (a folder named by mistake, an empty cache: nothing written).
-``CACHEDOCTOR_INDEX_IN_CACHE=0`` keeps the index in the user cache dir, where a read-only cache,
+``CACHEDOCTOR_INDEX_IN_CACHE=0`` and a read-only run (``CACHEDOCTOR_READ_ONLY``) keep the index in
+the user cache dir, where a read-only cache,
 another user's cache and a bucket (``gs://``, ``s3://``: objects are known by generation or ETag,
 a restore changes nothing there) keep theirs. ``CACHEDOCTOR_NO_INDEX=1`` turns indexing off.
 
@@ -53,7 +54,18 @@ new_hasher = decompress.fast_hasher
 DIGEST_NAME = decompress.FAST_DIGEST_NAME
 
 
+# Read-only use (the Action's ``read-only: true``) writes nothing into the cache, the index
+# included: it goes to the user cache dir. The variable is read as ``stablekeys.settings.
+# read_only`` reads it: anything but a false value (a typo too) means read-only.
+READ_ONLY_ENV = "CACHEDOCTOR_READ_ONLY"
+_FALSE = ("0", "false", "no", "off", "")
+
+
 def in_cache_enabled() -> bool:
+    """Whether the index may live inside the cache: not turned off, not a read-only run."""
+    read_only = os.environ.get(READ_ONLY_ENV)
+    if read_only is not None and read_only.strip().lower() not in _FALSE:
+        return False
     return os.environ.get(IN_CACHE_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 
 
