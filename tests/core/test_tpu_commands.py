@@ -253,7 +253,7 @@ def test_read_only_runs_write_nothing_into_the_cache(
     before = state()
     monkeypatch.setenv("CACHEDOCTOR_INDEX_IN_CACHE", "1")  # as outside the tests (conftest)
     monkeypatch.setenv("CACHEDOCTOR_READ_ONLY", "1")
-    code, out, err = invoke(*argv[:1], str(folder), *argv[1:])
+    code, _, err = invoke(*argv[:1], str(folder), *argv[1:])
     assert code in (0, 1), err
     assert state() == before, set(state()) ^ set(before)
     monkeypatch.delenv("CACHEDOCTOR_READ_ONLY")
