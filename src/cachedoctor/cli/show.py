@@ -53,11 +53,9 @@ def show(
 
         if detail.hlo_module is None:
             raise CachedoctorError("this entry holds no readable HLO module", slug="no-hlo")
-        hlo_text = hlo_text_of(detail.hlo_module) or "(jaxlib could not render this module)"
+        hlo_text = hlo_text_of(detail.hlo_module)
         if detail.original_module is not None:
-            original_text = (
-                hlo_text_of(detail.original_module) or "(jaxlib could not render this module)"
-            )
+            original_text = hlo_text_of(detail.original_module)
     if extract:
         from cachedoctor.core.show import extract_to_file
 

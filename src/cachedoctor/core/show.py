@@ -70,11 +70,15 @@ def entry_kernels(detail: EntryDetail) -> tuple[KernelView, ...]:
     return kernels_of(detail.hlo_module)
 
 
-def hlo_text_of(hlo_module: bytes) -> str | None:
-    """The HLO text of a module as jaxlib renders it (``show --hlo``); None when it cannot."""
-    from cachedoctor.xla.hlo import hlo_text
+def hlo_text_of(hlo_module: bytes) -> str:
+    """The HLO text of a module as jaxlib renders it (``show --hlo``), in a child process with
+    its memory capped; else, in parentheses, what was refused and why."""
+    from cachedoctor.xla.hlo import render_hlo
 
-    return hlo_text(hlo_module)
+    rendered = render_hlo(hlo_module)
+    if rendered.text is not None:
+        return rendered.text
+    return f"({rendered.refused or 'jaxlib could not render this module'})"
 
 
 def _open_entry(entry: Location) -> BinaryIO:

@@ -446,15 +446,69 @@ def _module_attrs_digest(module: wire.Buffer) -> str:
     return digest.hexdigest()[:16]
 
 
-def hlo_text(module: bytes) -> str | None:
-    """Real HLO text through the installed jaxlib, or None when jaxlib cannot render it."""
+# jaxlib sizes its tables by the largest id and count a module holds: one flipped bit in a stored
+# instruction's id made it allocate about 8 GB for a 2.4 KB entry. The text is rendered in a
+# child process whose private memory is capped (RLIMIT_DATA: the heap and anonymous maps, not
+# the libraries it loads), so a hostile or damaged module costs at most this much.
+RENDER_MEMORY_CAP = 2 << 30
+_RENDER = """
+import resource, sys
+cap = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+from jax._src.lib import xla_client
+module = sys.stdin.buffer.read()
+try:
+    text = xla_client.XlaComputation(module).as_hlo_text()
+except MemoryError:
+    sys.exit(3)
+sys.stdout.write(text)
+"""
+
+
+# what a child stopped at its memory cap says (Python, the C++ runtime, the loader, the kernel)
+_OUT_OF_MEMORY = ("MemoryError", "bad_alloc", "failed to map segment", "Cannot allocate memory")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The HLO text jaxlib rendered, or why there is none."""
+
+    text: str | None
+    refused: str | None = None  # what was refused and why, in words
+
+
+def render_hlo(module: bytes, *, memory_cap: int = RENDER_MEMORY_CAP) -> Rendered:
+    """Real HLO text through the installed jaxlib, in a child process capped at ``memory_cap``
+    bytes of private memory; a module that needs more is refused and said so."""
+    import subprocess
+    import sys
+
+    cap = memory_cap + 64 * len(module)
     try:
-        from jax._src.lib import (  # type: ignore[attr-defined]  # only when text is asked for
-            xla_client,
+        done = subprocess.run(
+            [sys.executable, "-c", _RENDER, str(cap)],
+            input=module,
+            capture_output=True,
+            timeout=300,
+            check=False,
         )
-    except Exception:
-        return None
-    try:
-        return str(xla_client.XlaComputation(module).as_hlo_text())
-    except Exception:
-        return None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Rendered(None, f"jaxlib's renderer did not finish ({type(exc).__name__})")
+    if done.returncode == 0:
+        return Rendered(done.stdout.decode("utf-8", "replace"))
+    err = done.stderr.decode("utf-8", "replace")
+    if done.returncode == 3 or done.returncode < 0 or any(m in err for m in _OUT_OF_MEMORY):
+        return Rendered(
+            None,
+            f"refused: jaxlib would need more than {cap >> 20} MiB of memory to render this"
+            " module (it sizes its tables by the largest id and count the module holds: one"
+            " of them is out of range, a damaged or hostile entry)",
+        )
+    last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
+    return Rendered(None, f"jaxlib could not render this module: {last[:200]}")
+
+
+def hlo_text(module: bytes) -> str | None:
+    """Real HLO text through the installed jaxlib, or None when it cannot (``render_hlo`` says
+    why)."""
+    return render_hlo(module).text
