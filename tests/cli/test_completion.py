@@ -62,7 +62,7 @@ def test_the_bash_script_registers_itself() -> None:
 def test_commands_options_and_kinds_complete_in_bash() -> None:
     assert complete("cachedoctor st") == ["stats", "status"]
     assert "--older-than" in complete("cachedoctor prune --old")
-    assert complete("cachedoctor scan --ignore unk") == ["unknown-file"]
+    assert complete("cachedoctor scan --ignore unk") == ["unknown-layout", "unknown-file"]
     assert complete("cachedoctor lint --format", trailing=True) == [
         "text",
         "json",

@@ -226,7 +226,7 @@ def test_an_entry_whose_read_fails_part_way_is_left_out_whole(
     """Pack copies each entry a chunk at a time (never the whole bundle in memory): an entry
     whose read fails after its first chunk (EIO) is left out, saying why, none of its bytes
     stay, and every member packed has the bytes its header's digest names."""
-    from cachedoctor.core import bundle
+    from cachedoctor.core import bundle, bundle_file
     from cachedoctor.storage.local_store import LocalStore
     from cachedoctor.storage.location import Location
 
@@ -267,10 +267,10 @@ def test_an_entry_whose_read_fails_part_way_is_left_out_whole(
     assert left.why == "damaged" and "Input/output error" in left.words
     assert report.entries and failing[0] not in {e.key for e in report.entries}
     with tarfile.open(out) as tar:
-        header = json.loads(tar.extractfile(bundle.HEADER).read())  # type: ignore[union-attr]
+        header = json.loads(tar.extractfile(bundle_file.HEADER).read())  # type: ignore[union-attr]
         named = {f"entries/{e['key']}-cache": e["sha256"] for e in header["entries"]}
         named.update({f["name"]: f["sha256"] for f in header["files"]})
-        members = [m for m in tar.getmembers() if m.name != bundle.HEADER]
+        members = [m for m in tar.getmembers() if m.name != bundle_file.HEADER]
         assert sorted(m.name for m in members) == sorted(named)
         for m in members:
             data = tar.extractfile(m).read()  # type: ignore[union-attr]

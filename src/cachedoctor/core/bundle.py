@@ -22,12 +22,9 @@ move to their stable keys, as ``rekey --relocated`` does (local targets).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
-import re
-import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -39,27 +36,23 @@ from typing import IO, Any
 
 from cachedoctor import layout
 from cachedoctor.core import preflight
+from cachedoctor.core.bundle_file import (
+    COMPANION,
+    ENTRY_PREFIX,
+    FORMAT,
+    HEADER,
+    BundleError,
+    ReadError,
+    copy_hashed,
+    opened,
+    stage,
+    write_tar,
+)
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.where import Location
-from cachedoctor.errors import CachedoctorError
 
-FORMAT = "cachedoctor-bundle/1"
-HEADER = "cachedoctor-bundle.json"
-MAX_HEADER = 64 << 20  # a header larger than this is no bundle's
-ENTRY_PREFIX = "entries/"
-_CHUNK = 1 << 20  # what pack and unpack hold of a member at a time
 LEAVE_OUT = ("damaged", "pointer", "other-jaxlib")  # what pack leaves out unless included
-_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,200}-[0-9a-f]{64}")
-_COMPANION = re.compile(
-    # a file name in one of the two folders: never "." or "..", never hidden
-    rf"({re.escape(layout.MANIFEST_DIRNAME)}|{re.escape(layout.STATS_DIRNAME)})"
-    r"/[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}"
-)
-
-
-class BundleError(CachedoctorError):
-    slug = "bundle"
 
 
 @dataclass(frozen=True)
@@ -158,7 +151,7 @@ def _companion_names(where: Location, keys: set[str]) -> list[str]:
             continue
         for item in listed:
             base = item.name.rsplit("/", 1)[-1]
-            if item.is_dir or not _COMPANION.fullmatch(f"{folder}/{base}"):
+            if item.is_dir or not COMPANION.fullmatch(f"{folder}/{base}"):
                 continue
             owner = base.split(".", 1)[0]
             if folder == layout.STATS_DIRNAME or owner in keys:
@@ -197,36 +190,12 @@ def pack(
         report.companions = len(files)
         head = json.dumps(_header(report, here, files), indent=1).encode()
         spool.seek(0)
-        _write_tar(
+        write_tar(
             bundle,
             [(HEADER, len(head), io.BytesIO(head))] + [(n, size, spool) for n, size in members],
         )
     report.bytes = bundle.stat().st_size
     return report
-
-
-class _ReadError(Exception):
-    """A source that could not be read while it was copied (not the copy's destination)."""
-
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _copy_hashed(src: IO[bytes], dst: IO[bytes]) -> tuple[int, str]:
-    """Copy ``src`` to ``dst`` a chunk at a time: (bytes copied, their SHA-256). A failed read
-    raises :class:`_ReadError`; a failed write, its own OSError."""
-    digest, size = hashlib.sha256(), 0
-    while True:
-        try:
-            chunk = src.read(_CHUNK)
-        except OSError as exc:
-            raise _ReadError(exc) from None
-        if not chunk:
-            return size, digest.hexdigest()
-        digest.update(chunk)
-        dst.write(chunk)
-        size += len(chunk)
 
 
 @contextmanager
@@ -253,8 +222,8 @@ def _spool_one(store: Any, name: str, spool: IO[bytes]) -> tuple[int, str] | OSE
         return exc
     with source:
         try:
-            return _copy_hashed(source, spool)
-        except _ReadError as exc:
+            return copy_hashed(source, spool)
+        except ReadError as exc:
             spool.seek(start)
             spool.truncate()
             return exc.error
@@ -326,34 +295,6 @@ def _header(report: PackReport, here: Any, files: list[dict[str, Any]]) -> dict[
     }
 
 
-def _write_tar(bundle: Path, members: list[tuple[str, int, IO[bytes]]]) -> None:
-    """The tar of ``members`` (name, size, the file to read that many bytes from, in order)
-    at ``bundle``: written to a temp file beside it (its folder made by ``_spool``), synced,
-    renamed into place."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
-    except OSError as exc:  # named by the bundle, not by its temp file
-        raise OSError(exc.errno, exc.strerror, str(bundle)) from None
-    try:
-        with (
-            os.fdopen(fd, "wb") as raw,
-            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            for name, size, source in members:
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = size, 0o644, int(time.time())
-                tar.addfile(info, source)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, bundle)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):  # named by the bundle, not by its temp file
-            raise OSError(exc.errno, exc.strerror, str(bundle)) from None
-        raise
-
-
 @dataclass(frozen=True)
 class UnpackedEntry:
     key: str
@@ -401,90 +342,6 @@ class UnpackReport:
         }
 
 
-@contextmanager
-def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
-    """The bundle's header, checked, and its tar; BundleError for anything else."""
-    try:
-        tar = tarfile.open(bundle, mode="r:")  # noqa: SIM115 (the with below closes it)
-    except (tarfile.TarError, EOFError) as exc:
-        raise BundleError(f"{bundle} is not a cachedoctor bundle ({exc})") from None
-    with tar:
-        first = tar.next()
-        if first is None or first.name != HEADER or not first.isfile() or first.size > MAX_HEADER:
-            raise BundleError(f"{bundle} is not a cachedoctor bundle (no {HEADER} first)")
-        try:
-            header = json.loads(_read(tar, first))
-        except ValueError:
-            raise BundleError(f"{bundle}: its header is not JSON") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise BundleError(f"{bundle}: format {header.get('format')!r}, not {FORMAT}")
-        yield header, tar
-
-
-def _open_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
-    f = tar.extractfile(member)
-    if f is None:
-        raise BundleError(f"bundle member {member.name} is not a file")
-    return f
-
-
-def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    return _open_member(tar, member).read()
-
-
-def _expected(header: dict[str, Any]) -> dict[str, tuple[int, str]]:
-    """Member name -> (size, sha256) for every member the header names; a name that is not a
-    cache's own (an entry, a manifest, a record) is refused."""
-    out: dict[str, tuple[int, str]] = {}
-    try:
-        for e in header["entries"]:
-            if not _KEY.fullmatch(str(e["key"])):
-                raise BundleError(f"bundle names an entry {str(e['key'])[:80]!r}: not a JAX key")
-            out[f"{ENTRY_PREFIX}{e['key']}-cache"] = (int(e["size"]), str(e["sha256"]))
-        for f in header["files"]:
-            if not _COMPANION.fullmatch(str(f["name"])):
-                raise BundleError(
-                    f"bundle names a file {str(f['name'])[:80]!r} outside a cache's own"
-                )
-            out[str(f["name"])] = (int(f["size"]), str(f["sha256"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BundleError(f"the bundle's header is incomplete ({exc})") from None
-    return out
-
-
-def _stage(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> None:
-    """Every member the header names, checked, into ``stage`` laid out as a cache."""
-    try:
-        _stage_members(tar, header, stage)
-    except (tarfile.TarError, EOFError) as exc:
-        raise BundleError(f"the bundle is truncated or damaged ({exc})") from None
-
-
-def _stage_members(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> None:
-    expected = _expected(header)
-    seen = set()
-    for member in tar:
-        want = expected.get(member.name)
-        if want is None or member.name in seen:
-            continue  # not named by the header (or named twice): never read
-        if not member.isfile() or member.size != want[0]:
-            raise BundleError(f"bundle member {member.name}: not the file its header describes")
-        source = _open_member(tar, member)
-        name = member.name.removeprefix(ENTRY_PREFIX)
-        (stage / name).parent.mkdir(parents=True, exist_ok=True)
-        with open(stage / name, "wb") as staged:  # a chunk at a time, whatever its size
-            try:
-                _, digest = _copy_hashed(source, staged)
-            except _ReadError as exc:
-                raise exc.error from None
-        if digest != want[1]:
-            raise BundleError(f"bundle member {member.name}: its bytes differ from its digest")
-        seen.add(member.name)
-    missing = sorted(set(expected) - seen)
-    if missing:
-        raise BundleError(f"the bundle lacks {len(missing)} members its header names: {missing[0]}")
-
-
 def unpack(
     bundle: Path,
     target: Location,
@@ -501,10 +358,10 @@ def unpack(
         opened(bundle) as (header, tar),
         tempfile.TemporaryDirectory(prefix="cachedoctor-unpack-") as tmp,
     ):
-        stage = Path(tmp)
-        _stage(tar, header, stage)
+        staged = Path(tmp)
+        stage(tar, header, staged)
         report = UnpackReport(str(bundle), target.spelling, spelling, header, apply)
-        forecast = preflight.predict(Location.local(stage), cache_dir=spelling)
+        forecast = preflight.predict(Location.local(staged), cache_dir=spelling)
         report.problem = forecast.problem
         verdicts = {f.key: f for f in forecast.entries}
         missing = target.local_path is not None and not os.path.isdir(target.local_path)
@@ -519,7 +376,7 @@ def unpack(
             action = "present" if held else "write"
             report.entries.append(UnpackedEntry(e["key"], e.get("module"), verdict, words, action))
         if apply:
-            _write(stage, header, store, report)
+            _write(staged, header, store, report)
             if relocate:
                 _relocate(target, spelling, report, lock_timeout)
     return report
@@ -527,10 +384,14 @@ def unpack(
 
 def _lru_in_use(store: Any) -> bool:
     """Whether JAX's LRU eviction runs on the target: its ``.lockfile``, or ``-atime`` files
-    (JAX writes them only with eviction on)."""
-    if store.stat(layout.LOCKFILE) is not None:
-        return True
-    return any(i.name.endswith(layout.ATIME_SUFFIX) for i in store.list())
+    (JAX writes them only with eviction on). A target not there yet (a new bucket prefix)
+    runs none."""
+    try:
+        if store.stat(layout.LOCKFILE) is not None:
+            return True
+        return any(i.name.endswith(layout.ATIME_SUFFIX) for i in store.list())
+    except FileNotFoundError:
+        return False
 
 
 def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport) -> None:
