@@ -31,6 +31,7 @@ HEADER = "cachedoctor-bundle.json"
 MAX_HEADER = 64 << 20  # a header larger than this is no bundle's
 ENTRY_PREFIX = "entries/"
 CHUNK = 1 << 20  # what pack and unpack hold of a member at a time
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 KEY = re.compile(r"[A-Za-z0-9_.\-]{1,200}-[0-9a-f]{64}")
 COMPANION = re.compile(
     # a file name in one of the two folders: never "." or "..", never hidden
@@ -108,11 +109,52 @@ def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
             raise BundleError(f"{bundle} is not a cachedoctor bundle (no {HEADER} first)")
         try:
             header = json.loads(read_member(tar, first))
-        except ValueError:
-            raise BundleError(f"{bundle}: its header is not JSON") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise BundleError(f"{bundle}: format {header.get('format')!r}, not {FORMAT}")
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than a header is
+            raise BundleError(f"{bundle}: its header is not a bundle's JSON") from None
+        if not isinstance(header, dict):
+            raise BundleError(
+                f"{bundle}: its header is a JSON {type(header).__name__}, not an object"
+            )
+        if header.get("format") != FORMAT:
+            raise BundleError(f"{bundle}: format {str(header.get('format'))[:80]!r}, not {FORMAT}")
+        check_header(header)
         yield header, tar
+
+
+MAX_MEMBER = 1 << 40  # a member larger than this is no entry's
+
+
+def check_header(header: dict[str, Any]) -> None:
+    """The whole header checked before anything is staged or written: every entry and file a
+    JSON object with a name of a cache's own, a size in range and a SHA-256; BundleError
+    names the first that is not."""
+    for part in ("entries", "files"):
+        if not isinstance(header.get(part), list):
+            raise BundleError(f"the bundle's header has no list of {part}")
+    for e in header["entries"]:
+        if not isinstance(e, dict) or not isinstance(e.get("key"), str):
+            raise BundleError(f"the bundle's header names an entry that is not one: {str(e)[:80]}")
+        if not KEY.fullmatch(e["key"]):
+            raise BundleError(f"bundle names an entry {e['key'][:80]!r}: not a JAX key")
+        _check_member(e, e["key"])
+        if e.get("module") is not None and not isinstance(e["module"], str):
+            raise BundleError(f"the bundle's header: entry {e['key'][:80]}'s module is not a name")
+    for f in header["files"]:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise BundleError(f"the bundle's header names a file that is not one: {str(f)[:80]}")
+        if not COMPANION.fullmatch(f["name"]):
+            raise BundleError(f"bundle names a file {f['name'][:80]!r} outside a cache's own")
+        _check_member(f, f["name"])
+
+
+def _check_member(member: dict[str, Any], name: str) -> None:
+    size, digest = member.get("size"), member.get("sha256")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_MEMBER:
+        raise BundleError(
+            f"the bundle's header: {name[:80]}'s size {str(size)[:40]} is out of range"
+        )
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        raise BundleError(f"the bundle's header: {name[:80]}'s sha256 is not one")
 
 
 def open_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
@@ -161,7 +203,7 @@ def stage_members(tar: tarfile.TarFile, header: dict[str, Any], stage: Path) -> 
         want = named.get(member.name)
         if want is None or member.name in seen:
             continue  # not named by the header (or named twice): never read
-        if not member.isfile() or member.size != want[0]:
+        if not member.isfile() or member.issparse() or member.size != want[0]:
             raise BundleError(f"bundle member {member.name}: not the file its header describes")
         source = open_member(tar, member)
         name = member.name.removeprefix(ENTRY_PREFIX)
