@@ -165,6 +165,17 @@ def test_jax_unusable_here_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: A
     ]
 
 
+def _cli(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cachedoctor ARGS CACHE`` in a fresh interpreter, with the programs' environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args, str(cache)],
+        capture_output=True,
+        text=True,
+        env=base_env(cache),
+        timeout=300,
+    )
+
+
 @pytest.mark.slow
 def test_stats_zero_keeps_what_preflight_and_why_read(tmp_path: Path) -> None:
     """Trust IV: `stats --zero --apply` removed the records preflight and why read: before it
@@ -176,39 +187,15 @@ def test_stats_zero_keeps_what_preflight_and_why_read(tmp_path: Path) -> None:
     flag = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"}
     code, before = preflight(cache, **flag)
     assert code == 1 and entry_of(before)["verdict"] == "miss"
-    why_before = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "why", "--json", str(cache)],
-        capture_output=True,
-        text=True,
-        env=base_env(cache),
-        timeout=300,
-    )
-    zero = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "stats", "--zero", "--apply", str(cache)],
-        capture_output=True,
-        text=True,
-        env=base_env(cache),
-        timeout=300,
-    )
+    why_before = _cli(cache, "why", "--json")
+    zero = _cli(cache, "stats", "--zero", "--apply")
     assert zero.returncode == 0, zero.stderr
-    stats = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "stats", "--json", str(cache)],
-        capture_output=True,
-        text=True,
-        env=base_env(cache),
-        timeout=300,
-    )
+    stats = _cli(cache, "stats", "--json")
     assert json.loads(stats.stdout)["totals"]["requests"] == 0  # the counters did reset
     code, after = preflight(cache, **flag)
     assert code == 1 and entry_of(after)["verdict"] == "miss", entry_of(after)
     assert entry_of(after)["differences"] == entry_of(before)["differences"]
-    why_after = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "why", "--json", str(cache)],
-        capture_output=True,
-        text=True,
-        env=base_env(cache),
-        timeout=300,
-    )
+    why_after = _cli(cache, "why", "--json")
 
     def said(out: str) -> list[dict[str, Any]]:  # the record's file is the archive's now
         return [{k: v for k, v in m.items() if k != "record"} for m in json.loads(out)["misses"]]

@@ -181,20 +181,26 @@ def test_a_kernel_that_does_not_parse_keeps_jax_key(modules: dict[str, Any]) -> 
     says so in one line), never hashing a half-stripped module."""
     if keys.jax_strips_kernels():
         pytest.skip(f"jax {jax.__version__} strips kernels itself: the hasher never parses one")
+    holder = _unreadable_kernel(modules["a"])
+    with modules["a"].context, pytest.raises(keys.KernelsNotStripped, match="does not parse"):
+        _keys(holder)
+
+
+def _unreadable_kernel(module: Any) -> Any:
+    """A copy of ``module`` whose kernel body is MLIR's magic and nothing more: no jaxlib reads
+    it."""
     import json
 
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
-    module = modules["a"]
     with module.context:
         broken = keys._clone(module)
         holder = getattr(broken, "opview", broken)
         (op,) = keys._mosaic_ops(holder)
         config = json.loads(ir.StringAttr(op.attributes["backend_config"]).value)
-        config["custom_call_config"]["body"] = "TUzvUgAAAA=="  # MLIR's magic, then nothing
+        config["custom_call_config"]["body"] = "TUzvUgAAAA=="
         op.attributes["backend_config"] = ir.StringAttr.get(json.dumps(config))
-        with pytest.raises(keys.KernelsNotStripped, match="does not parse"):
-            _keys(holder)
+    return holder
 
 
 def test_the_hook_gives_moved_kernels_one_key(
@@ -203,11 +209,8 @@ def test_the_hook_gives_moved_kernels_one_key(
     """Through JAX's own ``get_cache_key`` with the hook installed, as a compile calls it: the
     moved kernels share a key, the changed one does not; a body the hook cannot strip keeps
     JAX's own key, and says so in one line."""
-    import json
-
     from jax._src import compilation_cache as cc
     from jax._src import compiler, xla_bridge
-    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     from cachedoctor.stablekeys import hook, hook_replay
 
@@ -224,14 +227,7 @@ def test_the_hook_gives_moved_kernels_one_key(
     hook_replay._state.said.discard("mosaic")
     try:
         hooked = {name: key(m) for name, m in modules.items()}
-        module = modules["a"]
-        with module.context:
-            broken = keys._clone(module)
-            holder = getattr(broken, "opview", broken)
-            (op,) = keys._mosaic_ops(holder)
-            config = json.loads(ir.StringAttr(op.attributes["backend_config"]).value)
-            config["custom_call_config"]["body"] = "TUzvUgAAAA=="
-            op.attributes["backend_config"] = ir.StringAttr.get(json.dumps(config))
+        holder = _unreadable_kernel(modules["a"])
         capsys.readouterr()
         fallback = key(holder)
         said = capsys.readouterr().err

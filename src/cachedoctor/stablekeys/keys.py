@@ -270,7 +270,8 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
 # -- canonicalisation 1: custom_partitioning backend_config ------------------------------------
 
 
-def _custom_partitioning_ops(module: Any) -> list[Any]:
+def _custom_calls(module: Any, target: str) -> list[Any]:
+    """The module's ``stablehlo.custom_call`` ops calling ``target``, in walk order."""
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     found: list[Any] = []
@@ -279,13 +280,17 @@ def _custom_partitioning_ops(module: Any) -> list[Any]:
         if (
             op.name == "stablehlo.custom_call"
             and "call_target_name" in op.attributes
-            and ir.StringAttr(op.attributes["call_target_name"]).value == CP_TARGET
+            and ir.StringAttr(op.attributes["call_target_name"]).value == target
         ):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return found
+
+
+def _custom_partitioning_ops(module: Any) -> list[Any]:
+    return _custom_calls(module, CP_TARGET)
 
 
 def _clone(module: Any) -> Any:
@@ -353,21 +358,7 @@ def jax_strips_kernels() -> bool:
 
 
 def _mosaic_ops(module: Any) -> list[Any]:
-    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
-
-    found: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if (
-            op.name == "stablehlo.custom_call"
-            and "call_target_name" in op.attributes
-            and ir.StringAttr(op.attributes["call_target_name"]).value == MOSAIC_TARGET
-        ):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return _custom_calls(module, MOSAIC_TARGET)
 
 
 def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
