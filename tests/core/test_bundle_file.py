@@ -77,3 +77,26 @@ def test_a_sparse_member_is_refused(tmp_path: Path) -> None:
         tar.addfile(member, io.BytesIO(b"x"))
     code, _, err = invoke("unpack", "--apply", str(bundle), str(tmp_path / "t"))
     assert code == 2 and "not the file its header describes" in err, err
+
+
+def test_a_fifo_with_no_writer_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "b.tar"
+    os.mkfifo(fifo)
+    code, _, err = invoke("unpack", str(fifo), str(tmp_path / "t"))  # opening it would wait
+    assert code == 2 and "not a regular file" in err, err
+
+
+def test_pack_refuses_to_write_inside_the_cache_it_packs(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.support import tpu
+
+    cache = tmp_path / "cache"
+    shutil.copytree(tpu.cache("shared/seed"), cache)
+    before = sorted(p.name for p in cache.iterdir())
+    for inside in (cache / "b.tar", cache / "sub" / "b.tar"):
+        code, _, err = invoke("pack", str(cache), "-o", str(inside))
+        assert code == 2 and "inside the cache it packs" in err, err
+    assert sorted(p.name for p in cache.iterdir()) == before

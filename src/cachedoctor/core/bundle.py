@@ -179,6 +179,7 @@ def pack(
     jaxlib = jaxlib or here.jaxlib_version or "unknown"
     if bundle.exists() and not overwrite:
         raise BundleError(f"{bundle} exists: give another name, or --force to replace it")
+    _refuse_inside(where, bundle)
     keep, left, evidence = _selected(where, include, jaxlib)
     report = PackReport(where.spelling, str(bundle), left_out=left)
     with _spool(bundle) as spool:
@@ -196,6 +197,18 @@ def pack(
         )
     report.bytes = bundle.stat().st_size
     return report
+
+
+def _refuse_inside(where: Location, bundle: Path) -> None:
+    """A bundle written inside the cache it packs would be a foreign file there (and its
+    spool, a temp file JAX's writers never clean): refused."""
+    root = where.local_path
+    if root is None:
+        return
+    cache = os.path.realpath(root)
+    parent = os.path.realpath(bundle.parent)
+    if parent == cache or parent.startswith(cache.rstrip(os.sep) + os.sep):
+        raise BundleError(f"{bundle} is inside the cache it packs ({root}): write it elsewhere")
 
 
 @contextmanager

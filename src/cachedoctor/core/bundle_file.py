@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tarfile
 import tempfile
 import time
@@ -98,7 +99,13 @@ def write_tar(bundle: Path, members: list[tuple[str, int, IO[bytes]]]) -> None:
 
 @contextmanager
 def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
-    """The bundle's header, checked, and its tar; BundleError for anything else."""
+    """The bundle's header, checked, and its tar; BundleError for anything else (a FIFO, a
+    device or a folder is refused before it is opened: opening a FIFO with no writer waits)."""
+    try:
+        if not stat.S_ISREG(os.stat(bundle).st_mode):
+            raise BundleError(f"{bundle} is not a regular file, so not a bundle")
+    except OSError:
+        pass  # tarfile says what is wrong with it, below
     try:
         tar = tarfile.open(bundle, mode="r:")  # noqa: SIM115 (the with below closes it)
     except (tarfile.TarError, EOFError) as exc:
