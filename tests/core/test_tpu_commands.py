@@ -84,6 +84,7 @@ def test_diff_says_the_kernel_moved_and_where(moved: Path) -> None:
     assert pair["same_stripped"] is False and pair["name"] == "add_kernel"
 
 
+@pytest.mark.slow  # show --hlo renders in a child process (xla/hlo.render_hlo)
 def test_show_lists_each_kernel_with_its_grid_and_locations(moved: Path) -> None:
     entry = moved / f"{_key(moved, 'jit_matmul', 'b')}-cache"
     code, out, _ = invoke("show", "--json", str(entry))
