@@ -260,3 +260,34 @@ def test_read_only_runs_write_nothing_into_the_cache(
     monkeypatch.delenv("CACHEDOCTOR_READ_ONLY")
     invoke("scan", str(folder))  # the premise: without it, the index does go into the cache
     assert (folder / "cachedoctor-index").is_dir()
+
+
+def test_unpack_writes_manifests_only_beside_its_entries_and_carries_records(
+    tmp_path: Path,
+) -> None:
+    """Trust IV: unpack wrote every manifest of the bundle, also for entries it did not write
+    (there already, or written by another unpack meanwhile): manifests without an entry. Now a
+    manifest goes only beside an entry this unpack wrote, the stats records travel with the
+    bundle, and a second unpack into the same target writes nothing."""
+    source = tmp_path / "hook"
+    shutil.copytree(tpu.cache("shared/hook"), source)
+    bundle = tmp_path / "b.tar"
+    code, _, err = invoke("pack", str(source), "-o", str(bundle))
+    assert code == 0, err
+    target = tmp_path / "target"
+    target.mkdir()
+    (present,) = source.glob("jit_iota-*-cache")
+    shutil.copy(present, target / present.name)  # one entry there already (not by this unpack)
+    code, out, err = invoke("unpack", "--apply", "--json", str(bundle), str(target))
+    doc = json.loads(out)
+    written = {e["key"] for e in doc["entries"] if e["action"] == "written"}
+    assert written and present.name[: -len("-cache")] not in written, doc["entries"]
+    manifests = {p.name[: -len(".json")] for p in (target / "cachedoctor-manifests").glob("*.json")}
+    assert manifests == written  # none for the entry it found there
+    records = sorted(p.name for p in (target / "cachedoctor-stats").glob("*.json"))
+    assert records == sorted(p.name for p in (source / "cachedoctor-stats").glob("*.json"))
+    assert doc["records"] == len(records) and doc["companions"] == len(written)
+    _, again, _ = invoke("unpack", "--apply", "--json", str(bundle), str(target))
+    second = json.loads(again)
+    assert {e["action"] for e in second["entries"]} == {"present"}
+    assert second["companions"] == 0 and second["records"] == 0

@@ -21,7 +21,6 @@ move to their stable keys, as ``rekey --relocated`` does (local targets).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -325,8 +324,9 @@ class UnpackReport:
     header: dict[str, Any]
     applied: bool
     entries: list[UnpackedEntry] = field(default_factory=list)
-    companions: int = 0  # manifests written (records stay in the bundle: the target's own)
+    companions: int = 0  # key manifests written, each beside the entry this unpack wrote
     atime_files: int = 0  # -atime files written beside entries (the target runs JAX's LRU)
+    records: int = 0  # the bundle's stats records written (the evidence of each key's inputs)
     moved: list[tuple[str, str]] = field(default_factory=list)  # relocated -> stable key
     problem: str | None = None  # why the preflight could not judge (no JAX here)
     notes: list[str] = field(default_factory=list)
@@ -349,6 +349,7 @@ class UnpackReport:
             "entries": [asdict(e) for e in self.entries],
             "companions": self.companions,
             "atime_files": self.atime_files,
+            "records": self.records,
             "moved": [list(m) for m in self.moved],
             "problem": self.problem,
             "notes": self.notes,
@@ -408,39 +409,62 @@ def _lru_in_use(store: Any) -> bool:
 
 
 def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport) -> None:
-    """Manifests first, then each entry whole, none over an existing file. Into a cache where
+    """Each entry whole, none over an existing file, then its key manifest (a manifest only
+    for an entry this unpack wrote: never one without its entry), then the bundle's stats
+    records (the evidence of what went into each key travels with it). Into a cache where
     JAX's LRU eviction runs, each entry's ``-atime`` file is written first (JAX's eviction pass
     fails on an entry without one, jax <= 0.10, and then every later put fails)."""
     mode = 0o666 & ~_umask()
-    entries = {e.key: i for i, e in enumerate(report.entries)}
     lru = _lru_in_use(store)
+    manifests: dict[str, list[str]] = {}  # key -> its manifest and module text
     for f in header["files"]:
-        if f["name"].startswith(layout.MANIFEST_DIRNAME + "/"):
-            with contextlib.suppress(FileExistsError):
-                store.write_atomic(
-                    f["name"], (stage / f["name"]).read_bytes(), create=True, mode=mode
-                )
-                report.companions += 1
-    for key, i in entries.items():
-        done = report.entries[i]
+        base = f["name"].removeprefix(layout.MANIFEST_DIRNAME + "/")
+        for suffix in (layout.MANIFEST_SUFFIX, layout.MANIFEST_IR_SUFFIX):
+            if base != f["name"] and base.endswith(suffix):
+                manifests.setdefault(base[: -len(suffix)], []).append(f["name"])
+    for i, done in enumerate(report.entries):
         if done.action != "write":
             continue
-        try:
-            if lru and store.stat(f"{key}{layout.ATIME_SUFFIX}") is None:
-                # as JAX's LRU writes it on a put: the time of use, ns, 8 bytes little-endian
-                with contextlib.suppress(FileExistsError):
-                    stamp = time.time_ns().to_bytes(8, "little")
-                    store.write_atomic(f"{key}{layout.ATIME_SUFFIX}", stamp, create=True, mode=mode)
-                    report.atime_files += 1
-            store.write_atomic(
-                f"{key}-cache", (stage / f"{key}-cache").read_bytes(), create=True, mode=mode
-            )
-            action = "written"
-        except FileExistsError:
-            action = "present"  # another process wrote it meanwhile
-        except OSError as exc:
-            action = f"failed: {exc.strerror or exc}"
+        action = _write_entry(stage, store, done.key, lru, mode, report)
         report.entries[i] = replace(done, action=action)
+        if action == "written":
+            for name in manifests.get(done.key, ()):
+                report.companions += _write_new(stage, store, name, mode)
+    for f in header["files"]:
+        if f["name"].startswith(layout.STATS_DIRNAME + "/"):
+            report.records += _write_new(stage, store, f["name"], mode)
+
+
+def _write_entry(
+    stage: Path, store: Any, key: str, lru: bool, mode: int, report: UnpackReport
+) -> str:
+    """One entry (its -atime file first where JAX's LRU runs): what became of it."""
+    try:
+        if lru and store.stat(f"{key}{layout.ATIME_SUFFIX}") is None:
+            # as JAX's LRU writes it on a put: the time of use, ns, 8 bytes little-endian
+            stamp = time.time_ns().to_bytes(8, "little")
+            report.atime_files += _write_bytes(store, f"{key}{layout.ATIME_SUFFIX}", stamp, mode)
+        store.write_atomic(
+            f"{key}-cache", (stage / f"{key}-cache").read_bytes(), create=True, mode=mode
+        )
+        return "written"
+    except FileExistsError:
+        return "present"  # another process wrote it meanwhile
+    except OSError as exc:
+        return f"failed: {exc.strerror or exc}"
+
+
+def _write_new(stage: Path, store: Any, name: str, mode: int) -> int:
+    """A staged companion file written where none is: 1, else 0."""
+    return _write_bytes(store, name, (stage / name).read_bytes(), mode)
+
+
+def _write_bytes(store: Any, name: str, data: bytes, mode: int) -> int:
+    try:
+        store.write_atomic(name, data, create=True, mode=mode)
+    except FileExistsError:
+        return 0
+    return 1
 
 
 def _umask() -> int:

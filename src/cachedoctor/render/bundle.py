@@ -85,7 +85,8 @@ def _unpack_lines(report: UnpackReport) -> Iterator[str]:
     actions = Counter(e.action.split(":")[0] for e in report.entries)
     if report.applied:
         yield (
-            f"wrote {actions.get('written', 0)} entries and {report.companions} manifests;"
+            f"wrote {actions.get('written', 0)} entries, {report.companions} manifests and"
+            f" {report.records} stats records;"
             f" {actions.get('present', 0)} were there already"
             + (f"; {actions['failed']} failed" if actions.get("failed") else "")
             + (
