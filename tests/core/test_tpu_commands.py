@@ -291,3 +291,28 @@ def test_unpack_writes_manifests_only_beside_its_entries_and_carries_records(
     second = json.loads(again)
     assert {e["action"] for e in second["entries"]} == {"present"}
     assert second["companions"] == 0 and second["records"] == 0
+
+
+def test_pack_takes_only_records_that_are_records(tmp_path: Path) -> None:
+    """Trust IV: pack took whatever cachedoctor-stats/ held: an earlier bundle saved there, a
+    file hard-linked into it from outside the cache. Now only what parses as a record."""
+    source = tmp_path / "mix"
+    shutil.copytree(tpu.cache("shared/mix"), source)
+    stats = source / "cachedoctor-stats"
+    real = sorted(p.name for p in stats.glob("*.json"))
+    first = tmp_path / "first.tar"
+    assert invoke("pack", str(source), "-o", str(first))[0] == 0
+    shutil.copy(first, stats / "old-bundle.json")  # an earlier bundle, named like a record
+    outside = tmp_path / "secret.json"
+    outside.write_text((stats / real[0]).read_text())  # a record's bytes, someone else's file
+    os.link(outside, stats / "20261207T000000-elsewhere-1-deadbeef.json")
+    bundle = tmp_path / "b.tar"
+    code, out, err = invoke("pack", "--json", str(source), "-o", str(bundle))
+    assert code == 0, err
+    import tarfile
+
+    with tarfile.open(bundle) as tar:
+        packed = sorted(
+            m.name.split("/", 1)[1] for m in tar if m.name.startswith("cachedoctor-stats/")
+        )
+    assert packed == real

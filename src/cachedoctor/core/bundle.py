@@ -140,7 +140,11 @@ def _selected(
 
 
 def _companion_names(where: Location, keys: set[str]) -> list[str]:
-    """The key manifests of ``keys`` and every stats record, as names in the cache dir."""
+    """The key manifests (and module texts) of ``keys``, and the stats records that parse as
+    records, as names in the cache dir. A file with another link elsewhere (a hard link into
+    the cache of someone else's file) is not taken."""
+    from cachedoctor.core.usage.records import sound_files
+
     store = where.store()
     names = []
     for folder in (layout.MANIFEST_DIRNAME, layout.STATS_DIRNAME):
@@ -148,14 +152,34 @@ def _companion_names(where: Location, keys: set[str]) -> list[str]:
             listed = store.list(folder)
         except FileNotFoundError:
             continue
+        sound = sound_files(store) if folder == layout.STATS_DIRNAME else set()
         for item in listed:
             base = item.name.rsplit("/", 1)[-1]
             if item.is_dir or not COMPANION.fullmatch(f"{folder}/{base}"):
                 continue
-            owner = base.split(".", 1)[0]
-            if folder == layout.STATS_DIRNAME or owner in keys:
+            stats = folder == layout.STATS_DIRNAME
+            taken = base in sound if stats else _manifest_key(base) in keys
+            if taken and not _linked_elsewhere(where, f"{folder}/{base}"):
                 names.append(f"{folder}/{base}")
     return names
+
+
+def _manifest_key(name: str) -> str | None:
+    """The key a manifest file (``<key>.json``) or module text belongs to."""
+    for suffix in (layout.MANIFEST_SUFFIX, layout.MANIFEST_IR_SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def _linked_elsewhere(where: Location, name: str) -> bool:
+    """A local file with more than one link: its bytes are also someone else's file."""
+    if where.local_path is None:
+        return False
+    try:
+        return os.lstat(os.path.join(where.local_path, name)).st_nlink > 1
+    except OSError:
+        return False
 
 
 def pack(

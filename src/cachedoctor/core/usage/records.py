@@ -123,6 +123,25 @@ def read_archived(store: Store) -> list[Record]:
     return out
 
 
+def sound_files(store: Store) -> set[str]:
+    """The names in ``cachedoctor-stats/`` that hold records: each record that parses, each
+    archive of ``stats --zero`` whose every line is one (``pack`` takes these alone)."""
+    names = {r.file for r in read_records(store)[0]}
+    archived: dict[str, int] = {}
+    for r in read_archived(store):
+        archive = r.file.split("#", 1)[0]
+        archived[archive] = archived.get(archive, 0) + 1
+    for archive, n in archived.items():
+        try:
+            with store.open_read(f"{STATS_DIRNAME}/{archive}") as fh:
+                lines = [x for x in fh.read(MAX_ARCHIVE_BYTES + 1).splitlines() if x.strip()]
+        except OSError:
+            continue
+        if len(lines) == n:
+            names.add(archive)
+    return names
+
+
 def read_evidence(store: Store) -> list[Record]:
     """The records whose evidence ``why``, ``preflight`` and ``prune`` read: those in the
     folder and those ``stats --zero`` archived (counters reset, history kept)."""
