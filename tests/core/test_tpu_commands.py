@@ -307,7 +307,7 @@ def test_pack_takes_only_records_that_are_records(tmp_path: Path) -> None:
     outside.write_text((stats / real[0]).read_text())  # a record's bytes, someone else's file
     os.link(outside, stats / "20261207T000000-elsewhere-1-deadbeef.json")
     bundle = tmp_path / "b.tar"
-    code, out, err = invoke("pack", "--json", str(source), "-o", str(bundle))
+    code, _, err = invoke("pack", "--json", str(source), "-o", str(bundle))
     assert code == 0, err
     import tarfile
 
