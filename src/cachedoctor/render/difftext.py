@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cachedoctor.core.diff.options import cleared_by_jax
 from cachedoctor.core.diff.report import DiffReport, EntrySide, ModuleDiffReport
 from cachedoctor.units import format_bytes
 from cachedoctor.xla.optiondiff import FieldDiff
@@ -152,10 +153,21 @@ def _options_section(report: DiffReport, console: Console) -> None:
     """Compile options, the executable's effective module config and the pjrt_ifrt header."""
     o = report.options
     _heading(console, "compile options")
-    if not o.compile_options:
-        console.print(Text("identical", style="green"))
+    hashed = [d for d in o.compile_options if not cleared_by_jax(d)]
+    cleared = [d for d in o.compile_options if cleared_by_jax(d)]
+    if not hashed:
+        console.print(Text("identical" + (" in what JAX hashes" if cleared else ""), style="green"))
     else:
-        _options_table(console, o.compile_options, MAX_OPTION_ROWS)
+        _options_table(console, hashed, MAX_OPTION_ROWS)
+    if cleared:
+        names = ", ".join(sorted({d.path.rsplit(".", 1)[-1] for d in cleared}))
+        console.print(
+            Text(
+                f"also differ, but JAX clears them before hashing (not key inputs): {names}",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
     mirrored = {(d.path.split("debug_options.", 1)[-1], d.a, d.b) for d in o.compile_options}
     extra = [
         d

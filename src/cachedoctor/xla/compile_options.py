@@ -23,8 +23,27 @@ AUTOTUNE_MODES = {0: "unspecified", 1: "update", 2: "read"}
 CACHE_PATH_FIELDS = frozenset(
     {DEBUG_AUTOTUNE_DIR, DEBUG_KERNEL_CACHE_FILE, DEBUG_AUTOTUNER_CACHE_DIR}
 )
-# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py), see docs/format.md.
-CLEARED_BY_JAX = frozenset({DEBUG_DUMP_TO, DEBUG_AUTOTUNE_MODE, 61})
+# DebugOptions fields JAX clears before hashing (jax/_src/cache_key.py,
+# ``_hash_serialized_compile_options``, the same list in jax 0.10.2 and 0.12), see
+# docs/format.md: xla_gpu_cuda_data_dir (61), xla_force_host_platform_device_count (102), the
+# xla_dump_* options (109-116, 118, 132, 144, 149, 151, 153, 154, 164) and the autotune cache
+# mode (324). The autotune dir (310), cleared from 0.12 on, is a relocation (CACHE_PATH_FIELDS).
+CLEARED_BY_JAX = frozenset(
+    {
+        61,
+        102,
+        *range(DEBUG_DUMP_TO, 117),
+        118,
+        132,
+        144,
+        149,
+        151,
+        153,
+        154,
+        164,
+        DEBUG_AUTOTUNE_MODE,
+    }
+)
 
 
 def debug_field_number(numbers: tuple[int, ...]) -> int | None:

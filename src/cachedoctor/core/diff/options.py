@@ -40,6 +40,11 @@ def is_relocation(d: optiondiff.FieldDiff) -> bool:
     return os.path.basename(d.a.rstrip("/")) == os.path.basename(d.b.rstrip("/"))
 
 
+def cleared_by_jax(d: optiondiff.FieldDiff) -> bool:
+    """A DebugOptions field JAX clears before hashing the options (not an input of the key)."""
+    return compile_options.debug_field_number(d.numbers) in compile_options.CLEARED_BY_JAX
+
+
 def is_volatile_option(d: optiondiff.FieldDiff) -> bool:
     return is_relocation(d) or (
         compile_options.debug_field_number(d.numbers) in compile_options.CLEARED_BY_JAX
