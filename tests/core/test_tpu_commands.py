@@ -316,3 +316,14 @@ def test_pack_takes_only_records_that_are_records(tmp_path: Path) -> None:
             m.name.split("/", 1)[1] for m in tar if m.name.startswith("cachedoctor-stats/")
         )
     assert packed == real
+
+
+def test_stats_never_shows_a_negative_saving(tmp_path: Path) -> None:
+    """Trust IV: where reads cost more than the whole-second compile times JAX kept (the TPU
+    runs compiled in under a second), the hosts table showed "-0.05" saved."""
+    folder = tmp_path / "cmd"
+    shutil.copytree(tpu.cache("verify/cmd"), folder)
+    code, out, err = invoke("stats", str(folder))
+    assert code == 0, err
+    assert "reads cost" in out  # the premise: the summed saving is negative
+    assert " -0." not in out and " -1" not in out, out

@@ -196,7 +196,7 @@ def _render_groups(title: str, groups: Sequence[Group], console: Console) -> Non
             str(c.requests),
             str(c.hits),
             rate_words(c),
-            f"{c.saved_secs:.2f}",
+            f"{max(c.saved_secs, 0.0):.2f}",  # a negative sum is reads dearer than compiles
             f"{c.compile_secs:.2f}",
         )
     console.print(table)
