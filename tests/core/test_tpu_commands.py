@@ -327,3 +327,26 @@ def test_stats_never_shows_a_negative_saving(tmp_path: Path) -> None:
     assert code == 0, err
     assert "reads cost" in out  # the premise: the summed saving is negative
     assert " -0." not in out and " -1" not in out, out
+
+
+def test_unpack_says_when_relocated_entries_were_not_moved(tmp_path: Path) -> None:
+    """Trust IV: when JAX's lock was held, the relocated entries silently stayed under their
+    written keys (which JAX misses at the new path). Now the report says which, and why."""
+    import filelock
+
+    source = tmp_path / "obs"
+    shutil.copytree(tpu.cache("verify/obs"), source)  # observe-mode manifests, another path
+    bundle = tmp_path / "b.tar"
+    assert invoke("pack", str(source), "-o", str(bundle))[0] == 0
+    target = tmp_path / "target"
+    target.mkdir()
+    held = filelock.FileLock(str(target / ".lockfile"))
+    with held:
+        code, out, err = invoke(
+            "unpack", "--apply", "--json", "--lock-timeout", "1s", str(bundle), str(target)
+        )
+    doc = json.loads(out)
+    written = [e for e in doc["entries"] if e["action"] == "written"]
+    assert written and doc["moved"] == [], err
+    said = [n for n in doc["notes"] if "was not moved to its stable key" in n]
+    assert len(said) == len(written), doc["notes"]

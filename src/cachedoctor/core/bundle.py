@@ -50,6 +50,7 @@ from cachedoctor.core.bundle_file import (
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.where import Location
+from cachedoctor.errors import CachedoctorError
 
 LEAVE_OUT = ("damaged", "pointer", "other-jaxlib")  # what pack leaves out unless included
 
@@ -514,10 +515,22 @@ def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeou
     plan = replace(plan, actions=tuple(a for a in plan.actions if a.name in written))
     if not plan.actions:
         return
-    result = apply_plan(plan, lock_timeout=lock_timeout)
+    try:
+        result = apply_plan(plan, lock_timeout=lock_timeout)
+    except (OSError, CachedoctorError) as exc:  # the folder or its lock cannot be used
+        report.notes.append(
+            f"relocated entries were not moved to their stable keys ({exc}): they stay under"
+            " their written keys; `cachedoctor rekey --relocated --apply` moves them later"
+        )
+        return
     for outcome in result.outcomes:
         if outcome.status is Status.DONE and outcome.action.new_key:
             report.moved.append((outcome.action.name, outcome.action.new_key))
+        elif outcome.status is not Status.DONE:
+            report.notes.append(
+                f"{outcome.action.name} was not moved to its stable key"
+                f" ({outcome.status.value}: {outcome.detail or 'no reason given'})"
+            )
     if report.moved:
         _judge_moved(target, spelling, report)
 
