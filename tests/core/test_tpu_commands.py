@@ -342,7 +342,7 @@ def test_unpack_says_when_relocated_entries_were_not_moved(tmp_path: Path) -> No
     target.mkdir()
     held = filelock.FileLock(str(target / ".lockfile"))
     with held:
-        code, out, err = invoke(
+        _, out, err = invoke(
             "unpack", "--apply", "--json", "--lock-timeout", "1s", str(bundle), str(target)
         )
     doc = json.loads(out)
