@@ -343,7 +343,7 @@ def test_unpack_says_when_relocated_entries_were_not_moved(tmp_path: Path) -> No
     held = filelock.FileLock(str(target / ".lockfile"))
     with held:
         _, out, err = invoke(
-            "unpack", "--apply", "--json", "--lock-timeout", "1s", str(bundle), str(target)
+            "unpack", "--apply", "--json", "--lock-timeout", "0.1s", str(bundle), str(target)
         )
     doc = json.loads(out)
     written = [e for e in doc["entries"] if e["action"] == "written"]
