@@ -202,3 +202,21 @@ def test_stats_zero_keeps_what_preflight_and_why_read(tmp_path: Path) -> None:
 
     assert said(why_after.stdout) == said(why_before.stdout) != []
     _judge(after, first, run_logged(cache, env=flag))
+
+
+@pytest.mark.slow
+def test_with_metadata_in_the_key_it_cannot_tell(tmp_path: Path) -> None:
+    """Trust IV: with `jax_compilation_cache_include_metadata_in_key` on, the key holds the
+    program's source lines, which a preflight does not see: it said "will hit" (a moved line
+    misses). Now "cannot tell", and a hit elsewhere says it assumes the same program."""
+    cache = tmp_path / "cache"
+    meta = {"JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": "1"}
+    first = logged_keys(run_logged(cache, env=meta))[0]
+    code, doc = preflight(cache, **meta)
+    assert entry_of(doc)["verdict"] == "unknown" and code == 0, entry_of(doc)
+    assert "jax_compilation_cache_include_metadata_in_key" in entry_of(doc)["words"]
+    _judge(doc, first, run_logged(cache, env=meta))
+    plain = tmp_path / "plain"
+    run_logged(plain)
+    _, doc = preflight(plain)
+    assert "(for the same program)" in entry_of(doc)["words"]

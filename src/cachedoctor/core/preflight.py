@@ -65,6 +65,8 @@ _CACHE_PATH_OPTIONS = frozenset(
     }
 )
 VERDICTS = ("hit", "miss", "unknown")
+# with this JAX setting on, the computation JAX hashes keeps its source locations
+METADATA_IN_KEY = "jax_compilation_cache_include_metadata_in_key"
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,17 @@ def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: st
             "the environment's components match, but the record kept no compile options to compare"
         )
         return EntryForecast(key, module, "unknown", words, evidence)
-    words = f"every component JAX takes from the environment is as the {ev.source} shows"
+    metadata = METADATA_IN_KEY
+    if here.settings.get(metadata) or (ev.settings or {}).get(metadata):
+        words = (
+            f"cannot tell: `{metadata}` is on, so the key holds the program's source lines and"
+            " paths, which a preflight does not see (a moved line is a miss)"
+        )
+        return EntryForecast(key, module, "unknown", words, evidence)
+    words = (
+        f"every component JAX takes from the environment is as the {ev.source} shows"
+        " (for the same program)"
+    )
     return EntryForecast(key, module, "hit", words, evidence)
 
 
