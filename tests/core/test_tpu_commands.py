@@ -350,3 +350,22 @@ def test_unpack_says_when_relocated_entries_were_not_moved(tmp_path: Path) -> No
     assert written and doc["moved"] == [], err
     said = [n for n in doc["notes"] if "was not moved to its stable key" in n]
     assert len(said) == len(written), doc["notes"]
+
+
+def test_unpack_never_promises_a_hit_over_a_damaged_entry(tmp_path: Path) -> None:
+    """Trust IV: the target held a damaged copy of an entry at the same key; unpack wrote
+    nothing over it (as it must) and still said "will hit": JAX fails on the damaged file and
+    never replaces it. Now that entry is a miss, and the words say what to do."""
+    source = tmp_path / "hook"
+    shutil.copytree(tpu.cache("shared/hook"), source)
+    bundle = tmp_path / "b.tar"
+    assert invoke("pack", str(source), "-o", str(bundle))[0] == 0
+    target = tmp_path / "target"
+    target.mkdir()
+    (entry,) = source.glob("jit_f-*-cache")
+    (target / entry.name).write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
+    _, out, _ = invoke("unpack", "--json", str(bundle), str(target))
+    doc = json.loads(out)
+    (there,) = [e for e in doc["entries"] if e["key"] == entry.name[: -len("-cache")]]
+    assert there["action"] == "present" and there["verdict"] == "miss", there
+    assert "damaged entry at this key" in there["words"]

@@ -413,12 +413,39 @@ def unpack(
             verdict, words = (f.verdict, f.words) if f else ("unknown", forecast.problem or "")
             held = store is not None and store.stat(f"{e['key']}-cache") is not None
             action = "present" if held else "write"
+            damage = _damage_held(store, e["key"]) if held else None
+            if damage is not None:  # JAX loads the file there, not the bundle's
+                verdict, words = "miss", _DAMAGED_THERE.format(damage=damage)
             report.entries.append(UnpackedEntry(e["key"], e.get("module"), verdict, words, action))
         if apply:
             _write(staged, header, store, report)
             if relocate:
                 _relocate(target, spelling, report, lock_timeout)
     return report
+
+
+_DAMAGED_THERE = (
+    "the target holds a damaged entry at this key ({damage}): JAX fails to load it and never"
+    " replaces it, and unpack never writes over a file; `cachedoctor prune --corrupt --apply`"
+    " there first"
+)
+
+
+def _damage_held(store: Any, key: str) -> str | None:
+    """What is damaged in the target's own entry at ``key``, or None when it decodes (or
+    cannot be read: no claim)."""
+    from cachedoctor.cache import reader
+    from cachedoctor.cache.model import EntryInfo
+    from cachedoctor.core.scan.report import DAMAGE, real_problems
+
+    try:
+        with store.open_read(f"{key}-cache") as fh:
+            info = reader.decode_entry(f"{key}-cache", key=key, fileobj=fh)
+    except OSError:
+        return None
+    assert isinstance(info, EntryInfo)
+    real = real_problems(info)
+    return f"{real[0].kind}: {real[0].message}" if real and real[0].kind in DAMAGE else None
 
 
 def _lru_in_use(store: Any) -> bool:
