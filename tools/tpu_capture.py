@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-STEPS = ("moved", "moved-stable", "damage", "commands")
+STEPS = ("moved", "moved-stable", "damage", "commands", "prune-damage")
 WORK = Path("/tmp/tpucap")
 
 # The program: two Pallas TPU kernels and a plain step. {comment} and {add_rhs} vary per run.
@@ -602,6 +602,62 @@ def damage_step(python: Path) -> dict[str, object]:
     return {"variants": report, "write": first}
 
 
+# --- prune --corrupt on damaged entries, with JAX before and after ---------------------------
+
+PRUNE_DAMAGE = (
+    "cut-half",
+    "zstd-rejects-1",
+    "m1-first-tag",
+    "trailing-bytes",
+    "mosaic-debug-path",
+    "debug-autotune-dir",
+    "random-1",
+    "random-2",
+    "random-5",
+)
+
+
+def prune_damage_step(python: Path) -> dict[str, object]:
+    """Each of a few damaged copies of the jit_add entry in the cache JAX wrote it to: JAX run on
+    it (its verdict), ``prune --corrupt --apply``, JAX run again. What prune removed, JAX had
+    failed on (and now compiles and stores anew); what it kept, JAX loaded, or fails on still."""
+    cache = WORK / "caches" / "prune-damage"
+    pristine = WORK / "prune-damage-pristine"
+    for folder in (cache, pristine):
+        shutil.rmtree(folder, ignore_errors=True)
+    cache.mkdir(parents=True)
+    program = write_program("a", "", ADD_RHS)
+    run_program(python, program, cache, WORK / "logs" / "prune-damage-write.log", {})
+    shutil.copytree(cache, pristine)
+    (entry,) = cache.glob("jit_add-*-cache")
+    seed = int(hashlib.sha256(b"jit_add").hexdigest()[:8], 16)
+    variants = {name: data for name, _what, data in variants_of(entry.read_bytes(), seed)}
+    out = []
+    for name in PRUNE_DAMAGE:
+        if name not in variants:
+            continue
+        _restore(pristine, cache)
+        os.utime(cache, None)
+        entry.write_bytes(variants[name])
+        old = time.time() - 3600  # not a write in progress
+        os.utime(entry, (old, old))
+        before = run_program(python, program, cache, WORK / "logs" / "prune-damage.log", {})
+        pruned = _cli(python, "prune", "--corrupt", "--apply", "--json", str(cache))
+        removed = not entry.exists() or entry.read_bytes() != variants[name]
+        after = run_program(python, program, cache, WORK / "logs" / "prune-damage.log", {})
+
+        def of(found: dict[str, object]) -> str:
+            if any("jit_add" in e for e in found.get("errors") or []):  # type: ignore[union-attr]
+                return "error"
+            seen = [k for k, m, _ in found.get("outcomes") or [] if m == "jit_add"]  # type: ignore[misc]
+            return seen[0] if seen else "?"
+
+        row = {"variant": name, "jax_before": of(before), "pruned": removed, "jax_after": of(after)}
+        out.append({**row, "prune_rc": pruned["rc"]})
+        log(f"prune-damage {name}: {row}")
+    return {"variants": out}
+
+
 # --- cachedoctor's commands on the captured caches ----------------------------------------------
 
 
@@ -809,6 +865,8 @@ def main() -> int:
                 results[step] = moved_step(python, "moved-stable", {"CACHEDOCTOR_HOOK": "stable"})
             elif step == "damage":
                 results[step] = damage_step(python)
+            elif step == "prune-damage":
+                results[step] = prune_damage_step(python)
             elif step == "commands":
                 commands_step(python, functools.partial(_save, args.out / "commands.json"))
         except Exception as exc:  # keep what the other steps found
