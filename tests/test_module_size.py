@@ -6,7 +6,6 @@ known line counts, then on src/ itself.
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.caches import REPO
+from tests.support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +21,7 @@ def check_docs() -> Iterator[types.ModuleType]:
     """tools/check_docs.py, imported as a module (it imports findings_doc from beside it)."""
     with pytest.MonkeyPatch.context() as m:
         m.syspath_prepend(str(REPO / "tools"))
-        path = REPO / "tools" / "check_docs.py"
-        spec = importlib.util.spec_from_file_location("check_docs", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script(REPO / "tools" / "check_docs.py")
 
 
 def plant(root: Path, name: str, lines: int) -> None:

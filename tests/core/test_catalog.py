@@ -7,7 +7,6 @@ count.
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import cachedoctor
 from cachedoctor.core import catalog, catalog_entries
 from cachedoctor.core.findings import Case, FindingKind, Producer, Severity
 from tests.support.caches import REPO
+from tests.support.scripts import load_script
 
 PACKAGE = Path(cachedoctor.__file__).parent
 CASES = {name: value for name, value in vars(catalog).items() if isinstance(value, Case)}
@@ -120,12 +120,7 @@ def test_each_example_fills_its_templates() -> None:
 
 
 def _findings_doc() -> types.ModuleType:
-    path = REPO / "tools" / "findings_doc.py"
-    spec = importlib.util.spec_from_file_location("findings_doc", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "tools" / "findings_doc.py")
 
 
 def test_docs_findings_md_is_generated_from_the_table() -> None:

@@ -4,7 +4,6 @@ and an autotune file, and its --help runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ from tests.support.gpu_vectors import (
     manifest,
     riegeli_file,
 )
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.slow  # every test here runs JAX or the CLI in a subprocess
 
@@ -40,11 +40,7 @@ SCRIPT = REPO / "tools" / "gpu_capture.py"
 
 
 def load_capture() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_capture", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_help_runs() -> None:

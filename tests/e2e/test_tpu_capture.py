@@ -5,7 +5,6 @@ and its --help runs."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import sys
 from types import ModuleType
 
@@ -14,16 +13,13 @@ import zstandard
 
 from tests.support import tpu
 from tests.support.caches import REPO
+from tests.support.scripts import load_script
 
 SCRIPT = REPO / "tools" / "tpu_capture.py"
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tpu_capture", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_the_damaged_copies_are_what_the_device_run_loaded() -> None:

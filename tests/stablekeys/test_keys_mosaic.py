@@ -9,7 +9,6 @@ then changes nothing. The compat session runs this file under every supported re
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from cachedoctor.stablekeys import keys
+from tests.support.scripts import load_script
 
 jax = pytest.importorskip("jax")
 
@@ -44,10 +44,7 @@ def _lowered(folder: Path, comment: str, rhs: str, unzipped: bool = False) -> An
     path = folder / "kernels.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(KERNEL.format(comment=comment, rhs=rhs))
-    spec = importlib.util.spec_from_file_location(f"kernels_{folder.name}", path)
-    assert spec is not None and spec.loader is not None
-    program = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(program)
+    program = load_script(path, f"kernels_{folder.name}")
     x = jax.numpy.ones((8, 128), jax.numpy.float32)
     jitted = jax.jit(program.add)
     if not hasattr(jitted, "trace"):
