@@ -308,18 +308,25 @@ def installed_schema() -> Schema | None:
 def _installed_schema_cached() -> Schema | None:
     if os.environ.get("CACHEDOCTOR_NO_JAXLIB_SCHEMA"):
         return None
+    from cachedoctor.xla import schema_memo  # it builds this module's Schema
+
     for library in jaxlib_libraries()[:3]:
+        kept = schema_memo.load(library)
+        if kept is not None:
+            return kept
         try:
             messages, enums, found = read_descriptors(library)
         except (OSError, ValueError):
             continue
         if "xla/xla.proto" in found and any("compile_options" in f for f in found):
             keep, keep_enums = _reachable(messages, ROOT_MESSAGES)
-            return Schema(
+            read = Schema(
                 messages={k: v for k, v in messages.items() if k in keep},
                 enums={k: v for k, v in enums.items() if k in keep_enums},
                 source=f"jaxlib {_version_of(library)} ({library.name})",
             )
+            schema_memo.save(library, read)
+            return read
     return None
 
 
