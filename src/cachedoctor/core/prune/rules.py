@@ -181,21 +181,21 @@ def rule_stale_jax(ctx: PruneContext, state: PlanState) -> None:
             ours.append(e.cache_id.mtime_ns)
     first = min(ours, default=None)
     for e, why in candidates:
-        used = _used_since(ctx, e, first, installed)
-        if used is None:
-            e.rules.append((Selector.STALE_JAX, why))
+        used, when = _used_since(ctx, e, first, installed)
+        if not used:
+            e.rules.append((Selector.STALE_JAX, f"{why}; {when}"))
         elif ctx.options.stale_jax_in_use:
-            e.rules.append((Selector.STALE_JAX, f"{why}; {used} (removed: --stale-jax-in-use)"))
+            e.rules.append((Selector.STALE_JAX, f"{why}; {when} (removed: --stale-jax-in-use)"))
         else:
             ctx.skipped.append(
-                Skip(e.key, f"{why}, but {used}; --stale-jax-in-use removes it", Selector.STALE_JAX)
+                Skip(e.key, f"{why}, but {when}; --stale-jax-in-use removes it", Selector.STALE_JAX)
             )
     ctx.notes.append(
         "--stale-jax decides from manifests (their jaxlib version) when present, else from the "
         "entry's compile options (DebugOptions fields the installed jaxlib does not define: "
         "another jaxlib's defaults), else its layout (pjrt_ifrt header since jaxlib 0.9.1). An "
-        "entry of another jaxlib used since the installed one first wrote here is kept: another "
-        "JAX version shares the cache"
+        "entry of another jaxlib whose latest possible use is after the installed one first "
+        "wrote here is kept: another JAX version shares the cache"
     )
 
 
@@ -233,25 +233,43 @@ def _of_jaxlib(e: PlannedEntry, installed: str, want: str | None) -> bool:
 
 def _used_since(
     ctx: PruneContext, e: PlannedEntry, first: int | None, installed: str
-) -> str | None:
-    """Why ``e`` may still be used by the JAX version that wrote it, or None when the records
-    show no use since the installed jaxlib first wrote to the cache."""
+) -> tuple[bool, str]:
+    """Whether ``e`` may have been used since the installed jaxlib first wrote to the cache
+    (then the version that wrote it may still run on it), and the times that decide it, in
+    words: the decision is made on exactly the time it prints."""
     if first is None:
-        return (
+        return True, (
             f"jaxlib {installed} (installed here) wrote no entry in this cache, so cannot tell "
             "whether the version that wrote this one still runs on it"
         )
+    latest, words = _version_use(ctx, e)
+    if latest is None:
+        return True, words
+    since = f"jaxlib {installed} first wrote here {format_age(ctx.now - first / 1e9)} ago"
+    if latest < first:
+        return False, f"not used since {since}: {words}"
+    return True, f"another JAX version may still use it: {since}, and it was {words}"
+
+
+def _version_use(ctx: PruneContext, e: PlannedEntry) -> tuple[int | None, str]:
+    """The latest moment ``e``'s last use can be, for ``--stale-jax``, in words.
+
+    The bound is ``latest_use``'s, save one case: when the stats records' last hit of the key
+    is as late as any read another record shows (the access time, ``-atime``), the processes
+    that read it record their reads, and the records date the last use, as on a bucket; the
+    relatime window (reads the kernel hides for a day after the access time) would only stand
+    for a reader that records nothing. Where the access time is later than every recorded hit,
+    such a reader exists, and the window stands (the entry is kept)."""
     latest, why = latest_use(e)
     if latest is None:
-        return why
-    if latest < first:
-        return None
-    since = format_age(ctx.now - first / 1e9)
+        return None, why
     recorded, source = last_use(e)
-    return (
-        f"another JAX version uses it: last used {format_age(ctx.now - recorded / 1e9)} ago "
-        f"({source}), after jaxlib {installed} first wrote here {since} ago"
-    )
+    if source == "stats record" and latest > recorded:
+        return recorded, (
+            f"last used {format_age(ctx.now - recorded / 1e9)} ago (stats record; the access "
+            "time and -atime show no later read)"
+        )
+    return latest, _age_reason(ctx, e, latest, why)
 
 
 def rule_older_than(ctx: PruneContext, state: PlanState) -> None:
