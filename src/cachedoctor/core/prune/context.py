@@ -198,11 +198,14 @@ class PruneContext:
 @dataclass
 class PlanState:
     """What a rule hands the rules after it (``rules.RULES``): the entries in scope (``--module``
-    narrows them), scan's report once they are decoded, and the keys planned for removal."""
+    narrows them), scan's report once they are decoded, the order ``--max-size`` evicts in, and
+    the keys planned for removal."""
 
     entries: dict[str, PlannedEntry]
     report: ScanReport | None = None
     removed: set[str] = field(default_factory=set)
+    # --max-size's evictions in its order: each file's keys (a hard-linked file has several)
+    evicted: list[tuple[str, ...]] = field(default_factory=list)
 
 
 # --- entries and the rules that mark them -------------------------------------------------------

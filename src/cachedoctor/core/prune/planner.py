@@ -8,7 +8,7 @@ import time
 
 from cachedoctor.cache.jaxenv import JaxInfo, installed_jax
 from cachedoctor.core.prune import context
-from cachedoctor.core.prune.actions import Op, Plan, open_dir
+from cachedoctor.core.prune.actions import Action, Op, Plan, open_dir
 from cachedoctor.core.prune.options import PruneOptions
 from cachedoctor.core.prune.rules import RULES
 from cachedoctor.core.scan.report import ProgressCallback
@@ -47,6 +47,12 @@ def plan_prune(
         return _plan(ctx)
 
 
+def _plan_order(a: Action) -> tuple[int, str]:
+    """Actions by kind; within a kind by name, save the entry removals, which keep the order
+    ``rules.remove_marked`` gave them (``--max-size``'s in eviction order; the sort is stable)."""
+    return list(Op).index(a.op), "" if a.op is Op.REMOVE_ENTRY else a.name
+
+
 def _plan(ctx: context.PruneContext) -> Plan:
     """Every selected rule of ``rules.RULES``, in its order, over the cache's entries."""
     options = ctx.options
@@ -55,7 +61,7 @@ def _plan(ctx: context.PruneContext) -> Plan:
     for rule in RULES:
         if rule.selected(options):
             rule.apply(ctx, state)
-    ctx.actions.sort(key=lambda a: (list(Op).index(a.op), a.name))
+    ctx.actions.sort(key=_plan_order)
     return Plan(
         command="prune",
         cache_dir=ctx.where.resolved(),

@@ -83,10 +83,16 @@ def decode(ctx: PruneContext, state: PlanState) -> None:
 
 
 def remove_marked(ctx: PruneContext, state: PlanState) -> None:
-    """A marked entry is removed whole (``context.remove_entry``)."""
+    """A marked entry is removed whole (``context.remove_entry``): the entries the other rules
+    took by name, then ``--max-size``'s in the order it evicts them (least recently used
+    first), so the plan's rows, and ``--apply``, go in that order."""
     marked = [e for e in state.entries.values() if e.rules]
     state.removed = {e.key for e in marked}
-    ctx.actions += context.remove_entries(marked)
+    evicted = {key for unit in state.evicted for key in unit}
+    taken = sorted((e for e in marked if e.key not in evicted), key=lambda e: e.key)
+    ctx.actions += context.remove_entries(taken)
+    for unit in state.evicted:
+        ctx.actions += context.remove_entries([state.entries[key] for key in unit])
 
 
 # --- the rules that mark entries ----------------------------------------------------------------
@@ -409,6 +415,7 @@ def rule_max_size(ctx: PruneContext, state: PlanState) -> None:
                     "bytes): " + _age_reason(ctx, e, latest, why),
                 )
             )
+        state.evicted.append(tuple(e.key for e in left))
         total -= left[0].item.size
     if total > budget:
         ctx.skipped.extend(Skip(e.key, why, Selector.MAX_SIZE) for e, why in undated)
