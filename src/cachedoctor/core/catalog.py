@@ -59,7 +59,8 @@ SAME_PROGRAM = Case(
 RELOCATED = Case(
     K.RELOCATED,
     when="entries store a sub-cache path that is not the one JAX builds from the cache dir as "
-    "cachedoctor was given it, for an option JAX hashes into the key",
+    "cachedoctor was given it, for an option JAX hashes into the key, and none of them can be "
+    "re-keyed (no key manifest of the hook in observe mode, or a bucket)",
     severity=Severity.WARNING,
     evidence="compile options stored in each entry name {option} under {elsewhere}; judged for "
     "the cache dir spelled {spelled} (as cachedoctor was given it), for which JAX builds "
@@ -69,10 +70,26 @@ RELOCATED = Case(
     advice="JAX hits them only in runs that spell the cache dir {stored}: if yours do, scan it "
     "so (`cachedoctor scan {stored}`); else run JAX with JAX_COMPILATION_CACHE_DIR={stored} to "
     "use them, or let JAX recompile and free the space with "
-    "`cachedoctor prune --relocated --apply`; entries recorded with the hook in observe mode (a "
-    "key manifest each) can instead move to their stable key, which does not hash the cache's "
-    "path: `cachedoctor rekey --relocated --apply`, then `cachedoctor enable`; "
-    "`cachedoctor enable` makes new entries independent of the cache's path",
+    "`cachedoctor prune --relocated --apply`; `cachedoctor enable` makes new entries "
+    "independent of the cache's path",
+)
+# Only where `rekey --relocated` can move some of them: a local cache, entries with a manifest
+# of the hook's observe mode (it records the stable key's components); none else is re-keyed.
+RELOCATED_REKEYABLE = Case(
+    K.RELOCATED,
+    when="as above, but some of these entries carry a key manifest of the hook in observe mode, "
+    "in a local cache",
+    severity=Severity.WARNING,
+    evidence=RELOCATED.evidence + "; {observed} of them carry a key manifest of the hook in "
+    "observe mode",
+    advice="JAX hits them only in runs that spell the cache dir {stored}: if yours do, scan it "
+    "so (`cachedoctor scan {stored}`); else run JAX with JAX_COMPILATION_CACHE_DIR={stored} to "
+    "use them, or let JAX recompile and free the space with "
+    "`cachedoctor prune --relocated --apply`; the {observed} with an observe-mode manifest can "
+    "instead move to their stable key, which does not hash the cache's path: "
+    "`cachedoctor rekey --relocated --apply`, then `cachedoctor enable` (the others cannot be "
+    "re-keyed: their key needs the module); `cachedoctor enable` makes new entries independent "
+    "of the cache's path",
 )
 
 # --- integrity ---------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from cachedoctor.core.catalog import (
     ORPHAN_TEMP,
     OTHER_JAXLIB,
     RELOCATED,
+    RELOCATED_REKEYABLE,
     SAME_PROGRAM,
     STATS_RECORD_BROKEN,
     STATS_RECORD_FOREIGN,
@@ -153,7 +154,7 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "under cachedoctor's stable keys (their manifests say so).",
         why="The installed JAX hashes that path into the key: a run that spells the cache dir "
         "this way never hits these entries, and recompiles them.",
-        cases=(RELOCATED,),
+        cases=(RELOCATED, RELOCATED_REKEYABLE),
         example=Example(
             RELOCATED,
             "7 entries (4 modules) were written for a cache spelled /old/jaxcache; their keys "

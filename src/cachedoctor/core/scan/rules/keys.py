@@ -289,12 +289,27 @@ def count_modes(modes: Iterable[tuple[str, str]]) -> tuple[KeyModeUse, ...]:
     return tuple(KeyModeUse(mode, reason, n) for (mode, reason), n in sorted(counted.items()))
 
 
+def observe_manifest_keys(manifests: Iterable[Mapping[str, object] | None]) -> frozenset[str]:
+    """Keys of entries with a manifest of the hook's observe mode: ``rekey --relocated`` can
+    move such an entry to its stable key (the manifest records the key's components)."""
+    return frozenset(
+        str(m["key"])
+        for m in manifests
+        if m is not None and m.get("mode") == "observe" and isinstance(m.get("key"), str)
+    )
+
+
 def relocated_findings(
-    root: str, entries: list[EntryInfo], jax_info: JaxInfo, stable_keys: frozenset[str]
+    root: str,
+    entries: list[EntryInfo],
+    jax_info: JaxInfo,
+    stable_keys: frozenset[str],
+    rekeyable: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """``relocated``: entries whose stored sub-cache path is not the string JAX builds from the
     cache dir spelled ``root`` (the spelling cachedoctor was given), for an option that this JAX
     hashes into the key: a run with that spelling misses them, whatever directory they sit in.
+    ``rekeyable``: the keys ``rekey --relocated`` can move (its advice names it only for them).
     """
     checks = (
         ("autotune_dir", "xla_gpu_per_fusion_autotune_cache_dir", jax_info.hashes_autotune_dir),
@@ -318,7 +333,7 @@ def relocated_findings(
                 moved[option].append((e, value))
     hashed_by_option = {option: hashed for _, option, hashed in checks}
     return [
-        _relocated(root, option, pairs, jax_info, hashed_by_option[option], hits[option])
+        _relocated(root, option, pairs, jax_info, hashed_by_option[option], hits[option], rekeyable)
         for option, pairs in moved.items()
     ] + other.findings()
 
@@ -377,6 +392,7 @@ def _relocated(
     jax_info: JaxInfo,
     hashed: bool | None,
     hits: frozenset[str],
+    rekeyable: frozenset[str],
 ) -> Finding:
     from cachedoctor.storage.urls import jax_spelling
 
@@ -384,7 +400,9 @@ def _relocated(
     certainty = "will never" if hashed else "may never"
     modules = len({e.module for e, _ in pairs})
     spelled = jax_spelling(root)
-    return catalog.RELOCATED.finding(
+    observed = sum(1 for e, _ in pairs if e.key in rekeyable)
+    case = catalog.RELOCATED_REKEYABLE if observed else catalog.RELOCATED
+    return case.finding(
         f"{len(pairs)} entries ({modules} modules) were written for a cache spelled "
         f"{', '.join(elsewhere)}; their keys hash {option} and JAX "
         f"{jax_info.jax_version or '?'} {certainty} hit them with the cache dir spelled {spelled}",
@@ -399,4 +417,5 @@ def _relocated(
             if hashed
             else "whether this JAX hashes that option is unknown"
         ),
+        observed=str(observed),
     )

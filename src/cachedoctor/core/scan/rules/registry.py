@@ -28,6 +28,7 @@ from cachedoctor.core.scan.rules.inventory import (
 )
 from cachedoctor.core.scan.rules.keys import (
     kernel_location_findings,
+    observe_manifest_keys,
     relocated_findings,
     same_program_findings,
     stable_hasher_keys,
@@ -83,7 +84,11 @@ SCAN_RULES: tuple[ScanRule, ...] = (
         "relocated",
         (K.RELOCATED, K.MIXED_VERSIONS),  # mixed-versions: entries of another jaxlib
         lambda s, _: relocated_findings(
-            s.root_as_given, s.entries, s.jax_info, stable_hasher_keys(s.manifests)
+            s.root_as_given,
+            s.entries,
+            s.jax_info,
+            stable_hasher_keys(s.manifests),
+            frozenset() if s.listing.remote else observe_manifest_keys(s.manifests),  # rekey's
         ),
     ),
     ScanRule(
