@@ -53,9 +53,9 @@ def preflight(
     hash: jaxlib and backend versions, XLA flags in force (run it with the job's XLA_FLAGS),
     devices, compression, the compile options the environment and the cache dir's spelling
     set. A JAX setting that changes the program it lowers (x64, matmul precision) makes it
-    "cannot tell", as do entries without a record, unless their own bytes prove a miss
-    (another platform, another jaxlib, more devices). DIR defaults as for `scan`; gs:// and
-    s3:// work.
+    "cannot tell" (the precision not for a stored program with no dot, convolution or custom
+    call), as do entries without a record, unless their own bytes prove a miss (another
+    platform, another jaxlib, more devices). DIR defaults as for `scan`; gs:// and s3:// work.
 
     Exit status: 0 no module will miss, 1 some module will miss (with --strict: or cannot be
     told), 2 usage or I/O error, or JAX not usable here.

@@ -17,8 +17,9 @@ this machine has, or the cache directory spelled otherwise in options this JAX h
 from __future__ import annotations
 
 import base64
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from cachedoctor.core.usage import records as usage_records
 from cachedoctor.core.usage.model import MissedKey
 from cachedoctor.core.why import ENABLE_HINT, short, value_words
 from cachedoctor.core.why import Change as Difference  # one thing that differs, in words
+from cachedoctor.layout import CACHE_SUFFIX
 from cachedoctor.stablekeys import here as here_mod
 from cachedoctor.stablekeys import settings as hook_settings
 from cachedoctor.storage.location import Location
@@ -67,6 +69,8 @@ _CACHE_PATH_OPTIONS = frozenset(
 VERDICTS = ("hit", "miss", "unknown")
 # with this JAX setting on, the computation JAX hashes keeps its source locations
 METADATA_IN_KEY = "jax_compilation_cache_include_metadata_in_key"
+# JAX lowers dots and convolutions under it; a program without them is the same program
+PRECISION = "jax_default_matmul_precision"
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,16 @@ class PreflightReport:
         counts = self.counts()
         return counts["miss"] + (counts["unknown"] if self.strict else 0)
 
+    def needs_records(self) -> bool:
+        """Whether recording would tell more: a module it cannot tell holds an entry of no
+        recorded key (one it cannot tell for a reason a record gave needs no more records)."""
+        unknown = {m.module for m in self.modules if m.verdict == "unknown"}
+        return any(
+            e.verdict == "unknown" and e.evidence is None and e.module in unknown
+            for e in self.entries
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        unknown = any(e.verdict == "unknown" for e in self.entries)
         return {
             "where": self.where,
             "cache_dir": self.cache_dir,
@@ -136,7 +148,7 @@ class PreflightReport:
             "entries": [e.to_dict() for e in self.entries],
             "problem": self.problem,
             "strict": self.strict,
-            "hint": ENABLE_HINT if unknown else None,
+            "hint": ENABLE_HINT if self.needs_records() else None,
         }
 
 
@@ -281,8 +293,17 @@ def _devices_difference(ev: Evidence, here: here_mod.Here) -> Difference | None:
     return None
 
 
-def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: str) -> EntryForecast:
-    """An entry with a recorded key: each component of this environment against it."""
+def _forecast(
+    key: str,
+    module: str,
+    ev: Evidence,
+    here: here_mod.Here,
+    hook: str,
+    program: Callable[[], str | None] = lambda: None,
+) -> EntryForecast:
+    """An entry with a recorded key: each component of this environment against it.
+    ``program``: why the entry's stored program shows no op the matmul precision changes, or
+    None (then a precision that differs is "cannot tell")."""
     evidence = f"{ev.source} ({ev.kind} key)"
     if ev.kind == "stable" and hook != "stable":
         words = (
@@ -335,6 +356,11 @@ def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: st
             tuple(differences),
         )
     settings = _settings_differences(ev, here)
+    moot = None  # a precision that differs, for a program it cannot change
+    if settings and all(d.words.startswith(f"`{PRECISION}`") for d in settings):
+        moot = program()
+        if moot is not None:
+            settings = []
     if settings:
         words = "cannot tell: " + "; ".join(d.words for d in settings)
         words += ": a miss if that changes the program (float64 defaults, dot precision)"
@@ -355,7 +381,38 @@ def _forecast(key: str, module: str, ev: Evidence, here: here_mod.Here, hook: st
         f"every component JAX takes from the environment is as the {ev.source} shows"
         " (for the same program)"
     )
+    if moot is not None:
+        words += f"; `{PRECISION}` differs, but {moot}"
     return EntryForecast(key, module, "hit", words, evidence)
+
+
+def _precision_free(where: Location, entry: EntryInfo) -> str | None:
+    """Why the matmul precision cannot change ``entry``'s program, in words, or None: its
+    stored program (libtpu's module before optimisation where the entry keeps it) has no op
+    the precision reaches (``xla/hlo.precision_op``). None too when it cannot be read."""
+    from cachedoctor.cache import reader
+    from cachedoctor.cache.model import EntryDetail
+    from cachedoctor.formats import wire
+    from cachedoctor.xla.hlo import precision_op
+
+    name = entry.key + CACHE_SUFFIX
+    try:
+        store = where.store()
+        with store.open_read(name) as fh:
+            detail = reader.decode_entry(
+                store.url_of(name), key=entry.key, detail=True, fileobj=fh, size=entry.size
+            )
+        assert isinstance(detail, EntryDetail)
+        module = detail.original_module or detail.hlo_module
+        if detail.info.problems or module is None or precision_op(module) is not None:
+            return None
+    except (OSError, ValueError, wire.WireError):
+        return None
+    return (
+        "its stored program has no dot, convolution or custom call, and no instruction JAX "
+        "named for one (XLA keeps the name on what it rewrites them into): the precision "
+        "changes none of it"
+    )
 
 
 def _module(entry: EntryInfo) -> str:
@@ -493,6 +550,7 @@ def predict(
         if ev is None:
             report.entries.append(_from_bytes(entry, here, hashes))
         else:
-            report.entries.append(_forecast(entry.key, mod, ev, here, hook))
+            program = functools.partial(_precision_free, where, entry)
+            report.entries.append(_forecast(entry.key, mod, ev, here, hook, program))
     report.modules = _module_forecasts(report.entries)
     return report

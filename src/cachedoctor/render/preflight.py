@@ -41,5 +41,5 @@ def preflight_lines(report: PreflightReport) -> Iterator[str]:
     for m in sorted(report.modules, key=lambda m: (order[m.verdict], m.module)):
         entries = f"{m.entries} entr{'y' if m.entries == 1 else 'ies'}"
         yield f"  {_SAID[m.verdict]:<14} {m.module} ({entries}): {m.words}"
-    if counts["unknown"]:
+    if report.needs_records():
         yield f"cannot tell: {ENABLE_HINT}"

@@ -180,6 +180,33 @@ def names_custom_partitioning(metadata: wire.FieldValue) -> bool:
     return "custom_partitioning" in op_name.split("/")
 
 
+# The primitives whose lowering reads jax_default_matmul_precision (jax lax's
+# canonicalize_precision), and the instructions that may hold one: a custom call's body may.
+PRECISION_PRIMITIVES = ("dot_general", "ragged_dot_general", "conv_general_dilated")
+PRECISION_OPCODES = frozenset({"dot", "convolution", "ragged-dot", "custom-call"})
+
+
+def precision_op(module: wire.Buffer) -> str | None:
+    """The first instruction of a compiled module that the matmul precision setting may have
+    changed, in words, or None when there is none: no dot, convolution or custom call, and no
+    instruction whose source metadata names a primitive that takes the precision. XLA keeps
+    JAX's op name on what it rewrites an instruction into (a small dot becomes a multiply and
+    a reduce named ``jit(f)/dot_general``). Raises WireError on malformed bytes."""
+    for _fields, instructions in _parse(module).computations:
+        for fields in instructions:
+            f = _by_number(fields)
+            opcode = wire.as_str(wire.first(f, 2)) or ""
+            if opcode in PRECISION_OPCODES:
+                return f"a {opcode} instruction"
+            metadata = wire.first(f, 7)
+            if metadata is None or isinstance(metadata, int):
+                continue
+            op_name = wire.as_str(wire.first(wire.fields_by_number(metadata), 2)) or ""
+            if any(p in op_name for p in PRECISION_PRIMITIVES):
+                return f"a {opcode} instruction JAX named {op_name}"
+    return None
+
+
 def is_volatile_config(target: str, config: str) -> bool:
     return target in VOLATILE_CONFIG_TARGETS or bool(_ADDRESS_LIKE.match(config))
 
