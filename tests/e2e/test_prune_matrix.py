@@ -29,9 +29,11 @@ of it: ``-k duplicates-abs-written-flag``. The second JAX comes from
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
+import json
 import os
-from collections.abc import Iterator
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ import pytest
 
 from tests.support import prunematrix as pm
 from tests.support import sessioncache
-from tests.support.caches import CROSSVER_SKIP
+from tests.support.caches import CROSSVER_SKIP, read_noatime
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +88,13 @@ DEFAULT = {
     ("repair+module", "abs", "written"),
     ("orphans+module", "abs", "reread"),
     ("xla-subcaches+module", "abs", "read"),
+    # issue 54: --module with every selector (the state where the selector alone is tested)
+    ("older-than+module", "abs", "reread"),
+    ("max-size-fit+module", "abs", "written"),
+    ("max-size-recent+module", "abs", "reread"),
+    ("corrupt+module", "abs", "read"),
+    ("relocated+module", "abs", "read"),
+    ("stale-jax+module", "abs", "read"),
     ("older-than+duplicates", "abs", "reread"),
 }
 
@@ -116,28 +126,14 @@ def cells() -> list[Any]:
     return out
 
 
-Matrix = tuple[Path, Path, Path, pm.Built]  # session folder, kept states, live path, the build
+Matrix = pm.Matrix
 
 
 @pytest.fixture(scope="session")
 def matrix(
     tmp_path_factory: pytest.TempPathFactory, shared_builds: sessioncache.SharedBuilds
-) -> Iterator[Matrix]:
-    root = sessioncache.session_root(tmp_path_factory) / "prune-matrix"
-    live = root / "live" / "cache"
-    live.parent.mkdir(parents=True, exist_ok=True)
-    other = pm.other_jax()
-
-    def make(folder: Path) -> pm.Built:
-        with pm.lock(live):
-            return pm.build(folder, live, pm.populations(other))
-
-    kept, built = shared_builds("prune-matrix", make, other)
-    memo = pm.Memo(root / "memo")
-    for timing, key in built.digests.items():  # an unpruned state reruns as its baseline did
-        if memo.get(key) is None:
-            memo.put(key, built.baseline[timing])
-    yield root, kept, live, built
+) -> Matrix:
+    return pm.open_matrix(tmp_path_factory, shared_builds)
 
 
 def test_the_history_holds_what_the_issue_names(matrix: Matrix) -> None:
@@ -193,3 +189,108 @@ def test_prune_keeps_what_jax_hits(matrix: Matrix, cell: pm.Cell, who: str) -> N
     assert after_hits == before_hits, (
         f"{who} hit {len(after_hits)} keys after {said}, {len(before_hits)} without it; lost: {why}"
     )
+
+
+# --- --module narrows every selector: a state that holds something for each one to take ------
+
+PATTERN = MODULE[1]
+LITTERED: dict[str, tuple[str, ...]] = {
+    "older-than": ("--older-than", "1d"),  # every time is 10 days old
+    "max-size": ("--max-size", "1"),
+    "duplicates": ("--duplicates",),
+    "corrupt": ("--corrupt",),
+    "orphans": ("--orphans", "--stale-after", "0s"),
+    "relocated": ("--relocated",),
+    "stale-jax": ("--stale-jax",),
+    "stale-jax-in-use": ("--stale-jax-in-use",),
+    "repair": ("--repair",),
+    "xla-subcaches": ("--xla-subcaches",),
+}
+# the selectors that, alone, act on something outside the pattern in the littered state (the
+# narrowing has something to keep); the second JAX's entries only where it ran
+TAKES_OUTSIDE = {"older-than", "max-size", "corrupt", "orphans", "repair", "xla-subcaches"}
+OWN_LOCK = ".cachedoctor-lock"  # cachedoctor's own lock, taken before it changes anything
+KEY_NAMED = re.compile(r"(.+)-[0-9a-f]{64}(?:-cache|-atime|\.[A-Za-z0-9.]+)?")
+
+
+def module_named(path: str) -> str | None:
+    """The module a file's name names, as JAX names it (``<module>-<sha256 hex>-cache``; the
+    ``-atime`` file and the key manifests carry the key), or None: it names no module."""
+    found = KEY_NAMED.fullmatch(os.path.basename(path))
+    return found.group(1) if found else None
+
+
+def littered(kept: Path, at: Path) -> Path:
+    """The ``reread`` state with something for every selector to take, inside the pattern and
+    outside it: an entry cut short in ``jit_iota`` and ``jit__multi_slice`` (JAX cannot load
+    it), an ``-atime`` file whose entry went in ``jit_iota`` and ``jit_g``, a key manifest whose
+    entry went in ``jit_f`` and ``jit__multi_slice``, a stale temp file and XLA's autotune
+    sub-cache (they name no module), and every time 10 days old."""
+    pm.copy_tree(kept / "reread", at)
+    keys = sorted(p.name[: -len("-cache")] for p in at.glob("*-cache"))
+    with_atime = sorted(p.name[: -len("-atime")] for p in at.glob("*-atime"))
+    manifested = sorted(p.stem for p in (at / "cachedoctor-manifests").glob("*.json"))
+
+    def first(module: str, among: list[str], avoid: set[str]) -> str:
+        return next(k for k in among if module_named(k) == module and k not in avoid)
+
+    gone = {first(m, with_atime, set()) for m in ("jit_iota", "jit_g")}
+    gone |= {
+        first(m, [k for k in manifested if k in keys], gone) for m in ("jit_f", "jit__multi_slice")
+    }
+    for key in gone:
+        (at / f"{key}-cache").unlink()
+    for module in ("jit_iota", "jit__multi_slice"):
+        cut = at / f"{first(module, keys, gone | set(with_atime))}-cache"
+        cut.write_bytes(read_noatime(cut)[: cut.stat().st_size // 2])
+    (at / "tmp.littered").write_bytes(b"half a write")
+    sub = at / "xla_gpu_per_fusion_autotune_cache_dir"
+    sub.mkdir()
+    (sub / f"{'A' * 43}.textproto").write_text("run_time { nanos: 5 }\n")
+    pm.shift_times(at, -10 * 86400)
+    return at
+
+
+@pytest.mark.parametrize("selector", sorted(LITTERED))
+def test_module_narrows_every_selector(matrix: Matrix, tmp_path: Path, selector: str) -> None:
+    """Issue 54: ``--module PATTERN`` with any selector changes nothing outside the pattern
+    (a file whose name names no module, a temp file or XLA's sub-cache, is kept) and removes no
+    entry the selector alone would not (``--max-size`` apart: it evicts among the matching
+    modules until the cache fits). The oracle is the names JAX gave the files. Before the fix,
+    ``--repair``, ``--orphans`` and ``--xla-subcaches`` with ``--module`` removed every entry of
+    the matching modules, and the stale temp file, an orphan manifest outside the pattern and
+    the sub-cache with them."""
+    _root, kept, _live, built = matrix
+    cache = littered(kept, tmp_path / "cache")
+    args = ("prune", str(cache), *LITTERED[selector])
+    code, out, err = invoke(*args, "--json")
+    assert code == 0, err
+    plan = json.loads(out)["actions"]
+    alone = {a["name"] for a in plan if a["op"] == "remove-entry"}
+    takes_outside = sorted(
+        a["name"] for a in plan if not fnmatch.fnmatchcase(module_named(a["name"]) or "", PATTERN)
+    )
+    if selector in TAKES_OUTSIDE or (
+        selector == "stale-jax-in-use" and "jax083" in built.populations
+    ):
+        assert takes_outside, (
+            f"the premise: `{' '.join(args)}` alone takes something outside {PATTERN}"
+        )
+    before = pm.contents(cache)
+    code, out, err = invoke(*args, *MODULE, "--apply", "--json")
+    assert code == 0, err
+    after = pm.contents(cache)
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    outside = [
+        p
+        for p in changed
+        if p != OWN_LOCK and not fnmatch.fnmatchcase(module_named(p) or "", PATTERN)
+    ]
+    said = f"`{' '.join(args)} {' '.join(MODULE)} --apply`"
+    assert not outside, f"{said} changed {len(outside)} paths outside {PATTERN}: {outside[:6]}"
+    removed = {p[: -len("-cache")] for p in changed if p.endswith("-cache") and p not in after}
+    if selector != "max-size":
+        wider = sorted(removed - alone)
+        assert not wider, (
+            f"{said} removed {len(wider)} entries the selector alone keeps: {wider[:6]}"
+        )

@@ -56,15 +56,17 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import filelock
+import pytest
 
 from cachedoctor.programs import program_path
-from tests.support import otherjax
+from tests.support import otherjax, sessioncache
 from tests.support.caches import OTHER_JAX_ENV, read_noatime
 from tests.support.hookrun import base_env
 
@@ -218,6 +220,18 @@ def digest(root: Path) -> str:
         else:
             h.update(b"D" + rel + b"\0")
     return h.hexdigest()[:24]
+
+
+def contents(root: Path) -> dict[str, str]:
+    """Each path under ``root``: a file's SHA-256, a link's target, or "folder"."""
+    out = {}
+    for path, st in _walk(root):
+        rel = str(path.relative_to(root))
+        if stat.S_ISREG(st.st_mode):
+            out[rel] = hashlib.sha256(read_noatime(path)).hexdigest()
+        else:
+            out[rel] = os.readlink(path) if stat.S_ISLNK(st.st_mode) else "folder"
+    return out
 
 
 def times(root: Path) -> dict[str, tuple[int, int]]:
@@ -395,6 +409,57 @@ def lock(path: Path) -> filelock.FileLock:
     return filelock.FileLock(str(path) + ".lock")
 
 
+Matrix = tuple[Path, Path, Path, Built]  # session folder, kept states, live path, the build
+
+
+def open_matrix(
+    factory: pytest.TempPathFactory, shared_builds: sessioncache.SharedBuilds
+) -> Matrix:
+    """The session's history, built once for every test module and worker that asks
+    (``shared_builds``), with each unpruned state's rerun in the memo as its baseline."""
+    root = sessioncache.session_root(factory) / "prune-matrix"
+    live = root / "live" / "cache"
+    live.parent.mkdir(parents=True, exist_ok=True)
+    other = other_jax()
+
+    def make(folder: Path) -> Built:
+        with lock(live):
+            return build(folder, live, populations(other))
+
+    kept, built = shared_builds("prune-matrix", make, other)
+    memo = Memo(root / "memo")
+    for timing, key in built.digests.items():  # an unpruned state reruns as its baseline did
+        if memo.get(key) is None:
+            memo.put(key, built.baseline[timing])
+    return root, kept, live, built
+
+
+@contextmanager
+def state_at_live(kept: Path, live: Path, timing: str) -> Iterator[Path]:
+    """A copy of the state ``timing`` at the path every run uses, under its lock; gone after."""
+    with lock(live):
+        shutil.rmtree(live, ignore_errors=True)
+        copy_tree(kept / timing, live)
+        try:
+            yield live
+        finally:
+            shutil.rmtree(live, ignore_errors=True)
+
+
+def once(root: Path, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``compute()`` run once per session (every worker) for ``name``, kept as JSON: the tests
+    that read one command's outcome share it."""
+    path = root / "cells" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with lock(path):
+        if path.exists():
+            done: dict[str, Any] = json.loads(path.read_text())
+            return done
+        result = compute()
+        path.write_text(json.dumps(result))
+        return result
+
+
 # --- the cells ---------------------------------------------------------------------------------
 
 
@@ -470,15 +535,7 @@ def run_cell(cell: Cell, kept: Path, live: Path, built: Built, memo: Memo) -> di
 
 def cell_result(cell: Cell, root: Path, kept: Path, live: Path, built: Built) -> dict[str, Any]:
     """The cell's result, computed once per session (every population's test reads it)."""
-    path = root / "cells" / f"{cell.id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with lock(path):
-        if path.exists():
-            done: dict[str, Any] = json.loads(path.read_text())
-            return done
-        result = run_cell(cell, kept, live, built, Memo(root / "memo"))
-        path.write_text(json.dumps(result))
-        return result
+    return once(root, cell.id, lambda: run_cell(cell, kept, live, built, Memo(root / "memo")))
 
 
 def hit_keys(outcome: dict[str, Any]) -> list[str]:
