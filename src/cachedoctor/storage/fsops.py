@@ -30,6 +30,7 @@ from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
 from cachedoctor.storage.files import open_regular
 
 LOCK_POLL_S = 0.05
+COPY_CHUNK = 1 << 20  # what a copy holds of a file at a time
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no hard links here
 
 
@@ -73,7 +74,7 @@ class Folder(Protocol):
     def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None: ...
     def lock(self, timeout: float = 30.0) -> contextlib.AbstractContextManager[bool]: ...
     def unlink_if(self, expected: FileId | None, name: str | None = None) -> str: ...
-    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool: ...
+    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool: ...
     def link_noreplace(self, src: str, dst: str) -> bool: ...
     def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str: ...
     def fsync(self) -> None: ...
@@ -289,8 +290,10 @@ class CacheDir:
             return "missing"
         return "removed"
 
-    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool:
         """Create ``name`` atomically: temp file in this folder, fsync, then link it into place.
+        ``data``: the bytes, or a local file whose bytes are copied a chunk at a time (never
+        held whole: a bundle's member may be gigabytes).
 
         An existing file wins (returns False): a concurrent writer's file is never overwritten.
         """
@@ -302,7 +305,7 @@ class CacheDir:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
 
-    def write_replacing(self, name: str, data: bytes, mode: int = 0o600) -> None:
+    def write_replacing(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o600) -> None:
         """Replace ``name`` with ``data`` whole: temp file in this folder, fsync, ``rename``
         over the name. A link standing at ``name`` is replaced, never followed, and a file
         with another name elsewhere (a hard link) keeps its bytes."""
@@ -357,9 +360,13 @@ class CacheDir:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         return os.fdopen(os.open(tmp, flags, mode, dir_fd=self.fd), "wb")
 
-    def _write_temp(self, tmp: str, data: bytes, mode: int) -> None:
+    def _write_temp(self, tmp: str, data: bytes | os.PathLike[str], mode: int) -> None:
         with self._open_temp(tmp, mode) as fh:
-            fh.write(data)
+            if isinstance(data, bytes | bytearray | memoryview):
+                fh.write(data)
+            else:
+                with open_regular(data) as source:
+                    shutil.copyfileobj(source, fh, COPY_CHUNK)
             fh.flush()
             os.fsync(fh.fileno())
 

@@ -129,9 +129,10 @@ class LocalStore:
         return DeleteResult(name, DeleteOutcome.DELETED, conditional=False)
 
     def write_atomic(
-        self, name: str, data: bytes, *, create: bool = False, mode: int = 0o600
+        self, name: str, data: bytes | os.PathLike[str], *, create: bool = False, mode: int = 0o600
     ) -> None:
         """Temp file in the same directory, fsync, rename: readers see old or new, never half.
+        ``data``: the bytes, or a local file copied a chunk at a time.
 
         ``name`` may name a file in a folder (``cachedoctor-manifests/<key>.json``), made when
         absent; no part of the way is a link followed (``CacheDir``). With ``create``,

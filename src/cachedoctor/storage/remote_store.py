@@ -35,6 +35,15 @@ T = TypeVar("T")
 
 DEFAULT_WORKERS = 16  # concurrent requests per scan: well under any bucket's request-rate limit
 READ_BLOCK = 4 << 20  # one ranged GET per 4 MiB; a CPU entry is read in one request
+PART = 8 << 20  # an upload's part: over S3's 5 MiB least, a multiple of GCS's 256 KiB
+MAX_PARTS = 10_000  # S3's most parts in one multipart upload
+
+
+def part_size(size: int) -> int:
+    """The part a file of ``size`` bytes is uploaded in: :data:`PART`, or as large as S3's
+    part limit needs (a multiple of 256 KiB)."""
+    needed = -(-size // MAX_PARTS)
+    return max(PART, -(-needed // (256 << 10)) * (256 << 10))
 
 
 Listing = list[dict[str, Any]]
@@ -354,22 +363,33 @@ class RemoteStore:
         return cast(BinaryIO, _RetryingReader(self, name))
 
     def write_atomic(
-        self, name: str, data: bytes, *, create: bool = False, mode: int = 0o600
+        self, name: str, data: bytes | os.PathLike[str], *, create: bool = False, mode: int = 0o600
     ) -> None:
         """One PUT: an object store publishes an object whole or not at all (no rename).
 
-        ``create``: the PUT carries a precondition (S3 ``If-None-Match: *``, GCS
-        ``ifGenerationMatch=0``), so the server keeps the object a concurrent writer put first
-        and this raises FileExistsError. An S3 server that rejects the header as unsupported
-        gets a fresh existence check, then a plain PUT. ``mode``: objects have none.
+        ``data``: the bytes, or a local file, uploaded in parts of :func:`part_size` (the
+        library's multipart or resumable upload, aborted on failure: never published half), so
+        a file of gigabytes is never held whole. ``create``: the PUT carries a precondition (S3
+        ``If-None-Match: *``, GCS ``ifGenerationMatch=0``), so the server keeps the object a
+        concurrent writer put first and this raises FileExistsError. An S3 server that rejects
+        the header as unsupported gets a fresh existence check, then a plain PUT. ``mode``:
+        objects have none.
         """
         path = self.path_of(name)
         what = f"writing {self.url_of(name)}"
+
+        def put(mode: str) -> None:
+            if isinstance(data, bytes | bytearray | memoryview):
+                self.fs.pipe_file(path, data, **({"mode": mode} if mode == "create" else {}))
+            else:
+                part = part_size(os.path.getsize(data))
+                self.fs.put_file(os.fspath(data), path, mode=mode, chunksize=part)
+
         if not create:
-            self.retry(lambda: self.fs.pipe_file(path, data), what=what)
+            self.retry(lambda: put("overwrite"), what=what)
         else:
             try:
-                self.retry(lambda: self.fs.pipe_file(path, data, mode="create"), what=what)
+                self.retry(lambda: put("create"), what=what)
             except FileExistsError:
                 raise
             except Exception as exc:
@@ -377,7 +397,7 @@ class RemoteStore:
                     raise
                 if self.stat(name) is not None:
                     raise FileExistsError(errno.EEXIST, "exists", self.url_of(name)) from exc
-                self.retry(lambda: self.fs.pipe_file(path, data), what=what)
+                self.retry(lambda: put("overwrite"), what=what)
         self.stats.count_call()
 
     # deleting

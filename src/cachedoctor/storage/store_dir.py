@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -138,7 +139,7 @@ class StoreDir:
         self._seen.pop(name, None)
         return _OUTCOME[result.outcome.value]
 
-    def write_new(self, name: str, data: bytes, mode: int = 0o644) -> bool:
+    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool:
         if self.store.stat(self._name(name)) is not None:
             return False
         self.store.write_atomic(self._name(name), data)
