@@ -22,7 +22,7 @@ from tests.support.markdown import Shown, shown
 pytestmark = pytest.mark.slow  # the records come from JAX processes (tests/core/conftest.py)
 
 SUMMARY = ["hit rate", "lookups", "hits", "misses", "compile time saved", "spent on misses"]
-MODULES = ["module", "misses", "lookups", "hit rate", "compile time lost", "why it missed"]
+MODULES = ["module", "misses", "lookups", "hit rate", "spent on misses", "why it missed"]
 NEGATIVE = re.compile(
     r"none: reads cost (\d+\.\d+) s more than the compiles they replaced, as JAX counts them "
     r"\(it keeps compile times in whole seconds\)"
@@ -69,7 +69,7 @@ def test_markdown_shows_what_the_json_says(recorded_cache: Path) -> None:
     doc, md = report_of(recorded_cache)
     assert md.headings == [
         f"cachedoctor stats: {recorded_cache}",
-        "Modules that missed, most compile time lost first",
+        "Modules that missed, most compile time spent on misses first",
         "Findings",
     ]
     assert md.paragraphs[0] == f"From the stats records of {doc['processes']} processes."

@@ -89,13 +89,13 @@ def scrub(text: str, paths: Mapping[str, str]) -> str:
 
 
 def _time_ordered_rows(lines: list[str]) -> list[str]:
-    """The rows of a table ordered by compile time lost (``stats``' modules), sorted by name:
+    """The rows of a table ordered by compile time spent (``stats``' modules), sorted by name:
     which of two modules took longer to compile depends on the machine's load."""
     out: list[str] = []
     rows: list[str] = []
     state = "out"  # "title", then "rows" after the header's rule
     for line in lines:
-        if state == "out" and "most compile time lost first" in line:
+        if state == "out" and "most compile time spent on misses first" in line:
             state = "title"
         elif state == "title" and line.lstrip().startswith("━"):
             state = "rows"

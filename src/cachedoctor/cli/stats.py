@@ -68,10 +68,11 @@ def stats(
     """Hit rate and compile time saved, from the records the hook writes at each process exit.
 
     Processes record when the hook runs in stable or observe mode, or with `cachedoctor enable
-    --stats-only` / CACHEDOCTOR_HOOK=stats (keys unchanged). Shows totals, the modules that never
-    hit first (with the reason the scan and the records give), a hit-rate chart per day, and
-    hosts. DIR defaults as for `scan`; gs:// and s3:// work. --format markdown writes the
-    totals, the modules that missed and the findings for a CI job's summary.
+    --stats-only` / CACHEDOCTOR_HOOK=stats (keys unchanged). Shows, in this order: the totals,
+    a hit-rate chart per day, the modules (most compile time spent on misses first, a first
+    compile included; why a module missed, as the scan and the records tell it), the hosts and
+    the findings. DIR defaults as for `scan`; gs:// and s3:// work. --format markdown writes
+    the totals, the modules that missed and the findings for a CI job's summary.
 
     Exit status: 0 shown (or archived), 2 usage or I/O error, or DIR is missing or does not
     look like a JAX cache.

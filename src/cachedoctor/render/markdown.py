@@ -1,9 +1,10 @@
 """``stats --format markdown``: the report as GitHub-flavoured Markdown, for a CI job's summary.
 
 The Action appends it to ``$GITHUB_STEP_SUMMARY``; any CI that shows Markdown can take it as it
-is. Short on purpose: the totals in one table, the modules that missed (most compile time lost
-first, with why) up to ``max_modules`` rows, then the findings. Every figure is worded as the
-terminal words it (``render/stats.py``: the hit rate, the seconds, the compile time saved).
+is. Short on purpose: the totals in one table, the modules that missed (most compile time spent
+on misses first, with why) up to ``max_modules`` rows, then the findings. Every figure is worded
+as the terminal words it (``render/stats.py``: the hit rate, the seconds, the compile time
+saved).
 
 What the records hold is text from files (module names, the causes ``why`` words, messages
 that quote them): each piece is escaped, so that no name opens a code span, ends a table cell,
@@ -79,7 +80,7 @@ def _modules(report: StatsReport, max_modules: int) -> list[str]:
         )
         for m in missed[:max_modules]
     ]
-    header = ("module", "misses", "lookups", "hit rate", "compile time lost", "why it missed")
+    header = ("module", "misses", "lookups", "hit rate", "spent on misses", "why it missed")
     lines = _table(header, "lrrrrl", rows) if rows else []
     if len(missed) > max_modules:
         more = len(missed) - max_modules
@@ -113,7 +114,7 @@ def stats_markdown(report: StatsReport, *, max_modules: int = 25) -> str:
         figures = (rate_words(t), str(t.requests), str(t.hits), str(t.misses))
         saved = (escape(saved_words(t)), secs(t.compile_secs))
         lines += [*_table(header, "rrrrlr", [(*figures, *saved)]), ""]
-        lines += ["### Modules that missed, most compile time lost first", ""]
+        lines += ["### Modules that missed, most compile time spent on misses first", ""]
         lines += [*_modules(report, max_modules), ""]
     lines += ["### Findings", "", *_findings(report.findings, max_modules)]
     return "\n".join(lines) + "\n"

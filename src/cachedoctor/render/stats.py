@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from cachedoctor.errors import count
 from cachedoctor.render.findings import render_finding_list
 
 BAR_WIDTH = 40  # characters of the terminal chart's full bar
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")  # `cachedoctor diff --module m`, as the words mark code
 
 
 def rate_words(c: Counters) -> str:
@@ -98,7 +100,9 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
     console.print(summary)
     _render_chart(report.days, console)
     modules = Table(
-        title="modules (most compile time lost first)", title_justify="left", show_edge=False
+        title="modules (most compile time spent on misses first)",
+        title_justify="left",
+        show_edge=False,
     )
     for col in ("module", "processes", "requests", "hits", "misses", "hit rate", "spent s"):
         modules.add_column(col, justify="left" if col == "module" else "right")
@@ -222,7 +226,7 @@ def render_zero(report: ZeroReport, console: Console) -> None:
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{padding:2px 10px;text-align:right}
-td:first-child,th:first-child{text-align:left}tr.never td{color:#a15c00}
+td.text,th.text{text-align:left}tr.never td{color:#a15c00}
 .kpi{display:inline-block;margin-right:2em}.kpi b{display:block;font-size:1.6em}
 """
 
@@ -260,12 +264,31 @@ def _svg_chart(days: Sequence[Group]) -> str:
     return "".join(parts)
 
 
-def _html_table(table_id: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+def html_text(text: str) -> str:
+    """Words as HTML: escaped, and their `code` spans as ``<code>`` (the terminal's backticks
+    are markup here, not text)."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", html.escape(text))
+
+
+def _html_table(
+    table_id: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    text: Sequence[int] = (0,),
+) -> str:
+    """A table; the columns ``text`` holds are words (left-aligned, code spans kept), the others
+    figures (right-aligned)."""
+
+    def cell(tag: str, i: int, value: str) -> str:
+        if i in text:
+            return f'<{tag} class="text">{html_text(value)}</{tag}>'
+        return f"<{tag}>{html.escape(value)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(header))
     body = []
     for row in rows:
         css = ' class="never"' if row and row[-1] == "never" else ""
-        cells = "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1] if row)
+        cells = "".join(cell("td", i, c) for i, c in enumerate(row[:-1]))
         body.append(f"<tr{css}>{cells}</tr>")
     return f'<table id="{table_id}"><tr>{head}</tr>{"".join(body)}</table>'
 
@@ -310,6 +333,7 @@ def html_page(report: StatsReport) -> str:
             )
             for m in report.modules
         ],
+        text=(0, 7),  # the module, why it missed
     )
     hosts = _html_table(
         "hosts",
@@ -327,7 +351,7 @@ def html_page(report: StatsReport) -> str:
         ],
     )
     findings = "".join(
-        f"<li>{html.escape(f.kind.value)}: {html.escape(f.message)}</li>" for f in report.findings
+        f"<li>{html.escape(f.kind.value)}: {html_text(f.message)}</li>" for f in report.findings
     )
     title = f"cachedoctor stats: {report.cache_dir}"
     return (
@@ -335,7 +359,7 @@ def html_page(report: StatsReport) -> str:
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><section id='totals'>{kpis}</section>"
         f"<h2>Hit rate per day</h2>{_svg_chart(report.days)}"
-        f"<h2>Modules (most compile time lost first)</h2>{modules}<h2>Hosts</h2>{hosts}"
+        f"<h2>Modules (most compile time spent on misses first)</h2>{modules}<h2>Hosts</h2>{hosts}"
         f"<h2>Findings</h2><ul id='findings'>{findings or '<li>none</li>'}</ul>"
         "</body></html>\n"
     )
