@@ -255,10 +255,10 @@ def test_an_entry_whose_read_fails_part_way_is_left_out_whole(
 
     def selected(*args: Any, **kwargs: Any) -> Any:
         # the scan reads as always; the failure comes while the members are copied
-        keep, left, evidence = real_selected(*args, **kwargs)
+        keep, *rest = real_selected(*args, **kwargs)
         failing.append(keep[0].key)
         monkeypatch.setattr(LocalStore, "open_read", open_read)
-        return keep, left, evidence
+        return (keep, *rest)
 
     monkeypatch.setattr(bundle, "_selected", selected)
     out = tmp_path / "b.tar"

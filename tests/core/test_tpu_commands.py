@@ -5,11 +5,9 @@ that jax 0.10 recompiled when their source moved are found and explained.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -110,25 +108,8 @@ def test_lint_passes_healthy_tpu_caches(name: str, tmp_path: Path) -> None:
     assert code == 0, out + err
 
 
-def _damaged_cache(tmp_path: Path) -> tuple[Path, dict[str, dict[str, object]]]:
-    """The healthy entries and every damaged copy, each under a key of its own, and what JAX
-    did with each copy."""
-    folder = tmp_path / "damaged"
-    shutil.copytree(tpu.cache("capture/damage"), folder)
-    by_key = {}
-    for v in tpu.damage_variants():
-        module = v["name"].split(".")[0]
-        key = f"{module}-{hashlib.sha256(v['name'].encode()).hexdigest()}"
-        shutil.copy(v["path"], folder / f"{key}-cache")
-        by_key[key] = v
-    hour_ago = time.time() - 3600  # not a write in progress (a young cut file may be one)
-    for path in folder.iterdir():
-        os.utime(path, (hour_ago, hour_ago))
-    return folder, by_key
-
-
 def test_prune_corrupt_removes_only_what_jax_failed_to_load(tmp_path: Path) -> None:
-    folder, variants = _damaged_cache(tmp_path)
+    folder, variants = tpu.damaged_cache(tmp_path)
     healthy = {p.name for p in folder.glob("*-cache")} - {f"{k}-cache" for k in variants}
     code, _, err = invoke("prune", "--corrupt", "--apply", "--json", str(folder))
     assert code in (0, 1), err
@@ -148,25 +129,8 @@ def test_prune_corrupt_removes_only_what_jax_failed_to_load(tmp_path: Path) -> N
     assert len(kept_failing) <= 12  # deep inside libtpu's own messages: kept (docs/format-tpu.md)
 
 
-def _unknown_layout_entry(tmp_path: Path) -> tuple[Path, str]:
-    """A copy of a real TPU cache plus one entry whose payload, after a valid header, is in a
-    layout nobody wrote."""
-    import zstandard
-
-    folder = tmp_path / "future"
-    shutil.copytree(tpu.cache("shared/seed"), folder)
-    (real,) = folder.glob("jit_f-*-cache")
-    raw = zstandard.ZstdDecompressor().decompressobj().decompress(real.read_bytes())
-    header_end = 4 + 2 + raw[4]  # one-byte length: the seed's header is under 128 bytes
-    assert raw[4] < 0x80
-    future = raw[:header_end] + b"\x7fFUTURE-PLUGIN\x00" + bytes(range(256))
-    key = "jit_f-" + "f" * 64
-    (folder / f"{key}-cache").write_bytes(zstandard.ZstdCompressor().compress(future))
-    return folder, key
-
-
 def test_an_unknown_layout_is_info_and_kept_by_every_command(tmp_path: Path) -> None:
-    folder, key = _unknown_layout_entry(tmp_path)
+    folder, key = tpu.unknown_layout_entry(tmp_path)
     code, out, _ = invoke("scan", "--json", str(folder))
     doc = json.loads(out)
     (finding,) = [f for f in doc["findings"] if key in f["entries"]]

@@ -10,9 +10,13 @@ entries), with ``capture-<date>.json``: what JAX did on each run and with each d
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
+import shutil
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +80,37 @@ def written_keys(log: Path) -> list[str]:
         for line in log.read_text().splitlines()
         if marker in line
     ]
+
+
+def damaged_cache(tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The capture's healthy entries and every damaged copy, each under a key of its own, and
+    what JAX did with each copy (``damage_variants``)."""
+    folder = tmp_path / "damaged"
+    shutil.copytree(cache("capture/damage"), folder)
+    by_key = {}
+    for v in damage_variants():
+        module = v["name"].split(".")[0]
+        key = f"{module}-{hashlib.sha256(v['name'].encode()).hexdigest()}"
+        shutil.copy(v["path"], folder / f"{key}-cache")
+        by_key[key] = v
+    hour_ago = time.time() - 3600  # not a write in progress (a young cut file may be one)
+    for path in folder.iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+    return folder, by_key
+
+
+def unknown_layout_entry(tmp_path: Path) -> tuple[Path, str]:
+    """A copy of a real TPU cache plus one entry whose payload, after a valid header, is in a
+    layout nobody wrote (a newer libtpu, another plugin: no verdict on it)."""
+    import zstandard
+
+    folder = tmp_path / "future"
+    shutil.copytree(cache("shared/seed"), folder)
+    (real,) = folder.glob("jit_f-*-cache")
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(real.read_bytes())
+    header_end = 4 + 2 + raw[4]  # one-byte length: the seed's header is under 128 bytes
+    assert raw[4] < 0x80
+    future = raw[:header_end] + b"\x7fFUTURE-PLUGIN\x00" + bytes(range(256))
+    key = "jit_f-" + "f" * 64
+    (folder / f"{key}-cache").write_bytes(zstandard.ZstdCompressor().compress(future))
+    return folder, key

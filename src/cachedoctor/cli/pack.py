@@ -117,9 +117,12 @@ def unpack(
     written; the preflight (`cachedoctor preflight`) judges each entry as this machine's JAX
     will see it at DIR. Each file is written whole (temp file and link; on a bucket a
     create-only PUT), never over an existing one: a JAX process using DIR sees an entry
-    entirely or not at all. DIR defaults as for `scan` and is made when missing; gs:// and
-    s3:// work. Exit status: 0 every entry will hit (and was written), 1 some entry will miss,
-    cannot be told or failed to write, 2 usage or I/O error, or not a bundle.
+    entirely or not at all. An entry that does not decode (scan's `corrupt`) is never written.
+    Once a file is written, unpack finishes and says what it wrote and what failed. DIR
+    defaults as for `scan` and is made when missing; gs:// and s3:// work. Exit status: 0 every
+    entry will hit (and was written), 1 some entry will miss, cannot be told, does not decode or
+    failed to write (or a manifest or record failed), 2 usage or I/O error before anything was
+    written, not a bundle, or no JAX here to judge with and nothing written.
     """
     target = cache_location(directory)
     if target.local_path is None or Path(target.local_path).exists():
@@ -138,7 +141,7 @@ def unpack(
             raise path_error(exc, bundle, what="file") from None
         raise path_error(exc, exc.filename) from None
     renderer("json" if as_json else "text").render(report, stdout_console())
-    if report.problem:
-        ctx.exit(int(ExitCode.USAGE))
+    if report.problem and not report.actions().get("written"):
+        ctx.exit(int(ExitCode.USAGE))  # no JAX here to judge with, and nothing written
     doubtful = any(e.verdict != "hit" for e in report.entries) or report.failed()
     ctx.exit(int(ExitCode.FINDINGS if doubtful else ExitCode.OK))

@@ -24,11 +24,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -41,12 +40,14 @@ from cachedoctor.core.bundle_file import (
     FORMAT,
     HEADER,
     BundleError,
-    ReadError,
-    copy_hashed,
     opened,
+    refuse_inside,
+    spool,
+    spool_one,
     stage,
     write_tar,
 )
+from cachedoctor.core.bundle_write import lru_in_use, write_members
 from cachedoctor.core.findings import FindingKind
 from cachedoctor.core.scan.run import scan_directory
 from cachedoctor.core.where import Location
@@ -81,6 +82,7 @@ class PackReport:
     left_out: list[LeftOut] = field(default_factory=list)
     companions: int = 0  # manifests and records
     bytes: int = 0
+    links: list[str] = field(default_factory=list)  # -cache names that are links: no entries
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +90,7 @@ class PackReport:
             "bundle": self.bundle,
             "entries": [asdict(e) for e in self.entries],
             "left_out": [asdict(e) for e in self.left_out],
+            "links": self.links,
             "companions": self.companions,
             "bytes": self.bytes,
         }
@@ -106,8 +109,11 @@ def _devices(entry: Any) -> int | None:
 
 def _selected(
     where: Location, include: frozenset[str], jaxlib: str
-) -> tuple[list[Any], list[LeftOut], dict[str, preflight.Evidence]]:
-    """The entries to pack and those left out, with the recorded evidence of each key."""
+) -> tuple[list[Any], list[LeftOut], dict[str, preflight.Evidence], list[str]]:
+    """The entries to pack and those left out, with the recorded evidence of each key, and the
+    keys of ``-cache`` names that are links (no entry: never followed, never packed)."""
+    from cachedoctor.core.scan.report import is_symlink
+
     scan = scan_directory(where, all_tiers=True)
     evidence = preflight.recorded_evidence(where)
     damaged = {
@@ -116,8 +122,11 @@ def _selected(
         if f.kind in (FindingKind.CORRUPT, FindingKind.UNREADABLE)
         for k in f.entries
     }
-    keep, left = [], []
+    keep, left, links = [], [], []
     for entry in scan.loaded_entries()[0]:
+        if is_symlink(entry):
+            links.append(entry.key)
+            continue
         ev = evidence.get(entry.key)
         writer = _jaxlib(ev)
         unread = any(p.kind != "unknown-layout" for p in entry.problems)  # no verdict: packed
@@ -137,7 +146,7 @@ def _selected(
             )
         else:
             keep.append(entry)
-    return keep, left, evidence
+    return keep, left, evidence, links
 
 
 def _companion_names(where: Location, keys: set[str]) -> list[str]:
@@ -203,67 +212,24 @@ def pack(
     jaxlib = jaxlib or here.jaxlib_version or "unknown"
     if bundle.exists() and not overwrite:
         raise BundleError(f"{bundle} exists: give another name, or --force to replace it")
-    _refuse_inside(where, bundle)
-    keep, left, evidence = _selected(where, include, jaxlib)
-    report = PackReport(where.spelling, str(bundle), left_out=left)
-    with _spool(bundle) as spool:
+    refuse_inside(where.local_path, bundle)
+    keep, left, evidence, links = _selected(where, include, jaxlib)
+    report = PackReport(where.spelling, str(bundle), left_out=left, links=links)
+    with spool(bundle) as spooled:
         try:
-            members = _spool_entries(where, keep, evidence, report, spool)
-            files = _spool_companions(where, {e.key for e in report.entries}, spool, members)
+            members = _spool_entries(where, keep, evidence, report, spooled)
+            files = _spool_companions(where, {e.key for e in report.entries}, spooled, members)
         except OSError as exc:  # the spool's own (a full disk): named by the bundle
             raise OSError(exc.errno, exc.strerror, str(bundle)) from None
         report.companions = len(files)
         head = json.dumps(_header(report, here, files), indent=1).encode()
-        spool.seek(0)
+        spooled.seek(0)
         write_tar(
             bundle,
-            [(HEADER, len(head), io.BytesIO(head))] + [(n, size, spool) for n, size in members],
+            [(HEADER, len(head), io.BytesIO(head))] + [(n, size, spooled) for n, size in members],
         )
     report.bytes = bundle.stat().st_size
     return report
-
-
-def _refuse_inside(where: Location, bundle: Path) -> None:
-    """A bundle written inside the cache it packs would be a foreign file there (and its
-    spool, a temp file JAX's writers never clean): refused."""
-    root = where.local_path
-    if root is None:
-        return
-    cache = os.path.realpath(root)
-    parent = os.path.realpath(bundle.parent)
-    if parent == cache or parent.startswith(cache.rstrip(os.sep) + os.sep):
-        raise BundleError(f"{bundle} is inside the cache it packs ({root}): write it elsewhere")
-
-
-@contextmanager
-def _spool(bundle: Path) -> Iterator[IO[bytes]]:
-    """A nameless temp file beside ``bundle`` (``O_TMPFILE`` where the system has it: nothing
-    is left behind even when the process is killed), holding the members until the header is
-    known."""
-    try:
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        spool = tempfile.TemporaryFile(dir=bundle.parent)  # noqa: SIM115 (closed below)
-    except OSError as exc:  # named by the bundle, not by its folder
-        raise OSError(exc.errno, exc.strerror, str(bundle)) from None
-    with spool:
-        yield spool
-
-
-def _spool_one(store: Any, name: str, spool: IO[bytes]) -> tuple[int, str] | OSError:
-    """``name`` copied to the end of ``spool``: (size, SHA-256), or the OSError that kept it
-    from being read, with nothing of it left in the spool. The spool's own errors are raised."""
-    start = spool.tell()
-    try:  # a link or a special file named like a cache file is never followed or read
-        source = store.open_read(name)
-    except OSError as exc:
-        return exc
-    with source:
-        try:
-            return copy_hashed(source, spool)
-        except ReadError as exc:
-            spool.seek(start)
-            spool.truncate()
-            return exc.error
 
 
 def _spool_entries(
@@ -278,7 +244,7 @@ def _spool_entries(
     store = where.store()
     members: list[tuple[str, int]] = []
     for entry in keep:
-        copied = _spool_one(store, f"{entry.key}-cache", spool)
+        copied = spool_one(store, f"{entry.key}-cache", spool)
         if isinstance(copied, OSError):
             said = f"cannot be read ({copied.strerror or copied}): left out"
             report.left_out.append(LeftOut(entry.key, "damaged", said))
@@ -303,7 +269,7 @@ def _spool_companions(
     store = where.store()
     files = []
     for name in _companion_names(where, keys):
-        copied = _spool_one(store, name, spool)
+        copied = spool_one(store, name, spool)
         if not isinstance(copied, OSError):
             files.append({"name": name, "size": copied[0], "sha256": copied[1]})
             members.append((name, copied[0]))
@@ -338,7 +304,11 @@ class UnpackedEntry:
     module: str | None
     verdict: str  # the preflight's: hit, miss, unknown
     words: str
-    action: str  # "write" (dry run), "written", "present" (the target holds it), "failed: ..."
+    # a dry run: "write", or what stays as it is: "present" (the target holds it), "refused"
+    # (it does not decode: never written as an entry), "blocked" (a link or other non-file
+    # stands at its name: never followed or replaced); applied: "written" in place of "write",
+    # or "failed: ..."
+    action: str
 
 
 @dataclass
@@ -355,12 +325,19 @@ class UnpackReport:
     moved: list[tuple[str, str]] = field(default_factory=list)  # relocated -> stable key
     problem: str | None = None  # why the preflight could not judge (no JAX here)
     notes: list[str] = field(default_factory=list)
+    failed_files: list[tuple[str, str]] = field(default_factory=list)  # manifests, records...
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(e.verdict for e in self.entries))
 
+    def actions(self) -> dict[str, int]:
+        """Entries per action (``failed: ...`` counted as ``failed``)."""
+        return dict(Counter(e.action.split(":")[0] for e in self.entries))
+
     def failed(self) -> int:
-        return sum(1 for e in self.entries if e.action.startswith("failed"))
+        """Entries and other files that could not be written."""
+        failed = sum(1 for e in self.entries if e.action.startswith("failed"))
+        return failed + len(self.failed_files)
 
     def to_dict(self) -> dict[str, Any]:
         summary = {k: v for k, v in self.header.items() if k not in ("entries", "files")}
@@ -371,10 +348,12 @@ class UnpackReport:
             "header": summary,
             "applied": self.applied,
             "counts": self.counts(),
+            "actions": self.actions(),
             "entries": [asdict(e) for e in self.entries],
             "companions": self.companions,
             "atime_files": self.atime_files,
             "records": self.records,
+            "failed_files": [{"name": n, "reason": r} for n, r in self.failed_files],
             "moved": [list(m) for m in self.moved],
             "problem": self.problem,
             "notes": self.notes,
@@ -391,7 +370,8 @@ def unpack(
     lock_timeout: float = 30.0,
 ) -> UnpackReport:
     """Check ``bundle`` and judge it against this machine at ``target`` (``cache_dir``: the
-    spelling the jobs give JAX); with ``apply``, write what the target lacks."""
+    spelling the jobs give JAX); with ``apply``, write what the target lacks. Raises only
+    before the first write: from there every failure is in the report."""
     spelling = cache_dir or target.spelling
     with (
         opened(bundle) as (header, tar),
@@ -400,6 +380,7 @@ def unpack(
         staged = Path(tmp)
         stage(tar, header, staged)
         report = UnpackReport(str(bundle), target.spelling, spelling, header, apply)
+        undecodable = _undecodable(staged, header)
         forecast = preflight.predict(Location.local(staged), cache_dir=spelling)
         report.problem = forecast.problem
         verdicts = {f.key: f for f in forecast.entries}
@@ -408,21 +389,38 @@ def unpack(
             os.makedirs(target.local_path or "", mode=0o755, exist_ok=True)
             missing = False
         store = None if missing else target.store()
+        stable = _stable_keys(staged, spelling) if relocate and target.can_rename else {}
+        there: list[tuple[str, str]] = []  # bundle key -> its stable key the target holds
         for e in header["entries"]:
-            f = verdicts.get(e["key"])
+            key = e["key"]
+            f = verdicts.get(key)
             verdict, words = (f.verdict, f.words) if f else ("unknown", forecast.problem or "")
-            held = store is not None and store.stat(f"{e['key']}-cache") is not None
-            action = "present" if held else "write"
-            damage = _damage_held(store, e["key"]) if held else None
-            if damage is not None:  # JAX loads the file there, not the bundle's
-                verdict, words = "miss", _DAMAGED_THERE.format(damage=damage)
-            report.entries.append(UnpackedEntry(e["key"], e.get("module"), verdict, words, action))
+            action = _found(target, store, f"{key}-cache")
+            if key in undecodable:
+                verdict, words, action = "miss", undecodable[key], "refused"
+            elif action == "blocked":
+                verdict, words = "unknown", _BLOCKED
+            elif action == "present":
+                damage = _damage_held(store, key)
+                if damage is not None:  # JAX loads the file there, not the bundle's
+                    verdict, words = "miss", _DAMAGED_THERE.format(damage=damage)
+            elif key in stable and _found(target, store, f"{stable[key]}-cache") == "present":
+                action = "present"  # as the relocation after a write would find it
+                there.append((key, stable[key]))
+            report.entries.append(UnpackedEntry(key, e.get("module"), verdict, words, action))
         if apply:
             _write(staged, header, store, report)
             if relocate:
                 _relocate(target, spelling, report, lock_timeout)
+        if there or report.moved:
+            _judge_stable(target, spelling, report, there)
     return report
 
+
+_BLOCKED = (
+    "a symbolic link or other non-file stands at this key in the target: JAX reads through it,"
+    " cachedoctor neither follows nor replaces it"
+)
 
 _DAMAGED_THERE = (
     "the target holds a damaged entry at this key ({damage}): JAX fails to load it and never"
@@ -431,103 +429,87 @@ _DAMAGED_THERE = (
 )
 
 
+def _found(target: Location, store: Any, name: str) -> str:
+    """What stands at ``name`` in the target: "write" (nothing), "present" (a file) or
+    "blocked" (a link or other non-file: never counted as an entry)."""
+    if store is None or store.stat(name) is None:
+        return "write"
+    if target.local_path is None:
+        return "present"
+    try:
+        st = os.lstat(os.path.join(target.local_path, name))
+    except FileNotFoundError:
+        return "write"
+    return "present" if stat.S_ISREG(st.st_mode) else "blocked"
+
+
+def _damage(info: Any) -> str | None:
+    """What makes a decoded entry one JAX fails to load (scan's ``corrupt``: the reader's
+    damage kinds), or None: it decodes, cannot be read (no claim) or is in a layout the reader
+    does not know (JAX may load it)."""
+    from cachedoctor.core.scan.report import DAMAGE, real_problems
+
+    real = real_problems(info)
+    return f"{real[0].kind}: {real[0].message}" if real and real[0].kind in DAMAGE else None
+
+
+def _undecodable(staged: Path, header: dict[str, Any]) -> dict[str, str]:
+    """The bundle's entries that do not decode, by the reader that makes scan's ``corrupt``
+    verdict: matching their digests, they are still not entries JAX loads, so none is written
+    under a ``-cache`` name (an unknown layout is written: no verdict on it)."""
+    from cachedoctor.cache import reader
+    from cachedoctor.cache.model import EntryInfo
+
+    out = {}
+    for e in header["entries"]:
+        info = reader.decode_entry(str(staged / f"{e['key']}-cache"), key=e["key"])
+        assert isinstance(info, EntryInfo)
+        damage = _damage(info)
+        if damage is not None:
+            out[e["key"]] = (
+                f"does not decode ({damage}): JAX fails to load it, so it is not written as an"
+                " entry"
+            )
+    return out
+
+
 def _damage_held(store: Any, key: str) -> str | None:
     """What is damaged in the target's own entry at ``key``, or None when it decodes (or
     cannot be read: no claim)."""
     from cachedoctor.cache import reader
-    from cachedoctor.cache.model import EntryInfo
-    from cachedoctor.core.scan.report import DAMAGE, real_problems
 
     try:
         with store.open_read(f"{key}-cache") as fh:
             info = reader.decode_entry(f"{key}-cache", key=key, fileobj=fh)
     except OSError:
         return None
-    assert isinstance(info, EntryInfo)
-    real = real_problems(info)
-    return f"{real[0].kind}: {real[0].message}" if real and real[0].kind in DAMAGE else None
+    return _damage(info)
 
 
-def _lru_in_use(store: Any) -> bool:
-    """Whether JAX's LRU eviction runs on the target: its ``.lockfile``, or ``-atime`` files
-    (JAX writes them only with eviction on). A target not there yet (a new bucket prefix)
-    runs none."""
-    try:
-        if store.stat(layout.LOCKFILE) is not None:
-            return True
-        return any(i.name.endswith(layout.ATIME_SUFFIX) for i in store.list())
-    except FileNotFoundError:
-        return False
+def _stable_keys(staged: Path, spelling: str) -> dict[str, str]:
+    """Each staged entry the relocation would move: its stable key (``rekey --relocated``'s
+    plan for the jobs' spelling). One the target already holds there is not written again."""
+    from cachedoctor.core.prune.rekey import plan_rekey
+
+    plan = plan_rekey(Location.local(staged), relocated=True, jobs_cache_dir=spelling)
+    return {a.name: a.new_key for a in plan.actions if a.new_key}
 
 
 def _write(stage: Path, header: dict[str, Any], store: Any, report: UnpackReport) -> None:
-    """Each entry whole, none over an existing file, then its key manifest (a manifest only
-    for an entry this unpack wrote: never one without its entry), then the bundle's stats
-    records (the evidence of what went into each key travels with it). Into a cache where
-    JAX's LRU eviction runs, each entry's ``-atime`` file is written first (JAX's eviction pass
-    fails on an entry without one, jax <= 0.10, and then every later put fails)."""
-    mode = 0o666 & ~_umask()
-    lru = _lru_in_use(store)
-    manifests: dict[str, list[str]] = {}  # key -> its manifest and module text
-    for f in header["files"]:
-        base = f["name"].removeprefix(layout.MANIFEST_DIRNAME + "/")
-        for suffix in (layout.MANIFEST_SUFFIX, layout.MANIFEST_IR_SUFFIX):
-            if base != f["name"] and base.endswith(suffix):
-                manifests.setdefault(base[: -len(suffix)], []).append(f["name"])
-    for i, done in enumerate(report.entries):
-        if done.action != "write":
-            continue
-        action = _write_entry(stage, store, done.key, lru, mode, report)
-        report.entries[i] = replace(done, action=action)
-        if action == "written":
-            for name in manifests.get(done.key, ()):
-                report.companions += _write_new(stage, store, name, mode)
-    for f in header["files"]:
-        if f["name"].startswith(layout.STATS_DIRNAME + "/"):
-            report.records += _write_new(stage, store, f["name"], mode)
-
-
-def _write_entry(
-    stage: Path, store: Any, key: str, lru: bool, mode: int, report: UnpackReport
-) -> str:
-    """One entry (its -atime file first where JAX's LRU runs): what became of it."""
-    try:
-        if lru and store.stat(f"{key}{layout.ATIME_SUFFIX}") is None:
-            # as JAX's LRU writes it on a put: the time of use, ns, 8 bytes little-endian
-            stamp = time.time_ns().to_bytes(8, "little")
-            report.atime_files += _write_bytes(store, f"{key}{layout.ATIME_SUFFIX}", stamp, mode)
-        store.write_atomic(
-            f"{key}-cache", (stage / f"{key}-cache").read_bytes(), create=True, mode=mode
-        )
-        return "written"
-    except FileExistsError:
-        return "present"  # another process wrote it meanwhile
-    except OSError as exc:
-        return f"failed: {exc.strerror or exc}"
-
-
-def _write_new(stage: Path, store: Any, name: str, mode: int) -> int:
-    """A staged companion file written where none is: 1, else 0."""
-    return _write_bytes(store, name, (stage / name).read_bytes(), mode)
-
-
-def _write_bytes(store: Any, name: str, data: bytes, mode: int) -> int:
-    try:
-        store.write_atomic(name, data, create=True, mode=mode)
-    except FileExistsError:
-        return 0
-    return 1
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
+    """The entries to write, then their manifests and the bundle's records (``bundle_write``):
+    the report's actions and counts become what was written."""
+    keys = [e.key for e in report.entries if e.action == "write"]
+    done = write_members(stage, header, store, keys, lru=lru_in_use(store))
+    for i, e in enumerate(report.entries):
+        report.entries[i] = replace(e, action=done.actions.get(e.key, e.action))
+    report.companions, report.records = len(done.manifests), len(done.records)
+    report.atime_files, report.failed_files = len(done.atime_files), done.failed
 
 
 def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeout: float) -> None:
     """Move the unpacked relocated entries with observe-mode manifests to their stable keys
-    (``rekey --relocated``'s plan, kept to what this unpack wrote)."""
+    (``rekey --relocated``'s plan, kept to what this unpack wrote). After the writes: never
+    raises, what could not be moved is a note."""
     if not target.can_rename:
         report.notes.append(
             "a bucket has no rename: relocated entries stay under their written keys"
@@ -538,11 +520,13 @@ def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeou
     from cachedoctor.core.prune.rekey import plan_rekey
 
     written = {e.key for e in report.entries if e.action == "written"}
-    plan = plan_rekey(target, relocated=True, jobs_cache_dir=spelling)
-    plan = replace(plan, actions=tuple(a for a in plan.actions if a.name in written))
-    if not plan.actions:
+    if not written:
         return
     try:
+        plan = plan_rekey(target, relocated=True, jobs_cache_dir=spelling)
+        plan = replace(plan, actions=tuple(a for a in plan.actions if a.name in written))
+        if not plan.actions:
+            return
         result = apply_plan(plan, lock_timeout=lock_timeout)
     except (OSError, CachedoctorError) as exc:  # the folder or its lock cannot be used
         report.notes.append(
@@ -558,19 +542,26 @@ def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeou
                 f"{outcome.action.name} was not moved to its stable key"
                 f" ({outcome.status.value}: {outcome.detail or 'no reason given'})"
             )
-    if report.moved:
-        _judge_moved(target, spelling, report)
 
 
-def _judge_moved(target: Location, spelling: str, report: UnpackReport) -> None:
-    """The preflight again for the entries moved to their stable keys, now that they are
-    there: they hit where processes run the stable hook (``cachedoctor enable``)."""
-    forecast = preflight.predict(target, cache_dir=spelling)
+def _judge_stable(
+    target: Location, spelling: str, report: UnpackReport, there: list[tuple[str, str]]
+) -> None:
+    """The preflight again for the entries now at their stable keys (moved there, or found
+    there already), judged where they are: they hit where processes run the stable hook
+    (``cachedoctor enable``). A target that cannot be read now leaves a note."""
+    try:
+        forecast = preflight.predict(target, cache_dir=spelling)
+    except (OSError, CachedoctorError) as exc:
+        report.notes.append(f"the entries at their stable keys were not judged again ({exc})")
+        return
     verdicts = {f.key: f for f in forecast.entries}
     at = {e.key: i for i, e in enumerate(report.entries)}
-    for old, new in report.moved:
+    pairs = [(old, new, "moved to its stable key") for old, new in report.moved]
+    pairs += [(old, new, "there already under its stable key") for old, new in there]
+    for old, new, how in pairs:
         i, f = at[old], verdicts.get(new)
         if f is None:
             continue
-        words = f"moved to its stable key {new}: {f.words}"
+        words = f"{how} {new}: {f.words}"
         report.entries[i] = replace(report.entries[i], verdict=f.verdict, words=words)

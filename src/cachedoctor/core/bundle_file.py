@@ -69,9 +69,51 @@ def copy_hashed(src: IO[bytes], dst: IO[bytes]) -> tuple[int, str]:
         size += len(chunk)
 
 
+def refuse_inside(root: str | None, bundle: Path) -> None:
+    """A bundle written inside the cache it packs (at ``root``, None for a bucket) would be a
+    foreign file there (and its spool, a temp file JAX's writers never clean): refused."""
+    if root is None:
+        return
+    cache = os.path.realpath(root)
+    parent = os.path.realpath(bundle.parent)
+    if parent == cache or parent.startswith(cache.rstrip(os.sep) + os.sep):
+        raise BundleError(f"{bundle} is inside the cache it packs ({root}): write it elsewhere")
+
+
+@contextmanager
+def spool(bundle: Path) -> Iterator[IO[bytes]]:
+    """A nameless temp file beside ``bundle`` (``O_TMPFILE`` where the system has it: nothing
+    is left behind even when the process is killed), holding the members until the header is
+    known."""
+    try:
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        spooled = tempfile.TemporaryFile(dir=bundle.parent)  # noqa: SIM115 (closed below)
+    except OSError as exc:  # named by the bundle, not by its folder
+        raise OSError(exc.errno, exc.strerror, str(bundle)) from None
+    with spooled:
+        yield spooled
+
+
+def spool_one(store: Any, name: str, spooled: IO[bytes]) -> tuple[int, str] | OSError:
+    """``name`` copied to the end of ``spooled``: (size, SHA-256), or the OSError that kept it
+    from being read, with nothing of it left in the spool. The spool's own errors are raised."""
+    start = spooled.tell()
+    try:  # a link or a special file named like a cache file is never followed or read
+        source = store.open_read(name)
+    except OSError as exc:
+        return exc
+    with source:
+        try:
+            return copy_hashed(source, spooled)
+        except ReadError as exc:
+            spooled.seek(start)
+            spooled.truncate()
+            return exc.error
+
+
 def write_tar(bundle: Path, members: list[tuple[str, int, IO[bytes]]]) -> None:
     """The tar of ``members`` (name, size, the file to read that many bytes from, in order)
-    at ``bundle``: written to a temp file beside it (its folder made by ``bundle._spool``), synced,
+    at ``bundle``: written to a temp file beside it (its folder made by :func:`spool`), synced,
     renamed into place."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{bundle.name}.", dir=bundle.parent)
@@ -115,7 +157,11 @@ def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
         if first is None or first.name != HEADER or not first.isfile() or first.size > MAX_HEADER:
             raise BundleError(f"{bundle} is not a cachedoctor bundle (no {HEADER} first)")
         try:
-            header = json.loads(read_member(tar, first))
+            text = read_member(tar, first)
+        except (tarfile.TarError, EOFError) as exc:  # the header member itself cut short
+            raise BundleError(f"{bundle}: its header is truncated or damaged ({exc})") from None
+        try:  # NaN and Infinity are no JSON (a report echoing them would be none either)
+            header = json.loads(text, parse_constant=_no_constant)
         except (ValueError, RecursionError):  # not JSON, or nested deeper than a header is
             raise BundleError(f"{bundle}: its header is not a bundle's JSON") from None
         if not isinstance(header, dict):
@@ -128,16 +174,21 @@ def opened(bundle: Path) -> Iterator[tuple[dict[str, Any], tarfile.TarFile]]:
         yield header, tar
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 MAX_MEMBER = 1 << 40  # a member larger than this is no entry's
 
 
 def check_header(header: dict[str, Any]) -> None:
     """The whole header checked before anything is staged or written: every entry and file a
-    JSON object with a name of a cache's own, a size in range and a SHA-256; BundleError
-    names the first that is not."""
+    JSON object with a name of a cache's own, named once, a size in range and a SHA-256; the
+    fields a report shows (source, packed_by) text; BundleError names the first that is not."""
     for part in ("entries", "files"):
         if not isinstance(header.get(part), list):
             raise BundleError(f"the bundle's header has no list of {part}")
+    _check_shown(header)
     for e in header["entries"]:
         if not isinstance(e, dict) or not isinstance(e.get("key"), str):
             raise BundleError(f"the bundle's header names an entry that is not one: {str(e)[:80]}")
@@ -152,6 +203,30 @@ def check_header(header: dict[str, Any]) -> None:
         if not COMPANION.fullmatch(f["name"]):
             raise BundleError(f"bundle names a file {f['name'][:80]!r} outside a cache's own")
         _check_member(f, f["name"])
+    _check_once([e["key"] for e in header["entries"]] + [f["name"] for f in header["files"]])
+
+
+def _check_shown(header: dict[str, Any]) -> None:
+    """What the report echoes of the header is text (or absent): ``source``, and ``packed_by``
+    an object of versions."""
+    if header.get("source") is not None and not isinstance(header["source"], str):
+        raise BundleError("the bundle's header: its source is not a path or URL")
+    packed = header.get("packed_by")
+    if packed is None:
+        return
+    if not isinstance(packed, dict) or not all(
+        v is None or isinstance(v, str) for v in packed.values()
+    ):
+        raise BundleError("the bundle's header: packed_by is not an object of versions")
+
+
+def _check_once(names: list[str]) -> None:
+    """No entry or file named twice: one member each, one line each in the report."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise BundleError(f"the bundle's header names {name[:80]} twice")
+        seen.add(name)
 
 
 def _check_member(member: dict[str, Any], name: str) -> None:

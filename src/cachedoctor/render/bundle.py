@@ -30,6 +30,16 @@ def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
+def _shown(value: object) -> str:
+    """Text from a bundle's header as one line a terminal shows as it is: control characters
+    and lone surrogates escaped (the header is the packer's, not ours)."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    escaped = (c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return "".join(escaped)
+
+
 def _pack_lines(report: PackReport) -> Iterator[str]:
     yield (
         f"packed {_count(len(report.entries), 'entry', 'entries')} of {report.source} and"
@@ -57,12 +67,17 @@ def _pack_lines(report: PackReport) -> Iterator[str]:
             yield f"  {e.why:<13} {e.key}: {e.words}"
         if len(report.left_out) > _SHOWN:
             yield f"  … and {len(report.left_out) - _SHOWN} more"
+    if report.links:
+        yield (
+            f"not packed: {_count(len(report.links), 'symbolic link')} named -cache (no entry:"
+            " never followed)"
+        )
 
 
 def _unpack_lines(report: UnpackReport) -> Iterator[str]:
     h = report.header
     packed = h.get("packed_by") or {}
-    yield (
+    yield _shown(
         f"{report.bundle}: {_count(len(report.entries), 'entry', 'entries')} of {h.get('source')},"
         f" packed by jax {packed.get('jax')} / jaxlib {packed.get('jaxlib')}"
     )
@@ -79,31 +94,56 @@ def _unpack_lines(report: UnpackReport) -> Iterator[str]:
     shown = sorted(report.entries, key=lambda e: (order.get(e.verdict, 3), e.module or "", e.key))
     for e in shown[:_SHOWN]:
         said = _SAID.get(e.verdict, e.verdict)
-        yield f"  {said:<12} {e.action:<8} {e.module or e.key}: {e.words}"
+        yield _shown(f"  {said:<12} {e.action:<8} {e.module or e.key}: {e.words}")
     if len(report.entries) > _SHOWN:
         yield f"  … and {len(report.entries) - _SHOWN} more"
-    actions = Counter(e.action.split(":")[0] for e in report.entries)
+    actions = report.actions()
+    kept = _kept(actions)
     if report.applied:
         yield (
-            f"wrote {actions.get('written', 0)} entries, {report.companions} manifests and"
-            f" {report.records} stats records;"
-            f" {actions.get('present', 0)} were there already"
+            f"wrote {_count(actions.get('written', 0), 'entry', 'entries')},"
+            f" {_count(report.companions, 'manifest')} and"
+            f" {_count(report.records, 'stats record')}"
+            + (f"; {kept}" if kept else "")
             + (f"; {actions['failed']} failed" if actions.get("failed") else "")
             + (
-                f"; {report.atime_files} -atime files beside them (JAX's LRU eviction runs here)"
+                f"; {_count(report.atime_files, '-atime file')} beside them (JAX's LRU eviction"
+                " runs here)"
                 if report.atime_files
                 else ""
             )
         )
+        for name, reason in report.failed_files:
+            yield f"  not written: {name}: {reason}"
         if report.moved:
             yield (
                 f"moved {_count(len(report.moved), 'relocated entry', 'relocated entries')} to"
                 " their stable keys: they hit with `cachedoctor enable` (stable mode)"
             )
     else:
+        writes = actions.get("write", 0)
         yield (
-            f"dry run: would write {actions.get('write', 0)} entries"
-            f" ({actions.get('present', 0)} there already); --apply writes them"
+            (
+                f"dry run: would write {_count(writes, 'entry', 'entries')}"
+                if writes
+                else "dry run: nothing to write"
+            )
+            + (f" ({kept})" if kept else "")
+            + ("; --apply writes them" if writes else "")
         )
     for note in report.notes:
         yield f"note: {note}"
+
+
+def _kept(actions: dict[str, int]) -> str:
+    """The entries no write touches: there already, refused, blocked by a non-file."""
+    parts = [
+        f"{actions[a]} {words}"
+        for a, words in (
+            ("present", "there already"),
+            ("refused", "refused: not entries JAX loads"),
+            ("blocked", "blocked by a link or other non-file"),
+        )
+        if actions.get(a)
+    ]
+    return ", ".join(parts)
