@@ -6,6 +6,7 @@ digests must be JAX's."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,12 @@ SCENARIOS = {
         {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
         "+ --xla_cpu_enable_fast_math",
     ),
-    "devices": ({}, {"WHY_DEVICES": "4"}, "num_partitions` 8 → 4"),
+    "devices": ({}, {"WHY_DEVICES": "4"}, "8 cpu devices → 4 cpu devices; compile option"),
+    "flag-twice": (
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true --xla_cpu_enable_fast_math=true"},
+        "XLA flags --xla_cpu_enable_fast_math=true given once → twice",
+    ),
     "edited": ({}, {"WHY_EDIT": "1"}, "the program changed"),
     "precision": (
         {},
@@ -78,6 +84,10 @@ def test_why_names_what_jaxs_own_components_show(
     assert named == jax_says, (scenario, named, jax_says)
     assert words in changed["words"], changed["words"]
     assert changed["nearest"] == misses[0]["key"] and changed["nearest_in_cache"]
+    for said in changed["words"].split("; "):  # no two differing values read alike
+        if " → " in said:
+            before, after = said.rsplit("` ", 1)[-1].split(" → ")
+            assert before.strip() != after.strip(), said
     assert code == 0
 
 
@@ -131,6 +141,55 @@ def test_a_replayed_key_names_the_partition_rule_that_changed(shared_builds: Sha
     assert [c["component"] for c in changed["changes"]] == ["custom_partitioning_replay"]
     assert "no longer reproduce (custom call 0" in changed["words"], changed["words"]
     assert changed["nearest"] == doc["misses"][0]["key"] and changed["nearest_in_cache"]
+    assert code == 0
+
+
+POINTER_FLAG = "jax_remove_custom_partitioning_ptr_from_cache_key"
+_KEY_DIGEST = re.compile(
+    r"^jax\._src\.cache_key get_cache_key hash after serializing custom_hook: ([0-9a-f]{64})",
+    re.M,
+)
+_MISSED = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']+)' with key '([^']+)'")
+
+
+def keys_by_digest(stderr: str) -> dict[str, dict[str, str]]:
+    """JAX's DEBUG lines, each key's component digests by the key's own digest (JAX's running
+    hash after its last component is the key's hex part)."""
+    return dict(zip(_KEY_DIGEST.findall(stderr), logged_keys(stderr), strict=True))
+
+
+@pytest.mark.slow
+def test_turning_the_pointer_flag_on_is_named_not_a_changed_program(
+    shared_builds: SharedBuilds,
+) -> None:
+    """The seed program (a custom_partitioning call) with JAX's pointer flag off, then on, then
+    on again. JAX's own log is the oracle: the second run misses jit_f (its explain line), the
+    third hits, the keys differ only in the computation, and the digest the recorder kept of
+    the first run's program without its pointers is the one JAX hashed with the flag on. why
+    names the flag, and says the program is otherwise the same: never "the program changed"."""
+    on = {POINTER_FLAG.upper(): "true"}
+    cache, logs = shared_history(shared_builds, ({}, on, on), program=_program("seed"))
+    missed = [dict(_MISSED.findall(log)).get("jit_f") for log in logs]
+    assert missed[2] is None and "jit_f" in hits(logs[2])
+    off_key, on_key = missed[0], missed[1]
+    assert off_key and on_key and off_key != on_key
+    first = keys_by_digest(logs[0])[off_key.rsplit("-", 1)[1]]
+    second = keys_by_digest(logs[1])[on_key.rsplit("-", 1)[1]]
+    assert differing(first, second) == {"computation"}
+    (record,) = [
+        doc
+        for r in (cache / "cachedoctor-stats").glob("*.json")
+        if off_key in (doc := json.loads(r.read_text()))["missed"]
+    ]
+    kept = dict(record["missed"][off_key]["components"])
+    assert kept["computation, pointers removed by JAX"] == second["computation"]
+    code, doc = why(cache, "--module", "jit_f")
+    assert [m["verdict"] for m in doc["misses"]] == ["first", "changed"], doc["misses"]
+    (change,) = doc["misses"][1]["changes"]
+    assert change["component"] == "computation"
+    assert change["words"].startswith(f"`{POINTER_FLAG}` False → True: JAX leaves"), change
+    assert "the program is otherwise the same" in change["words"]
+    assert "program changed" not in change["words"]
     assert code == 0
 
 
@@ -198,6 +257,9 @@ def test_a_cache_written_by_another_jaxlib_names_both_versions(
 
     said = f"jaxlib {jax_version(other)} → {jax.__version__}"
     assert changed["words"].startswith(said), changed["words"]
+    # both on the 8 host devices why_program asks for: the counts are said, not left out
+    (topology,) = [c for c in changed["changes"] if c["component"] == "accelerator_config"]
+    assert topology["words"].endswith("on 8 cpu devices both times"), topology
 
 
 @pytest.mark.slow

@@ -89,6 +89,16 @@ EXAMPLES = (
         program="seed",
     ),
     Example(
+        "JAX's pointer flag turned on",
+        "The seed program, then again with `jax_remove_custom_partitioning_ptr_from_cache_key` "
+        "on: JAX leaves the pointer out of the key from then on, so it misses once. The digest "
+        "the recorder kept of the first run's program, pointers removed as JAX removes them, is "
+        "the one JAX hashed in the second: the program is the same.",
+        ({}, {"JAX_REMOVE_CUSTOM_PARTITIONING_PTR_FROM_CACHE_KEY": "true"}),
+        ("why", "--module", "jit_f"),
+        program="seed",
+    ),
+    Example(
         "A custom_partitioning rule changed, under the stable hook",
         "With `cachedoctor enable` the seed program hits from its second run: the hook keys it "
         "by replaying the partitioner calls recorded with the entry. Then the partitioned "

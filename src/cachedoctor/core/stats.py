@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.core import catalog
 from cachedoctor.core.findings import Finding
-from cachedoctor.core.usage import reasons
+from cachedoctor.core.usage import reasons, records_of
 from cachedoctor.core.usage.fold import Fold, Total, fold_records, read_folded
 from cachedoctor.core.usage.model import Counters, Record, total
 from cachedoctor.core.usage.reasons import ModuleEvidence, Reason
@@ -96,10 +96,34 @@ class StatsReport:
     module_filter: str | None = None
     records_read: int = 0  # records in the folder, before --since and --module
     archives: tuple[str, ...] = ()  # the archive files --zero left (names in cachedoctor-stats/)
+    # the caches that records of read-only runs added up name (the folder is then a records
+    # folder, or holds them beside its own), with how many each: the rest are the folder's own
+    caches: tuple[tuple[str, int], ...] = ()
+    # folders outside the cache holding records of its read-only runs, with how many
+    elsewhere: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def records_of(self) -> tuple[tuple[str, int, bool], ...]:
+        """Whose the figures are: each cache, with how many processes, and whether they used
+        it read-only (the folder itself first, for the records that name no other cache)."""
+        own = self.processes - sum(n for _, n in self.caches)
+        mine = ((self.cache_dir, own, False),) if own or not self.caches else ()
+        return mine + tuple((c, n, True) for c, n in self.caches)
+
+    @property
+    def cache(self) -> str | None:
+        """The one cache the figures are for; None when the records are of several."""
+        caches = self.records_of
+        return caches[0][0] if len(caches) == 1 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "cache_dir": self.cache_dir,
+            "cache": self.cache,
+            "caches": [
+                {"cache": c, "processes": n, "read_only": ro} for c, n, ro in self.records_of
+            ],
+            "read_only_records_elsewhere": [{"folder": f, "records": n} for f, n in self.elsewhere],
             "processes": self.processes,
             "since": self.since,
             "module_filter": self.module_filter,
@@ -212,6 +236,7 @@ def report_of(
         module_filter=fold.module,
         records_read=fold.records_read,
         archives=fold.archives,
+        caches=fold.caches,
     )
 
 
@@ -272,7 +297,9 @@ def _causes(where: Location, module: str | None) -> dict[str, tuple[MissCause, .
     """Each module's miss causes from the records' missed keys (none when unreadable)."""
     try:
         return miss_causes(
-            explain_misses(where, module=module, program_detail=False, archived=False)
+            explain_misses(
+                where, module=module, program_detail=False, archived=False, only_given=True
+            )
         )
     except OSError:
         return {}
@@ -297,7 +324,25 @@ def collect_stats(
             scanned = scan_directory(where, entries=False)
         except OSError:
             scanned = None  # the reasons then rest on the records alone
-    return report_of(where.spelling, fold, scanned, _causes(where, module))
+    report = report_of(where.spelling, fold, scanned, _causes(where, module))
+    if not fold.caches:  # a cache: are its read-only runs' records elsewhere?
+        report = replace(report, elsewhere=read_only_elsewhere(where))
+    return report
+
+
+def read_only_elsewhere(where: Location) -> tuple[tuple[str, int], ...]:
+    """The folders outside the cache at ``where`` that hold records of its read-only runs
+    (``usage/records_of.py``), with how many: ``stats`` adds up one folder's records, and
+    says where the others are."""
+    try:
+        found = records_of.read_only_elsewhere(where)
+    except OSError:
+        return ()
+    return tuple(
+        (folder, n)
+        for folder, records in found.items()
+        if (n := sum(1 for r in records if r.cache_dir is not None))
+    )
 
 
 def record_findings(scan: ScanReport, where: Location) -> list[Finding]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import os
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cachedoctor.core.findings import Finding
-from cachedoctor.core.usage import records as usage_records
 from cachedoctor.core.usage.model import MissedKey, Record
+from cachedoctor.core.usage.records_of import CacheRecords, records_by_cache
 from cachedoctor.plaindata import plain
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.stores import Store
@@ -42,6 +43,11 @@ ENABLE_HINT = (
 MAX_OPTION_CHANGES = 4
 POINTERS = "custom_partitioning pointers"  # misskeys: the backend_config values JAX hashed
 WITHOUT_POINTERS = "computation without pointers"  # misskeys: the digest with them removed
+POINTERS_REMOVED = "computation, pointers removed by JAX"  # misskeys: JAX's, its flag on
+DIGESTS_BESIDE = (WITHOUT_POINTERS, POINTERS_REMOVED)  # recorded beside JAX's components
+# JAX's flag that leaves custom_partitioning pointers out of the key: a change of how JAX
+# hashes the program, not of the program it lowers
+POINTER_FLAG = "jax_remove_custom_partitioning_ptr_from_cache_key"
 # the stable hook's replay-verified variant of a module with custom_partitioning calls
 # (stablekeys.keys.REPLAY_COMPONENT); its value says why the hook picked or made that variant
 REPLAY = "custom_partitioning_replay"
@@ -73,11 +79,26 @@ class MissWhy:
     nearest_time: float | None = None
     nearest_in_cache: bool = False
     changes: tuple[Change, ...] = ()
+    cache: str | None = None  # the cache it missed in, as records name it
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["changes"] = [asdict(c) for c in self.changes]
         return doc
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """A cache whose records were read: how records name it, how many, how many of them by
+    read-only runs, and the folders they came from (the folder given first)."""
+
+    cache: str
+    records: int
+    read_only_runs: int
+    folders: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -88,10 +109,12 @@ class WhyReport:
     # per module: misses the records count but whose key's components were not recorded
     unrecorded: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    caches: list[CacheRead] = field(default_factory=list)  # whose records were read
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "where": self.where,
+            "caches": [c.to_dict() for c in self.caches],
             "records": self.records,
             "misses": [m.to_dict() for m in self.misses],
             "unrecorded": self.unrecorded,
@@ -118,7 +141,7 @@ def _option_changes(a: Sequence[str] | None, b: Sequence[str] | None) -> list[st
     except (ValueError, wire.WireError):
         return []
     debug = "executable_build_options.debug_options."
-    return [f"`{d.path.removeprefix(debug)}` {short(d.a)} → {short(d.b)}" for d in diffs]
+    return ["`{}` {} → {}".format(d.path.removeprefix(debug), *shown_pair(d.a, d.b)) for d in diffs]
 
 
 def short(value: str | None, limit: int = 60) -> str:
@@ -127,26 +150,70 @@ def short(value: str | None, limit: int = 60) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
-def _flags(values: Sequence[str] | None) -> set[str]:
-    return set(values or ())
+def shown_pair(a: str | None, b: str | None, limit: int = 60) -> tuple[str, str]:
+    """Two differing values as :func:`short` shows them, unless they would then read the same
+    (cut before they differ): then each from a little before where they first differ."""
+    sa, sb = short(a, limit), short(b, limit)
+    if sa != sb or a is None or b is None or a == b:
+        return sa, sb
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    start = max(0, at - limit // 3)
+    return _window(a, start, limit), _window(b, start, limit)
+
+
+def _window(value: str, start: int, limit: int) -> str:
+    part = value[start : start + limit - 2]
+    return ("…" if start else "") + part + ("…" if start + len(part) < len(value) else "")
+
+
+def shown_values(a: Any, b: Any) -> tuple[str, str]:
+    """Two differing settings' values, each as Python writes it (``repr``), told apart where
+    they read the same: 1 and 1.0 and True by their types."""
+    ra, rb = repr(a), repr(b)
+    if ra == rb or a == b:
+        ra, rb = f"{ra} ({type(a).__name__})", f"{rb} ({type(b).__name__})"
+    return shown_pair(ra, rb)
+
+
+def _flag_words(va: Sequence[str], vb: Sequence[str]) -> str:
+    """What differs between two lists of XLA flags as JAX hashed them (sorted, each once per
+    time it was given): flags added and gone, and a flag given more or fewer times."""
+    a, b = Counter(va), Counter(vb)
+    said = [f"+ {f}" for f in sorted(b.keys() - a.keys())]
+    said += [f"- {f}" for f in sorted(a.keys() - b.keys())]
+    said += [f"{f} given {_times(a[f])} → {_times(b[f])}" for f in sorted(a) if 0 < b[f] != a[f]]
+    if not said:  # the same flags as often: JAX hashed them in another order or spelling
+        return "XLA flags {} → {}".format(*shown_pair(repr(list(va)), repr(list(vb))))
+    return "XLA flags " + ", ".join(said)
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _pieces_pair(va: Sequence[str], vb: Sequence[str]) -> tuple[str, str]:
+    """Two values JAX hashed in pieces, joined; each piece quoted where the joins read alike."""
+    ta, tb = " ".join(va), " ".join(vb)
+    if ta == tb:
+        ta, tb = repr(list(va)), repr(list(vb))
+    return shown_pair(ta, tb)
 
 
 def value_words(name: str, va: Sequence[str] | None, vb: Sequence[str] | None) -> str | None:
     """A small component's change in words from the pieces JAX hashed, or None when the values
-    do not say (shared by ``why`` and ``preflight``)."""
+    do not say (shared by ``why`` and ``preflight``). Two differing values never read alike."""
     if name == "jax_lib version" and va and vb:
-        return f"jaxlib {va[0]} → {vb[0]}"
+        return "jaxlib {} → {}".format(*_pieces_pair(va, vb))
     if name == "backend version" and va and vb:
-        return f"backend {_text(va)} → {_text(vb)}"
+        return "backend {} → {}".format(*_pieces_pair(va, vb))
     if name == "XLA flags" and va is not None and vb is not None:
-        added = sorted(_flags(vb) - _flags(va))
-        gone = sorted(_flags(va) - _flags(vb))
-        said = [f"+ {f}" for f in added] + [f"- {f}" for f in gone]
-        return "XLA flags " + (", ".join(said) if said else "reordered")
+        return _flag_words(va, vb)
     if name == "compression" and va and vb:
-        return f"{va[0]} → {vb[0]}"
+        return "{} → {}".format(*_pieces_pair(va, vb))
     if name == "custom_hook":
-        return f"custom_hook {_text(va)!r} → {_text(vb)!r}"
+        return "custom_hook {} → {}".format(*shown_pair(repr(_text(va)), repr(_text(vb))))
     return None
 
 
@@ -157,27 +224,26 @@ def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
     if said is not None:
         return Change(name, said, _text(va), _text(vb))
     if name == "accelerator_config":
-        da, db = before.devices, after.devices
-        if da and db and (da.get("count"), da.get("kinds")) != (db.get("count"), db.get("kinds")):
-            ka, kb = "/".join(da.get("kinds", [])), "/".join(db.get("kinds", []))
-            words = f"{da.get('count')} {ka} devices → {db.get('count')}"
-            words += "" if ka == kb else f" {kb}"
-            return Change(name, words)
-        return Change(name, "the accelerator topology changed")
-    if name == "compression" and va and vb:
-        return Change(name, f"{va[0]} → {vb[0]}", va[0], vb[0])
-    if name == "custom_hook":
-        return Change(name, f"custom_hook {_text(va)!r} → {_text(vb)!r}", _text(va), _text(vb))
+        da, db = _devices(before), _devices(after)
+        if da is None or db is None:
+            return Change(name, "the accelerator topology changed (its devices not recorded)")
+        if da != db:
+            return Change(name, f"{da} → {db}", da, db)
+        return Change(name, f"the accelerator topology changed, on {da} both times", da, db)
     if name == "compile_options":
         options = _option_changes(va, vb)
-        if not options:
-            return Change(name, "compile options changed")
-        more = len(options) - MAX_OPTION_CHANGES
-        words = "compile option " + "; ".join(options[:MAX_OPTION_CHANGES])
-        return Change(name, words + (f" (and {more} more)" if more > 0 else ""))
+        words = "compile options changed"
+        if options:
+            more = len(options) - MAX_OPTION_CHANGES
+            words = "compile option " + "; ".join(options[:MAX_OPTION_CHANGES])
+            words += f" (and {more} more)" if more > 0 else ""
+        return Change(name, words)
     if name == "computation":
         pa, pb = before.values.get(POINTERS), after.values.get(POINTERS)
-        if pa and pb and before.digest(WITHOUT_POINTERS) == after.digest(WITHOUT_POINTERS):
+        fa, fb = (before.settings or {}).get(POINTER_FLAG), (after.settings or {}).get(POINTER_FLAG)
+        if pa and pb and fa is not None and fb is not None and bool(fa) != bool(fb):
+            return Change(name, _pointer_flag_words(before, after), repr(fa), repr(fb))
+        if pa and pb and _same_without_pointers(before, after):
             words = (
                 f"a custom_partitioning pointer: JAX hashes a Python object address"
                 f" ({_text(pa)} → {_text(pb)}), so each run writes a new entry; the program is"
@@ -195,6 +261,50 @@ def _describe(name: str, before: MissedKey, after: MissedKey) -> Change:
     if name == REPLAY:
         return Change(name, _replay_words(before.key, vb), _text(va), _text(vb))
     return Change(name, f"{name} changed")
+
+
+def _devices(m: MissedKey) -> str | None:
+    """How many devices of which kinds the compile was for, in words (None: not recorded)."""
+    d = m.devices
+    if not d or not isinstance(d.get("count"), int):
+        return None
+    kinds = "/".join(str(k) for k in d.get("kinds") or [])
+    return f"{d['count']} {kinds} device{'s' if d['count'] != 1 else ''}".replace("  ", " ")
+
+
+def _same_without_pointers(before: MissedKey, after: MissedKey) -> bool | None:
+    """Whether the two programs are the same but for their custom_partitioning pointers, by the
+    digests the recorder kept of each without them (None: no pair of them to compare). JAX's
+    own removal is compared first; the placeholder's digest is JAX's removal when its flag is
+    on, so across a toggle of the flag it tells nothing."""
+    a, b = before.digest(POINTERS_REMOVED), after.digest(POINTERS_REMOVED)
+    if a is not None and b is not None:
+        return a == b
+    fa = (before.settings or {}).get(POINTER_FLAG)
+    if bool(fa) != bool((after.settings or {}).get(POINTER_FLAG)):
+        return None
+    a, b = before.digest(WITHOUT_POINTERS), after.digest(WITHOUT_POINTERS)
+    return None if a is None or b is None else a == b
+
+
+def _pointer_flag_words(before: MissedKey, after: MissedKey) -> str:
+    """JAX's pointer flag turned on or off between two keys of a program with custom_partitioning
+    calls: JAX hashes the program another way, which is not a change of the program."""
+    fa = (before.settings or {}).get(POINTER_FLAG)
+    fb = (after.settings or {}).get(POINTER_FLAG)
+    how = (
+        "JAX leaves the custom_partitioning pointers out of the key from then on"
+        if fb
+        else "JAX hashes the custom_partitioning pointers (Python object addresses) into the key"
+        " again"
+    )
+    words = "`{}` {} → {}: {}".format(POINTER_FLAG, *shown_values(fa, fb), how)
+    same = _same_without_pointers(before, after)
+    if same:
+        return words + "; the program is otherwise the same"
+    if same is None:
+        return words + "; whether the program changed too, the records cannot tell"
+    return words + "; the program changed too"
 
 
 def _replay_words(earlier: str, reasons: Sequence[str] | None) -> str:
@@ -215,14 +325,18 @@ def _replay_words(earlier: str, reasons: Sequence[str] | None) -> str:
 def _settings_changed(before: MissedKey, after: MissedKey) -> str | None:
     """The JAX settings that change lowering and differ between two recorded keys, in words."""
     a, b = before.settings or {}, after.settings or {}
-    said = [f"`{n}` {a[n]!r} → {b[n]!r}" for n in a if n in b and a[n] != b[n]]
+    said = [
+        "`{}` {} → {}".format(n, *shown_values(a[n], b[n]))
+        for n in a
+        if n in b and n != POINTER_FLAG and (a[n] != b[n] or type(a[n]) is not type(b[n]))
+    ]
     return ", ".join(said) or None
 
 
 def differing(before: MissedKey, after: MissedKey) -> list[str]:
     """The components whose digests differ, in :data:`CAUSE_ORDER` (unknown names last)."""
     a, b = dict(before.components), dict(after.components)
-    names = [n for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n) and n != WITHOUT_POINTERS]
+    names = [n for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n) and n not in DIGESTS_BESIDE]
     rank = {n: i for i, n in enumerate(CAUSE_ORDER)}
     return sorted(names, key=lambda n: rank.get(n, len(rank)))
 
@@ -350,23 +464,48 @@ def explain_misses(
     module: str | None = None,
     program_detail: bool = True,
     archived: bool = True,
+    only_given: bool = False,
 ) -> WhyReport:
     """Every recorded miss of the cache's processes (of ``module``), explained, oldest first.
-    ``program_detail``: a changed program is diffed entry against entry (as ``diff`` does),
-    which reads both entries; ``stats`` and ``lint`` leave it out. ``archived``: the records
-    ``stats --zero`` archived count too (the history a miss is explained by); ``stats`` and
-    ``lint``, which report the counters since the last reset, leave them out."""
-    store = where.store()
-    found, findings = usage_records.read_records(store)
-    if archived:
-        found = [*found, *usage_records.read_archived(store)]
-    report = WhyReport(where=where.spelling, records=len(found), findings=list(findings))
-    written_at = _entry_times(store)
+    ``where`` is a cache or a records folder: the records are those of each cache it is or
+    holds records of, wherever they are (``usage/records_of.py``: read-only runs record outside
+    the cache). ``program_detail``: a changed program is diffed entry against entry (as
+    ``diff`` does), which reads both entries; ``stats`` and ``lint`` leave it out.
+    ``archived``: the records ``stats --zero`` archived count too (the history a miss is
+    explained by); ``stats`` and ``lint``, which report the counters since the last reset,
+    leave them out, and explain only the misses of the records in ``where`` (``only_given``),
+    against all the history."""
+    groups = records_by_cache(where, archived=archived)
+    report = WhyReport(where=where.spelling, records=0)
+    for got in groups:
+        report.findings += got.findings
+        counted = got.given if only_given else got.records
+        report.records += len(counted)
+        if got.records:
+            report.caches.append(
+                CacheRead(got.cache, len(counted), got.read_only_runs, got.folders)
+            )
+        _explain_cache(report, got, counted, module, program_detail)
+    return report
+
+
+def _explain_cache(
+    report: WhyReport,
+    got: CacheRecords,
+    counted: list[Record],
+    module: str | None,
+    program_detail: bool,
+) -> None:
+    """The misses of ``counted`` (records of ``got.cache``), each against the cache's history."""
+    found = got.records
+    where = got.location
+    written_at = {} if where is None else _entry_times(where.store())
     recorded = {m.key for r in found for m in r.missed.values()}
     misses = sorted(
         ((m, r) for r in found for m in r.missed.values()), key=lambda pair: pair[0].time
     )
-    for r in found:
+    explain = {id(r) for r in counted}
+    for r in counted:
         for name, counters in r.modules.items():
             if module is not None and name != module:
                 continue
@@ -379,14 +518,14 @@ def explain_misses(
             if counters.misses > kept:
                 report.unrecorded[name] = report.unrecorded.get(name, 0) + counters.misses - kept
     for index, (miss, record) in enumerate(misses):
-        if module is not None and miss.module != module:
+        if (module is not None and miss.module != module) or id(record) not in explain:
             continue
         earlier = [m for m, r in misses[:index] if m.module == miss.module and r is not record]
         # entries of no recorded key that were there before the miss: unexplained history
         unknown = {k for k, t in written_at.items() if k not in recorded and t <= miss.time}
         shown = where if program_detail else None
-        report.misses.append(_explain(miss, record, earlier, set(written_at), unknown, shown))
-    return report
+        said = _explain(miss, record, earlier, set(written_at), unknown, shown)
+        report.misses.append(replace(said, cache=got.cache))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.stats import ModuleRow, StatsReport
 from cachedoctor.errors import count
-from cachedoctor.render.stats import no_records, rate_words, saved_words, scope_words, secs
+from cachedoctor.render.stats import (
+    no_records,
+    rate_words,
+    saved_words,
+    scope_words,
+    secs,
+    whose_lines,
+)
 
 # Markdown's punctuation that changes what text shows: a backslash, a code span, emphasis (an
 # underscore only at a word's edge: inside a word it never emphasises), links, HTML tags and
@@ -104,7 +111,10 @@ def stats_markdown(report: StatsReport, *, max_modules: int = 25) -> str:
     """The report as Markdown; ``max_modules`` rows of modules and of findings at most."""
     t = report.totals
     scope = scope_words(report)
-    lines = [f"## cachedoctor stats: {code(report.cache_dir)}", ""]
+    lines = [f"## cachedoctor stats: {code(report.cache or report.cache_dir)}", ""]
+    whose = whose_lines(report)
+    if whose:  # a records folder, or records elsewhere: whose the figures are
+        lines += [f"- {escape(line.strip())}" for line in whose] + [""]
     if report.processes == 0:
         lines += [escape(no_records(report, scope)), ""]
     else:

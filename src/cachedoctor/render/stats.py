@@ -73,7 +73,9 @@ def stats_document(report: StatsReport) -> dict[str, Any]:
 
 def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25) -> None:
     t = report.totals
-    console.print(Text(f"cache {report.cache_dir}", style="bold"))
+    console.print(Text(heading(report), style="bold"))
+    for line in whose_lines(report):
+        console.print("  " + line)
     scope = scope_words(report)
     if report.processes == 0:
         console.print(no_records(report, scope))
@@ -147,6 +149,34 @@ def _not_written(t: Counters) -> list[tuple[str, str]]:
         if said:
             rows.append((name, f"{sum(n for n, _ in parts)} ({', '.join(said)})"))
     return rows
+
+
+def heading(report: StatsReport) -> str:
+    """What the figures are of: the one cache (a records folder's too), or the folder whose
+    records are of several caches."""
+    if report.cache is None:
+        return f"records in {report.cache_dir}, of {len(report.records_of)} caches"
+    return f"cache {report.cache}"
+
+
+def whose_lines(report: StatsReport) -> list[str]:
+    """Whose records the figures add up, where that is not the cache's own folder alone, and
+    where the records of its read-only runs are that they do not add up."""
+    caches = report.records_of
+    lines = []
+    if len(caches) == 1 and caches[0][2]:
+        lines.append(f"records of its read-only runs, in {report.cache_dir}")
+    elif len(caches) > 1:
+        lines.append("the figures add up the records of each:")
+        for cache, n, read_only in caches:
+            runs = count(n, "process", "processes") + (" (read-only)" if read_only else "")
+            lines.append(f"  {cache}: {runs}")
+    for folder, n in report.elsewhere:
+        lines.append(
+            f"{count(n, 'record')} of its read-only runs in {folder}, not added up here:"
+            f" `cachedoctor stats {folder}`"
+        )
+    return lines
 
 
 def scope_words(report: StatsReport) -> list[str]:
@@ -353,7 +383,7 @@ def html_page(report: StatsReport) -> str:
     findings = "".join(
         f"<li>{html.escape(f.kind.value)}: {html_text(f.message)}</li>" for f in report.findings
     )
-    title = f"cachedoctor stats: {report.cache_dir}"
+    title = f"cachedoctor stats: {report.cache or report.cache_dir}"
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"

@@ -29,6 +29,12 @@ def why_lines(report: WhyReport) -> Iterator[str]:
         f" in {report.records} process record{'s' if report.records != 1 else ''},"
         f" {explained} explained"
     )
+    for read in report.caches:
+        if read.folders == [report.where] and not read.read_only_runs:
+            continue  # a cache's own records, in it: nothing to say
+        runs = f"{read.records} process record{'s' if read.records != 1 else ''}"
+        by = f", {read.read_only_runs} of read-only runs" if read.read_only_runs else ""
+        yield f"records of the cache {read.cache}: {runs}{by}, from {', '.join(read.folders)}"
     if not report.records:
         yield f"no process recorded its lookups: {ENABLE_HINT}"
     for m in misses:

@@ -124,14 +124,18 @@ def lowering_settings() -> dict[str, Any]:
 
 POINTERS = "custom_partitioning pointers"  # the backend_config values JAX hashed (addresses)
 WITHOUT_POINTERS = "computation without pointers"  # the computation's digest with them removed
+# the computation's digest as JAX hashes it with jax_remove_custom_partitioning_ptr_from_cache_key
+# on (its own IgnoreCallbacks.CUSTOM_PARTITIONING): comparable across a toggle of that flag
+POINTERS_REMOVED = "computation, pointers removed by JAX"
 
 
 def _without_pointers(
     args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[list[str], str] | None:
+) -> tuple[list[str], str, str | None] | None:
     """For a module with custom_partitioning calls: their ``backend_config`` values (Python
-    object addresses) and the digest JAX's code gives the computation with each one replaced by
-    the same placeholder, so that ``why`` can tell "only the pointer changed" from evidence."""
+    object addresses), the digest JAX's code gives the computation with each one replaced by
+    the same placeholder, so that ``why`` can tell "only the pointer changed" from evidence, and
+    the digest JAX gives it with its pointer flag on (:func:`_pointers_removed`)."""
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     from cachedoctor.stablekeys import keys
@@ -153,7 +157,30 @@ def _without_pointers(
             _, split = keys.jax_key_components(args, {**kwargs, "module": view})
         else:
             _, split = keys.jax_key_components((view, *args[1:]), kwargs)
-    return pointers, dict(split.components)["computation"]
+    try:
+        removed = _pointers_removed(args, kwargs)
+    except Exception:  # the placeholder's digest still tells a pointer change
+        removed = None
+    return pointers, dict(split.components)["computation"], removed
+
+
+def _pointers_removed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The computation's digest as JAX's own code hashes it with
+    ``jax_remove_custom_partitioning_ptr_from_cache_key`` on, whatever the flag is here (None:
+    this JAX has no such removal)."""
+    from jax._src import cache_key as ck
+
+    from cachedoctor.stablekeys import keys
+
+    removed = getattr(getattr(ck, "IgnoreCallbacks", None), "CUSTOM_PARTITIONING", None)
+    if removed is None:
+        return None
+    if len(args) > 5:  # compilation_cache.get_cache_key passes it sixth
+        args, kwargs = (*args[:5], removed, *args[6:]), kwargs
+    else:
+        kwargs = {**kwargs, "ignore_callbacks": removed}
+    _, split = keys.jax_key_components(args, kwargs)
+    return dict(split.components)["computation"]
 
 
 def describe_miss(looked_up: str) -> dict[str, Any] | None:
@@ -194,6 +221,8 @@ def describe_miss(looked_up: str) -> dict[str, Any] | None:
         if pointers is not None:
             chunks = {**chunks, POINTERS: [p.encode() for p in pointers[0]]}
             components = [*components, (WITHOUT_POINTERS, pointers[1])]
+            if pointers[2] is not None:
+                components = [*components, (POINTERS_REMOVED, pointers[2])]
     doc: dict[str, Any] = {
         "kind": kind,
         "components": [[name, digest] for name, digest in components],

@@ -16,7 +16,8 @@ process 0 writes. What a JAX process writes into its cache dir, and what read-on
 - **a missing cache dir** is not made (``LRUCache`` would ``mkdir`` it): JAX runs uncached.
 - **cachedoctor's own files**: no key manifest, replay manifest or re-keyed entry
   (``hook.install(manifests=False, migrate=False)``); the stats record goes to the records
-  folder the user names (``records_dir``), never into the shared cache.
+  folder the user names (``records_dir``), else to a folder of this user's for that cache
+  alone (:func:`default_records_home`), never into the shared cache.
 - **XLA's sub-caches** (``jax_persistent_cache_enable_xla_caches``): the autotune sub-cache
   gets the READ mode in every process (``subcache_roles``; JAX clears the mode before hashing,
   so no key changes). XLA's kernel cache file has no read mode: XLA may still write it, which
@@ -30,6 +31,7 @@ on stderr: the promise not to write is kept, at the cost of the hits.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sys
 import threading
@@ -86,15 +88,50 @@ def skipped() -> list[str]:
         return list(_skipped)
 
 
-def records_home() -> str:
+def records_home(cache_dir: str | None = None) -> str:
     """The folder whose ``cachedoctor-stats/`` gets a read-only process's stats record: the
-    user's ``records_dir``, else a folder of this user's (never the shared cache), which
-    ``cachedoctor stats`` reads like a cache's."""
+    user's ``records_dir``, else a folder of this user's for ``cache_dir`` alone (never the
+    shared cache; :func:`default_records_home`), which ``cachedoctor stats`` reads like a
+    cache's."""
     if _records_dir:
         return _records_dir
+    return default_records_home(cache_dir)
+
+
+def default_records_root() -> str:
+    """This user's folder of read-only records: a folder in it per cache
+    (:func:`default_records_home`). Records written before each cache had one are in its own
+    ``cachedoctor-stats/``, every cache's mixed (each record names its cache); they are read
+    there, never moved."""
     import platformdirs
 
     return str(platformdirs.user_cache_path("cachedoctor") / "read-only-records")
+
+
+def cache_identity(cache_dir: str) -> str:
+    """How a record names the cache it was of: a bucket by its URL as cachedoctor spells it, a
+    folder by its real path (JAX takes a relative one from the working directory)."""
+    from cachedoctor.storage.location import Location
+
+    where = Location.of_setting(cache_dir)
+    if where is None:
+        return str(cache_dir)
+    folder = where.local_path
+    return where.spelling if folder is None else os.path.realpath(folder)
+
+
+def default_records_home(cache_dir: str | None) -> str:
+    """The default records folder of one cache: ``<user cache>/cachedoctor/read-only-records/
+    <name>-<digest>`` (the cache's last name, and the digest of its :func:`cache_identity`), so
+    that two caches' records never mix."""
+    root = default_records_root()
+    if not cache_dir:
+        return root
+    ident = cache_identity(cache_dir)
+    name = os.path.basename(ident.rstrip("/" + os.sep)) or "cache"
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40].lstrip(".")
+    digest = hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(root, f"{name or 'cache'}-{digest}")
 
 
 def install(records_dir: str | None = None) -> bool:

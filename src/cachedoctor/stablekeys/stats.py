@@ -544,8 +544,14 @@ def snapshot() -> dict[str, Any] | None:
         "hook": recorder.mode,
         "config": {name: _config_value(name) for name in CONFIG_NAMES},
         "modules": modules,
-        **({"read_only": True, "cache_dir": jax_cache_dir()} if readonly.active() else {}),
+        **({"read_only": True, "cache_dir": _cache_named()} if readonly.active() else {}),
     }
+
+
+def _cache_named() -> str | None:
+    """The cache a read-only record is of, as ``readonly.cache_identity`` names it."""
+    folder = jax_cache_dir()
+    return None if folder is None else readonly.cache_identity(folder)
 
 
 def jax_cache_dir() -> str | None:

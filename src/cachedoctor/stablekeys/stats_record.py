@@ -41,7 +41,7 @@ def _records_home() -> str | None:
     """The folder whose ``cachedoctor-stats/`` gets this process's record: the cache dir, or
     when the cache is read-only the records folder the user chose (``readonly.records_home``)."""
     if readonly.active():
-        return readonly.records_home()
+        return readonly.records_home(jax_cache_dir())
     return jax_cache_dir()
 
 

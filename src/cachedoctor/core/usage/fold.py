@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,7 +38,7 @@ from cachedoctor.storage.stores import Store
 
 _REQUESTS = 0  # values_of(c)[_REQUESTS] is c.requests
 assert values_of(Counters(requests=1))[_REQUESTS] == 1
-FORMAT = "fold-v2"  # the body's layout: in the key, so another is never read
+FORMAT = "fold-v3"  # the body's layout: in the key, so another is never read
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class Fold:
     module: str | None = None
     archives: tuple[str, ...] = ()  # the archives of --zero in the folder (names), sorted
     hooks: tuple[str, ...] = ()  # the hook's modes the records added up ran with, sorted
+    # the caches that records of read-only runs name, with how many of the records added up
+    # are each one's (the rest are of the cache whose folder holds them), sorted
+    caches: tuple[tuple[str, int], ...] = ()
 
     @property
     def never_hit(self) -> bool:
@@ -108,6 +111,7 @@ def fold_records(
         since=since,
         module=module,
         hooks=tuple(sorted({r.hook for r in records})),
+        caches=tuple(sorted(Counter(r.cache_dir for r in records if r.cache_dir).items())),
     )
 
 
@@ -192,6 +196,7 @@ def freeze(fold: Fold) -> str:
             fold.module,
             fold.archives,
             fold.hooks,
+            fold.caches,
         ]
     )
 
@@ -233,6 +238,7 @@ def thaw(body: str) -> Fold | None:
             module,
             archives,
             hooks,
+            caches,
         ) = doc
         if fmt != FORMAT or type(read) is not int or type(processes) is not int:
             return None
@@ -252,6 +258,7 @@ def thaw(body: str) -> Fold | None:
             module=module,
             archives=tuple(map(str, archives)),
             hooks=tuple(map(str, hooks)),
+            caches=tuple((str(c), int(n)) for c, n in caches),
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -233,6 +233,9 @@ class Record:
     keys: dict[str, KeyCounts] = field(default_factory=dict)
     # what went into each key that missed (at most 64); empty in records from before them
     missed: dict[str, MissedKey] = field(default_factory=dict)
+    # a process that used its cache read-only records it elsewhere, naming the cache
+    # (``readonly.cache_identity``); None: the record is of the cache whose folder holds it
+    cache_dir: str | None = None
 
     @property
     def day(self) -> str:

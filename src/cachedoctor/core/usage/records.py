@@ -208,7 +208,7 @@ def _freeze(r: Record) -> str:
     keys = {key: KEY_VALUES(k) for key, k in r.keys.items()}
     missed = {key: m.to_dict() for key, m in r.missed.items()}
     fields = [r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys, missed]
-    return _dumps(["record", *fields])
+    return _dumps(["record", *fields, r.cache_dir])
 
 
 def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
@@ -220,7 +220,9 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             return _broken(path, str(doc[1]))
         if kind == "unreadable" and len(doc) == 2:
             return _unreadable(path, str(doc[1]))
-        _, host, pid, start, end, jax, hook, config, modules, keys, missed = doc
+        _, host, pid, start, end, jax, hook, config, modules, keys, missed, cache_dir = doc
+        if not (cache_dir is None or isinstance(cache_dir, str)):
+            return None
         return Record(
             file=name,
             host=host,
@@ -233,6 +235,7 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             config=config,
             keys={k: make_key_counts(v) for k, v in keys.items()},
             missed={k: m for k, v in missed.items() if (m := missed_key_of(k, v)) is not None},
+            cache_dir=cache_dir,
         )
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None

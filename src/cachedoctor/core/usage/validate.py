@@ -191,7 +191,16 @@ def parse_record(file: str, data: bytes) -> Record:
         config=_config(doc.get("config")),
         keys=keys,
         missed=_missed(doc.get("missed")),
+        cache_dir=_cache_dir(doc),
     )
+
+
+def _cache_dir(doc: dict[str, Any]) -> str | None:
+    """The cache a read-only process's record names (None: the cache whose folder holds it)."""
+    named = doc.get("cache_dir")
+    if doc.get("read_only") is not True or not isinstance(named, str) or not named:
+        return None
+    return named
 
 
 def _missed(raw: object) -> dict[str, MissedKey]:
