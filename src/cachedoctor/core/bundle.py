@@ -389,7 +389,8 @@ def unpack(
             os.makedirs(target.local_path or "", mode=0o755, exist_ok=True)
             missing = False
         store = None if missing else target.store()
-        stable = _stable_keys(staged, spelling) if relocate and target.can_rename else {}
+        relocating = relocate and target.can_rename and store is not None
+        stable = _stable_keys(staged, spelling) if relocating else {}
         there: list[tuple[str, str]] = []  # bundle key -> its stable key the target holds
         for e in header["entries"]:
             key = e["key"]
@@ -491,7 +492,10 @@ def _stable_keys(staged: Path, spelling: str) -> dict[str, str]:
     plan for the jobs' spelling). One the target already holds there is not written again."""
     from cachedoctor.core.prune.rekey import plan_rekey
 
-    plan = plan_rekey(Location.local(staged), relocated=True, jobs_cache_dir=spelling)
+    try:
+        plan = plan_rekey(Location.local(staged), relocated=True, jobs_cache_dir=spelling)
+    except (OSError, ValueError, ImportError, CachedoctorError):  # no plan: written as before
+        return {}
     return {a.name: a.new_key for a in plan.actions if a.new_key}
 
 
@@ -528,7 +532,7 @@ def _relocate(target: Location, spelling: str, report: UnpackReport, lock_timeou
         if not plan.actions:
             return
         result = apply_plan(plan, lock_timeout=lock_timeout)
-    except (OSError, CachedoctorError) as exc:  # the folder or its lock cannot be used
+    except Exception as exc:  # the folder or its lock cannot be used: after the writes, said
         report.notes.append(
             f"relocated entries were not moved to their stable keys ({exc}): they stay under"
             " their written keys; `cachedoctor rekey --relocated --apply` moves them later"
@@ -552,7 +556,7 @@ def _judge_stable(
     (``cachedoctor enable``). A target that cannot be read now leaves a note."""
     try:
         forecast = preflight.predict(target, cache_dir=spelling)
-    except (OSError, CachedoctorError) as exc:
+    except Exception as exc:  # after the writes nothing raises: said
         report.notes.append(f"the entries at their stable keys were not judged again ({exc})")
         return
     verdicts = {f.key: f for f in forecast.entries}
