@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from cachedoctor.cli import cli
+from tests.support.buckets import Servers
 from tests.support.keylog import MODULE, differing, logged_keys, run_logged
 
 pytestmark = pytest.mark.slow
@@ -140,3 +141,28 @@ def test_each_caches_records_stay_apart_and_stats_names_the_cache(
     assert sorted(c["cache"] for c in doc["caches"]) == sorted(str(c.resolve()) for c in caches)
     code, text = invoke("stats", str(default_root()))
     assert text.splitlines()[0] == f"records in {default_root()}, of 2 caches", text
+
+
+@pytest.mark.remote
+def test_a_read_only_run_on_a_bucket_is_explained_from_the_bucket_and_the_records(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """An s3:// cache: a normal run records into the bucket, a read-only one with an XLA flag
+    added records into the default folder of that bucket's cache. ``why`` of the bucket and of
+    the folder both set its miss against the bucket's recorded key, naming what JAX's digests
+    say differs."""
+    url = servers.url("s3", f"why-read-only/{tmp_path.name}/cache")
+    logs = [
+        run_logged(url, "stats", env=servers.env),
+        run_logged(url, "stats", env={**servers.env, **READ_ONLY, **FLAG}),
+    ]
+    first, second = (dict(_MISSED.findall(log))[MODULE] for log in logs)
+    jax_says = differing(*(logged_keys(log)[0] for log in logs))
+    (folder,) = record_folders(default_root())
+    for named in (url, str(folder)):
+        code, out = invoke("why", named, "--json", "--module", MODULE)
+        assert code == 0, out
+        miss = miss_of(json.loads(out), second)
+        assert miss["verdict"] == "changed" and miss["cache"] == url, miss
+        assert {c["component"] for c in miss["changes"]} == jax_says, miss
+        assert miss["nearest"] == first and miss["nearest_in_cache"], miss

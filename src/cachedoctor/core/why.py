@@ -19,6 +19,7 @@ from typing import Any
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.usage.model import MissedKey, Record
 from cachedoctor.core.usage.records_of import CacheRecords, records_by_cache
+from cachedoctor.errors import CachedoctorError
 from cachedoctor.plaindata import plain
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.stores import Store
@@ -499,7 +500,12 @@ def _explain_cache(
     """The misses of ``counted`` (records of ``got.cache``), each against the cache's history."""
     found = got.records
     where = got.location
-    written_at = {} if where is None else _entry_times(where.store())
+    try:
+        written_at = {} if where is None else _entry_times(where.store())
+    except (OSError, CachedoctorError):
+        if where is not None and where.spelling == report.where:
+            raise  # the folder the user named: its error is the command's
+        where, written_at = None, {}  # a cache the records name: explained from them alone
     recorded = {m.key for r in found for m in r.missed.values()}
     misses = sorted(
         ((m, r) for r in found for m in r.missed.values()), key=lambda pair: pair[0].time

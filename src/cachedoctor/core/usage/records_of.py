@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from cachedoctor.core.findings import Finding
 from cachedoctor.core.usage import records as usage_records
 from cachedoctor.core.usage.model import Record
+from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys import readonly
 from cachedoctor.storage.location import Location
@@ -134,8 +135,8 @@ def _gather(got: CacheRecords, folders: Iterable[Location], archived: bool, skip
         skip.add(ident)
         try:
             found, findings = _read(folder, archived)
-        except OSError:
-            continue  # a folder that cannot be read holds no evidence; the cache's own says so
+        except (OSError, CachedoctorError):
+            continue  # a folder beside the one named, unreadable: no evidence, no failure
         mine = [r for r in found if _named(r, ident) == got.cache]
         if mine:
             got.records += mine
