@@ -135,14 +135,18 @@ def hlo_section(a: EntryDetail, b: EntryDetail, context: int, raw: bool) -> HloS
             kept.append(r)
     raw_diff: tuple[str, ...] | None = None
     if raw:
-        ta, tb = hlo_mod.hlo_text(a.hlo_module), hlo_mod.hlo_text(b.hlo_module)
-        if ta is None or tb is None:
-            raw_diff = ("(the installed jaxlib could not render the HLO text)",)
+        ra, rb = hlo_mod.render_hlo(a.hlo_module), hlo_mod.render_hlo(b.hlo_module)
+        if ra.text is None or rb.text is None:  # each side that has none says why, as show does
+            raw_diff = tuple(
+                f"{side}: ({r.refused or 'jaxlib could not render this module'})"
+                for side, r in (("A", ra), ("B", rb))
+                if r.text is None
+            )
         else:
             raw_diff = tuple(
                 difflib.unified_diff(
-                    ta.splitlines(),
-                    tb.splitlines(),
+                    ra.text.splitlines(),
+                    rb.text.splitlines(),
                     "A (HLO text)",
                     "B (HLO text)",
                     n=context,
