@@ -6,6 +6,7 @@ import io
 import os
 import re
 import sys
+from typing import TextIO, cast
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -16,9 +17,57 @@ from rich.text import Text
 
 
 def stdout_console() -> Console:
-    """Data goes to stdout; rich decides colour from the terminal and NO_COLOR."""
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(highlight=False, soft_wrap=False, width=width)
+    """Data goes to stdout; rich decides colour from the terminal and NO_COLOR. Off a terminal
+    (a pipe, a file, a CI log) it is :func:`file_console`'s."""
+    if sys.stdout.isatty():
+        return Console(highlight=False, soft_wrap=False)
+    return file_console(sys.stdout, width=None if os.environ.get("COLUMNS") else 120)
+
+
+def file_console(file: TextIO, *, width: int | None = 120, no_color: bool = False) -> Console:
+    """A console for what is not a terminal: no line is wrapped (a sentence, a path, a key stays
+    on its line: a reader's pager or a ``grep`` sees it whole; tables widen to what they need,
+    :func:`print_table`) and none ends in spaces (rich pads a table's last column, and a line
+    it wraps, to the width). ``width`` is only where tables start."""
+    return Console(
+        file=cast(TextIO, NoTrailingSpaces(file)),  # a text file: rich needs only write
+        width=width,
+        soft_wrap=True,
+        highlight=False,
+        no_color=no_color,
+    )
+
+
+class NoTrailingSpaces(io.TextIOBase):
+    """A text file that writes each line without the spaces at its end. A line is held until
+    its newline (only then are its last spaces known); ``flush`` writes what is held."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__()
+        self.out = out
+        self.held = ""
+
+    def write(self, text: str) -> int:
+        *lines, self.held = (self.held + text).split("\n")
+        if lines:
+            self.out.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.held:
+            self.out.write(self.held)
+            self.held = ""
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.out, "encoding", None) or "utf-8"
 
 
 def stderr_console() -> Console:
@@ -71,6 +120,7 @@ def print_lines(console: Console, lines: list[Line], *, soft_wrap: bool = False)
     written at once, as rich would write them (``_write_as_rich_would``, ``_write_wrapped``);
     elsewhere printed in a few calls."""
     plain = console.color_system is None
+    soft_wrap = soft_wrap or console.soft_wrap  # off a terminal nothing wraps (file_console)
     if plain and soft_wrap:
         if lines:
             _write_as_rich_would(console, "\n".join("".join(p for p, _ in line) for line in lines))

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
+from cachedoctor.render.console import file_console
+
 if TYPE_CHECKING:
     from cachedoctor.cache.model import EntryDetail
     from cachedoctor.core.bundle import PackReport, UnpackReport
@@ -157,9 +159,12 @@ def renderer(name: str, *, max_modules: int = 25) -> Renderer:
 
 
 def render_to_string(report: Any, name: str) -> str:
-    """The report as text for a file (``-o FILE``, ``--html FILE``): no colour, 120 columns."""
+    """The report as text for a file (``-o FILE``, ``--html FILE``): no colour, nothing wrapped
+    or padded (``console.file_console``)."""
     buf = io.StringIO()
-    renderer(name).render(report, Console(file=buf, width=120, no_color=True, highlight=False))
+    console = file_console(buf, no_color=True)
+    renderer(name).render(report, console)
+    console.file.flush()
     return buf.getvalue()
 
 

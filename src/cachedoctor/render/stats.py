@@ -20,6 +20,7 @@ from rich.text import Text
 from cachedoctor.core.stats import Group, StatsReport, ZeroReport
 from cachedoctor.core.usage.model import Counters
 from cachedoctor.errors import count
+from cachedoctor.render.console import print_table
 from cachedoctor.render.findings import render_finding_list
 
 BAR_WIDTH = 40  # characters of the terminal chart's full bar
@@ -99,7 +100,7 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
         ("retrieval time", secs(t.retrieval_secs)),
     ):
         summary.add_row(name, value)
-    console.print(summary)
+    print_table(console, summary)
     _render_chart(report.days, console)
     modules = Table(
         title="modules (most compile time spent on misses first)",
@@ -124,7 +125,7 @@ def render_stats(report: StatsReport, console: Console, *, max_modules: int = 25
         )
     if len(report.modules) > max_modules:
         modules.caption = f"{len(report.modules) - max_modules} more modules (use --json)"
-    console.print(modules)
+    print_table(console, modules)
     _render_groups("hosts", report.hosts, console)
     render_finding_list(report.findings, console)
 
@@ -233,7 +234,7 @@ def _render_groups(title: str, groups: Sequence[Group], console: Console) -> Non
             f"{max(c.saved_secs, 0.0):.2f}",  # a negative sum is reads dearer than compiles
             f"{c.compile_secs:.2f}",
         )
-    console.print(table)
+    print_table(console, table)
 
 
 def render_zero(report: ZeroReport, console: Console) -> None:

@@ -77,7 +77,7 @@ def render_scan(report: ScanReport, console: Console, *, max_modules: int = 25) 
     summary.add_column()
     for k, v in rows:
         summary.add_row(k, v)
-    console.print(summary)
+    print_table(console, summary)
     if report.modules:
         table = Table(title="modules", title_justify="left", show_edge=False)
         table.add_column("module", overflow="fold")
@@ -222,7 +222,7 @@ def render_show(
     grid.add_column(overflow="fold")
     for k, v in entry_rows(e):
         grid.add_row(k, v)
-    console.print(grid)
+    print_table(console, grid)
     if e.hlo is not None and e.hlo.custom_calls:
         table = Table(title="custom calls", title_justify="left", show_edge=False)
         table.add_column("instruction")
