@@ -141,6 +141,17 @@ def test_each_caches_records_stay_apart_and_stats_names_the_cache(
     assert sorted(c["cache"] for c in doc["caches"]) == sorted(str(c.resolve()) for c in caches)
     code, text = invoke("stats", str(default_root()))
     assert text.splitlines()[0] == f"records in {default_root()}, of 2 caches", text
+    # a cache gone (deleted, or the records copied off its machine): its read-only miss cannot
+    # be told from a first compile, and is not called one
+    shutil.rmtree(caches[1])
+    code, out = invoke("why", str(default_root()), "--json", "--module", MODULE)
+    verdicts = {(m["cache"], m["verdict"]) for m in json.loads(out)["misses"]}
+    assert verdicts == {
+        (str(caches[0].resolve()), "first"),
+        (str(caches[0].resolve()), "changed"),
+        (str(caches[1].resolve()), "unknown"),
+    }
+    assert code == 1
 
 
 @pytest.mark.remote

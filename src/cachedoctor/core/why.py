@@ -81,6 +81,7 @@ class MissWhy:
     nearest_in_cache: bool = False
     changes: tuple[Change, ...] = ()
     cache: str | None = None  # the cache it missed in, as records name it
+    cache_read: bool = True  # False: that cache could not be read (its entries are not known)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -388,6 +389,7 @@ def _explain(
     held: set[str],
     unknown: set[str],
     where: Location | None,
+    cache_read: bool = True,
 ) -> MissWhy:
     def said(verdict: str, words: str, **found: Any) -> MissWhy:
         return MissWhy(
@@ -399,6 +401,7 @@ def _explain(
             outcome=miss.outcome,
             verdict=verdict,
             words=words,
+            cache_read=cache_read,
             **found,
         )
 
@@ -422,6 +425,12 @@ def _explain(
                 f"the cache holds {len(others)} other entr{'y' if len(others) == 1 else 'ies'} of"
                 f" {miss.module}, written by processes that recorded no components: unknown"
                 f" ({ENABLE_HINT})"
+            )
+            return said("unknown", words)
+        if not cache_read:  # what the cache held is not known: no first compile claimed
+            words = (
+                f"no earlier key of {miss.module} is recorded, and the cache could not be read:"
+                " whether it held one, and why it missed, cannot tell"
             )
             return said("unknown", words)
         words = (
@@ -506,6 +515,7 @@ def _explain_cache(
         if where is not None and where.spelling == report.where:
             raise  # the folder the user named: its error is the command's
         where, written_at = None, {}  # a cache the records name: explained from them alone
+    cache_read = where is not None
     recorded = {m.key for r in found for m in r.missed.values()}
     misses = sorted(
         ((m, r) for r in found for m in r.missed.values()), key=lambda pair: pair[0].time
@@ -530,7 +540,7 @@ def _explain_cache(
         # entries of no recorded key that were there before the miss: unexplained history
         unknown = {k for k, t in written_at.items() if k not in recorded and t <= miss.time}
         shown = where if program_detail else None
-        said = _explain(miss, record, earlier, set(written_at), unknown, shown)
+        said = _explain(miss, record, earlier, set(written_at), unknown, shown, cache_read)
         report.misses.append(replace(said, cache=got.cache))
 
 

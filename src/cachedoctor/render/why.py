@@ -42,6 +42,7 @@ def why_lines(report: WhyReport) -> Iterator[str]:
         yield f"{m.module}  {m.key.rsplit('-', 1)[-1][:16]}  {_when(m.time)}  {m.host}"
         if m.verdict == "changed" and m.nearest:
             held = "in the cache" if m.nearest_in_cache else "no longer in the cache"
+            held = held if m.cache_read else "the cache not read"
             when = _when(m.nearest_time) if m.nearest_time else "?"
             yield f"  vs {m.nearest.rsplit('-', 1)[-1][:16]} ({when}, {held}):"
             for c in m.changes:

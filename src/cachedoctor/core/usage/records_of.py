@@ -136,6 +136,8 @@ def _gather(got: CacheRecords, folders: Iterable[Location], archived: bool, skip
         try:
             found, findings = _read(folder, archived)
         except (OSError, CachedoctorError):
+            if folder is got.location:
+                got.location = None  # the cache itself: its entries are not at hand either
             continue  # a folder beside the one named, unreadable: no evidence, no failure
         mine = [r for r in found if _named(r, ident) == got.cache]
         if mine:
