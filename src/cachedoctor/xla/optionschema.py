@@ -25,8 +25,10 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cachedoctor.formats import wire
+from cachedoctor.xla import schema_memo
 
 # Message names used by callers.
 EXECUTABLE_AND_OPTIONS = "xla.ExecutableAndOptionsProto"
@@ -308,10 +310,8 @@ def installed_schema() -> Schema | None:
 def _installed_schema_cached() -> Schema | None:
     if os.environ.get("CACHEDOCTOR_NO_JAXLIB_SCHEMA"):
         return None
-    from cachedoctor.xla import schema_memo  # it builds this module's Schema
-
     for library in jaxlib_libraries()[:3]:
-        kept = schema_memo.load(library)
+        kept = _schema_of(schema_memo.load(library))
         if kept is not None:
             return kept
         try:
@@ -325,9 +325,46 @@ def _installed_schema_cached() -> Schema | None:
                 enums={k: v for k, v in enums.items() if k in keep_enums},
                 source=f"jaxlib {_version_of(library)} ({library.name})",
             )
-            schema_memo.save(library, read)
+            schema_memo.save(library, _doc_of(read))
             return read
     return None
+
+
+def _doc_of(schema: Schema) -> dict[str, Any]:
+    """``schema`` as JSON's types, for :mod:`.schema_memo` to keep."""
+    return {
+        "source": schema.source,
+        "messages": {
+            m.name: [
+                m.map_entry,
+                [[f.number, f.name, f.type, f.type_name, f.repeated] for f in m.fields.values()],
+            ]
+            for m in schema.messages.values()
+        },
+        "enums": {e: sorted(values.items()) for e, values in schema.enums.items()},
+    }
+
+
+def _schema_of(doc: dict[str, Any] | None) -> Schema | None:
+    """The schema a kept document holds; None when there is none or it does not read whole."""
+    if doc is None:
+        return None
+    try:
+        return _read_doc(doc)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _read_doc(doc: dict[str, Any]) -> Schema:
+    messages = {}
+    for message, (map_entry, fields) in doc["messages"].items():
+        infos = {
+            int(n): FieldInfo(int(n), str(fname), int(ftype), tname, bool(rep))
+            for n, fname, ftype, tname, rep in fields
+        }
+        messages[str(message)] = MessageInfo(str(message), infos, bool(map_entry))
+    enums = {str(e): {int(v): str(n) for v, n in values} for e, values in doc["enums"].items()}
+    return Schema(messages, enums, str(doc["source"]))
 
 
 def undefined_debug_fields(debug_fields: str | None) -> tuple[frozenset[int], str] | None:

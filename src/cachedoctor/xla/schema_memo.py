@@ -21,8 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cachedoctor.xla.optionschema import FieldInfo, MessageInfo, Schema
-
 FORMAT = "cachedoctor-option-schema-v1"
 DISABLE_ENV = "CACHEDOCTOR_NO_SCHEMA_MEMO"
 KEEP_FILES = 8  # one per jaxlib a user has had; the oldest go beyond this
@@ -45,8 +43,9 @@ def identity(library: Path) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def load(library: Path) -> Schema | None:
-    """The schema kept for ``library``; None when there is none that reads whole."""
+def load(library: Path) -> dict[str, Any] | None:
+    """The document kept for ``library`` (``optionschema`` makes the schema of it, and says
+    whether it reads whole); None when there is none of this format for this library."""
     if os.environ.get(DISABLE_ENV):
         return None
     name = identity(library)
@@ -54,13 +53,15 @@ def load(library: Path) -> Schema | None:
         return None
     try:
         doc = json.loads((folder() / f"{name}.json").read_bytes())
-        return _schema_of(doc, name)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError):
         return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("library") != name:
+        return None
+    return doc
 
 
-def save(library: Path, schema: Schema) -> None:
-    """Keep ``schema`` for ``library`` (atomically; errors ignored: it is only a shortcut)."""
+def save(library: Path, doc: dict[str, Any]) -> None:
+    """Keep ``doc`` for ``library`` (atomically; errors ignored: it is only a shortcut)."""
     if os.environ.get(DISABLE_ENV):
         return
     name = identity(library)
@@ -69,7 +70,9 @@ def save(library: Path, schema: Schema) -> None:
     with contextlib.suppress(OSError):
         where = folder()
         where.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(_doc_of(schema, name), separators=(",", ":")).encode()
+        data = json.dumps(
+            {"format": FORMAT, "library": name, **doc}, separators=(",", ":")
+        ).encode()
         fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -86,33 +89,3 @@ def _tidy(where: Path) -> None:
     for old in kept[KEEP_FILES:]:
         with contextlib.suppress(OSError):
             old.unlink()
-
-
-def _doc_of(schema: Schema, name: str) -> dict[str, Any]:
-    return {
-        "format": FORMAT,
-        "library": name,
-        "source": schema.source,
-        "messages": {
-            m.name: [
-                m.map_entry,
-                [[f.number, f.name, f.type, f.type_name, f.repeated] for f in m.fields.values()],
-            ]
-            for m in schema.messages.values()
-        },
-        "enums": {e: sorted(values.items()) for e, values in schema.enums.items()},
-    }
-
-
-def _schema_of(doc: dict[str, Any], name: str) -> Schema | None:
-    if doc.get("format") != FORMAT or doc.get("library") != name:
-        return None
-    messages = {}
-    for message, (map_entry, fields) in doc["messages"].items():
-        infos = {
-            int(n): FieldInfo(int(n), str(fname), int(ftype), tname, bool(rep))
-            for n, fname, ftype, tname, rep in fields
-        }
-        messages[str(message)] = MessageInfo(str(message), infos, bool(map_entry))
-    enums = {str(e): {int(v): str(n) for v, n in values} for e, values in doc["enums"].items()}
-    return Schema(messages, enums, str(doc["source"]))
