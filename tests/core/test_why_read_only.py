@@ -126,12 +126,19 @@ def test_each_caches_records_stay_apart_and_stats_names_the_cache(
     assert named == sorted(str(c.resolve()) for c in caches)
     code, text = invoke("stats", str(caches[0]))
     assert "1 record of its read-only runs in" in text, text
-    # the earlier layout: every cache's records in the root's own cachedoctor-stats/
+    # the earlier layout: every cache's records in the root's own cachedoctor-stats/, each
+    # naming its cache as JAX spelled it (the first here through a link to its folder)
     legacy = default_root() / "cachedoctor-stats"
     legacy.mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(caches[0].parent)
     for folder in folders:
         for record in folder.glob("cachedoctor-stats/*.json"):
-            shutil.move(record, legacy / record.name)
+            doc = json.loads(record.read_text())
+            if doc["cache_dir"] == str(caches[0].resolve()):
+                doc["cache_dir"] = str(alias / caches[0].name) + "/"
+            (legacy / record.name).write_text(json.dumps(doc))
+            record.unlink()
     for cache in caches:
         doc = why(cache)
         assert [m["verdict"] for m in doc["misses"]] == ["first", "changed"], doc["misses"]

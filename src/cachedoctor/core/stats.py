@@ -326,8 +326,12 @@ def collect_stats(
             scanned = None  # the reasons then rest on the records alone
     report = report_of(where.spelling, fold, scanned, _causes(where, module))
     if not fold.caches:  # a cache: are its read-only runs' records elsewhere?
-        report = replace(report, elsewhere=read_only_elsewhere(where))
-    return report
+        return replace(report, elsewhere=read_only_elsewhere(where))
+    named: dict[str, int] = {}  # one cache under two spellings (older records: JAX's) is one
+    for cache, n in fold.caches:
+        key = records_of.cache_named(cache)
+        named[key] = named.get(key, 0) + n
+    return replace(report, caches=tuple(sorted(named.items())))
 
 
 def read_only_elsewhere(where: Location) -> tuple[tuple[str, int], ...]:

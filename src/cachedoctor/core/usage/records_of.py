@@ -16,6 +16,7 @@ each cache's own): :func:`records_by_cache` gives, per cache, every record of it
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -83,7 +84,18 @@ def _read(where: Location, archived: bool) -> tuple[list[Record], list[Finding]]
 
 
 def _named(r: Record, folder: str) -> str:
-    return r.cache_dir or folder
+    """The cache a record is of: the one it names, else the cache whose folder holds it."""
+    return folder if r.cache_dir is None else cache_named(r.cache_dir)
+
+
+@functools.lru_cache(maxsize=256)
+def cache_named(named: str) -> str:
+    """A record's cache as :func:`identity` names it: records written before the recorder
+    resolved the cache's path hold JAX's own spelling (a link, ``..``, a trailing slash); a
+    relative one, resolved against a working directory no longer known, is kept as it is."""
+    if "://" in named or os.path.isabs(named):
+        return readonly.cache_identity(named)
+    return named
 
 
 def records_by_cache(where: Location, *, archived: bool = True) -> list[CacheRecords]:
