@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 import pytest
 
-from cachedoctor.units import format_bytes, parse_duration, parse_since, parse_size
+from cachedoctor.units import (
+    DURATION_UNITS,
+    SIZE_UNITS,
+    format_bytes,
+    parse_duration,
+    parse_since,
+    parse_size,
+)
+from tests.support.caches import REPO
 
 NOW = 1_800_000_000.0
 
@@ -100,3 +109,59 @@ def test_what_is_printed_parses_back() -> None:
     for n in (1, 1000, 1536, 10**6, 123_456_789, 7 * 2**30):
         back = parse_size(format_bytes(n))
         assert abs(back - n) <= 0.05 * n + 1, (n, format_bytes(n), back)
+
+
+# --- docs/commands.md says exactly what is read -----------------------------------------------
+
+COMMANDS_DOC = REPO / "docs" / "commands.md"
+
+
+def doc_bullet(term: str) -> tuple[list[str], list[str]]:
+    """The backticked spellings of the docs' bullet defining ``term`` (SIZE, AGE, WHEN): those
+    it gives as read, and those after "refused:"."""
+    bullet = rf"^- (?:an? )?{term} is (.*?)(?=^- |^$)"  # to the next bullet or blank line
+    found = re.search(bullet, COMMANDS_DOC.read_text(), re.M | re.S)
+    assert found, f"docs/commands.md defines no {term}"
+    read, _, refused = " ".join(found.group(1).split()).partition("refused:")
+    return re.findall(r"`([^`]+)`", read), re.findall(r"`([^`]+)`", refused)
+
+
+def values_and_units(spellings: list[str]) -> tuple[list[str], set[str]]:
+    values = [s for s in spellings if any(c.isdigit() for c in s)]
+    return values, {s.lower() for s in spellings if s not in values}
+
+
+def test_the_docs_name_every_duration_unit_and_each_example_reads_as_said() -> None:
+    read, refused = doc_bullet("AGE")
+    values, named = values_and_units(read)
+    assert named == set(DURATION_UNITS)  # every unit read, and no other
+    assert parse_duration("45") == 45  # "a number of seconds"
+    for text in values:
+        assert parse_duration(text) > 0, text
+    bad, bad_units = values_and_units(refused)
+    for text in [*bad, *(f"6{unit}" for unit in bad_units)]:
+        with pytest.raises(ValueError):
+            parse_duration(text)
+
+
+def test_the_docs_name_every_size_unit_and_each_example_reads_as_said() -> None:
+    read, refused = doc_bullet("SIZE")
+    values, named = values_and_units(read)
+    assert named == set(SIZE_UNITS) - {""}
+    for text in values:
+        assert parse_size(text) > 0, text
+    bad, bad_units = values_and_units(refused)
+    for text in [*bad, *(f"6{unit}" for unit in bad_units)]:
+        with pytest.raises(ValueError):
+            parse_size(text)
+
+
+def test_the_docs_times_read_as_said() -> None:
+    read, refused = doc_bullet("WHEN")
+    values, _ = values_and_units(read)
+    for text in values:
+        parse_since(text, now=NOW)
+    assert parse_since("1767225600", now=NOW) == 1767225600  # a Unix time, not seconds ago
+    for text in refused:
+        with pytest.raises(ValueError):
+            parse_since(text, now=NOW)

@@ -54,10 +54,23 @@ HEADER = """# Command reference
 Generated from each command's `--help` by `python tools/check_docs.py --write`; `nox -s docs`
 fails when it is stale.
 
-Sizes, durations and times read alike in every command and in the Python API (`units.py`): a
-SIZE is `50GB`, `800MiB` or bytes; an AGE is a number with `s`, `m`, `h`, `d` or `w` (`30d`,
-`2w`; a bare number is seconds); WHEN is a time ago (`7d`), a UTC date (`YYYY-MM-DD`) or a Unix
-time. A value that is not one is a usage error (exit 2) that shows the forms.
+Sizes, durations and times read alike in every command and in the Python API (`units.py`):
+
+- a SIZE is a number of bytes (`1000000`), or a number and one of the units `B`, `kB`, `MB`,
+  `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024), in any case, a
+  space allowed between: `50GB`, `800MiB`, `1.5 GiB`; refused: a bare `k`, `m`, `g` or `t`
+  (`800M`: 1000 or 1024?), any other unit (`1y`), a sign (`-1GB`);
+- an AGE is a number of seconds (`45`, `1.5`), or a number and one of the units `s`, `min`,
+  `h`, `d` or `w`, in any case, a space allowed between: `45s`, `90min`, `12h`, `30d`, `2w`,
+  `1.5h`, `.5d`, `30 D`; refused: `m` (`6m`: minutes or months?), any other unit (`1y`), a sign
+  (`-3d`), a sum (`1d2h`);
+- WHEN is a time ago (an AGE with its unit: `7d`, `30min`), a UTC date (`2026-01-31`), or a
+  bare number, which is a Unix time (`1767225600`), not seconds ago; refused: `6m`, `7y`.
+
+A value that is not one is a usage error (exit 2) that shows the forms.
+
+Off a terminal (a pipe, a file, `-o FILE`) no line is wrapped or ends in spaces: a message, a
+path or a key stays whole on its line, and a table is as wide as its rows need.
 
 Shell completion is click's: `eval "$(_CACHEDOCTOR_COMPLETE=bash_source cachedoctor)"` in
 `~/.bashrc` (bash 4.4 or newer), `eval "$(_CACHEDOCTOR_COMPLETE=zsh_source cachedoctor)"` in

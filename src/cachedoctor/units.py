@@ -25,7 +25,7 @@ _AMBIGUOUS_SIZE = {
 }
 _POWERS = {"k": (3, 10), "m": (6, 20), "g": (9, 30), "t": (12, 40)}
 
-_SIZE_UNITS = {
+SIZE_UNITS = {  # the units a size is written in (lower case; any case is read)
     "": 1,
     "b": 1,
     "kb": 10**3,
@@ -91,9 +91,9 @@ def parse_size(text: str | int) -> int:
         p, q = _POWERS[unit]
         why = _AMBIGUOUS_SIZE[unit].format(p=p, q=q, n=number, U=unit.upper())
         raise ValueError(f"ambiguous size: {_shown(text)} could mean {why}")
-    if unit not in _SIZE_UNITS or not _NUMBER_RE.fullmatch(number):
+    if unit not in SIZE_UNITS or not _NUMBER_RE.fullmatch(number):
         raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
-    value = float(number) * _SIZE_UNITS[unit]
+    value = float(number) * SIZE_UNITS[unit]
     if not math.isfinite(value):
         raise ValueError(f"not a size: {_shown(text)} (use {SIZE_FORMS})")
     return int(value)
