@@ -171,12 +171,9 @@ def _window(value: str, start: int, limit: int) -> str:
 
 
 def shown_values(a: Any, b: Any) -> tuple[str, str]:
-    """Two differing settings' values, each as Python writes it (``repr``), told apart where
-    they read the same: 1 and 1.0 and True by their types."""
-    ra, rb = repr(a), repr(b)
-    if ra == rb or a == b:
-        ra, rb = f"{ra} ({type(a).__name__})", f"{rb} ({type(b).__name__})"
-    return shown_pair(ra, rb)
+    """Two differing settings' values, each as Python writes it (``repr``; a long one shown
+    where the two differ)."""
+    return shown_pair(repr(a), repr(b))
 
 
 def _flag_words(va: Sequence[str], vb: Sequence[str]) -> str:
@@ -330,7 +327,7 @@ def _settings_changed(before: MissedKey, after: MissedKey) -> str | None:
     said = [
         "`{}` {} → {}".format(n, *shown_values(a[n], b[n]))
         for n in a
-        if n in b and n != POINTER_FLAG and (a[n] != b[n] or type(a[n]) is not type(b[n]))
+        if n in b and n != POINTER_FLAG and a[n] != b[n]
     ]
     return ", ".join(said) or None
 
