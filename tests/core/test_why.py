@@ -162,13 +162,14 @@ def keys_by_digest(stderr: str) -> dict[str, dict[str, str]]:
 def test_turning_the_pointer_flag_on_is_named_not_a_changed_program(
     shared_builds: SharedBuilds,
 ) -> None:
-    """The seed program (a custom_partitioning call) with JAX's pointer flag off, then on, then
-    on again. JAX's own log is the oracle: the second run misses jit_f (its explain line), the
-    third hits, the keys differ only in the computation, and the digest the recorder kept of
+    """The seed program (a custom_partitioning call) with JAX's pointer flag off, then on, on
+    again, and off. JAX's own log is the oracle: the second run misses jit_f (its explain line),
+    the third hits, the keys differ only in the computation, and the digest the recorder kept of
     the first run's program without its pointers is the one JAX hashed with the flag on. why
     names the flag, and says the program is otherwise the same: never "the program changed"."""
     on = {POINTER_FLAG.upper(): "true"}
-    cache, logs = shared_history(shared_builds, ({}, on, on), program=_program("seed"))
+    runs = ({}, on, on, {})
+    cache, logs = shared_history(shared_builds, runs, program=_program("seed"))
     missed = [dict(_MISSED.findall(log)).get("jit_f") for log in logs]
     assert missed[2] is None and "jit_f" in hits(logs[2])
     off_key, on_key = missed[0], missed[1]
@@ -184,12 +185,17 @@ def test_turning_the_pointer_flag_on_is_named_not_a_changed_program(
     kept = dict(record["missed"][off_key]["components"])
     assert kept["computation, pointers removed by JAX"] == second["computation"]
     code, doc = why(cache, "--module", "jit_f")
-    assert [m["verdict"] for m in doc["misses"]] == ["first", "changed"], doc["misses"]
+    assert [m["verdict"] for m in doc["misses"]] == ["first", "changed", "changed"], doc["misses"]
     (change,) = doc["misses"][1]["changes"]
     assert change["component"] == "computation"
     assert change["words"].startswith(f"`{POINTER_FLAG}` False → True: JAX leaves"), change
     assert "the program is otherwise the same" in change["words"]
     assert "program changed" not in change["words"]
+    # turned off again: the fourth run misses (a new pointer), against the flag-on key
+    assert missed[3] and doc["misses"][2]["nearest"] == on_key
+    (change,) = doc["misses"][2]["changes"]
+    assert change["words"].startswith(f"`{POINTER_FLAG}` True → False: JAX hashes"), change
+    assert change["words"].endswith("; the program is otherwise the same"), change
     assert code == 0
 
 
