@@ -29,8 +29,10 @@ def why(ctx: click.Context, directory: Location | None, module: str | None, as_j
     --stats-only`, or the hook in any mode), names each component of JAX's key that differs
     from the nearest earlier key of the same module, in words, first cause first: jaxlib
     version, backend, XLA flags, devices, compression, compile options, the program (a
-    custom_partitioning pointer named as such). "unknown" says what to turn on where no record
-    exists. DIR defaults as for `scan`; gs:// and s3:// work.
+    custom_partitioning pointer named as such, JAX's pointer flag turned on or off too).
+    "unknown" says what to turn on where no record exists. DIR defaults as for `scan`; gs:// and
+    s3:// work. Runs that used the cache read-only record outside it: DIR may be the cache or
+    their records folder, and either way every record of the cache is read.
 
     Exit status: 0 every recorded miss explained or a first compile, 1 some miss unexplained
     (unknown, or misses without recorded components), 2 usage or I/O error.
