@@ -327,25 +327,7 @@ def _forecast(
     )
     if mine is None:
         return EntryForecast(key, module, "unknown", "no device here to compare", evidence)
-    differences = []
-    for name in ENVIRONMENT:
-        theirs, ours = ev.components.get(name), mine.components.get(name)
-        if theirs is not None and ours is not None and theirs != ours:
-            before, after = ev.values.get(name), mine.values.get(name)
-            differences.append(
-                Difference(name, _component_words(name, before, after), _text(before), _text(after))
-            )
-    options = _option_differences(
-        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind
-    )
-    if options:
-        words = "; ".join(("compile option " + o if o.startswith("`") else o) for o in options[:4])
-        differences.append(
-            Difference(
-                "compile_options",
-                words + (f" (and {len(options) - 4} more)" if len(options) > 4 else ""),
-            )
-        )
+    differences, options = _environment_differences(ev, mine)
     if differences:
         return EntryForecast(
             key,
@@ -355,12 +337,10 @@ def _forecast(
             evidence,
             tuple(differences),
         )
-    settings = _settings_differences(ev, here)
-    moot = None  # a precision that differs, for a program it cannot change
+    settings, moot = _settings_differences(ev, here), None
     if settings and all(d.words.startswith(f"`{PRECISION}`") for d in settings):
-        moot = program()
-        if moot is not None:
-            settings = []
+        moot = program()  # why the precision that differs cannot change this program, or None
+        settings = settings if moot is None else []
     if settings:
         words = "cannot tell: " + "; ".join(d.words for d in settings)
         words += ": a miss if that changes the program (float64 defaults, dot precision)"
@@ -384,6 +364,33 @@ def _forecast(
     if moot is not None:
         words += f"; `{PRECISION}` differs, but {moot}"
     return EntryForecast(key, module, "hit", words, evidence)
+
+
+def _environment_differences(
+    ev: Evidence, mine: here_mod.HereKey
+) -> tuple[list[Difference], list[str] | None]:
+    """The components JAX takes from the environment that differ between the recorded key and
+    this environment's, and the compile options that differ (None: the record kept none)."""
+    differences = []
+    for name in ENVIRONMENT:
+        theirs, ours = ev.components.get(name), mine.components.get(name)
+        if theirs is not None and ours is not None and theirs != ours:
+            before, after = ev.values.get(name), mine.values.get(name)
+            differences.append(
+                Difference(name, _component_words(name, before, after), _text(before), _text(after))
+            )
+    options = _option_differences(
+        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind
+    )
+    if options:
+        words = "; ".join(("compile option " + o if o.startswith("`") else o) for o in options[:4])
+        differences.append(
+            Difference(
+                "compile_options",
+                words + (f" (and {len(options) - 4} more)" if len(options) > 4 else ""),
+            )
+        )
+    return differences, options
 
 
 def _precision_free(where: Location, entry: EntryInfo) -> str | None:
