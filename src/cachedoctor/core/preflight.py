@@ -32,6 +32,7 @@ from cachedoctor.core.why import Change as Difference  # one thing that differs,
 from cachedoctor.layout import CACHE_SUFFIX
 from cachedoctor.stablekeys import here as here_mod
 from cachedoctor.stablekeys import settings as hook_settings
+from cachedoctor.stablekeys.keys import CACHE_DIR_PLACEHOLDER
 from cachedoctor.storage.location import Location
 
 # The components of JAX's key that do not depend on the program (jax/_src/cache_key.py), the
@@ -220,9 +221,11 @@ def _component_words(name: str, before: tuple[str, ...] | None, after: list[str]
 
 
 def _option_differences(
-    before: tuple[str, ...] | None, after: list[str] | None, kind: str
+    before: tuple[str, ...] | None, after: list[str] | None, kind: str, rekeyable: bool = False
 ) -> list[str] | None:
-    """The environment's compile options that differ (``path a → b``); None: not comparable."""
+    """The environment's compile options that differ (``path a → b``); None: not comparable.
+    ``rekeyable``: the entry has an observe-mode manifest in a local cache, so ``rekey
+    --relocated`` can move it to its stable key (no other entry can be re-keyed offline)."""
     from cachedoctor.formats import wire
     from cachedoctor.xla import optiondiff, optionschema
 
@@ -249,12 +252,20 @@ def _option_differences(
         if not environmental or (kind == "stable" and d.path in _CACHE_PATH_OPTIONS):
             continue
         name = d.path.removeprefix(_DEBUG)
+        if d.path in _CACHE_PATH_OPTIONS and CACHE_DIR_PLACEHOLDER in f"{d.a}{d.b}":
+            continue  # the hasher wrote the cache dir as its placeholder: no spelling to compare
         if d.path in _CACHE_PATH_OPTIONS and d.a and d.b:
             then, now = os.path.dirname(_unquoted(d.a)), os.path.dirname(_unquoted(d.b))
+            rekey = (
+                "; its observe-mode manifest lets `cachedoctor rekey --relocated --apply` move it"
+                " to its stable key, which the hook in stable mode (`cachedoctor enable`) hits"
+                " wherever the cache is"
+                if rekeyable
+                else ""
+            )
             said.append(
                 f"the cache dir is spelled {now} here, {then} when written (JAX hashes `{name}`"
-                " under it; `cachedoctor rekey --relocated` moves such entries to the key JAX"
-                " computes here)"
+                f" under it{rekey})"
             )
             continue
         said.append(f"`{name}` {short(d.a)} → {short(d.b)}")
@@ -300,10 +311,12 @@ def _forecast(
     here: here_mod.Here,
     hook: str,
     program: Callable[[], str | None] = lambda: None,
+    rekeyable: bool = False,
 ) -> EntryForecast:
     """An entry with a recorded key: each component of this environment against it.
     ``program``: why the entry's stored program shows no op the matmul precision changes, or
-    None (then a precision that differs is "cannot tell")."""
+    None (then a precision that differs is "cannot tell"); ``rekeyable``: ``rekey
+    --relocated`` can move it (``_option_differences``)."""
     evidence = f"{ev.source} ({ev.kind} key)"
     if ev.kind == "stable" and hook != "stable":
         words = (
@@ -327,7 +340,7 @@ def _forecast(
     )
     if mine is None:
         return EntryForecast(key, module, "unknown", "no device here to compare", evidence)
-    differences, options = _environment_differences(ev, mine)
+    differences, options = _environment_differences(ev, mine, rekeyable)
     if differences:
         return EntryForecast(
             key,
@@ -367,7 +380,7 @@ def _forecast(
 
 
 def _environment_differences(
-    ev: Evidence, mine: here_mod.HereKey
+    ev: Evidence, mine: here_mod.HereKey, rekeyable: bool
 ) -> tuple[list[Difference], list[str] | None]:
     """The components JAX takes from the environment that differ between the recorded key and
     this environment's, and the compile options that differ (None: the record kept none)."""
@@ -380,7 +393,7 @@ def _environment_differences(
                 Difference(name, _component_words(name, before, after), _text(before), _text(after))
             )
     options = _option_differences(
-        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind
+        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind, rekeyable
     )
     if options:
         words = "; ".join(("compile option " + o if o.startswith("`") else o) for o in options[:4])
@@ -529,7 +542,11 @@ def predict(
     import fnmatch
 
     spelling = cache_dir or where.spelling
-    evidence = recorded_evidence(where)
+    manifests = _evidence_from_manifests(where)
+    evidence = {**manifests, **_evidence_from_records(where)}  # as recorded_evidence
+    # rekey --relocated moves an entry with an observe-mode manifest, in a local cache only
+    observed = {k for k, ev in manifests.items() if ev.kind == "jax"}
+    rekeyable = observed if where.can_rename else set()
     hook = hook_here()
     report = PreflightReport(where.spelling, spelling, None, hook)
     counts = {c for ev in evidence.values() if (c := _devices_of(ev))}
@@ -558,6 +575,7 @@ def predict(
             report.entries.append(_from_bytes(entry, here, hashes))
         else:
             program = functools.partial(_precision_free, where, entry)
-            report.entries.append(_forecast(entry.key, mod, ev, here, hook, program))
+            moves = entry.key in rekeyable
+            report.entries.append(_forecast(entry.key, mod, ev, here, hook, program, moves))
     report.modules = _module_forecasts(report.entries)
     return report
