@@ -34,6 +34,7 @@ from cachedoctor.stablekeys import here as here_mod
 from cachedoctor.stablekeys import settings as hook_settings
 from cachedoctor.stablekeys.keys import CACHE_DIR_PLACEHOLDER
 from cachedoctor.storage.location import Location
+from cachedoctor.storage.urls import jax_spelling
 
 # The components of JAX's key that do not depend on the program (jax/_src/cache_key.py), the
 # likelier root cause first (as `why` orders them)
@@ -68,6 +69,8 @@ _CACHE_PATH_OPTIONS = frozenset(
     }
 )
 VERDICTS = ("hit", "miss", "unknown")
+# An evidence value: the cache dir as JAX spelled it when a manifest's entry was written
+WRITTEN_IN = "cache dir when written"
 # with this JAX setting on, the computation JAX hashes keeps its source locations
 METADATA_IN_KEY = "jax_compilation_cache_include_metadata_in_key"
 # JAX lowers dots and convolutions under it; a program without them is the same program
@@ -84,6 +87,7 @@ class Evidence:
     values: dict[str, tuple[str, ...]]
     devices: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
+    stable_key: str | None = None  # an observe-mode manifest's: the stable hook's key for it
 
 
 @dataclass(frozen=True)
@@ -192,9 +196,12 @@ def _evidence_from_manifests(where: Location) -> dict[str, Evidence]:
         for c in m.components:
             if c.get("name") == "compile_options" and c.get("data"):
                 values["compile_options"] = ("b64:" + str(c["data"]),)
+        if m.cache_dir:
+            values[WRITTEN_IN] = (jax_spelling(m.cache_dir),)
         components = {str(c["name"]): str(c["digest"]) for c in m.components}
         kind = "stable" if m.mode == "stable" else "jax"
-        out[m.key] = Evidence("key manifest", kind, components, values)
+        twin = m.stable_key if kind == "jax" and m.stable_key != m.key else None
+        out[m.key] = Evidence("key manifest", kind, components, values, stable_key=twin)
     return out
 
 
@@ -221,7 +228,11 @@ def _component_words(name: str, before: tuple[str, ...] | None, after: list[str]
 
 
 def _option_differences(
-    before: tuple[str, ...] | None, after: list[str] | None, kind: str, rekeyable: bool = False
+    before: tuple[str, ...] | None,
+    after: list[str] | None,
+    kind: str,
+    rekeyable: bool = False,
+    written_in: str | None = None,
 ) -> list[str] | None:
     """The environment's compile options that differ (``path a → b``); None: not comparable.
     ``rekeyable``: the entry has an observe-mode manifest in a local cache, so ``rekey
@@ -252,10 +263,11 @@ def _option_differences(
         if not environmental or (kind == "stable" and d.path in _CACHE_PATH_OPTIONS):
             continue
         name = d.path.removeprefix(_DEBUG)
-        if d.path in _CACHE_PATH_OPTIONS and CACHE_DIR_PLACEHOLDER in f"{d.a}{d.b}":
-            continue  # the hasher wrote the cache dir as its placeholder: no spelling to compare
         if d.path in _CACHE_PATH_OPTIONS and d.a and d.b:
-            then, now = os.path.dirname(_unquoted(d.a)), os.path.dirname(_unquoted(d.b))
+            was = _as_written(_unquoted(d.a), written_in)
+            if was is None or was == _unquoted(d.b):
+                continue  # spelled as JAX spells it here, or no spelling kept to compare
+            then, now = os.path.dirname(was), os.path.dirname(_unquoted(d.b))
             rekey = (
                 "; its observe-mode manifest lets `cachedoctor rekey --relocated --apply` move it"
                 " to its stable key, which the hook in stable mode (`cachedoctor enable`) hits"
@@ -270,6 +282,17 @@ def _option_differences(
             continue
         said.append(f"`{name}` {short(d.a)} → {short(d.b)}")
     return said
+
+
+def _as_written(value: str, written_in: str | None) -> str | None:
+    """A recorded path option as JAX spelled it when the entry was written: an observe-mode
+    manifest keeps the stable hasher's form, the cache dir as :data:`CACHE_DIR_PLACEHOLDER`,
+    and beside it the cache dir's spelling then (``written_in``). None: no spelling kept."""
+    if CACHE_DIR_PLACEHOLDER not in value:
+        return value
+    if not written_in:
+        return None
+    return value.replace(CACHE_DIR_PLACEHOLDER, written_in.rstrip("/"), 1)
 
 
 def _unquoted(value: str) -> str:
@@ -302,6 +325,24 @@ def _devices_difference(ev: Evidence, here: here_mod.Here) -> Difference | None:
         words = f"written for {said_kinds} devices; here {'/'.join(here.device_kinds)}"
         return Difference("accelerator_config", words, said_kinds, "/".join(here.device_kinds))
     return None
+
+
+def _read_instead(
+    key: str, module: str, ev: Evidence, hook: str, held: set[str]
+) -> EntryForecast | None:
+    """An entry JAX stored under its own key, judged for the hook in stable mode, whose stable
+    key the cache also holds: the hook looks up that key, finds it, and never reads this one
+    (it re-keys JAX's entry only where its stable key holds none). None when that is not so."""
+    if hook != "stable" or ev.kind != "jax" or ev.stable_key is None:
+        return None
+    if ev.stable_key not in held:
+        return None
+    words = (
+        f"the hook in stable mode looks up this program's stable key {ev.stable_key[:16]}…,"
+        " which the cache holds: it reads that entry, never this one"
+    )
+    evidence = f"{ev.source} ({ev.kind} key, stable key {ev.stable_key})"
+    return EntryForecast(key, module, "miss", words, evidence, (Difference("hook", words),))
 
 
 def _forecast(
@@ -392,8 +433,13 @@ def _environment_differences(
             differences.append(
                 Difference(name, _component_words(name, before, after), _text(before), _text(after))
             )
+    written_in = ev.values.get(WRITTEN_IN, (None,))[0]
     options = _option_differences(
-        ev.values.get("compile_options"), mine.values.get("compile_options"), ev.kind, rekeyable
+        ev.values.get("compile_options"),
+        mine.values.get("compile_options"),
+        ev.kind,
+        rekeyable,
+        written_in,
     )
     if options:
         words = "; ".join(("compile option " + o if o.startswith("`") else o) for o in options[:4])
@@ -568,11 +614,14 @@ def predict(
         "kernel": scan.jax.hashes_kernel_cache_file,
         **_here_paths(here),
     }
+    held = {e.key for e in scan.loaded_entries()[0]}
     for entry in sorted(entries, key=lambda e: (e.module or "", e.key)):
         ev = evidence.get(entry.key)
         mod = _module(entry)
         if ev is None:
             report.entries.append(_from_bytes(entry, here, hashes))
+        elif (unread := _read_instead(entry.key, mod, ev, hook, held)) is not None:
+            report.entries.append(unread)
         else:
             program = functools.partial(_precision_free, where, entry)
             moves = entry.key in rekeyable
