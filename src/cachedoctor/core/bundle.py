@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cachedoctor import layout
-from cachedoctor.core import preflight
+from cachedoctor.core import preflight, recorded_keys
 from cachedoctor.core.bundle_file import (
     COMPANION,
     ENTRY_PREFIX,
@@ -96,7 +96,7 @@ class PackReport:
         }
 
 
-def _jaxlib(ev: preflight.Evidence | None) -> str | None:
+def _jaxlib(ev: recorded_keys.Evidence | None) -> str | None:
     values = (ev.values.get("jax_lib version") if ev else None) or ()
     return values[0] if values else None
 
@@ -109,13 +109,13 @@ def _devices(entry: Any) -> int | None:
 
 def _selected(
     where: Location, include: frozenset[str], jaxlib: str
-) -> tuple[list[Any], list[LeftOut], dict[str, preflight.Evidence], list[str]]:
+) -> tuple[list[Any], list[LeftOut], dict[str, recorded_keys.Evidence], list[str]]:
     """The entries to pack and those left out, with the recorded evidence of each key, and the
     keys of ``-cache`` names that are links (no entry: never followed, never packed)."""
     from cachedoctor.core.scan.report import is_symlink
 
     scan = scan_directory(where, all_tiers=True)
-    evidence = preflight.recorded_evidence(where)
+    evidence = recorded_keys.recorded_evidence(where)
     damaged = {
         k
         for f in scan.findings
@@ -235,7 +235,7 @@ def pack(
 def _spool_entries(
     where: Location,
     keep: list[Any],
-    evidence: dict[str, preflight.Evidence],
+    evidence: dict[str, recorded_keys.Evidence],
     report: PackReport,
     spool: IO[bytes],
 ) -> list[tuple[str, int]]:

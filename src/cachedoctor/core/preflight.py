@@ -24,9 +24,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cachedoctor.cache.model import EntryInfo
+from cachedoctor.core.recorded_keys import (
+    WRITTEN_IN,
+    Evidence,
+    evidence_from_manifests,
+    evidence_from_records,
+)
 from cachedoctor.core.scan.run import scan_directory
-from cachedoctor.core.usage import records as usage_records
-from cachedoctor.core.usage.model import MissedKey
 from cachedoctor.core.why import ENABLE_HINT, short, value_words
 from cachedoctor.core.why import Change as Difference  # one thing that differs, in words
 from cachedoctor.layout import CACHE_SUFFIX
@@ -34,7 +38,6 @@ from cachedoctor.stablekeys import here as here_mod
 from cachedoctor.stablekeys import settings as hook_settings
 from cachedoctor.stablekeys.keys import CACHE_DIR_PLACEHOLDER
 from cachedoctor.storage.location import Location
-from cachedoctor.storage.urls import jax_spelling
 
 # The components of JAX's key that do not depend on the program (jax/_src/cache_key.py), the
 # likelier root cause first (as `why` orders them)
@@ -69,25 +72,10 @@ _CACHE_PATH_OPTIONS = frozenset(
     }
 )
 VERDICTS = ("hit", "miss", "unknown")
-# An evidence value: the cache dir as JAX spelled it when a manifest's entry was written
-WRITTEN_IN = "cache dir when written"
 # with this JAX setting on, the computation JAX hashes keeps its source locations
 METADATA_IN_KEY = "jax_compilation_cache_include_metadata_in_key"
 # JAX lowers dots and convolutions under it; a program without them is the same program
 PRECISION = "jax_default_matmul_precision"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What went into an entry's key when it was written, as a record or manifest kept it."""
-
-    source: str  # "stats record" or "key manifest"
-    kind: str  # "jax" (JAX's own key) or "stable" (the stable hook's)
-    components: dict[str, str]
-    values: dict[str, tuple[str, ...]]
-    devices: dict[str, Any] | None = None
-    settings: dict[str, Any] | None = None
-    stable_key: str | None = None  # an observe-mode manifest's: the stable hook's key for it
 
 
 @dataclass(frozen=True)
@@ -159,58 +147,6 @@ class PreflightReport:
 
 def _text(values: Iterable[str] | None) -> str | None:
     return None if values is None else " ".join(values)
-
-
-def _evidence_from_records(where: Location) -> dict[str, Evidence]:
-    """Each written key a stats record kept the components of (the latest record wins); the
-    records ``stats --zero`` archived count too."""
-    found = usage_records.read_evidence(where.store())
-    kept: dict[str, tuple[float, Evidence]] = {}
-    for record in found:
-        for m in record.missed.values():
-            if m.outcome not in (None, "writes") or kept.get(m.key, (-1.0,))[0] > m.time:
-                continue
-            kept[m.key] = (m.time, _evidence_of_miss(m))
-    return {key: ev for key, (_, ev) in kept.items()}
-
-
-def _evidence_of_miss(m: MissedKey) -> Evidence:
-    return Evidence("stats record", m.kind, dict(m.components), m.values, m.devices, m.settings)
-
-
-def _evidence_from_manifests(where: Location) -> dict[str, Evidence]:
-    """Each key manifest's components: the stable hook's keys (and JAX's, in observe mode)."""
-    from cachedoctor.stablekeys import manifest
-
-    out: dict[str, Evidence] = {}
-    for m in manifest.iter_manifests(where):
-        values: dict[str, tuple[str, ...]] = {}
-        if m.versions.get("jaxlib"):
-            values["jax_lib version"] = (m.versions["jaxlib"],)
-        if m.platform.get("platform"):
-            values["backend version"] = (
-                m.platform["platform"],
-                m.platform.get("platform_version", ""),
-            )
-        values["XLA flags"] = tuple(m.xla_flags)
-        for c in m.components:
-            if c.get("name") == "compile_options" and c.get("data"):
-                values["compile_options"] = ("b64:" + str(c["data"]),)
-        if m.cache_dir:
-            values[WRITTEN_IN] = (jax_spelling(m.cache_dir),)
-        components = {str(c["name"]): str(c["digest"]) for c in m.components}
-        kind = "stable" if m.mode == "stable" else "jax"
-        twin = m.stable_key if kind == "jax" and m.stable_key != m.key else None
-        out[m.key] = Evidence("key manifest", kind, components, values, stable_key=twin)
-    return out
-
-
-def recorded_evidence(where: Location) -> dict[str, Evidence]:
-    """What went into each entry's key where the cache kept it: key manifests, then the stats
-    records' written missed keys (a record wins)."""
-    evidence = _evidence_from_manifests(where)
-    evidence.update(_evidence_from_records(where))
-    return evidence
 
 
 def _devices_of(ev: Evidence) -> int | None:
@@ -588,8 +524,8 @@ def predict(
     import fnmatch
 
     spelling = cache_dir or where.spelling
-    manifests = _evidence_from_manifests(where)
-    evidence = {**manifests, **_evidence_from_records(where)}  # as recorded_evidence
+    manifests = evidence_from_manifests(where)
+    evidence = {**manifests, **evidence_from_records(where)}  # as recorded_evidence
     # rekey --relocated moves an entry with an observe-mode manifest, in a local cache only
     observed = {k for k, ev in manifests.items() if ev.kind == "jax"}
     rekeyable = observed if where.can_rename else set()
