@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-STEPS = ("moved", "moved-stable", "damage", "commands", "prune-damage")
+STEPS = ("moved", "moved-stable", "damage", "commands", "prune-damage", "load-failures")
 WORK = Path("/tmp/tpucap")
 
 # The program: two Pallas TPU kernels and a plain step. {comment} and {add_rhs} vary per run.
@@ -658,11 +658,81 @@ def prune_damage_step(python: Path) -> dict[str, object]:
     return {"variants": out}
 
 
+# --- JAX's own failed loads, recorded, as the evidence of damage the reader does not see -------
+
+LOAD_FAILURES = ("random-2", "zstd-silent-2", "zstd-silent-3", "mosaic-debug-path", "random-1")
+
+
+def load_failures_step(python: Path) -> dict[str, object]:
+    """Each of a few damaged copies of the jit_add entry, in the cache JAX wrote it to: JAX run
+    with the stats recorder (``CACHEDOCTOR_HOOK=stats``: its verdict, and the record of it),
+    ``scan --json`` (what it calls the entry now), ``prune --corrupt --apply``, and JAX twice
+    again (a copy JAX refused compiles and is stored once, then hits; one it loaded hits)."""
+    cache = WORK / "caches" / "load-failures"
+    pristine = WORK / "load-failures-pristine"
+    for folder in (cache, pristine):
+        shutil.rmtree(folder, ignore_errors=True)
+    cache.mkdir(parents=True)
+    program = write_program("a", "", ADD_RHS)
+    logs = WORK / "logs" / "load-failures.log"
+    run_program(python, program, cache, logs, {})
+    shutil.copytree(cache, pristine)
+    (entry,) = cache.glob("jit_add-*-cache")
+    seed = int(hashlib.sha256(b"jit_add").hexdigest()[:8], 16)
+    variants = {name: data for name, _what, data in variants_of(entry.read_bytes(), seed)}
+    stats = {"CACHEDOCTOR_HOOK": "stats"}
+    out = []
+    for name in LOAD_FAILURES:
+        if name not in variants:
+            continue
+        _restore(pristine, cache)
+        entry.write_bytes(variants[name])
+        old = time.time() - 3600
+        os.utime(entry, (old, old))
+        before = run_program(python, program, cache, logs, stats)
+        scanned = _cli(python, "scan", "--json", str(cache), whole=True)
+        try:
+            findings = json.loads(scanned["stdout"])["findings"]  # type: ignore[arg-type]
+        except ValueError:
+            findings = [{"kind": "scan-unreadable", "evidence": scanned["stdout"][-300:]}]
+        said = [
+            f"{f['kind']}: {f['evidence'][:300]}"
+            for f in findings
+            if entry.name.removesuffix("-cache") in f.get("entries", [entry.name[:-6]])
+        ]
+        pruned = _cli(python, "prune", "--corrupt", "--apply", str(cache))
+        removed = not entry.exists()
+        after = run_program(python, program, cache, logs, stats)
+        third = run_program(python, program, cache, logs, stats)
+
+        def of(found: dict[str, object]) -> str:
+            if any("jit_add" in e for e in found.get("errors") or []):  # type: ignore[union-attr]
+                return "error"
+            seen = [k for k, m, _ in found.get("outcomes") or [] if m == "jit_add"]  # type: ignore[misc]
+            return seen[0] if seen else "?"
+
+        row = {
+            "variant": name,
+            "jax_before": of(before),
+            "scan": said,
+            "pruned": removed,
+            "prune_rc": pruned["rc"],
+            "jax_after": of(after),
+            "jax_third": of(third),
+        }
+        out.append(row)
+        log(f"load-failures {name}: {row}")
+    return {"variants": out}
+
+
 # --- cachedoctor's commands on the captured caches ----------------------------------------------
 
 
-def _cli(python: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
-    """One cachedoctor command: its exit status and the tails of what it printed."""
+def _cli(
+    python: Path, *args: str, env: dict[str, str] | None = None, whole: bool = False
+) -> dict[str, object]:
+    """One cachedoctor command: its exit status and the tails of what it printed (``whole``:
+    all of its stdout, for a JSON document to parse)."""
     started = time.monotonic()
     done = subprocess.run(
         [str(python), "-m", "cachedoctor", *args],
@@ -674,7 +744,7 @@ def _cli(python: Path, *args: str, env: dict[str, str] | None = None) -> dict[st
     return {
         "args": list(args),
         "rc": done.returncode,
-        "stdout": done.stdout[-12000:],
+        "stdout": done.stdout if whole else done.stdout[-12000:],
         "stderr": done.stderr[-3000:],
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -867,6 +937,8 @@ def main() -> int:
                 results[step] = damage_step(python)
             elif step == "prune-damage":
                 results[step] = prune_damage_step(python)
+            elif step == "load-failures":
+                results[step] = load_failures_step(python)
             elif step == "commands":
                 commands_step(python, functools.partial(_save, args.out / "commands.json"))
         except Exception as exc:  # keep what the other steps found

@@ -144,6 +144,17 @@ CORRUPT = Case(
     "returns when the file exists), so every later run warns and compiles again; "
     "`cachedoctor prune --corrupt --apply` removes it",
 )
+CORRUPT_BY_JAX = Case(
+    K.CORRUPT,
+    when="JAX's own load of an entry failed (a stats record kept its error, one that damaged "
+    "bytes give), on the very file that is there now, whole when read, and no run has hit it "
+    "since: damage only JAX's parser sees",
+    severity=Severity.ERROR,
+    evidence="{problem}",
+    advice="JAX fails to load this entry and recompiles, and never replaces it (its write "
+    "returns when the file exists), so every later run warns and compiles again; "
+    "`cachedoctor prune --corrupt --apply` removes it",
+)
 UNKNOWN_LAYOUT = Case(
     K.UNKNOWN_LAYOUT,
     when="an entry decompresses whole and opens with JAX's pjrt_ifrt header, but what follows "

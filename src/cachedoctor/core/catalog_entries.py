@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cachedoctor.core.catalog import (
     CORRUPT,
+    CORRUPT_BY_JAX,
     INSECURE_DIRECTORY_MODE,
     INSECURE_DIRECTORY_OWNER,
     INSECURE_ENTRY_MODE,
@@ -199,8 +200,10 @@ ENTRIES: tuple[CatalogEntry, ...] = (
         "message. A byte changed in debug text (a source path, a folder name) loads, and is "
         "not flagged.",
         why="JAX fails to load the entry and recompiles, and never replaces it: every later run "
-        "warns and compiles again.",
-        cases=(CORRUPT,),
+        "warns and compiles again. Where the bytes look whole to cachedoctor but JAX's own "
+        "parser refused them, a stats record of that failure (`CACHEDOCTOR_HOOK=stats`) is the "
+        "evidence, as long as the file is unchanged since.",
+        cases=(CORRUPT, CORRUPT_BY_JAX),
         example=Example(
             CORRUPT,
             f"{_KEY}: zstd frame declares 17046 bytes but holds 0 (file cut short, or a forged "

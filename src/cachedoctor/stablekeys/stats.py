@@ -51,9 +51,14 @@ returned the executable) and ``writes`` (a miss whose outcome was ``writes``). T
 calls with the key it looks up (the same call in 0.4.38 .. 0.12), wrapped under the same marker
 discipline as the put; a write's key is the put's.
 
+When JAX's load of an entry raises (it then warns "Error reading persistent compilation cache
+entry" and compiles), the record keeps the key, JAX's error and, in a local cache, the file's
+size, modification time and inode (``load_failures``, at most :data:`MAX_LOAD_FAILURES`): the
+evidence ``scan`` and ``prune --corrupt`` need for damage that only JAX's own parser sees.
+
 Recording never breaks or slows the program: memory is bounded (:data:`MAX_MODULES`), every
-error is swallowed after one stderr line, and the only I/O before exit is that one ``stat``
-after a write to a local cache.
+error is swallowed after one stderr line, and the only I/O before exit is one ``stat`` after a
+write to a local cache, and one after a load JAX failed.
 """
 
 from __future__ import annotations
@@ -70,8 +75,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachedoctor.stablekeys import misskeys, readonly
-from cachedoctor.storage.location import Location
+from cachedoctor.stablekeys import entry_files, misskeys, readonly
+from cachedoctor.stablekeys.entry_files import jax_cache_dir
 
 # The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
 # JAX's compilation_cache_test patches time.monotonic with ten values for two compiles, and
@@ -94,6 +99,8 @@ MAX_MODULES = 4096  # beyond this many module names, counts go to OTHER_MODULE
 MAX_KEYS_PER_MODULE = 16  # beyond this many keys of one module, only the module counts them
 MAX_MISSED_KEYS = 64  # missed keys whose components a record keeps (``missed``: misskeys.py)
 MAX_MISSED_BYTES = 8192  # a missed key's values beyond this are left out (its digests stay)
+MAX_LOAD_FAILURES = 16  # entries JAX failed to load that a record names (``load_failures``)
+MAX_LOAD_MESSAGE = 400  # characters of JAX's error kept per failure
 KEY_COUNTS = ("lookups", "hits", "writes")  # per key, in a module's ``keys``
 OTHER_MODULE = "(other modules)"
 UNKNOWN_MODULE = "(unknown module)"  # an event outside compile_or_get_cached
@@ -138,7 +145,6 @@ CONFIG_NAMES = {
     # wrote is computed again by another process (prune --duplicates' evidence of a writer)
     "remove_ptr_from_key": "remove_custom_partitioning_ptr_from_cache_key",
 }
-ENTRY_SUFFIX = "-cache"  # JAX's LRUCache names an entry <key>-cache (0.4.38 .. 0.12)
 
 
 @dataclass
@@ -163,6 +169,7 @@ class _Recorder:
     modules: dict[str, dict[str, float]] = field(default_factory=dict)
     keys: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # module: key: n
     missed: dict[str, dict[str, Any]] = field(default_factory=dict)  # key: its components
+    load_failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # key: JAX's error
     warned: bool = False
     written: str | None = None  # where the record went (for tests and `status`)
 
@@ -366,7 +373,7 @@ def _outcome(call: _Call) -> str | None:
     if call.write_event:
         if call.put_failed:
             return "write_failures"
-        if call.put_key is not None and not _entry_exists(call.put_key):
+        if call.put_key is not None and not entry_files.entry_exists(call.put_key):
             return "writes_lost"
         return "writes"
     if call.put_key is not None:
@@ -394,16 +401,6 @@ def refuses_host_callbacks(cache_write: Callable[..., Any] | None) -> bool:
         return "host_callbacks" in inspect.signature(cache_write).parameters
     except (TypeError, ValueError):
         return True
-
-
-def _entry_exists(key: str) -> bool:
-    """Whether JAX's entry ``key`` exists: one ``stat`` in a local cache dir; on a bucket, True
-    (JAX's put returned: no request per compile)."""
-    where = Location.of_setting(jax_cache_dir())
-    folder = None if where is None else where.local_path
-    if folder is None:
-        return True
-    return os.path.exists(os.path.join(folder, key + ENTRY_SUFFIX))
 
 
 def _config_value(name: str) -> float | None:
@@ -449,7 +446,14 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
         if call is not None:
             with contextlib.suppress(Exception):
                 call.get_key = str(cache_key)
-        result = original(cache_key, *args, **kwargs)
+        try:
+            result = original(cache_key, *args, **kwargs)
+        except Exception as exc:  # JAX warns "Error reading ..." and compiles; the error goes on
+            try:
+                _note_load_failure(call, str(cache_key), exc)
+            except Exception as note_exc:
+                warn_once(f"{type(note_exc).__name__}: {note_exc}")
+            raise
         if call is not None and isinstance(result, tuple) and result and result[0] is None:
             try:  # a miss: what went into the key, while JAX's arguments are as it hashed them
                 call.missed = misskeys.describe_miss(str(cache_key))
@@ -460,6 +464,25 @@ def _wrap_get(original: Callable[..., Any]) -> Callable[..., Any]:
     get_executable_and_time.__cachedoctor_stats_original__ = original  # type: ignore[attr-defined]
     get_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
     return get_executable_and_time
+
+
+def _note_load_failure(call: _Call | None, key: str, exc: Exception) -> None:
+    """Keep JAX's error on loading ``key`` (at most :data:`MAX_LOAD_FAILURES` a record) and,
+    in a local cache, the file's identity then: evidence that these very bytes do not load
+    (``core/usage/load_failures.py`` decides what it proves)."""
+    if _recorder is None:
+        return
+    doc: dict[str, Any] = {
+        "module": call.module if call is not None else UNKNOWN_MODULE,
+        "time": _wall(),
+        "error": type(exc).__name__,
+        "message": str(exc)[:MAX_LOAD_MESSAGE],
+        "file": entry_files.file_identity(key),
+    }
+    with _lock:
+        failures = _recorder.load_failures
+        if key not in failures and len(failures) < MAX_LOAD_FAILURES:
+            failures[key] = doc
 
 
 def start(mode: str, write: Callable[[], object]) -> bool:
@@ -531,6 +554,7 @@ def snapshot() -> dict[str, Any] | None:
             if keys:
                 modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
         missed = {key: dict(doc) for key, doc in recorder.missed.items()}
+        load_failures = {key: dict(doc) for key, doc in recorder.load_failures.items()}
     import jax
 
     return {
@@ -544,6 +568,7 @@ def snapshot() -> dict[str, Any] | None:
         "hook": recorder.mode,
         "config": {name: _config_value(name) for name in CONFIG_NAMES},
         "modules": modules,
+        **({"load_failures": load_failures} if load_failures else {}),
         **({"read_only": True, "cache_dir": _cache_named()} if readonly.active() else {}),
     }
 
@@ -552,11 +577,3 @@ def _cache_named() -> str | None:
     """The cache a read-only record is of, as ``readonly.cache_identity`` names it."""
     folder = jax_cache_dir()
     return None if folder is None else readonly.cache_identity(folder)
-
-
-def jax_cache_dir() -> str | None:
-    """The cache dir JAX's config names in this process (None: no persistent cache)."""
-    from jax._src import config
-
-    value = config.compilation_cache_dir.value
-    return str(value) if value else None

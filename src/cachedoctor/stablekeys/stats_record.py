@@ -16,7 +16,8 @@ from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys import readonly, stats
-from cachedoctor.stablekeys.stats import RECORD_SUFFIX, jax_cache_dir, snapshot, warn_once
+from cachedoctor.stablekeys.entry_files import jax_cache_dir
+from cachedoctor.stablekeys.stats import RECORD_SUFFIX, snapshot, warn_once
 from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 

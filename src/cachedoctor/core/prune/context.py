@@ -34,7 +34,8 @@ from cachedoctor.core.scan.report import (
 )
 from cachedoctor.core.usage import records
 from cachedoctor.core.usage.lookups import EntryUse, entry_use
-from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX
+from cachedoctor.core.usage.model import Record
+from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, STATS_DIRNAME
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage import mounts
 from cachedoctor.storage.fsops import FileId, Folder, Stat
@@ -308,7 +309,19 @@ def decode_for_rules(ctx: PruneContext, entries: dict[str, PlannedEntry]) -> Sca
         ctx.now,
         manifests=ctx.manifest_data(),
         root_as_given=ctx.options.jobs_cache_dir or ctx.where.spelling,
+        evidence_records=_evidence_records(ctx),  # scan's `corrupt` by JAX's failed loads
     )
+
+
+def _evidence_records(ctx: PruneContext) -> list[Record]:
+    """The stats records and archives, as scan reads them for JAX's failed loads; none on a
+    bucket (no file identity to hold a failure to) or when the folder cannot be read."""
+    if ctx.cd.is_remote or not any(i.name == STATS_DIRNAME for i in ctx.listing.items):
+        return []
+    try:
+        return records.read_evidence(ctx.where.resolved().store())
+    except (OSError, ValueError):
+        return []
 
 
 def file_units(entries: list[PlannedEntry]) -> list[list[PlannedEntry]]:

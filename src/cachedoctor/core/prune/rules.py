@@ -99,8 +99,9 @@ def remove_marked(ctx: PruneContext, state: PlanState) -> None:
 
 
 def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
-    """``--corrupt``: exactly scan's ``corrupt`` errors (the decoder's evidence); a truncation
-    under a minute old and unreadable files are skipped, as scan says."""
+    """``--corrupt``: exactly scan's ``corrupt`` errors (the decoder's evidence, or a stats
+    record of JAX's own load failing on the very file); a truncation under a minute old and
+    unreadable files are skipped, as scan says."""
     entries = state.entries
     for f in _decoded(state).findings:
         if f.kind is FindingKind.UNREADABLE:  # scan says the same: never removed
@@ -124,8 +125,11 @@ def rule_corrupt(ctx: PruneContext, state: PlanState) -> None:
                     )
                 )
                 continue
-            problem = real_problems(entries[key].info)[0]  # type: ignore[arg-type]
-            entries[key].rules.append((Selector.CORRUPT, f"{problem.kind}: {problem.message}"))
+            info = entries[key].info
+            problems = real_problems(info) if info is not None else []
+            # the reader's evidence, or JAX's own failed load of this very file (a stats record)
+            why = f"{problems[0].kind}: {problems[0].message}" if problems else f.evidence
+            entries[key].rules.append((Selector.CORRUPT, why))
 
 
 def rule_relocated(ctx: PruneContext, state: PlanState) -> None:

@@ -41,17 +41,28 @@ def build_report(
     manifests: Sequence[Mapping[str, object] | None] = (),
     records: Sequence[Record] = (),
     root_as_given: str | None = None,
+    evidence_records: Sequence[Record] | None = None,
 ) -> ScanReport:
     """Findings and statistics from decoded entries (pure: no I/O).
 
     ``manifests``: the cache's key manifests as JSON data (``stablekeys.manifest``): they say
     which entries are under the stable hasher, and which modules JAX compiled but never stored.
     ``records``: the stats records (``usage/records.py``): why those were not stored.
+    ``evidence_records``: those and the ones ``stats --zero`` archived (``records`` when not
+    given): which loads JAX failed on the files there now.
     ``root_as_given``: the directory as the user spelled it, when the listing's root is its
     real path (``relocated`` compares paths as JAX hashes them: as spelled).
     """
     scan = ScanInput(
-        listing, entries, jax_info, now, sub, manifests, records, root_as_given or listing.root
+        listing,
+        entries,
+        jax_info,
+        now,
+        sub,
+        manifests,
+        records,
+        root_as_given or listing.root,
+        records if evidence_records is None else evidence_records,
     )
     findings = run_rules(scan)  # core/scan/rules/registry.SCAN_RULES, in its order
     findings.sort(key=lambda f: (-f.severity, f.kind, f.module or "", f.entries))

@@ -145,13 +145,13 @@ def local_inputs(
             return None
         h.update(b"\0manifests\0")
         newest = max(newest, _hash_members(h, sorted(manifests.members)))
-        if any(m[0] == layout.STATS_DIRNAME for m in snapshot.members):
-            try:  # not-stored's reasons read the stats records (scan/rules/inventory.py)
-                records = listdir.read_dir(os.path.join(snapshot.root, layout.STATS_DIRNAME))
-            except OSError:
-                return None
-            h.update(b"\0stats\0")
-            newest = max(newest, _hash_members(h, sorted(records.members)))
+    if any(m[0] == layout.STATS_DIRNAME for m in snapshot.members):
+        try:  # not-stored's reasons and JAX's failed loads read the stats records
+            records = listdir.read_dir(os.path.join(snapshot.root, layout.STATS_DIRNAME))
+        except OSError:
+            return None
+        h.update(b"\0stats\0")
+        newest = max(newest, _hash_members(h, sorted(records.members)))
     if newest >= (now - index.RACY_S) * 1e9:
         return None
     return h.hexdigest()

@@ -218,9 +218,16 @@ class _Scan:
         if any(i.kind in kinds for i in listing.items):
             sub = subcaches.scan_subcaches(Path(listing.root))
         manifests = _read_manifests(listing, where)
-        records = _read_records(listing, manifests, where)
+        records, archived = _read_records(listing, where)
         report = build_report(
-            listing, entries, self.jax_info, self.now, sub, manifests=manifests, records=records
+            listing,
+            entries,
+            self.jax_info,
+            self.now,
+            sub,
+            manifests=manifests,
+            records=records,
+            evidence_records=[*records, *archived],
         )
         return self._finished(memo, memo.kept(report))
 
@@ -293,9 +300,15 @@ class _Scan:
             return served
         entries = decoded(self.progress)
         manifests = _read_manifests(listing, where)
-        records = _read_records(listing, manifests, where)
+        records, archived = _read_records(listing, where)
         report = build_report(
-            listing, entries, self.jax_info, self.now, manifests=manifests, records=records
+            listing,
+            entries,
+            self.jax_info,
+            self.now,
+            manifests=manifests,
+            records=records,
+            evidence_records=[*records, *archived],
         )
         return self._finished(memo, memo.kept(report))
 
@@ -475,16 +488,17 @@ def _read_manifests(listing: CacheListing, root: Location) -> list[Mapping[str, 
         return []
 
 
-def _read_records(
-    listing: CacheListing, manifests: list[Mapping[str, object]], where: Location
-) -> list[Record]:
-    """The stats records, read only when key manifests may name modules without an entry
-    (``not-stored`` explains them from the records); unreadable ones are left out here."""
-    from cachedoctor.core.usage.records import read_records
+def _read_records(listing: CacheListing, where: Location) -> tuple[list[Record], list[Record]]:
+    """The stats records, and those ``stats --zero`` archived, where the cache has them:
+    ``not-stored`` explains from the first the modules key manifests name without an entry,
+    and ``corrupt`` from both the loads JAX failed on the files there now
+    (``usage/load_failures``); unreadable ones are left out here."""
+    from cachedoctor.core.usage.records import read_archived, read_records
 
-    if not manifests or not any(i.name == layout.STATS_DIRNAME for i in listing.items):
-        return []
+    if not any(i.name == layout.STATS_DIRNAME for i in listing.items):
+        return [], []
     try:
-        return read_records(where.store())[0]
+        store = where.store()
+        return read_records(store)[0], read_archived(store)
     except OSError:
-        return []
+        return [], []

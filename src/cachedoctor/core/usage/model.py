@@ -215,6 +215,59 @@ def missed_key_of(key: str, doc: Any) -> MissedKey | None:
 
 
 @dataclass(frozen=True)
+class LoadFailure:
+    """JAX's load of an entry raised (``stablekeys/stats.py``): its error, and the file's size,
+    modification time and inode then (None on a bucket, or when it could not be stat'ed)."""
+
+    key: str
+    module: str
+    time: float
+    error: str  # the exception's type name, as JAX's warning shows it
+    message: str
+    size: int | None = None
+    mtime_ns: int | None = None
+    ino: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        file = None
+        if self.size is not None:
+            file = {"size": self.size, "mtime_ns": self.mtime_ns, "ino": self.ino}
+        return {
+            "module": self.module,
+            "time": self.time,
+            "error": self.error,
+            "message": self.message,
+            "file": file,
+        }
+
+
+def load_failure_of(key: str, doc: Any) -> LoadFailure | None:
+    """A record's ``load_failures`` entry, or None when it is not one the recorder writes."""
+    try:
+        file = doc.get("file")
+        ident: tuple[int | None, ...] = (None, None, None)
+        if isinstance(file, dict):
+            values = tuple(file.get(n) for n in ("size", "mtime_ns", "ino"))
+            if all(type(v) is int and v >= 0 for v in values):
+                ident = values
+        when = float(doc["time"])
+        if not math.isfinite(when):
+            return None
+        return LoadFailure(
+            key=str(key),
+            module=str(doc["module"]),
+            time=when,
+            error=str(doc["error"])[:200],
+            message=str(doc.get("message", ""))[:1000],
+            size=ident[0],
+            mtime_ns=ident[1],
+            ino=ident[2],
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
 class Record:
     """One process's record."""
 
@@ -236,6 +289,8 @@ class Record:
     # a process that used its cache read-only records it elsewhere, naming the cache
     # (``readonly.cache_identity``); None: the record is of the cache whose folder holds it
     cache_dir: str | None = None
+    # entries JAX failed to load (at most 16); empty in records from before them
+    load_failures: dict[str, LoadFailure] = field(default_factory=dict)
 
     @property
     def day(self) -> str:

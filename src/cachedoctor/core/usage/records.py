@@ -23,6 +23,7 @@ from cachedoctor.core.usage.model import (
     KEY_VALUES,
     KeyCounts,
     Record,
+    load_failure_of,
     make_key_counts,
     missed_key_of,
     sparse_counters,
@@ -207,8 +208,9 @@ def _freeze(r: Record) -> str:
     modules = {name: sparse_counters(c) for name, c in r.modules.items()}
     keys = {key: KEY_VALUES(k) for key, k in r.keys.items()}
     missed = {key: m.to_dict() for key, m in r.missed.items()}
+    failures = {key: f.to_dict() for key, f in r.load_failures.items()}
     fields = [r.host, r.pid, r.start, r.end, r.jax, r.hook, r.config, modules, keys, missed]
-    return _dumps(["record", *fields, r.cache_dir])
+    return _dumps(["record", *fields, r.cache_dir, failures])
 
 
 def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
@@ -220,7 +222,10 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             return _broken(path, str(doc[1]))
         if kind == "unreadable" and len(doc) == 2:
             return _unreadable(path, str(doc[1]))
-        _, host, pid, start, end, jax, hook, config, modules, keys, missed, cache_dir = doc
+        _, host, pid, start, end, jax, hook, config, modules, keys, missed, cache_dir, *rest = doc
+        failures = rest[0] if len(rest) == 1 else {}  # rows kept before failures were read
+        if len(rest) > 1 or not isinstance(failures, dict):
+            return None
         if not (cache_dir is None or isinstance(cache_dir, str)):
             return None
         return Record(
@@ -236,6 +241,9 @@ def _thaw(name: str, path: str, body: str) -> Record | Finding | None:
             keys={k: make_key_counts(v) for k, v in keys.items()},
             missed={k: m for k, v in missed.items() if (m := missed_key_of(k, v)) is not None},
             cache_dir=cache_dir,
+            load_failures={
+                k: f for k, v in failures.items() if (f := load_failure_of(k, v)) is not None
+            },
         )
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None

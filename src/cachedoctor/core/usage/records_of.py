@@ -74,7 +74,8 @@ def records_folders(cache: str) -> list[Location]:
 
 def _read(where: Location, archived: bool) -> tuple[list[Record], list[Finding]]:
     """A folder's records (none when it is not there or cannot be listed)."""
-    if where.is_local and not os.path.isdir(os.path.join(where.spelling, STATS_DIRNAME)):
+    folder = where.local_path  # None: a bucket, listed by its store
+    if folder is not None and not os.path.isdir(os.path.join(folder, STATS_DIRNAME)):
         return [], []
     store = where.store()
     found, findings = usage_records.read_records(store)
@@ -93,7 +94,8 @@ def cache_named(named: str) -> str:
     """A record's cache as :func:`identity` names it: records written before the recorder
     resolved the cache's path hold JAX's own spelling (a link, ``..``, a trailing slash); a
     relative one, resolved against a working directory no longer known, is kept as it is."""
-    if "://" in named or os.path.isabs(named):
+    where = Location.of_setting(named)
+    if where is not None and (where.url is not None or os.path.isabs(named)):
         return readonly.cache_identity(named)
     return named
 
@@ -132,7 +134,7 @@ def records_by_cache(where: Location, *, archived: bool = True) -> list[CacheRec
 def _location(cache: str) -> Location | None:
     """A cache a record names, where it can be read: a folder that is there, or a bucket."""
     where = Location.of_setting(cache)
-    if where is None or (where.is_local and not os.path.isdir(where.spelling)):
+    if where is None or (where.local_path is not None and not os.path.isdir(where.local_path)):
         return None
     return where
 

@@ -17,8 +17,10 @@ from cachedoctor.core.usage.model import (
     KEY_VALUES,
     Counters,
     KeyCounts,
+    LoadFailure,
     MissedKey,
     Record,
+    load_failure_of,
     make_key_counts,
     missed_key_of,
 )
@@ -192,6 +194,7 @@ def parse_record(file: str, data: bytes) -> Record:
         keys=keys,
         missed=_missed(doc.get("missed")),
         cache_dir=_cache_dir(doc),
+        load_failures=_load_failures(doc.get("load_failures")),
     )
 
 
@@ -208,3 +211,10 @@ def _missed(raw: object) -> dict[str, MissedKey]:
         return {}
     found = ((str(k), missed_key_of(k, v)) for k, v in raw.items())
     return {k: m for k, m in found if m is not None}
+
+
+def _load_failures(raw: object) -> dict[str, LoadFailure]:
+    if not isinstance(raw, dict):
+        return {}
+    found = ((str(k), load_failure_of(k, v)) for k, v in raw.items())
+    return {k: f for k, f in found if f is not None}

@@ -4,6 +4,8 @@ files, entries that do not decode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cachedoctor import layout
 from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing, FileKind
@@ -17,6 +19,8 @@ from cachedoctor.core.scan.report import (
     real_problems,
     unknown_layout,
 )
+from cachedoctor.core.usage.load_failures import proven_failures
+from cachedoctor.core.usage.model import Record
 from cachedoctor.errors import count
 
 
@@ -131,6 +135,35 @@ def corrupt_findings(entries: list[EntryInfo], now: float) -> list[Finding]:
                 module=e.module,
                 entries=(e.key,),
                 problem=real[0].kind,
+            )
+        )
+    return findings
+
+
+def load_failure_findings(
+    entries: list[EntryInfo], listing: CacheListing, records: Sequence[Record]
+) -> list[Finding]:
+    """Entries whose bytes look whole to the reader but that JAX's own load refused, on the
+    file that is there now (``usage/load_failures``: what such a failure proves)."""
+    if not any(r.load_failures for r in records):
+        return []
+    files = {
+        i.key: (i.size, i.mtime_ns, i.ino)
+        for i in listing.entries
+        if i.key is not None and not i.is_symlink and not listing.remote
+    }
+    proven = proven_failures(records, files)
+    findings = []
+    for e in entries:
+        found = proven.get(e.key)
+        if found is None or real_problems(e):  # the reader's own evidence is said already
+            continue
+        findings.append(
+            catalog.CORRUPT_BY_JAX.finding(
+                f"{e.key}: JAX could not load it: {found.failure.error}",
+                module=e.module,
+                entries=(e.key,),
+                problem=found.words(),
             )
         )
     return findings

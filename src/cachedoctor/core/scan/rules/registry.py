@@ -19,7 +19,11 @@ from cachedoctor.cache.jaxenv import JaxInfo
 from cachedoctor.cache.listdir import CacheListing
 from cachedoctor.cache.model import EntryInfo
 from cachedoctor.core.findings import Finding, FindingKind
-from cachedoctor.core.scan.rules.integrity import atime_findings, corrupt_findings
+from cachedoctor.core.scan.rules.integrity import (
+    atime_findings,
+    corrupt_findings,
+    load_failure_findings,
+)
 from cachedoctor.core.scan.rules.inventory import (
     mixtures,
     not_stored_findings,
@@ -54,6 +58,8 @@ class ScanInput:
     manifests: Sequence[Mapping[str, object] | None]  # the key manifests, as JSON data
     records: Sequence[Record]  # the stats records
     root_as_given: str  # the cache dir as the user spelled it (JAX hashes paths as spelled)
+    # the records and those ``stats --zero`` archived: JAX's failed loads stay evidence after it
+    evidence_records: Sequence[Record] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,10 @@ SCAN_RULES: tuple[ScanRule, ...] = (
     ScanRule(
         "corrupt",
         (K.CORRUPT, K.UNREADABLE, K.UNKNOWN_LAYOUT),
-        lambda s, _: corrupt_findings(s.entries, s.now),
+        lambda s, _: (
+            corrupt_findings(s.entries, s.now)
+            + load_failure_findings(s.entries, s.listing, s.evidence_records)
+        ),
     ),
     ScanRule("insecure", (K.INSECURE,), lambda s, _: insecure_findings(s.listing)),
     ScanRule("mixtures", (K.MIXED_VERSIONS, K.MIXED_PLATFORMS), lambda s, _: mixtures(s.entries)),
