@@ -31,6 +31,7 @@ def break_buffer_assignment(data: bytes) -> bytes:
     length, at = wire.read_varint(body, 0, len(body))
     start = at + length if b"pjrt_ifrt" in bytes(body[at : at + length]) else 0
     executable = next(v for n, _wt, v in wire.field_list(body[start:]) if n == 1)
+    assert isinstance(executable, memoryview)
     assignment = bytes(next(v for n, _wt, v in wire.field_list(executable) if n == 2))
     where = bytes(raw).find(assignment)
     assert where > 0 and bytes(raw).count(assignment) == 1
@@ -151,5 +152,7 @@ def test_a_refused_load_of_the_whole_file_there_proves_it() -> None:
         ),
     ],
 )
-def test_what_a_failure_does_not_prove(why: str, records: list[Record], files: dict) -> None:
+def test_what_a_failure_does_not_prove(
+    why: str, records: list[Record], files: dict[str, tuple[int, int, int]]
+) -> None:
     assert proven_failures(records, files) == {}, why

@@ -168,7 +168,7 @@ def test_turning_the_pointer_flag_on_is_named_not_a_changed_program(
     the first run's program without its pointers is the one JAX hashed with the flag on. why
     names the flag, and says the program is otherwise the same: never "the program changed"."""
     on = {POINTER_FLAG.upper(): "true"}
-    runs = ({}, on, on, {})
+    runs: tuple[dict[str, str], ...] = ({}, on, on, {})
     cache, logs = shared_history(shared_builds, runs, program=_program("seed"))
     missed = [dict(_MISSED.findall(log)).get("jit_f") for log in logs]
     assert missed[2] is None and "jit_f" in hits(logs[2])

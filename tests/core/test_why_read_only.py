@@ -54,6 +54,7 @@ def record_folders(root: Path) -> list[Path]:
 
 def miss_of(doc: dict[str, Any], key: str) -> dict[str, Any]:
     (miss,) = [m for m in doc["misses"] if m["key"] == key]
+    assert isinstance(miss, dict)
     return miss
 
 
@@ -74,7 +75,7 @@ def test_read_only_misses_are_explained_from_the_cache_and_from_the_records_fold
         ),
         run_logged(cache, "stats", env={**READ_ONLY, "WHY_EDIT": "1"}),
     ]
-    jax_missed = [dict(_MISSED.findall(log)).get(MODULE) for log in logs]
+    jax_missed = [dict(_MISSED.findall(log)).get(MODULE) or "" for log in logs]
     assert all(jax_missed), jax_missed  # JAX: each run missed jit_step, each a key of its own
     first, flagged, edited = (logged_keys(log)[0] for log in logs)
     assert len(list((cache / "cachedoctor-stats").glob("*.json"))) == 1  # the normal run's only

@@ -66,9 +66,10 @@ def _outer_class() -> type[Message]:
     )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(
+    found: type[Any] = message_factory.GetMessageClass(
         pool.FindMessageTypeByName("issue54.ExecutableAndOptions")
     )
+    return found
 
 
 class TakenApart:

@@ -4,6 +4,7 @@ library, the same names every time, and never trusted when damaged or stale."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ pytest.importorskip("jaxlib")
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Each test starts with nothing kept and nothing read in this process."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv(schema_memo.DISABLE_ENV, raising=False)
@@ -71,13 +72,14 @@ def test_a_damaged_or_foreign_file_is_read_as_missing(monkeypatch: pytest.Monkey
     # a valid document of another library (renamed into this one's place) is not trusted
     doc = kept.read_text().replace('"library":"', '"library":"0', 1)
     kept.write_text(doc)
-    reads = []
+    reads: list[object] = []
     original = optionschema.read_descriptors
-    monkeypatch.setattr(
-        optionschema,
-        "read_descriptors",
-        lambda library, *a: reads.append(library) or original(library, *a),
-    )
+
+    def counted(library: Path, *args: tuple[str, ...]) -> object:
+        reads.append(library)
+        return original(library, *args)
+
+    monkeypatch.setattr(optionschema, "read_descriptors", counted)
     assert _read_in_process() == read
     assert reads, "a file naming another library must not stand for this one"
 
@@ -98,7 +100,7 @@ def test_an_upgraded_jaxlib_is_read_afresh(monkeypatch: pytest.MonkeyPatch) -> N
         fields[8] = st.st_mtime + 10  # st_mtime
         return os.stat_result(fields, {"st_mtime_ns": st.st_mtime_ns + 10**10})
 
-    monkeypatch.setattr(schema_memo.os, "stat", newer)
+    monkeypatch.setattr(os, "stat", newer)
     assert schema_memo.identity(library) != before
     assert schema_memo.load(library) is None
 
