@@ -617,21 +617,36 @@ PRUNE_DAMAGE = (
 )
 
 
-def prune_damage_step(python: Path) -> dict[str, object]:
-    """Each of a few damaged copies of the jit_add entry in the cache JAX wrote it to: JAX run on
-    it (its verdict), ``prune --corrupt --apply``, JAX run again. What prune removed, JAX had
-    failed on (and now compiles and stores anew); what it kept, JAX loaded, or fails on still."""
-    cache = WORK / "caches" / "prune-damage"
-    pristine = WORK / "prune-damage-pristine"
+def _add_entry_copies(python: Path, name: str) -> tuple[Path, Path, Path, Path, dict[str, bytes]]:
+    """A cache the program wrote (``caches/<name>``), a pristine copy of it, the program, its
+    ``jit_add`` entry and that entry's damaged copies by variant name."""
+    cache = WORK / "caches" / name
+    pristine = WORK / f"{name}-pristine"
     for folder in (cache, pristine):
         shutil.rmtree(folder, ignore_errors=True)
     cache.mkdir(parents=True)
     program = write_program("a", "", ADD_RHS)
-    run_program(python, program, cache, WORK / "logs" / "prune-damage-write.log", {})
+    run_program(python, program, cache, WORK / "logs" / f"{name}-write.log", {})
     shutil.copytree(cache, pristine)
     (entry,) = cache.glob("jit_add-*-cache")
     seed = int(hashlib.sha256(b"jit_add").hexdigest()[:8], 16)
-    variants = {name: data for name, _what, data in variants_of(entry.read_bytes(), seed)}
+    variants = {v: data for v, _what, data in variants_of(entry.read_bytes(), seed)}
+    return cache, pristine, program, entry, variants
+
+
+def _add_verdict(found: dict[str, object]) -> str:
+    """JAX's verdict on ``jit_add`` in one run: error (its load failed), hit or miss."""
+    if any("jit_add" in e for e in found.get("errors") or []):  # type: ignore[union-attr]
+        return "error"
+    seen = [k for k, m, _ in found.get("outcomes") or [] if m == "jit_add"]  # type: ignore[misc]
+    return seen[0] if seen else "?"
+
+
+def prune_damage_step(python: Path) -> dict[str, object]:
+    """Each of a few damaged copies of the jit_add entry in the cache JAX wrote it to: JAX run on
+    it (its verdict), ``prune --corrupt --apply``, JAX run again. What prune removed, JAX had
+    failed on (and now compiles and stores anew); what it kept, JAX loaded, or fails on still."""
+    cache, pristine, program, entry, variants = _add_entry_copies(python, "prune-damage")
     out = []
     for name in PRUNE_DAMAGE:
         if name not in variants:
@@ -646,13 +661,12 @@ def prune_damage_step(python: Path) -> dict[str, object]:
         removed = not entry.exists() or entry.read_bytes() != variants[name]
         after = run_program(python, program, cache, WORK / "logs" / "prune-damage.log", {})
 
-        def of(found: dict[str, object]) -> str:
-            if any("jit_add" in e for e in found.get("errors") or []):  # type: ignore[union-attr]
-                return "error"
-            seen = [k for k, m, _ in found.get("outcomes") or [] if m == "jit_add"]  # type: ignore[misc]
-            return seen[0] if seen else "?"
-
-        row = {"variant": name, "jax_before": of(before), "pruned": removed, "jax_after": of(after)}
+        row = {
+            "variant": name,
+            "jax_before": _add_verdict(before),
+            "pruned": removed,
+            "jax_after": _add_verdict(after),
+        }
         out.append({**row, "prune_rc": pruned["rc"]})
         log(f"prune-damage {name}: {row}")
     return {"variants": out}
@@ -668,18 +682,8 @@ def load_failures_step(python: Path) -> dict[str, object]:
     with the stats recorder (``CACHEDOCTOR_HOOK=stats``: its verdict, and the record of it),
     ``scan --json`` (what it calls the entry now), ``prune --corrupt --apply``, and JAX twice
     again (a copy JAX refused compiles and is stored once, then hits; one it loaded hits)."""
-    cache = WORK / "caches" / "load-failures"
-    pristine = WORK / "load-failures-pristine"
-    for folder in (cache, pristine):
-        shutil.rmtree(folder, ignore_errors=True)
-    cache.mkdir(parents=True)
-    program = write_program("a", "", ADD_RHS)
+    cache, pristine, program, entry, variants = _add_entry_copies(python, "load-failures")
     logs = WORK / "logs" / "load-failures.log"
-    run_program(python, program, cache, logs, {})
-    shutil.copytree(cache, pristine)
-    (entry,) = cache.glob("jit_add-*-cache")
-    seed = int(hashlib.sha256(b"jit_add").hexdigest()[:8], 16)
-    variants = {name: data for name, _what, data in variants_of(entry.read_bytes(), seed)}
     stats = {"CACHEDOCTOR_HOOK": "stats"}
     out = []
     for name in LOAD_FAILURES:
@@ -705,20 +709,14 @@ def load_failures_step(python: Path) -> dict[str, object]:
         after = run_program(python, program, cache, logs, stats)
         third = run_program(python, program, cache, logs, stats)
 
-        def of(found: dict[str, object]) -> str:
-            if any("jit_add" in e for e in found.get("errors") or []):  # type: ignore[union-attr]
-                return "error"
-            seen = [k for k, m, _ in found.get("outcomes") or [] if m == "jit_add"]  # type: ignore[misc]
-            return seen[0] if seen else "?"
-
         row = {
             "variant": name,
-            "jax_before": of(before),
+            "jax_before": _add_verdict(before),
             "scan": said,
             "pruned": removed,
             "prune_rc": pruned["rc"],
-            "jax_after": of(after),
-            "jax_third": of(third),
+            "jax_after": _add_verdict(after),
+            "jax_third": _add_verdict(third),
         }
         out.append(row)
         log(f"load-failures {name}: {row}")

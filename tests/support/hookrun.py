@@ -22,6 +22,8 @@ from cachedoctor.programs import program_path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MISS_RE = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']+)'")
+# the key of each hit JAX logs (JAX_LOG_COMPILES=1)
+HIT_KEY_RE = re.compile(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'")
 STATS_PREFIX = "CACHEDOCTOR-STATS "
 
 # Runs a bundled program with the hook installed explicitly (no .pth needed), then prints the

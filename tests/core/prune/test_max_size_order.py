@@ -21,7 +21,7 @@ from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 
-HIT_RE = re.compile(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'")
+HIT_RE = hookrun.HIT_KEY_RE
 
 
 def run(cache: Path, size: str) -> set[str]:

@@ -8,7 +8,6 @@ after ``--apply`` (``JAX_LOG_COMPILES=1``: "Persistent compilation cache hit for
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import time
@@ -28,7 +27,7 @@ from tests.support import hookrun
 
 pytestmark = pytest.mark.slow
 
-HIT_RE = re.compile(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'")
+HIT_RE = hookrun.HIT_KEY_RE
 SIZES = ("16", "24")  # two programs of the plain kind: two entries of jit_g
 
 

@@ -8,7 +8,6 @@ stale and go); 0.8.3, the installed JAX, 0.8.3 is a cache two versions share (bo
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from tests.support.caches import other_jax_python
 
 pytestmark = pytest.mark.slow
 
-HIT_RE = re.compile(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'")
+HIT_RE = hookrun.HIT_KEY_RE
 
 
 def run(cache: Path, python: str) -> set[str]:
