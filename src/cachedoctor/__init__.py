@@ -6,6 +6,10 @@ imports neither jax nor the commands::
     import cachedoctor
     report = cachedoctor.scan("/data/jax-cache")
     print(report.summary.entries, [f.kind for f in report.findings])
+
+PYTEST_DONT_REWRITE: pytest marks the package of its plugin (``cachedoctor.pytest_plugin``) for
+assertion rewriting, and warns when the package was imported first (the hook's start-up);
+cachedoctor holds no test assertions (the plugin unmarks it: ``pytest_plugin/__init__.py``).
 """
 
 from __future__ import annotations

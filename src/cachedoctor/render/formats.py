@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
     from cachedoctor.core.show import KernelView
     from cachedoctor.core.stats import StatsReport, ZeroReport
+    from cachedoctor.core.suite import SuiteReport
     from cachedoctor.core.why import WhyReport
     from cachedoctor.stablekeys.activation import StatusReport
 
@@ -110,6 +111,7 @@ STATS = ReportKind("cachedoctor.core.stats", "StatsReport")
 ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
 STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
 WHY = ReportKind("cachedoctor.core.why", "WhyReport")
+SUITE = ReportKind("cachedoctor.core.suite", "SuiteReport")  # the pytest plugin's
 PREFLIGHT = ReportKind("cachedoctor.core.preflight", "PreflightReport")
 PACK = ReportKind("cachedoctor.core.bundle", "PackReport")
 UNPACK = ReportKind("cachedoctor.core.bundle", "UnpackReport")
@@ -118,7 +120,7 @@ SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
 KINDS = (
     SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PREFLIGHT, PACK,
-    UNPACK, PLAN, SHOW, FINDINGS
+    UNPACK, PLAN, SHOW, FINDINGS, SUITE
 )  # fmt: skip
 
 
@@ -253,6 +255,12 @@ def _why_text(report: WhyReport, console: Console, options: Options) -> None:
     _write(console, "\n".join(why_lines(report)))
 
 
+def _suite_text(report: SuiteReport, console: Console, options: Options) -> None:
+    from cachedoctor.render.suite import suite_lines
+
+    _write(console, "\n".join(suite_lines(report, top=options.max_modules)))
+
+
 def _bundle_text(report: PackReport | UnpackReport, console: Console, options: Options) -> None:
     from cachedoctor.render.bundle import bundle_lines
 
@@ -289,6 +297,7 @@ TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     ZERO: _zero_text,
     STATUS: _status_text,
     WHY: _why_text,
+    SUITE: _suite_text,
     PREFLIGHT: _preflight_text,
     PACK: _bundle_text,
     UNPACK: _bundle_text,
@@ -392,6 +401,12 @@ def _why_document(report: WhyReport) -> dict[str, Any]:
     return why_document(report)
 
 
+def _suite_document(report: SuiteReport) -> dict[str, Any]:
+    from cachedoctor.render.suite import suite_document
+
+    return suite_document(report)
+
+
 def _preflight_document(report: PreflightReport) -> dict[str, Any]:
     from cachedoctor.render.preflight import preflight_document
 
@@ -433,6 +448,7 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
     STATS: _json(_stats_document),
     STATUS: _status_json,
     WHY: _json(_why_document),
+    SUITE: _json(_suite_document),
     PREFLIGHT: _json(_preflight_document),
     PACK: _json(_bundle_document),
     UNPACK: _json(_bundle_document),

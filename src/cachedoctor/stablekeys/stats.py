@@ -179,6 +179,15 @@ _listening = False  # JAX's listeners are registered: this process records
 _refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start())
 _lock = threading.Lock()
 _local = threading.local()
+# called with each miss as it is counted (the pytest plugin's per-test causes); misses only
+_miss_observers: list[Callable[[dict[str, Any]], object]] = []
+
+
+def observe_misses(observer: Callable[[dict[str, Any]], object]) -> None:
+    """Call ``observer`` in the compiling thread with each miss once counted: its ``module``,
+    ``key``, ``outcome``, ``time`` and, when recorded, what went into the key (as ``missed``
+    keeps it, whole). Misses only: a hit costs nothing more."""
+    _miss_observers.append(observer)
 
 
 def recording_mode() -> str | None:
@@ -335,6 +344,10 @@ def _finish(call: _Call, start: float, compiled: bool) -> None:
             _count_key(call.module, call.put_key, "writes")
         if not call.hit and call.missed is not None and call.get_key is not None:
             _keep_missed(call, outcome)
+    if not call.hit and _miss_observers:
+        doc = {**(call.missed or {}), "module": call.module, "key": call.get_key}
+        for observer in _miss_observers:
+            observer({**doc, "time": _wall(), "outcome": outcome})
 
 
 def _keep_missed(call: _Call, outcome: str | None) -> None:

@@ -1,0 +1,151 @@
+"""The pytest plugin against JAX's own log: optax's tests from its sdist run cold, then warm,
+then warm under pytest-xdist; a small suite run with ``--cachedoctor-fail-on-miss`` after one
+program changed, and fully warm. And the plugin off: free, and changing nothing.
+
+JAX processes: 7 (optax cold, warm, two xdist workers; the small suite three times).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import pytest_suites
+from tests.support.pytest_suites import SuiteRun, jax_says, plugin_says, run_suite
+
+pytestmark = pytest.mark.slow
+
+
+def _check_against_jax(run: SuiteRun) -> dict[str, tuple[int, int]]:
+    """Per test, the plugin's hits and misses equal JAX's log lines, and its missed modules
+    the modules JAX logs as missed; returns (hits, misses) per test."""
+    assert run.returncode == 0, run.output[-3000:]
+    seen = {}
+    for nodeid, case in run.cases().items():
+        hits, misses = jax_says(case)
+        said = plugin_says(case)
+        assert int(said["cache_hits"]) == sum(hits.values()), nodeid
+        assert int(said["cache_misses"]) == sum(misses.values()), nodeid
+        assert Counter(m.split(":", 1)[0] for m in said["miss"]) == misses, nodeid
+        seen[nodeid] = (sum(hits.values()), sum(misses.values()))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def optax_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SuiteRun]]:
+    folder, why = pytest_suites.optax_sdist()
+    if folder is None:
+        pytest.skip(why)
+    pytest.importorskip("absl", reason="optax's tests need absl-py (the `test` extra)")
+    cache = tmp_path_factory.mktemp("optax") / "cache"
+    args = ["-q", *pytest_suites.OPTAX_TESTS]
+    runs = {
+        "cold": run_suite(folder, cache, ["-p", "no:xdist", *args], "cold"),
+        "warm": run_suite(folder, cache, ["-p", "no:xdist", *args], "warm"),
+        "xdist": run_suite(folder, cache, ["-n", "2", *args], "xdist"),
+    }
+    yield runs
+
+
+def test_cold_and_warm_hits_and_misses_per_test_are_jaxs(optax_runs: dict[str, SuiteRun]) -> None:
+    cold = _check_against_jax(optax_runs["cold"])
+    warm = _check_against_jax(optax_runs["warm"])
+    assert sum(m for _, m in cold.values()) > 10 and sum(h for h, _ in cold.values()) == 0
+    assert sum(h for h, _ in warm.values()) > 10 and sum(m for _, m in warm.values()) == 0
+    doc = json.loads(optax_runs["cold"].document.read_text())
+    assert doc["document"] == "pytest" and doc["recorder"] == "stats"
+    # every cold miss is a first compile, in why's words, grouped by cause in the summary
+    assert {c["verdict"] for c in doc["causes"]} == {"first"}
+    assert "misses by cause" in optax_runs["cold"].output
+
+
+def test_xdist_figures_are_merged_once(optax_runs: dict[str, SuiteRun]) -> None:
+    run = optax_runs["xdist"]
+    per_test = _check_against_jax(run)
+    doc = json.loads(run.document.read_text())
+    assert doc["processes"] == 2
+    assert sorted(t["nodeid"] for t in doc["tests"]) == sorted(
+        json.loads(optax_runs["warm"].document.read_text())["tests"][i]["nodeid"]
+        for i in range(len(per_test))
+    )
+    logged_hits = sum(h for h, _ in per_test.values())
+    outside = doc["outside_tests"]["hits"]
+    assert doc["totals"]["hits"] == logged_hits + outside
+    assert doc["totals"]["cache_misses"] == 0
+
+
+SUITE = """
+import jax, jax.numpy as jnp
+
+SCALE = {scale}
+
+def test_steady():
+    assert float(jax.jit(lambda x: x + 1.0)(jnp.float32(1))) == 2.0
+
+def test_edited():
+    @jax.jit
+    def step(x):
+        return x * SCALE
+    assert float(step(jnp.float32(2))) == 2.0 * SCALE
+"""
+
+
+def _small_suite(folder: Path, scale: float) -> None:
+    (folder / "test_small.py").write_text(textwrap.dedent(SUITE.format(scale=scale)))
+
+
+def test_fail_on_miss_names_the_module_and_the_cause(tmp_path: Path) -> None:
+    suite, cache = tmp_path / "suite", tmp_path / "cache"
+    suite.mkdir()
+    _small_suite(suite, 3.0)
+    cold = run_suite(suite, cache, ["-p", "no:xdist"], "cold")
+    assert cold.returncode == 0, cold.output[-3000:]
+    _small_suite(suite, 5.0)
+    edited = run_suite(suite, cache, ["-p", "no:xdist", "--cachedoctor-fail-on-miss"], "edited")
+    assert edited.returncode == 1, edited.output[-3000:]
+    cases = edited.cases()
+    failed = cases["test_small::test_edited"].find("failure")
+    assert failed is not None and cases["test_small::test_steady"].find("failure") is None
+    message = failed.text or ""
+    assert "jit_step: the program changed" in message, message
+    assert "[computation]" not in message and "1 persistent-cache miss" in message
+    _, misses = jax_says(cases["test_small::test_edited"])
+    assert misses == Counter({"jit_step": 1})
+    warm = run_suite(suite, cache, ["-p", "no:xdist", "--cachedoctor-fail-on-miss"], "warm")
+    assert warm.returncode == 0, warm.output[-3000:]
+    doc = json.loads(warm.document.read_text())
+    assert doc["totals"]["cache_misses"] == 0 and doc["totals"]["hits"] > 0
+
+
+def test_off_the_plugin_imports_nothing_and_registers_nothing(tmp_path: Path) -> None:
+    probe = (
+        "import sys, cachedoctor.pytest_plugin as p;"
+        "print(sorted(m for m in sys.modules if m.startswith(('jax', 'cachedoctor.'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.replace("'", '"'))
+    assert loaded == ["cachedoctor._version", "cachedoctor.pytest_plugin"]
+    (tmp_path / "test_probe.py").write_text(
+        "import sys\n"
+        "def test_probe(pytestconfig):\n"
+        "    import cachedoctor.units\n"
+        "    assert not pytestconfig.pluginmanager.has_plugin('cachedoctor-session')\n"
+        "    assert pytestconfig.pluginmanager.has_plugin('cachedoctor')\n"
+        "    assert 'jax' not in sys.modules\n"
+        "    loader = type(sys.modules['cachedoctor.units'].__loader__).__name__\n"
+        "    assert loader != 'AssertionRewritingHook', loader\n"
+    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    argv += ["-c", "/dev/null", "--rootdir", str(tmp_path), "-W", "error", str(tmp_path)]
+    env = {"CACHEDOCTOR_HOOK": "stats", "PATH": "/usr/bin:/bin"}  # cachedoctor imported first
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "cachedoctor" not in done.stdout.split("passed")[-1]
