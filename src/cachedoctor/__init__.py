@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor._version import __version__
 
-__all__ = ["CachedoctorError", "__version__", "diff", "lint", "prune_plan", "scan", "stats"]
+__all__ = [
+    "CachedoctorError", "__version__", "diff", "lint", "metrics", "prune_plan", "scan", "stats"
+]  # fmt: skip
 
 if TYPE_CHECKING:
-    from cachedoctor.api import diff, lint, prune_plan, scan, stats
+    from cachedoctor.api import diff, lint, metrics, prune_plan, scan, stats
     from cachedoctor.errors import CachedoctorError
 
 
@@ -30,7 +32,7 @@ def __getattr__(name: str) -> Any:
         from cachedoctor.errors import CachedoctorError
 
         return CachedoctorError
-    if name in ("diff", "lint", "prune_plan", "scan", "stats"):
+    if name in ("diff", "lint", "metrics", "prune_plan", "scan", "stats"):
         from cachedoctor import api
 
         return getattr(api, name)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from cachedoctor.core.diff.report import DiffReport
     from cachedoctor.core.lint import LintReport
+    from cachedoctor.core.metrics import StatsMetrics
     from cachedoctor.core.prune.actions import Plan
     from cachedoctor.core.scan.report import ScanReport
     from cachedoctor.core.stats import StatsReport
@@ -62,6 +63,16 @@ def _optional_str(value: object, name: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise _usage(f"{name}: expected a str or None, not {value!r:.60}")
+
+
+def _since(value: str | float | None) -> float | None:
+    """``since`` read as ``--since`` reads it."""
+    from cachedoctor.units import parse_since
+
+    try:
+        return None if value is None else parse_since(value)
+    except ValueError as exc:
+        raise _usage(f"since: {exc}") from None
 
 
 def _executor(value: object) -> Executor | None:
@@ -161,16 +172,38 @@ def stats(
     ``"2026-01-31"`` or a Unix time (a number, or a string of one); ``module``: a name or glob."""
     from cachedoctor.core.stats import collect_stats
     from cachedoctor.errors import path_error
-    from cachedoctor.units import parse_since
 
-    try:
-        start = None if since is None else parse_since(since)
-    except ValueError as exc:
-        raise _usage(f"since: {exc}") from None
+    start = _since(since)
     pattern = _optional_str(module, "module")
     where = _dir(cache_dir)
     try:
         return collect_stats(where, since=start, module=pattern)
+    except OSError as exc:
+        raise path_error(exc, exc.filename or where.spelling) from None
+
+
+def metrics(
+    cache_dir: PathLike | Location | None = None,
+    *,
+    since: str | float | None = None,
+    module: str | None = None,
+    max_modules: int = 25,
+) -> StatsMetrics:
+    """What ``cachedoctor stats --format openmetrics`` prints, as plain data: ``families``, each
+    with its ``name``, ``type``, ``unit``, ``help`` and ``samples`` (name, labels, value);
+    ``value(sample, **labels)`` reads one, ``stats`` is the report they come from.
+    ``since`` and ``module`` as for :func:`stats`; ``max_modules`` modules have their own
+    ``module`` label, the rest add up under ``(other modules)``."""
+    from cachedoctor.core.metrics import collect_metrics
+    from cachedoctor.errors import path_error
+
+    if isinstance(max_modules, bool) or not isinstance(max_modules, int) or max_modules < 0:
+        raise _usage(f"max_modules: expected a count (an int, 0 or more), not {max_modules!r:.60}")
+    start = _since(since)
+    pattern = _optional_str(module, "module")
+    where = _dir(cache_dir)
+    try:
+        return collect_metrics(where, since=start, module=pattern, max_modules=max_modules)
     except OSError as exc:
         raise path_error(exc, exc.filename or where.spelling) from None
 

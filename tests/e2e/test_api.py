@@ -16,7 +16,9 @@ import pytest
 import cachedoctor
 from tests.support.hookrun import base_env, run_recorded
 
-PUBLIC = ["CachedoctorError", "__version__", "diff", "lint", "prune_plan", "scan", "stats"]
+PUBLIC = [
+    "CachedoctorError", "__version__", "diff", "lint", "metrics", "prune_plan", "scan", "stats"
+]  # fmt: skip
 
 
 def test_public_names_are_stable() -> None:
@@ -130,6 +132,11 @@ calls = {
     "stats since list": lambda: cachedoctor.stats(d / "cache", since=[7]),
     "stats since bool": lambda: cachedoctor.stats(d / "cache", since=True),
     "stats module int": lambda: cachedoctor.stats(d / "cache", module=5),
+    "metrics missing": lambda: cachedoctor.metrics(d / "missing"),
+    "metrics not a cache": lambda: cachedoctor.metrics(d / "not-a-cache"),
+    "metrics since bool": lambda: cachedoctor.metrics(d / "cache", since=True),
+    "metrics max_modules -1 int": lambda: cachedoctor.metrics(d / "cache", max_modules=-1),
+    "metrics max_modules bool": lambda: cachedoctor.metrics(d / "cache", max_modules=True),
     "prune_plan missing": lambda: cachedoctor.prune_plan(d / "missing", duplicates=True),
     "prune_plan unreadable": lambda: cachedoctor.prune_plan(d / "unreadable", duplicates=True),
     "prune_plan file": lambda: cachedoctor.prune_plan(d / "a-file", duplicates=True),
@@ -192,7 +199,9 @@ def test_every_function_raises_only_cachedoctor_error_for_bad_input(tmp_path: Pa
     wrong = {name: r for name, r in results.items() if r[0] != "CachedoctorError"}
     assert not wrong, wrong
     slugs = {name: r[1].split(":")[0] for name, r in results.items()}
-    assert slugs["scan missing"] == slugs["stats missing"] == "no-such-dir"
+    assert slugs["scan missing"] == slugs["stats missing"] == slugs["metrics missing"]
+    assert slugs["metrics missing"] == "no-such-dir"
+    assert slugs["metrics not a cache"] == "not-a-cache"
     assert slugs["scan unreadable"] == slugs["prune_plan unreadable"] == "permission-denied"
     assert slugs["scan file"] == slugs["stats file"] == slugs["prune_plan file"] == "not-a-dir"
     assert slugs["scan loop"] == slugs["stats loop"] == "symlink-loop"

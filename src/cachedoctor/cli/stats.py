@@ -6,13 +6,15 @@ import click
 
 from cachedoctor.cli._common import json_flag
 from cachedoctor.cli.params import LOCATION, SINCE, complete_dir
+from cachedoctor.core.metrics import collect_metrics
 from cachedoctor.core.stats import collect_stats, zero
 from cachedoctor.core.where import Location, cache_location, open_cache_dir
 from cachedoctor.errors import path_error
 from cachedoctor.render.console import stdout_console
 from cachedoctor.render.formats import renderer, write_report
 
-STATS_FORMATS = ("text", "json", "markdown")
+METRIC_FORMATS = ("openmetrics", "prometheus")
+STATS_FORMATS = ("text", "json", "markdown", *METRIC_FORMATS)
 
 
 @click.command()
@@ -33,7 +35,8 @@ STATS_FORMATS = ("text", "json", "markdown")
     type=click.Choice(STATS_FORMATS),
     default=None,
     help="text (the default); json; markdown (GitHub-flavoured, for a CI job's summary: "
-    "$GITHUB_STEP_SUMMARY).",
+    "$GITHUB_STEP_SUMMARY); openmetrics (for a Prometheus scrape); prometheus (the text format "
+    "0.0.4, for node_exporter's textfile collector).",
 )
 @json_flag(same_as_format=True)
 @click.option(
@@ -52,7 +55,8 @@ STATS_FORMATS = ("text", "json", "markdown")
     default=25,
     show_default=True,
     type=click.IntRange(0),
-    help="Rows in the module table (markdown: also of findings).",
+    help="Rows in the module table (markdown: also of findings; openmetrics, prometheus: modules "
+    "with their own label, the rest add up as '(other modules)').",
 )
 def stats(
     directory: Location | None,
@@ -72,7 +76,8 @@ def stats(
     a hit-rate chart per day, the modules (most compile time spent on misses first, a first
     compile included; why a module missed, as the scan and the records tell it), the hosts and
     the findings. DIR defaults as for `scan`; gs:// and s3:// work. --format markdown writes
-    the totals, the modules that missed and the findings for a CI job's summary.
+    the totals, the modules that missed and the findings for a CI job's summary; --format
+    openmetrics the same figures as metrics, with the entries and bytes the cache holds now.
 
     Exit status: 0 shown (or archived), 2 usage or I/O error, or DIR is missing or does not
     look like a JAX cache.
@@ -105,9 +110,14 @@ def stats(
         if zero_stats:
             renderer("text").render(zero(cache_dir, apply=apply), console)
             return
-        report = collect_stats(cache_dir, since=since, module=module)
+        metrics = None
+        if fmt in METRIC_FORMATS:
+            metrics = collect_metrics(
+                cache_dir, since=since, module=module, max_modules=max_modules
+            )
+        report = metrics.stats if metrics else collect_stats(cache_dir, since=since, module=module)
     except OSError as exc:  # cachedoctor-stats/ itself a file, a link loop, unreadable
         raise path_error(exc, exc.filename or cache_dir.spelling) from None
     if html_file:
         write_report(html_file, report, "html")
-    renderer(fmt, max_modules=max_modules).render(report, console)
+    renderer(fmt, max_modules=max_modules).render(metrics or report, console)

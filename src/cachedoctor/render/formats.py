@@ -7,9 +7,9 @@ of writers, one per kind of report it supports, and picks the writer by the repo
 defines it and is resolved only once that module is loaded (a report of that kind exists only
 then): the registry imports no report module, and a writer imports its per-format function
 (``table``, ``jsonout``, ``ci``, ``github``, ``junit``, ``plan``, ``difftext``, ``diffjson``,
-``stats``, ``markdown``, ``status``) only when it writes, so rendering a scan loads no diff,
-check or stats code. ``tests/render/test_render.py`` resolves every kind, so a renamed class
-fails there.
+``stats``, ``markdown``, ``openmetrics``, ``status``) only when it writes, so rendering a scan
+loads no diff, check or stats code. ``tests/render/test_render.py`` resolves every kind, so a
+renamed class fails there.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cachedoctor.core.diff.report import DiffReport, ModuleDiffReport
     from cachedoctor.core.findings import Finding
     from cachedoctor.core.lint import LintReport
+    from cachedoctor.core.metrics import StatsMetrics
     from cachedoctor.core.preflight import PreflightReport
     from cachedoctor.core.prune.actions import ApplyReport, Plan
     from cachedoctor.core.scan.report import JsonScan, PartWriters, ScanReport
@@ -109,6 +110,7 @@ DIFF = ReportKind("cachedoctor.core.diff.report", "DiffReport")
 MODULE_DIFF = ReportKind("cachedoctor.core.diff.report", "ModuleDiffReport")
 STATS = ReportKind("cachedoctor.core.stats", "StatsReport")
 ZERO = ReportKind("cachedoctor.core.stats", "ZeroReport")
+METRICS = ReportKind("cachedoctor.core.metrics", "StatsMetrics")
 STATUS = ReportKind("cachedoctor.stablekeys.activation", "StatusReport")
 WHY = ReportKind("cachedoctor.core.why", "WhyReport")
 SUITE = ReportKind("cachedoctor.core.suite", "SuiteReport")  # the pytest plugin's
@@ -119,8 +121,8 @@ PLAN = ReportKind(__name__, "PlanReport")
 SHOW = ReportKind(__name__, "ShowReport")
 FINDINGS = ReportKind(__name__, "FindingList")
 KINDS = (
-    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, STATUS, WHY, PREFLIGHT, PACK,
-    UNPACK, PLAN, SHOW, FINDINGS, SUITE
+    SCAN, SCAN_JSON, LINT, CHECK, DIFF, MODULE_DIFF, STATS, ZERO, METRICS, STATUS, WHY, PREFLIGHT,
+    PACK, UNPACK, PLAN, SHOW, FINDINGS, SUITE
 )  # fmt: skip
 
 
@@ -237,6 +239,11 @@ def _stats_text(report: StatsReport, console: Console, options: Options) -> None
     render_stats(report, console, max_modules=options.max_modules)
 
 
+def _metrics_text(report: StatsMetrics, console: Console, options: Options) -> None:
+    """The figures' text is the stats report's."""
+    _stats_text(report.stats, console, options)
+
+
 def _zero_text(report: ZeroReport, console: Console, options: Options) -> None:
     from cachedoctor.render.stats import render_zero
 
@@ -295,6 +302,7 @@ TEXT_WRITERS: Mapping[ReportKind, Writer] = {
     MODULE_DIFF: _module_diff_text,
     STATS: _stats_text,
     ZERO: _zero_text,
+    METRICS: _metrics_text,
     STATUS: _status_text,
     WHY: _why_text,
     SUITE: _suite_text,
@@ -456,7 +464,7 @@ JSON_WRITERS: Mapping[ReportKind, Writer] = {
 }
 
 
-# --- github, junit (CI commands only); html, markdown (stats) --------------------------------
+# --- github, junit (CI commands only); html, markdown, openmetrics, prometheus (stats) ---------
 
 
 def _lint_github(report: LintReport, console: Console, options: Options) -> None:
@@ -501,6 +509,18 @@ def _stats_markdown(report: StatsReport, console: Console, options: Options) -> 
     _write(console, stats_markdown(report, max_modules=options.max_modules))
 
 
+def _openmetrics(report: StatsMetrics, console: Console, options: Options) -> None:
+    from cachedoctor.render.openmetrics import openmetrics_text
+
+    _write(console, openmetrics_text(report))
+
+
+def _prometheus(report: StatsMetrics, console: Console, options: Options) -> None:
+    from cachedoctor.render.openmetrics import prometheus_text
+
+    _write(console, prometheus_text(report))
+
+
 FORMATS: Mapping[str, Renderer] = {
     "text": Format("text", TEXT_WRITERS),
     "json": Format("json", JSON_WRITERS),
@@ -510,4 +530,6 @@ FORMATS: Mapping[str, Renderer] = {
     "junit": Format("junit", {LINT: _lint_junit, CHECK: _check_junit}),
     "html": Format("html", {STATS: _stats_html}),
     "markdown": Format("markdown", {STATS: _stats_markdown}),
+    "openmetrics": Format("openmetrics", {METRICS: _openmetrics}),
+    "prometheus": Format("prometheus", {METRICS: _prometheus}),
 }
