@@ -242,11 +242,15 @@ def _cache_location() -> Location | None:
     value = config.compilation_cache_dir.value
     if not value:
         return None
+    known = _state.location
+    if known is not None and known[0] == value:  # parsed once per setting, not per lookup
+        return known[1]
     from cachedoctor.storage.location import Location
 
     where = Location.of_setting(str(value))
     if where is not None and "://" in str(value) and where.url is None:
-        return None  # file:///abs: the hook has always left it alone
+        where = None  # file:///abs: the hook has always left it alone
+    _state.location = (value, where)
     return where
 
 

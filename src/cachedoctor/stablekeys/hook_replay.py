@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sys
 import threading
 import uuid
@@ -62,6 +63,8 @@ class _State:
     warned_jax_flag: bool = False
     said: set[str] = field(default_factory=set)  # topics already said on stderr
     process_checks: int = 0  # lookups compared with process 0's manifests (bounded)
+    # JAX's cache-dir setting and its Location (None: not one the hook writes manifests in)
+    location: tuple[object, Location | None] | None = None
     # key -> (hasher result, replay digest, pointers, backend, autotune mode, whether JAX's key
     # holds the pointer) until JAX stores
     # the entry
@@ -102,7 +105,7 @@ def _shown(where: Location | None) -> str:
 def _has_entry(where: Location, key: str) -> bool:
     """Whether the entry ``key`` is in the folder (one ``stat``); a bucket: False, no request."""
     folder = where.local_path
-    return folder is not None and Path(folder, f"{key}-cache").exists()
+    return folder is not None and os.path.exists(os.path.join(folder, f"{key}-cache"))
 
 
 def _warn_about_jax_flag() -> None:

@@ -247,7 +247,10 @@ def recording_get_cache_key() -> tuple[Any, dict[str, Any]]:
 
 
 def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
-    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``."""
+    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``.
+
+    Rebound on every call, from JAX's module globals as they are then: a program (JAX's own
+    tests do) may replace a function of ``cache_key`` at any time, and the key must follow."""
     from jax._src import cache_key as ck
 
     holder: dict[str, Any] = {}
@@ -272,18 +275,25 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
 
 def _custom_calls(module: Any, target: str) -> list[Any]:
     """The module's ``stablehlo.custom_call`` ops calling ``target``, in walk order."""
+    return _custom_calls_of(module, (target,))[target]
+
+
+def _custom_calls_of(module: Any, targets: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The module's ``stablehlo.custom_call`` ops calling each of ``targets``, in walk order,
+    found in one walk (a Python call per op: the hook walks every module it keys)."""
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
-    found: list[Any] = []
+    found: dict[str, list[Any]] = {t: [] for t in targets}
+    advance = ir.WalkResult.ADVANCE
 
     def visit(op: Any) -> Any:
-        if (
-            op.name == "stablehlo.custom_call"
-            and "call_target_name" in op.attributes
-            and ir.StringAttr(op.attributes["call_target_name"]).value == target
-        ):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
+        if op.name == "stablehlo.custom_call":
+            attributes = op.attributes
+            if "call_target_name" in attributes:
+                calls = found.get(ir.StringAttr(attributes["call_target_name"]).value)
+                if calls is not None:
+                    calls.append(op)
+        return advance
 
     module.operation.walk(visit)
     return found
@@ -312,8 +322,9 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     with module.context:
-        strip_kernels = not jax_strips_kernels() and bool(_mosaic_ops(module))
-        if not _custom_partitioning_ops(module) and not strip_kernels:
+        calls = _custom_calls_of(module, (CP_TARGET, MOSAIC_TARGET))
+        strip_kernels = bool(calls[MOSAIC_TARGET]) and not jax_strips_kernels()
+        if not calls[CP_TARGET] and not strip_kernels:
             return module, [], []
         clone = _clone(module)
         clone_module = getattr(clone, "opview", clone)
@@ -464,18 +475,31 @@ def canonical_options(options: Any, cache_dir: str | None) -> Iterator[list[Vola
 
 
 def hashed_xla_flags() -> list[str]:
-    """The XLA flags JAX hashes into the key (same sources and exclusions as JAX)."""
+    """The XLA flags JAX hashes into the key (same sources and exclusions as JAX); worked out
+    again only when one of its sources changed since the last lookup."""
     from jax._src import cache_key as ck
 
-    flags: list[str] = []
-    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
-        flags.extend(os.environ.get(var, "").split())
-    prefixes = tuple(ck.get_flag_prefixes())
-    flags.extend(
-        a for a in sys.argv if a.startswith("--xla") or (prefixes and a.startswith(prefixes))
+    sources = (
+        os.environ.get("XLA_FLAGS", ""),
+        os.environ.get("LIBTPU_INIT_ARGS", ""),
+        tuple(sys.argv),
+        tuple(ck.get_flag_prefixes()),
+        tuple(ck.xla_flags_to_exclude_from_cache_key),
     )
-    exclude = set(ck.xla_flags_to_exclude_from_cache_key)
-    return [f for f in sorted(flags) if f.split("=")[0] not in exclude]
+    if _flags_memo.get("sources") != sources:
+        xla, libtpu, argv, prefixes, excluded = sources
+        flags = [*xla.split(), *libtpu.split()]
+        flags.extend(
+            a for a in argv if a.startswith("--xla") or (prefixes and a.startswith(prefixes))
+        )
+        exclude = set(excluded)
+        _flags_memo.update(
+            sources=sources, flags=[f for f in sorted(flags) if f.split("=")[0] not in exclude]
+        )
+    return list(_flags_memo["flags"])
+
+
+_flags_memo: dict[str, Any] = {}
 
 
 def _module_name(module: Any) -> str:
