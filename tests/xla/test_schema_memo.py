@@ -3,11 +3,13 @@ library, the same names every time, and never trusted when damaged or stale."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from cachedoctor.xla import optionschema, schema_memo
 from tests.support.jaxlib_schema import message_class
@@ -15,9 +17,13 @@ from tests.support.jaxlib_schema import message_class
 pytest.importorskip("jaxlib")
 
 
+SHIPPED = schema_memo.SHIPPED
+
+
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Each test starts with nothing kept and nothing read in this process."""
+    """Each test starts with nothing kept, nothing shipped and nothing read in this process."""
+    monkeypatch.setattr(schema_memo, "SHIPPED", tmp_path / "shipped-none")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv(schema_memo.DISABLE_ENV, raising=False)
     monkeypatch.delenv("CACHEDOCTOR_NO_JAXLIB_SCHEMA", raising=False)
@@ -116,3 +122,78 @@ def test_off_and_unwritable_cost_nothing_but_the_read(
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # mkdir fails under a file
     assert _read_in_process() == read
+
+
+def test_the_shipped_table_is_what_the_installed_library_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The oracle is the library itself: the table a fresh machine is served (no kept file, no
+    read of the library) names every field as reading that library does."""
+    library = optionschema.jaxlib_libraries()[0]
+    digest = schema_memo.recorded_digest(library)
+    assert digest is not None, "pip and uv write RECORD: the installed library must be named"
+    if not (SHIPPED / f"{digest}.json.zst").is_file():
+        pytest.skip(f"no table shipped for this platform's {library.name} (tools/ship_schemas.py)")
+    read = _read_in_process()  # from the library: nothing shipped yet (the fixture)
+    monkeypatch.setattr(schema_memo, "SHIPPED", SHIPPED)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(Path(os.environ["XDG_CACHE_HOME"]) / "fresh"))
+    reads = _refuse_reading(monkeypatch)
+    assert _read_in_process() == read
+    assert not reads and not schema_memo.folder().exists()
+
+
+def test_every_shipped_table_is_named_by_its_library() -> None:
+    tables = sorted(SHIPPED.glob("*.json.zst"))
+    assert tables, "the package ships tables (tools/ship_schemas.py)"
+    for table in tables:
+        doc = json.loads(zstandard.ZstdDecompressor().decompress(table.read_bytes()))
+        assert doc["record"] == table.name.removesuffix(".json.zst")
+        schema = optionschema._schema_of(doc)
+        assert schema is not None and schema.source.startswith("jaxlib ")
+        assert optionschema.DEBUG_OPTIONS in schema.messages
+
+
+def _fake_install(root: Path, size_in_record: int, digest: str = "AbC_d-1") -> Path:
+    library = root / "jaxlib" / "libfake.so"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"abc")
+    (root / "jaxlib-9.9.dist-info").mkdir()
+    (root / "jaxlib-9.9.dist-info" / "RECORD").write_text(
+        f"jaxlib/__init__.py,sha256=x,1\njaxlib/libfake.so,sha256={digest},{size_in_record}\n"
+    )
+    return library
+
+
+def _ship(folder: Path, doc: dict[str, object], name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = zstandard.ZstdCompressor().compress(json.dumps(doc).encode())
+    (folder / f"{name}.json.zst").write_bytes(data)
+
+
+def test_a_shipped_table_stands_only_for_the_bytes_its_record_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    read = _read_in_process()
+    doc = {"format": schema_memo.FORMAT, "record": "AbC_d-1", **optionschema._doc_of(read)}
+    shipped = tmp_path / "shipped"
+    _ship(shipped, doc, "AbC_d-1")
+    monkeypatch.setattr(schema_memo, "SHIPPED", shipped)
+    library = _fake_install(tmp_path / "site", size_in_record=3)
+    assert schema_memo.recorded_digest(library) == "AbC_d-1"
+    assert optionschema._schema_of(schema_memo.shipped(library)) == read
+    library.write_bytes(b"abcd")  # changed after install: RECORD no longer describes it
+    assert schema_memo.recorded_digest(library) is None and schema_memo.shipped(library) is None
+    other = _fake_install(tmp_path / "other", size_in_record=3, digest="../escape")
+    assert schema_memo.shipped(other) is None
+    unrecorded = _fake_install(tmp_path / "bare", size_in_record=3)
+    (tmp_path / "bare" / "jaxlib-9.9.dist-info" / "RECORD").unlink()
+    assert schema_memo.recorded_digest(unrecorded) is None
+    for damage, name in (
+        ({**doc, "record": "other"}, "AbC_d-1"),
+        ({**doc, "format": "v0"}, "AbC_d-1"),
+    ):
+        _ship(shipped, damage, name)
+        library.write_bytes(b"abc")
+        assert schema_memo.shipped(library) is None
+    (shipped / "AbC_d-1.json.zst").write_bytes(b"not zstd")
+    assert schema_memo.shipped(library) is None

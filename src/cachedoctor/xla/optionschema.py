@@ -311,7 +311,7 @@ def _installed_schema_cached() -> Schema | None:
     if os.environ.get("CACHEDOCTOR_NO_JAXLIB_SCHEMA"):
         return None
     for library in jaxlib_libraries()[:3]:
-        kept = _schema_of(schema_memo.load(library))
+        kept = _schema_of(schema_memo.shipped(library)) or _schema_of(schema_memo.load(library))
         if kept is not None:
             return kept
         try:
