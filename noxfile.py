@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+import compat_cover  # tools/: the standard library only, as nox's own venv has
 
 nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
 nox.options.reuse_existing_virtualenvs = True
@@ -32,7 +36,7 @@ JAX_RELEASES = [
     ("0.10.2", "3.11"),
     ("0.12.0.1", "3.12"),
 ]
-# The reader-facing and hook tests, run against each JAX release.
+# The reader-facing tests and the hook's in-process tests against JAX's internals: every release.
 COMPAT_TESTS = [
     "tests/cache/test_reader.py",
     "tests/core/scan/test_scan.py",
@@ -45,9 +49,13 @@ COMPAT_TESTS = [
     # the runtime hook patches JAX internals that differ between releases
     "tests/stablekeys/test_keys.py",
     "tests/stablekeys/test_keys_mosaic.py",  # Pallas kernels' debug locations, against JAX's own
-    "tests/stablekeys/test_hook.py",
     "tests/stablekeys/test_hook_internals.py",
     "tests/stablekeys/test_hook_manifest.py",
+]
+# The hook in JAX processes: all of it on the oldest and the newest release; on those between,
+# the pairwise cover of release x scheme x mode (tools/compat_cover.py, docs/development.md).
+COMPAT_HOOK_SUITES = [
+    "tests/stablekeys/test_hook.py",
     "tests/stablekeys/test_hook_stale.py",
     "tests/stablekeys/test_hook_distributed.py",
     "tests/stablekeys/test_hook_bucket.py",  # gs:// and s3:// cache dirs (local servers)
@@ -121,7 +129,8 @@ def docs(session: nox.Session) -> None:
 @nox.parametrize(("jax", "python"), JAX_RELEASES, ids=[j for j, _ in JAX_RELEASES])
 def compat(session: nox.Session, jax: str) -> None:
     """Reader and hook tests against caches written by one JAX release, in its own venv (with
-    the local S3 and GCS servers: the hook on bucket cache dirs)."""
+    the local S3 and GCS servers: the hook on bucket cache dirs). The oldest and the newest
+    release run every hook suite, those between a pairwise cover of them (_compat_hook_tests)."""
     # Bytecode is written on import here, not compiled at install: uv compiles all 10,600
     # modules of the venv (37 s of CPU, 20 of the install's 24 s) where the tests import a
     # fraction of them; with PYTHONDONTWRITEBYTECODE set (this machine, CI) nothing would be
@@ -136,7 +145,18 @@ def compat(session: nox.Session, jax: str) -> None:
     # is no "newer" side, so they skip here as they always did (tests/support/otherjax.py)
     quiet = ["-q", "-n", "auto", "-p", "no:cacheprovider"]
     env: dict[str, str | None] = {"CACHEDOCTOR_OTHER_JAX": "0", "PYTHONDONTWRITEBYTECODE": None}
-    session.run("pytest", *quiet, *COMPAT_TESTS, *session.posargs, env=env)
+    session.run(
+        "pytest", *quiet, *COMPAT_TESTS, *_compat_hook_tests(jax), *session.posargs, env=env
+    )
+
+
+def _compat_hook_tests(jax: str) -> list[str]:
+    """Every hook suite on the oldest and the newest release; the pairwise cover's probes on
+    each release between them."""
+    releases = [j for j, _ in JAX_RELEASES]
+    if jax in (releases[0], releases[-1]):
+        return COMPAT_HOOK_SUITES
+    return compat_cover.cover(releases[1:-1])[jax]
 
 
 @nox.session(python="3.11")
