@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import pytest_suites
+from tests.support import pytest_examples, pytest_suites
 from tests.support.pytest_suites import SuiteRun, jax_says, plugin_says, run_suite
 
 pytestmark = pytest.mark.slow
@@ -81,44 +80,28 @@ def test_xdist_figures_are_merged_once(optax_runs: dict[str, SuiteRun]) -> None:
     assert doc["totals"]["cache_misses"] == 0
 
 
-SUITE = """
-import jax, jax.numpy as jnp
-
-SCALE = {scale}
-
-def test_steady():
-    assert float(jax.jit(lambda x: x + 1.0)(jnp.float32(1))) == 2.0
-
-def test_edited():
-    @jax.jit
-    def step(x):
-        return x * SCALE
-    assert float(step(jnp.float32(2))) == 2.0 * SCALE
-"""
-
-
-def _small_suite(folder: Path, scale: float) -> None:
-    (folder / "test_small.py").write_text(textwrap.dedent(SUITE.format(scale=scale)))
-
-
 def test_fail_on_miss_names_the_module_and_the_cause(tmp_path: Path) -> None:
-    suite, cache = tmp_path / "suite", tmp_path / "cache"
-    suite.mkdir()
-    _small_suite(suite, 3.0)
-    cold = run_suite(suite, cache, ["-p", "no:xdist"], "cold")
+    cold, edited, cache = pytest_examples.runs(tmp_path)
     assert cold.returncode == 0, cold.output[-3000:]
-    _small_suite(suite, 5.0)
-    edited = run_suite(suite, cache, ["-p", "no:xdist", "--cachedoctor-fail-on-miss"], "edited")
     assert edited.returncode == 1, edited.output[-3000:]
     cases = edited.cases()
     failed = cases["test_small::test_edited"].find("failure")
     assert failed is not None and cases["test_small::test_steady"].find("failure") is None
     message = failed.text or ""
-    assert "jit_step: the program changed" in message, message
-    assert "[computation]" not in message and "1 persistent-cache miss" in message
+    assert "jit_step: the program changed: 1 instruction differs" in message, message
+    assert "1 persistent-cache miss" in message
     _, misses = jax_says(cases["test_small::test_edited"])
     assert misses == Counter({"jit_step": 1})
-    warm = run_suite(suite, cache, ["-p", "no:xdist", "--cachedoctor-fail-on-miss"], "warm")
+    # the page shows what these runs print
+    page = pytest_examples.page_block(pytest_examples.PAGE.read_text())
+    new = pytest_examples.render(
+        pytest_examples.excerpt(cold, cache), pytest_examples.excerpt(edited, cache)
+    )
+    assert pytest_examples.comparable(page) == pytest_examples.comparable(new), (
+        "docs/pytest.md's examples differ: python -m tests.support.pytest_examples --write"
+    )
+    suite = cold.junit.parent / "suite"
+    warm = run_suite(suite, cache, pytest_examples.EDITED_ARGS, "warm")
     assert warm.returncode == 0, warm.output[-3000:]
     doc = json.loads(warm.document.read_text())
     assert doc["totals"]["cache_misses"] == 0 and doc["totals"]["hits"] > 0

@@ -83,6 +83,7 @@ def run_suite(
         "JAX_LOG_COMPILES": "1",  # a hit, as a warning
         "JAX_EXPLAIN_CACHE_MISSES": "1",  # a miss, as a warning
         "JAX_PLATFORMS": "cpu",
+        "COLUMNS": "100",  # pytest's separators, as the docs show them
         "CACHEDOCTOR_HOOK": "stats",
         "CACHEDOCTOR_CONFIG": str(cache.parent / "no-config.toml"),
         **(env or {}),

@@ -16,13 +16,11 @@ import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cachedoctor.core.usage.model import MissedKey, Record, missed_key_of
-from cachedoctor.core.usage.records_of import records_by_cache
-from cachedoctor.core.why import _entry_times, _explain
-from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage.location import Location
+if TYPE_CHECKING:  # loaded at the first miss: a warm run's plugin imports none of it
+    from cachedoctor.core.usage.model import MissedKey, Record
+    from cachedoctor.storage.location import Location
 
 OUTSIDE = "(outside tests)"  # compiles while no test ran: collection, session fixtures' ends
 HOOK_OFF = (
@@ -152,11 +150,13 @@ class SuiteReport:
         return sorted(compiled, key=lambda t: -(t.compile_secs + t.trace_secs + t.lower_secs))
 
     def causes(self) -> list[CauseGroup]:
-        """The misses grouped by cause, the most frequent first."""
+        """The misses grouped by cause, the most frequent first: a cause said of each module
+        (``first``: no earlier key of jit_f ...) is one cause of "the module", naming them all."""
         groups: dict[tuple[str, str], list[tuple[Miss, str]]] = {}
         for t in (*self.tests, self.outside):
             for m in t.misses:
-                groups.setdefault((m.verdict, m.words), []).append((m, t.nodeid))
+                words = m.words.replace(m.module, "the module") if m.module else m.words
+                groups.setdefault((m.verdict, words), []).append((m, t.nodeid))
         out = [
             CauseGroup(
                 verdict,
@@ -244,10 +244,15 @@ class MissExplainer:
     @classmethod
     def of_setting(cls, cache_dir: str | None) -> MissExplainer:
         """For the cache JAX's setting names (None: unset)."""
+        from cachedoctor.storage.location import Location
+
         return cls(Location.of_setting(cache_dir))
 
     def explain(self, doc: Mapping[str, Any] | None, module: str) -> Miss:
         """The miss the recorder described in ``doc`` (None: the recorder is off)."""
+        from cachedoctor.core.usage.model import missed_key_of
+        from cachedoctor.core.why import _explain
+
         if doc is None:
             return Miss(module, None, "unknown", HOOK_OFF)
         key = doc.get("key")
@@ -277,6 +282,10 @@ class MissExplainer:
         return Miss(miss.module, miss.key, said.verdict, said.words, changed, outcome)
 
     def _read(self) -> tuple[list[MissedKey], dict[str, float], set[str], bool]:
+        from cachedoctor.core.usage.records_of import records_by_cache
+        from cachedoctor.core.why import _entry_times
+        from cachedoctor.errors import CachedoctorError
+
         if self._history is None:
             assert self.where is not None
             try:
@@ -290,6 +299,8 @@ class MissExplainer:
         return self._history
 
     def _this_record(self) -> Record:
+        from cachedoctor.core.usage.model import Record
+
         if self._record is None:
             now = time.time()
             host = socket.gethostname()

@@ -88,12 +88,11 @@ class Listener:
 
         monitoring.register_event_listener(self.on_event)
         monitoring.register_event_duration_secs_listener(self.on_duration)
-        try:
-            from cachedoctor.stablekeys import stats
-
-            stats.observe_misses(self.on_miss)
-        except Exception:  # the causes are then unknown; the counts still come
-            pass
+        # the stats recorder, where the hook's start-up (run as jax was imported) loaded it
+        stats = sys.modules.get("cachedoctor.stablekeys.stats")
+        observe = getattr(stats, "observe_misses", None)
+        if callable(observe):
+            observe(self.on_miss)
         self.installed = True
         return True
 

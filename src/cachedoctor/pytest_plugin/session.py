@@ -44,6 +44,7 @@ class CompileAccounting:
         self.explainer: MissExplainer | None = None
         self.tests: dict[str, TestCompiles] = {}
         self.running: TestCompiles | None = None
+        self.unjudged = TestCompiles(OUTSIDE)  # the test's compiles fail-on-miss has not judged
         self.outside = TestCompiles(OUTSIDE)
         self.parts: list[dict[str, Any]] = []  # the workers' figures, on xdist's controller
         self.report: SuiteReport | None = None
@@ -105,11 +106,14 @@ class CompileAccounting:
             item.user_properties.extend(self._properties(test))
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if self.fail_on_miss:
-            said = _miss_message(phase)
+        # a miss in setup (a fixture's compile) fails the call, so that the test still runs
+        self.unjudged = added(self.unjudged, phase) if call.when != "setup" else phase
+        if self.fail_on_miss and (call.when != "setup" or not report.passed):
+            said = _miss_message(self.unjudged)
+            self.unjudged = TestCompiles(item.nodeid)
             if said is not None:
                 test = added(test, TestCompiles(item.nodeid, failed_on_miss=True))
-                if report.passed:
+                if not report.failed:
                     report.outcome = "failed"
                     report.longrepr = said
                 else:
@@ -173,16 +177,12 @@ class CompileAccounting:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report is None:
             return
-        import io
+        # the text format's writer (render/formats) calls the same function; the registry's
+        # console (rich) would cost a warm suite's run more than the summary's few lines
+        from cachedoctor.render.suite import suite_lines
 
-        from cachedoctor.render.console import file_console
-        from cachedoctor.render.formats import renderer
-
-        buf = io.StringIO()
-        renderer("text", max_modules=self.top).render(self.report, file_console(buf, no_color=True))
-        text = buf.getvalue()
         terminalreporter.write_sep("=", "cachedoctor: JAX compiles")
-        for line in text.rstrip("\n").splitlines():
+        for line in suite_lines(self.report, top=self.top):
             terminalreporter.write_line(line)
         if self.error:
             terminalreporter.write_line(f"cachedoctor: {self.error}", red=True)

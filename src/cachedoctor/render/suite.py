@@ -10,6 +10,7 @@ from cachedoctor.core.suite import SuiteReport, TestCompiles
 
 SUITE_SCHEMA_VERSION = 1
 MAX_NAMED = 3  # tests and modules a cause names before "and N more"
+MAX_CAUSES = 20  # causes the summary lists; the JSON document has them all
 
 
 def suite_document(report: SuiteReport) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def _cache_line(report: SuiteReport, total: TestCompiles) -> str:
         return f"persistent cache: hits and misses unknown (this JAX sends no {unknown})"
     where = report.cache_dir or "not set"
     line = f"persistent cache {where}: {total.requests} lookups, {total.hits} hits,"
-    line += f" {total.cache_misses} misses"
+    line += f" {total.cache_misses} miss{'es' if total.cache_misses != 1 else ''}"
     if total.hits:
         line += f"; JAX says the hits saved {_secs(max(0.0, total.saved_secs))} s"
     if total.uncached:
@@ -60,10 +61,14 @@ def suite_lines(report: SuiteReport, top: int) -> Iterator[str]:
     ranked = report.ranked()
     if ranked and top:
         yield ""
-        yield f"slowest to compile (top {min(top, len(ranked))} of {len(ranked)} that compiled)"
-        yield "  compile s  trace s  lower s  compiles  hits  misses  test"
+        yield (
+            f"slowest to compile: trace, lower and compile (top {min(top, len(ranked))} of"
+            f" {len(ranked)} that compiled)"
+        )
+        yield "  total s  compile s  trace s  lower s  compiles  hits  misses  test"
         for t in ranked[:top]:
             yield (
+                f"  {_secs(t.compile_secs + t.trace_secs + t.lower_secs):>7}"
                 f"  {_secs(t.compile_secs):>9}  {_secs(t.trace_secs):>7}  {_secs(t.lower_secs):>7}"
                 f"  {t.compilations:>8}  {_count(t.hits):>4}  {_count(t.cache_misses):>6}"
                 f"  {t.nodeid}"
@@ -72,10 +77,14 @@ def suite_lines(report: SuiteReport, top: int) -> Iterator[str]:
     if causes:
         yield ""
         yield "misses by cause"
-        for g in causes:
+        for g in causes[:MAX_CAUSES]:
             head = g.words if g.verdict == "changed" else f"{g.verdict}: {g.words}"
             yield f"  {g.misses:>4}  {head}"
             yield f"        modules {_named(g.modules)}; tests {_named(g.tests)}"
+        if len(causes) > MAX_CAUSES:
+            more = causes[MAX_CAUSES:]
+            n = sum(g.misses for g in more)
+            yield f"  and {len(more)} more causes of {n} misses (in --cachedoctor-json)"
     if report.recorder is None and total.cache_misses:
         yield ""
         yield "causes unknown: the stats recorder was off (CACHEDOCTOR_HOOK=stats records them)"
