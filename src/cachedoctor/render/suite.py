@@ -85,9 +85,6 @@ def suite_lines(report: SuiteReport, top: int) -> Iterator[str]:
             more = causes[MAX_CAUSES:]
             n = sum(g.misses for g in more)
             yield f"  and {len(more)} more causes of {n} misses (in --cachedoctor-json)"
-    if report.recorder is None and total.cache_misses:
-        yield ""
-        yield "causes unknown: the stats recorder was off (CACHEDOCTOR_HOOK=stats records them)"
     failed = [t.nodeid for t in report.tests if t.failed_on_miss]
     if failed:
         yield ""
