@@ -13,7 +13,6 @@ from cachedoctor.storage.location import Location
 
 
 def _result(module: str = "jit_f", compile_options: bytes = b"opts") -> keys.KeyResult:
-    import base64
     import hashlib
 
     comps = {
@@ -25,7 +24,7 @@ def _result(module: str = "jit_f", compile_options: bytes = b"opts") -> keys.Key
         key=f"{module}-{digest}",
         module_name=module,
         components=comps,
-        component_data={"compile_options": base64.b64encode(compile_options).decode()},
+        component_pieces={"compile_options": [compile_options]},
         jax_equivalent_key=f"{module}-" + "0" * 64,
         volatile=[keys.VolatileField("custom_call[0].backend_config", "1234", "cachedoctor-cp")],
         canonical_ir="module @jit_f {}",
@@ -49,7 +48,7 @@ def test_round_trip_and_recompute(tmp_path: Path) -> None:
 
 def test_tampered_component_does_not_verify(tmp_path: Path) -> None:
     r = _result()
-    r.component_data["compile_options"] = "dGFtcGVyZWQ="  # not what was hashed
+    r.component_pieces["compile_options"] = [b"tampered"]  # not what was hashed
     m = manifest.from_key_result(r, mode="stable", stored_under=r.key, jax_key=None)
     with pytest.raises(manifest.ManifestError):
         manifest.recompute_key(m)

@@ -75,7 +75,6 @@ class KeyResult:
     key: str
     module_name: str
     components: dict[str, str]  # component name -> hex digest, in JAX's hashing order
-    component_data: dict[str, str]  # component name -> base64 of the hashed bytes (small ones)
     jax_equivalent_key: str  # JAX's formula over the canonical inputs
     volatile: list[VolatileField] = field(default_factory=list)
     canonical_ir: str | None = None
@@ -84,8 +83,19 @@ class KeyResult:
     # (index, pointer) of the custom_partitioning calls whose key the hook decides by replay;
     # ``key`` is then the base key that the replayed entries share
     to_replay: list[tuple[int, bytes]] = field(default_factory=list)
-    # component name -> each piece hashed, for components under CHUNK_LIMIT bytes (missed keys)
-    component_chunks: dict[str, list[bytes]] = field(default_factory=dict)
+    # component name -> each piece hashed, for the small components (up to 1 MiB)
+    component_pieces: dict[str, list[bytes]] = field(default_factory=dict)
+
+    @property
+    def component_data(self) -> dict[str, str]:
+        """Component name -> base64 of the hashed bytes (small ones): what manifests keep."""
+        return component_data(self.component_pieces)
+
+    @property
+    def component_chunks(self) -> dict[str, list[bytes]]:
+        """Component name -> each piece hashed, for components under CHUNK_LIMIT bytes: what a
+        missed key's record keeps."""
+        return component_chunks(self.component_pieces)
 
     @property
     def changed(self) -> bool:
@@ -114,7 +124,11 @@ def replayed_key(result: KeyResult, replay_digest: str) -> str:
 
 
 class _SplitHash:
-    """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part."""
+    """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part.
+
+    The hashed pieces of the small components are kept as they came; their base64 text
+    (manifests) and piece lists (a missed key's record) are made only when asked for, which a
+    hit never does."""
 
     def __init__(self) -> None:
         self.total = hashlib.sha256()
@@ -122,8 +136,7 @@ class _SplitHash:
         self._raw: list[bytes] = []
         self._raw_len = 0
         self.components: list[tuple[str, str]] = []
-        self.data: dict[str, str] = {}
-        self.chunks: dict[str, list[bytes]] = {}  # each update() of a small component, in order
+        self.pieces: dict[str, list[bytes]] = {}  # each update() of a small component, in order
 
     def update(self, data: bytes) -> None:
         self.total.update(data)
@@ -134,14 +147,30 @@ class _SplitHash:
 
     def mark(self, name: str) -> None:
         self.components.append((name, self._cur.hexdigest()))
-        if name != "computation" and self._raw_len <= CHUNK_LIMIT:
-            self.chunks[name] = list(self._raw)
         if name != "computation" and self._raw_len <= _RAW_COMPONENT_LIMIT:
-            self.data[name] = base64.b64encode(b"".join(self._raw)).decode()
+            self.pieces[name] = self._raw
         self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
+
+    @property
+    def data(self) -> dict[str, str]:
+        """Component name -> base64 of its hashed bytes, for components up to 1 MiB."""
+        return component_data(self.pieces)
+
+    @property
+    def chunks(self) -> dict[str, list[bytes]]:
+        """Component name -> each piece hashed, for components under :data:`CHUNK_LIMIT`."""
+        return component_chunks(self.pieces)
 
     def digest(self) -> bytes:
         return bytes.fromhex(combine(self.components))
+
+
+def component_data(pieces: dict[str, list[bytes]]) -> dict[str, str]:
+    return {name: base64.b64encode(b"".join(p)).decode() for name, p in pieces.items()}
+
+
+def component_chunks(pieces: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
+    return {name: list(p) for name, p in pieces.items() if sum(map(len, p)) <= CHUNK_LIMIT}
 
 
 class _ModuleProxy:
@@ -548,8 +577,7 @@ def stable_key(
         key=key,
         module_name=module_name,
         components=dict(split.components),
-        component_data=dict(split.data),
-        component_chunks=dict(split.chunks),
+        component_pieces=split.pieces,
         jax_equivalent_key=f"{module_name}-{split.total.hexdigest()}",
         volatile=volatile + opt_volatile,
         canonical_ir=module_text(canon_module) if record_ir else None,
