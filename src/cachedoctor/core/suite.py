@@ -251,7 +251,7 @@ class MissExplainer:
     def explain(self, doc: Mapping[str, Any] | None, module: str) -> Miss:
         """The miss the recorder described in ``doc`` (None: the recorder is off)."""
         from cachedoctor.core.usage.model import missed_key_of
-        from cachedoctor.core.why import _explain
+        from cachedoctor.core.why import explain_miss
 
         if doc is None:
             return Miss(module, None, "unknown", HOOK_OFF)
@@ -269,7 +269,7 @@ class MissExplainer:
         before = [m for m in earlier if m.module == miss.module and m.time <= miss.time]
         known = recorded | self.session_keys
         unknown = {k for k, t in written_at.items() if k not in known and t <= miss.time}
-        said = _explain(
+        said = explain_miss(
             miss,
             self._this_record(),
             before,
@@ -283,14 +283,14 @@ class MissExplainer:
 
     def _read(self) -> tuple[list[MissedKey], dict[str, float], set[str], bool]:
         from cachedoctor.core.usage.records_of import records_by_cache
-        from cachedoctor.core.why import _entry_times
+        from cachedoctor.core.why import entry_times
         from cachedoctor.errors import CachedoctorError
 
         if self._history is None:
             assert self.where is not None
             try:
                 groups = records_by_cache(self.where)
-                written_at = _entry_times(self.where.store())
+                written_at = entry_times(self.where.store())
                 cache_read = True
             except (OSError, CachedoctorError):
                 groups, written_at, cache_read = [], {}, False

@@ -379,7 +379,7 @@ def _program_detail(where: Location, before: str, after: str) -> str | None:
     return said + (f", first {first[2:].strip()[:80]}" if first else "")
 
 
-def _explain(
+def explain_miss(
     miss: MissedKey,
     record: Record,
     earlier: list[MissedKey],
@@ -388,6 +388,9 @@ def _explain(
     where: Location | None,
     cache_read: bool = True,
 ) -> MissWhy:
+    """Why ``miss`` missed, in ``why``'s words: against the keys earlier runs looked up
+    (``earlier``) and the entries the cache holds (``held``). The pytest plugin asks it too."""
+
     def said(verdict: str, words: str, **found: Any) -> MissWhy:
         return MissWhy(
             module=miss.module,
@@ -453,7 +456,7 @@ def _explain(
     )
 
 
-def _entry_times(store: Store) -> dict[str, float]:
+def entry_times(store: Store) -> dict[str, float]:
     """Each entry's key and when it was written (its modification time)."""
     try:
         return {
@@ -507,7 +510,7 @@ def _explain_cache(
     found = got.records
     where = got.location
     try:
-        written_at = {} if where is None else _entry_times(where.store())
+        written_at = {} if where is None else entry_times(where.store())
     except (OSError, CachedoctorError):
         if where is not None and where.spelling == report.where:
             raise  # the folder the user named: its error is the command's
@@ -537,7 +540,7 @@ def _explain_cache(
         # entries of no recorded key that were there before the miss: unexplained history
         unknown = {k for k, t in written_at.items() if k not in recorded and t <= miss.time}
         shown = where if program_detail else None
-        said = _explain(miss, record, earlier, set(written_at), unknown, shown, cache_read)
+        said = explain_miss(miss, record, earlier, set(written_at), unknown, shown, cache_read)
         report.misses.append(replace(said, cache=got.cache))
 
 
