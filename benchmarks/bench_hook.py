@@ -18,6 +18,11 @@
 
     python benchmarks/bench_hook.py [--repeat 50] [--starts 10] [--python PATH]
     python benchmarks/bench_hook.py --many-only [--modules 100] [--pairs 15] [--store s3]
+    python benchmarks/bench_hook.py --phases RUNS [--modules 120]   # where a hooked start goes
+
+4. ``--phases``: the same start, with the process's CPU taken at the end of each phase (the
+   interpreter's start, ``import jax`` with the activation, the loop, the exit handlers with the
+   stats record, the teardown after them), hook on and off, medians of RUNS processes each.
 """
 
 from __future__ import annotations
@@ -360,6 +365,73 @@ def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
     return {**med, "keys_extra_s": extra, "share": hook / (med["process_cpu_s"] - hook)}
 
 
+# The many-module program with its process's CPU taken at the end of each phase: the
+# interpreter's start (site and .pth lines), ``import jax`` (the hook's activation runs inside
+# it), the program's loop, and the exit handlers (the stats record); the teardown after them is
+# the rest of the process's CPU, which the parent reads from ``wait4``.
+_PHASES = r"""
+import atexit, sys, time
+pt = time.process_time
+marks = {"start": pt()}
+def _last():
+    marks["exit"] = pt()
+    print("PHASES", marks["start"], marks["jax"] - marks["start"], marks["loop"] - marks["jax"],
+          marks["exit"] - marks["loop"], file=sys.stderr)
+atexit.register(_last)  # registered first: runs after every other exit handler
+import jax
+marks["jax"] = pt()
+program, sys.argv = sys.argv[1], sys.argv[1:]
+exec(compile(program, "<program>", "exec"), {"__name__": "__main__"})
+marks["loop"] = pt()
+"""
+PHASE_NAMES = ("start", "import jax", "loop", "exit handlers", "teardown")
+
+
+def phases(modules: int, runs: int, python: str) -> dict[str, dict[str, float]]:
+    """Medians of each phase's CPU, hook on and off, ``runs`` alternating processes each."""
+    found: dict[str, list[list[float]]] = {"off": [], "stable": []}
+    with _caches("local") as caches:
+        for i in range(runs + 1):  # the first round warms both caches
+            for mode in found:
+                c0 = _child_cpu()
+                out = subprocess.run(
+                    [python, "-c", _PHASES, MANY_MODULES, str(modules)],
+                    env=_user_env(caches[mode], None if mode == "off" else mode),
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                total = _child_cpu() - c0
+                line = next(x for x in out.stderr.splitlines() if x.startswith("PHASES "))
+                parts = [float(x) for x in line.split()[1:]]
+                if i:
+                    found[mode].append([*parts, total - sum(parts)])
+    return {
+        mode: {
+            name: statistics.median(col)
+            for name, col in zip(PHASE_NAMES, zip(*rows, strict=True), strict=True)
+        }
+        for mode, rows in found.items()
+    }
+
+
+def _print_phases(result: dict[str, dict[str, float]]) -> None:
+    off, on = result["off"], result["stable"]
+    total_off = sum(off.values())
+    print("phase            off ms  hook ms    +ms  (medians; the process's CPU)")
+    for name in PHASE_NAMES:
+        print(
+            f"{name:<15} {off[name] * 1e3:7.1f} {on[name] * 1e3:8.1f} "
+            f"{(on[name] - off[name]) * 1e3:6.1f}"
+        )
+    extra = sum(on.values()) - total_off
+    print(
+        f"{'all':<15} {total_off * 1e3:7.1f} {sum(on.values()) * 1e3:8.1f} {extra * 1e3:6.1f}"
+        f"  ({extra / total_off:+.1%})"
+    )
+    print("BENCH-PHASES " + json.dumps(result))
+
+
 def _print_many(result: dict[str, Any]) -> None:
     print(
         f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs, "
@@ -398,9 +470,18 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--many-only", action="store_true", help="only the many-module start")
     parser.add_argument(
+        "--phases",
+        type=int,
+        metavar="RUNS",
+        help="only the many-module start, phase by phase, RUNS processes each side",
+    )
+    parser.add_argument(
         "--store", choices=("local", "s3"), default="local", help="where the many-module cache is"
     )
     args = parser.parse_args()
+    if args.phases:
+        _print_phases(phases(args.modules, args.phases, args.python))
+        return
     if args.many_only:
         _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store))
         if args.store == "local":
