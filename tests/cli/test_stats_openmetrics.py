@@ -23,7 +23,7 @@ import cachedoctor
 from cachedoctor.cli import cli
 from cachedoctor.core.why import CAUSE_ORDER
 from cachedoctor.layout import STATS_DIRNAME
-from tests.support.hookrun import MISS_RE, run_recorded
+from tests.support.hookrun import MISS_RE, recorded_seed_cache
 from tests.support.keylog import differing, logged_keys, shared_history
 from tests.support.sessioncache import SharedBuilds
 
@@ -48,14 +48,7 @@ def flag_history(shared_builds: SharedBuilds) -> tuple[Path, list[str]]:
 def recorded(shared_builds: SharedBuilds) -> Path:
     """The seed program run three times with stats recording (as tests/core/conftest.py's):
     jit_f never hits (a custom_partitioning pointer in its key)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
+    return recorded_seed_cache(shared_builds)
 
 
 def stats(*args: str) -> tuple[int, str]:

@@ -7,21 +7,14 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cache import index
-from tests.support.hookrun import run_recorded
+from tests.support.hookrun import recorded_seed_cache
 from tests.support.sessioncache import SharedBuilds
 
 
 @pytest.fixture(scope="module")
 def recorded_cache(shared_builds: SharedBuilds) -> Path:
     """The seed program run three times with stats recording (built once per test run)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
+    return recorded_seed_cache(shared_builds)
 
 
 @pytest.fixture

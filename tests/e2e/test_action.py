@@ -22,7 +22,7 @@ import yaml
 import cachedoctor
 from cachedoctor.programs import program_path
 from tests.support.caches import REPO
-from tests.support.hookrun import base_env, run_recorded
+from tests.support.hookrun import base_env, recorded_seed_cache, run_recorded
 from tests.support.markdown import shown
 from tests.support.sessioncache import SharedBuilds
 
@@ -129,14 +129,7 @@ def test_a_wrong_command_is_an_annotated_error(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def recorded(shared_builds: SharedBuilds) -> Path:
     """The seed program run three times with stats recording (as tests/core/conftest.py's)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("stats-recorded", make)
-    return root / "cache"
+    return recorded_seed_cache(shared_builds)
 
 
 def stats(cache: Path, *args: str) -> str:

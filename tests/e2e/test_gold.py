@@ -19,7 +19,7 @@ from cachedoctor.storage.location import Location
 from tests.support import gold
 from tests.support.caches import REPO
 from tests.support.cli import invoke
-from tests.support.hookrun import run_recorded
+from tests.support.hookrun import recorded_seed_cache
 from tests.support.sessioncache import SharedBuilds
 
 
@@ -49,14 +49,7 @@ def test_scrub_keeps_words_and_which_hash_is_which() -> None:
 @pytest.fixture(scope="module")
 def recorded(shared_builds: SharedBuilds) -> Path:
     """The seed program run three times with stats recording (JAX's hits and misses)."""
-
-    def make(root: Path) -> None:
-        (root / "cache").mkdir()
-        for _ in range(3):
-            run_recorded(root / "cache", "stats")
-
-    root, _ = shared_builds("gold-recorded", make)
-    return root / "cache"
+    return recorded_seed_cache(shared_builds, "gold-recorded")
 
 
 def _check(

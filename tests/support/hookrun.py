@@ -14,9 +14,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.sessioncache import SharedBuilds
 
 from cachedoctor.programs import program_path
 
@@ -177,3 +180,16 @@ def run_recorded(cache: Path | str, mode: str, program: str = "seed", **extra: s
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr + proc.stdout
+
+
+def recorded_seed_cache(shared_builds: SharedBuilds, name: str = "stats-recorded") -> Path:
+    """The seed program run three times with stats recording, built once per test run under
+    ``name`` (jit_f never hits: a custom_partitioning pointer in its key)."""
+
+    def make(root: Path) -> None:
+        (root / "cache").mkdir()
+        for _ in range(3):
+            run_recorded(root / "cache", "stats")
+
+    root, _ = shared_builds(name, make)
+    return root / "cache"

@@ -13,20 +13,10 @@ from typing import Any
 from cachedoctor.core.stats import ModuleRow, StatsReport, collect_stats
 from cachedoctor.core.usage.model import Counters, total
 from cachedoctor.core.usage.reasons import ReasonKind
+from cachedoctor.stablekeys.stats import OTHER_MODULE, OUTCOMES  # as the recorder names them
 from cachedoctor.storage.location import Location
 
-OTHER_MODULES = "(other modules)"  # as the recorder names the modules past its 4096
 FIRST_OR_UNRECORDED = "first-or-unrecorded"  # the misses no recorded key change explains
-OUTCOMES = (  # what became of a miss, as Counters names it (docs/stats.md)
-    "writes",
-    "write_failures",
-    "writes_lost",
-    "refused_process",
-    "refused_host_callbacks",
-    "refused_compile_time",
-    "refused_size",
-    "refused_read_only",
-)
 
 
 @dataclass(frozen=True)
@@ -189,11 +179,11 @@ def _modules_kept(rows: Sequence[ModuleRow], max_modules: int) -> list[tuple[str
     ``(other modules)``) when there are any."""
     kept, rest = [], []
     for n, row in enumerate(rows):
-        if n < max_modules and row.module != OTHER_MODULES:
+        if n < max_modules and row.module != OTHER_MODULE:
             kept.append((row.module, row.counters))
         else:
             rest.append(row.counters)
-    return kept + ([(OTHER_MODULES, total(rest))] if rest else [])
+    return kept + ([(OTHER_MODULE, total(rest))] if rest else [])
 
 
 def _cause_rows(rows: Iterable[ModuleRow]) -> list[tuple[str, int, float]]:
