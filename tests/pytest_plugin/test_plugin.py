@@ -143,3 +143,23 @@ def test_off_the_plugin_imports_nothing_and_registers_nothing(tmp_path: Path) ->
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "cachedoctor" not in done.stdout.split("passed")[-1]
+
+
+def test_a_json_document_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    """Asked for and not written: one line saying why, and not a passing exit."""
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    argv += ["-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)]
+    missing = tmp_path / "no-such-folder" / "compiles.json"
+    done = subprocess.run(
+        [*argv, "--cachedoctor-json", str(missing)], capture_output=True, text=True
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:] + done.stderr
+    assert f"cachedoctor: cannot write {missing}: no such directory" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    written = tmp_path / "compiles.json"
+    done = subprocess.run(
+        [*argv, "--cachedoctor-json", str(written)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert json.loads(written.read_text())["document"] == "pytest"

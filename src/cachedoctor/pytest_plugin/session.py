@@ -173,6 +173,9 @@ class CompileAccounting:
                 write_report(self.json_path, self.report, "json")
             except CachedoctorError as exc:
                 self.error = str(exc)
+                # a document asked for and not written: the run does not pass as if it were
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report is None:
