@@ -197,3 +197,30 @@ def test_a_shipped_table_stands_only_for_the_bytes_its_record_names(
         assert schema_memo.shipped(library) is None
     (shipped / "AbC_d-1.json.zst").write_bytes(b"not zstd")
     assert schema_memo.shipped(library) is None
+
+
+def test_a_fifo_named_like_a_record_or_a_kept_schema_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    """A FIFO would block ``open`` until a writer came: the reads give up at once instead."""
+    import threading
+
+    library = _fake_install(tmp_path / "site", size_in_record=3)
+    record = tmp_path / "site" / "jaxlib-9.9.dist-info" / "RECORD"
+    record.unlink()
+    os.mkfifo(record)
+    name = schema_memo.identity(library)
+    assert name is not None
+    schema_memo.folder().mkdir(parents=True)
+    os.mkfifo(schema_memo.folder() / f"{name}.json")
+    found: list[object] = []
+    reader = threading.Thread(
+        target=lambda: found.extend(
+            [schema_memo.recorded_digest(library), schema_memo.load(library)]
+        ),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), "a read waited on a FIFO"
+    assert found == [None, None]

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import hashlib
+import io
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ from typing import Any
 FORMAT = "cachedoctor-option-schema-v1"
 DISABLE_ENV = "CACHEDOCTOR_NO_SCHEMA_MEMO"
 KEEP_FILES = 8  # one per jaxlib a user has had; the oldest go beyond this
+_MAX_RECORD = 16 << 20  # a wheel's RECORD: a line per file
+_MAX_KEPT = 16 << 20  # a kept schema is 36 KB; a larger file is not one of ours
 SHIPPED = Path(__file__).with_name("schemas")  # <RECORD digest>.json.zst, one per jaxlib wheel
 
 
@@ -60,12 +65,25 @@ def load(library: Path) -> dict[str, Any] | None:
     if name is None:
         return None
     try:
-        doc = json.loads((folder() / f"{name}.json").read_bytes())
+        data = _read_small(str(folder() / f"{name}.json"), _MAX_KEPT)
+        doc = json.loads(data or b"")
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("library") != name:
         return None
     return doc
+
+
+def _read_small(path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file at ``path`` when at most ``limit`` long (else None). A
+    FIFO or device there is refused at once (``O_NONBLOCK``, then ``fstat``), never waited on
+    (``storage.files.open_regular`` does the same for the cache; this layer sits beneath it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return fh.read(limit + 1) if st.st_size <= limit else None
 
 
 def recorded_digest(library: Path) -> str | None:
@@ -80,11 +98,11 @@ def recorded_digest(library: Path) -> str | None:
         if not dists:
             continue
         name = library.relative_to(parent).as_posix()
-        try:
-            with open(dists[0] / "RECORD", newline="", encoding="utf-8") as fh:
-                for row in csv.reader(fh):
-                    if len(row) == 3 and row[0] == name and row[1].startswith("sha256="):
-                        return row[1].removeprefix("sha256=") if row[2] == str(size) else None
+        try:  # a FIFO or device named RECORD is refused, never waited on
+            data = _read_small(str(dists[0] / "RECORD"), _MAX_RECORD)
+            for row in csv.reader(io.StringIO((data or b"").decode("utf-8"), newline="")):
+                if len(row) == 3 and row[0] == name and row[1].startswith("sha256="):
+                    return row[1].removeprefix("sha256=") if row[2] == str(size) else None
         except (OSError, UnicodeDecodeError, csv.Error):
             return None
         return None
