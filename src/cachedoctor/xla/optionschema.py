@@ -8,6 +8,8 @@ differs we need names for field numbers. Two sources, in this order:
    ``xla/xla.proto`` and friends (protobuf's generated C++ keeps them for reflection). We find
    them by name, parse them with :mod:`formats.wire`, and get every field the installed XLA
    knows, with types and enum value names. Done lazily, once per process, without importing jax.
+   Where the package ships the table of that very library (``schemas/``, by its ``RECORD``
+   digest) or one was kept from an earlier read (:mod:`.schema_memo`), the library is not read.
 2. a static table (:data:`STATIC_FIELDS`), derived the same way from the descriptors of jaxlib
    0.4.38, 0.6.2, 0.8.3, 0.10.2 and 0.12.0.1: numbers are stable across these (docs/format.md),
    so an entry from any of them gets names even where no jaxlib is installed.
