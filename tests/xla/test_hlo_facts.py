@@ -13,6 +13,7 @@ import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -307,3 +308,81 @@ def test_damaged_modules_raise_wire_errors_only(real_modules: list[bytes]) -> No
         except wire.WireError:
             refused += 1
     assert refused > 100  # most cuts end inside a field
+
+
+def test_view_descriptor_is_protobufs_own_encoding() -> None:
+    """The hand-encoded view file equals the one protobuf's ``descriptor_pb2`` builds from the
+    same fields (the oracle: protobuf's own encoder)."""
+    from google.protobuf import descriptor_pb2
+
+    built = descriptor_pb2.FileDescriptorProto(
+        name="cachedoctor/hlo_view.proto", package="cachedoctor_hlo_view", syntax="proto2"
+    )
+    kinds = {"b": descriptor_pb2.FieldDescriptorProto.TYPE_BYTES}
+    kinds["i"] = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+    views = {**hlo_facts._VIEW, **hlo_facts._SIGNATURE_VIEW}
+    for message_name, fields in views.items():
+        message = built.message_type.add(name=message_name)
+        for number, name, kind, repeated in fields:
+            field = message.field.add(name=name, number=number)
+            field.label = (
+                descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+                if repeated
+                else descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+            )
+            if kind in kinds:
+                field.type = kinds[kind]
+            else:
+                field.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+                field.type_name = f".cachedoctor_hlo_view.{kind}"
+    assert hlo_facts.view_file_descriptor() == built.SerializeToString()
+
+
+def test_public_protobuf_route_reads_the_same(real_modules: list[bytes]) -> None:
+    """Facts, signatures and refusals are the same whichever route made the views' classes,
+    and the direct route is the one taken where upb is installed."""
+    rng = random.Random(11)
+    damaged = []
+    for module in real_modules[-3:]:
+        for _ in range(40):
+            cut = bytearray(module[: rng.randrange(1, len(module))])
+            cut[rng.randrange(len(cut))] = rng.randrange(256)
+            damaged.append(bytes(cut))
+
+    def read_all() -> list[object]:
+        out: list[object] = []
+        for module in [*real_modules, *damaged]:
+            try:
+                out.append((hlo_facts.scan_facts(module), hlo_facts.signature(module)))
+            except wire.WireError as exc:
+                out.append(str(exc))
+        return out
+
+    from google.protobuf import message_factory
+
+    made_public: list[str] = []
+    public_class = message_factory.GetMessageClass
+
+    def counted(descriptor: Any) -> Any:
+        made_public.append(descriptor.name)
+        return public_class(descriptor)
+
+    _forget_view_classes()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(message_factory, "GetMessageClass", counted)
+            direct = read_all()
+            assert made_public == []  # upb is installed with protobuf's wheels: used directly
+            _forget_view_classes()
+            patch.setitem(sys.modules, "google._upb", None)  # its import fails
+            public = read_all()
+            assert "Module" in made_public
+    finally:
+        _forget_view_classes()
+    assert public == direct
+    assert sum(isinstance(found, str) for found in direct) > 20
+
+
+def _forget_view_classes() -> None:
+    for made in (hlo_facts._class_maker, hlo_facts._module_class, hlo_facts._signature_parse):
+        made.cache_clear()

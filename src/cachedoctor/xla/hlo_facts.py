@@ -136,8 +136,8 @@ _MODULE_IDENTITY = (
 
 
 def prepare() -> None:
-    """Import protobuf and build the views' classes now (~55 ms, once per process): a process
-    about to fork workers that will parse modules does it once for all of them."""
+    """Load protobuf's parser and build the views' classes now (~5 ms, once per process): a
+    process about to fork workers that will parse modules does it once for all of them."""
     _module_class()
     _signature_parse()
 
@@ -148,48 +148,99 @@ def _module_class() -> tuple[Callable[[bytes], Any], type[Exception], Callable[[
     ``ClearField`` of the view's instruction message (built once)."""
     from google.protobuf import message
 
-    pool = _view_pool()
-    module = _message_class(pool, "Module")
-    return module.FromString, message.DecodeError, _message_class(pool, "Instruction").ClearField
+    make_class = _class_maker()
+    return (
+        make_class("Module").FromString,
+        message.DecodeError,
+        make_class("Instruction").ClearField,
+    )
 
 
 @functools.cache
 def _signature_parse() -> Callable[[bytes], Any]:
     """``FromString`` of the signature's module message (``_SIGNATURE_VIEW``)."""
-    return _message_class(_view_pool(), "SignedModule").FromString  # type: ignore[no-any-return]
+    return _class_maker()("SignedModule").FromString  # type: ignore[no-any-return]
+
+
+_PACKAGE = "cachedoctor_hlo_view"
 
 
 @functools.cache
-def _view_pool() -> Any:
-    """A descriptor pool holding both views' messages (built once)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
+def _class_maker() -> Callable[[str], Any]:
+    """A function from a view message's name to its class, the views' file added to a pool of
+    their own (once).
 
-    file = descriptor_pb2.FileDescriptorProto(
-        name="cachedoctor/hlo_view.proto", package="cachedoctor_hlo_view", syntax="proto2"
-    )
-    field_type = descriptor_pb2.FieldDescriptorProto
+    protobuf's C parser (upb) is used directly where it is installed, as protobuf itself uses
+    it: the public route (``descriptor_pool``, ``message_factory``) imports protobuf's pure
+    Python message machinery first, ~10 ms of every first scan of a fresh process spent on code
+    a view never runs (docs/performance.md, "Performance IV"). Elsewhere (protobuf's C++ or
+    pure Python implementation), the public route."""
+    try:
+        from google._upb import _message as upb
+    except ImportError:
+        upb = None
+    if upb is not None and hasattr(upb, "MessageMeta"):
+        from google.protobuf import message
+
+        pool = upb.DescriptorPool()
+        pool.AddSerializedFile(view_file_descriptor())
+
+        def upb_class(name: str) -> Any:
+            found = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
+            return upb.MessageMeta(
+                name, (message.Message,), {"DESCRIPTOR": found, "__module__": None}
+            )
+
+        return functools.cache(upb_class)
+    from google.protobuf import descriptor_pool, message_factory
+
+    public = descriptor_pool.DescriptorPool()
+    public.AddSerializedFile(view_file_descriptor())
+
+    def public_class(name: str) -> Any:
+        found = public.FindMessageTypeByName(f"{_PACKAGE}.{name}")
+        return message_factory.GetMessageClass(found)
+
+    return functools.cache(public_class)
+
+
+# FieldDescriptorProto's label and type values (google/protobuf/descriptor.proto)
+_LABEL_OPTIONAL, _LABEL_REPEATED = 1, 3
+_TYPE_INT64, _TYPE_MESSAGE, _TYPE_BYTES = 3, 11, 12
+
+
+def view_file_descriptor() -> bytes:
+    """The views' messages (``_VIEW``, ``_SIGNATURE_VIEW``) as a serialized
+    ``FileDescriptorProto``, written with the wire encoder: protobuf's ``descriptor_pb2`` is
+    a module too costly to import for a few dozen fields. Tests hold it to ``descriptor_pb2``'s
+    own encoding of the same file."""
+
+    def text(number: int, value: str) -> bytes:
+        return wire.encode_field(number, wire.LEN, value.encode())
+
+    def number_field(number: int, value: int) -> bytes:
+        return wire.encode_field(number, wire.VARINT, value)
+
+    messages = []
     for message_name, fields in {**_VIEW, **_SIGNATURE_VIEW}.items():
-        proto = file.message_type.add(name=message_name)
+        body = [text(1, message_name)]
         for number, name, kind, repeated in fields:
-            field = proto.field.add(name=name, number=number)
-            field.label = field_type.LABEL_REPEATED if repeated else field_type.LABEL_OPTIONAL
+            field = [
+                text(1, name),
+                number_field(3, number),
+                number_field(4, _LABEL_REPEATED if repeated else _LABEL_OPTIONAL),
+            ]
             if kind == "b":
-                field.type = field_type.TYPE_BYTES
+                field.append(number_field(5, _TYPE_BYTES))
             elif kind == "i":
-                field.type = field_type.TYPE_INT64
+                field.append(number_field(5, _TYPE_INT64))
             else:
-                field.type = field_type.TYPE_MESSAGE
-                field.type_name = f".cachedoctor_hlo_view.{kind}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return pool
-
-
-def _message_class(pool: Any, name: str) -> Any:
-    from google.protobuf import message_factory
-
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(f"cachedoctor_hlo_view.{name}")
+                field.append(number_field(5, _TYPE_MESSAGE))
+                field.append(text(6, f".{_PACKAGE}.{kind}"))
+            body.append(wire.encode_field(2, wire.LEN, b"".join(field)))
+        messages.append(wire.encode_field(4, wire.LEN, b"".join(body)))
+    return b"".join(
+        [text(1, "cachedoctor/hlo_view.proto"), text(2, _PACKAGE), *messages, text(12, "proto2")]
     )
 
 
