@@ -307,3 +307,40 @@ def test_asking_whether_jax_is_installed_does_not_disarm_activation(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("IN-FORCE "))
     assert json.loads(line.removeprefix("IN-FORCE "))["stats"] is True
+
+
+_WARM = r"""
+import sys, jax, jax.numpy as jnp
+from cachedoctor.stablekeys import hook
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.jit(lambda v: jnp.sin(v) * 2)(jnp.arange(4.0)).block_until_ready()
+print("HOOK", hook.installed_mode(), hook.stats()["keys"])
+print("IMPORTED", sorted(m for m in sys.modules if m.startswith("cachedoctor.")))
+"""
+
+
+@pytest.mark.slow
+def test_a_hooked_start_on_a_local_cache_imports_only_what_a_lookup_needs(tmp_path: Path) -> None:
+    """A warm start with the hook pays for each module it imports (docs/performance.md,
+    Performance IV): on a local cache dir in a single process, the bucket registry is never
+    imported, and the module that compares a job's processes (a miss's manifest names the
+    process) not on a warm start."""
+    env = {
+        **_env(tmp_path / "none.toml", CACHEDOCTOR_HOOK="stable"),
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    seen = {}
+    for start in ("cold", "warm"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _WARM], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "HOOK stable 2" in proc.stdout, proc.stdout + proc.stderr  # two lookups each
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("IMPORTED "))
+        seen[start] = set(json.loads(line.removeprefix("IMPORTED ").replace("'", '"')))
+    assert "cachedoctor.stablekeys.processes" in seen["cold"]  # the misses' manifests
+    assert "cachedoctor.stablekeys.keys" in seen["warm"]  # the hook made the keys
+    unneeded = {"cachedoctor.storage.backends", "cachedoctor.stablekeys.processes"}
+    assert unneeded.isdisjoint(seen["warm"])
+    assert "cachedoctor.storage.backends" not in seen["cold"]

@@ -110,9 +110,9 @@ def install(
         except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
             _state.last_error = f"replay unavailable: {exc}"
             logger.info("custom_partitioning replay unavailable: %s", exc)
-        from cachedoctor.stablekeys import manifest
+        from cachedoctor.stablekeys import entry_files
 
-        manifest.share_jax_filesystem()
+        entry_files.share_jax_filesystem()  # the manifests' stores wait for a miss to import
         _state.mode, _state.record_ir = mode, record_ir
         _state.manifests, _state.migrate = manifests, migrate
         if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:
@@ -339,13 +339,15 @@ def _explain_process_key(cache_dir: Location, result: Any) -> None:
     JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses. Only
     the first lookups of such a process are compared (each module's manifests, from the index).
     """
-    from cachedoctor.stablekeys import processes
+    from cachedoctor.stablekeys.entry_files import current_process
 
     if _state.process_checks >= _MAX_PROCESS_CHECKS:
         return
-    process = processes.current_process()
+    process = current_process()
     if process is None or process[0] == 0:
         return
+    from cachedoctor.stablekeys import processes  # a job's process N > 0 only
+
     _state.process_checks += 1
     index = _index_for(cache_dir)
     found = processes.against_first(result, process[0], index.module(result.module_name))

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cachedoctor.stablekeys.entry_files import current_process as current_process
 from cachedoctor.stablekeys.keys import REPLAY_COMPONENT
 
 # key components JAX computes from the calling process (name -> why it differs per process)
@@ -44,19 +45,6 @@ class PerProcessKey:
             f"{', '.join(self.fields)} ({why}); JAX writes entries only from process 0, so this "
             "process recompiles it on every run, with or without cachedoctor"
         )
-
-
-def current_process() -> tuple[int, int] | None:
-    """(JAX's process_id, num_processes) in a multi-process job; None in a single process."""
-    try:
-        from jax._src import distributed
-
-        state = distributed.global_state
-        count = int(getattr(state, "num_processes", 1) or 1)
-        index = int(getattr(state, "process_id", 0) or 0)
-    except Exception:
-        return None
-    return (index, count) if count > 1 else None
 
 
 def components_of(manifest: Any) -> dict[str, str]:

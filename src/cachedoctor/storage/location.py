@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import backends, urls
+from cachedoctor.storage import urls
 
 if TYPE_CHECKING:
     from cachedoctor.storage.fsops import Folder
@@ -75,6 +75,8 @@ class Location:
             return cls(text.removeprefix("file://"), True)
         other = _SCHEME_RE.match(text)
         if other:
+            from cachedoctor.storage import backends
+
             buckets = [f"{b.article} {b.scheme}://bucket/prefix" for b in backends.schemes()]
             raise CachedoctorError(
                 f"{text[:200]}: {other.group('scheme')}:// is not supported; give a local "

@@ -3,7 +3,8 @@ and their local sub-cache path.
 
 Kept apart from :mod:`.stores` (which brings thread pools and the fsspec glue) because the
 runtime hook asks ``is_url`` of every JAX process's cache dir at start-up, where a local
-directory must not pay for importing the bucket machinery (the registry imports no client).
+directory must not pay for importing the bucket machinery: the registry (which imports no client)
+is imported only for a text that looks like a URL.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import functools
 import os
 import pathlib
 import re
+from types import ModuleType
 
 from cachedoctor.errors import CachedoctorError
-from cachedoctor.storage import backends
 
 SUBCACHE_ROOT_ENV = "CACHEDOCTOR_XLA_SUBCACHE_ROOT"
 DEFAULT_SUBCACHE_ROOT = "/tmp/cachedoctor-xla-subcaches"
@@ -22,17 +23,26 @@ DEFAULT_SUBCACHE_ROOT = "/tmp/cachedoctor-xla-subcaches"
 _URL_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<bucket>[^/]+)(?:/(?P<prefix>.*))?$")
 
 
+def _backends() -> ModuleType:
+    """The registry of bucket schemes, imported when a text looks like a URL (``scheme://``):
+    a local path, what a hooked JAX process mostly names, never imports it."""
+    from cachedoctor.storage import backends
+
+    return backends
+
+
 def is_url(location: object) -> bool:
     """True for ``gs://…`` and ``s3://…`` (what JAX sends to etils.epath), False for paths."""
     if not isinstance(location, str):
         return False
     m = _URL_RE.match(location)
-    return bool(m and backends.is_scheme(m.group("scheme")))
+    return bool(m and _backends().is_scheme(m.group("scheme")))
 
 
 def split_url(url: str) -> tuple[str, str, str]:
     """``gs://b/p/q/`` -> its scheme, bucket and prefix: ``gs``, ``b``, ``p/q``."""
     m = _URL_RE.match(url)
+    backends = _backends()
     if not m or not backends.is_scheme(m.group("scheme")):
         named = backends.with_or([f"{b.scheme}://" for b in backends.schemes()])
         article = backends.schemes()[0].article
