@@ -244,6 +244,27 @@ def test_likely_copies_are_decoded_with_every_tier_at_once() -> None:
     assert parallel.first_tier_only(items) == [False, True, False, True, True]
 
 
+def test_batches_go_largest_first_with_copies_together() -> None:
+    """Workers take batches from the front and this process from the back (``_pooled``): the
+    largest go first, so what a worker still holds when they meet is small; an entry's likely
+    copies (module and size) share its batch, so one memo decodes their module once."""
+
+    def item(module: str, size: int, n: int) -> listdir.DirItem:
+        key = f"{module}-{n:064x}"
+        return listdir.DirItem(
+            key + "-cache", listdir.FileKind.ENTRY, key, size, 0, 0o100600, 0, False, False
+        )
+
+    sizes = [5, 900, 40, 900, 7, 300, 40, 2_000]
+    items = [item("jit_g" if n == 3 else "jit_f", size, n) for n, size in enumerate(sizes)]
+    order, batches = parallel.grouped_batches(items, 4)
+    assert sorted(order) == list(range(len(items)))
+    assert [n for batch in batches for n in batch] == order
+    first = [items[n].size for n in order]
+    assert first == sorted(first, reverse=True)  # the largest first
+    assert any({2, 6} <= set(batch) for batch in batches)  # jit_f's two 40-byte entries
+
+
 @pytest.mark.slow
 def test_a_few_entries_that_decompress_large_go_to_the_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -36,7 +36,7 @@ MIN_PARALLEL_ENTRIES = 64  # fewer entries than this...
 MIN_PARALLEL_BYTES = 16 << 20  # ...and fewer bytes than this...
 # ...and fewer declared decompressed bytes than this x N / (N - 1) on N cores (min_declared):
 # decode in this process
-MIN_PARALLEL_DECLARED = 32 << 20
+MIN_PARALLEL_DECLARED = 20 << 20
 WORKERS_ENV = "CACHEDOCTOR_WORKERS"
 
 Job = tuple[str, str | None, bool]  # path, key, the first tier only (``defer_hlo``)
@@ -109,9 +109,11 @@ def min_declared(workers: int) -> int:
     """The declared decompressed bytes from which a pool of ``workers`` (this process and
     ``workers - 1`` forked ones) pays for its start. A pool's wall is about its start plus a
     1/N share of the decode, so it beats one process once the decode is worth N/(N-1) starts:
-    twice ``MIN_PARALLEL_DECLARED`` on 2 cores, near it on many (docs/performance.md,
-    Performance III, "Sixth round": on 2 cores a pool cost 7-23 % more wall than one process
-    for 22 to 60 MB of large programs, ``benchmarks/bench_pool.py``; not measured on more)."""
+    twice ``MIN_PARALLEL_DECLARED`` on 2 cores, near it on many. Measured on 2 cores with
+    ``benchmarks/bench_pool.py`` (docs/performance.md, Performance IV), the largest batches
+    first (``grouped_batches``): a pool cost 3 % more wall than one process for 33 MB of large
+    programs, 7 % less for 48 MB and 13-14 % less for 60 MB, so it starts at 40 MiB there (64
+    MiB before, from Performance III's "Sixth round"); not measured on more cores."""
     return MIN_PARALLEL_DECLARED * workers // max(1, workers - 1)
 
 
@@ -266,9 +268,12 @@ def grouped_batches(items: Sequence[DirItem], parts: int) -> tuple[list[int], li
     """The items' indices in batches (at least ``parts`` when there are enough), and the order
     they were batched in. Copies of one executable (unstable keys) have the same module and
     size: they go to the same batch, so one worker's memo decodes their HLO once
-    (reader.hlo_facts)."""
+    (reader.hlo_facts). Largest first: the workers take batches from the front and the calling
+    process from the back (``_pooled``), so the batches still held when they meet are the
+    small ones (on ``dist-lrg``'s 20 large programs, 2 cores: 75-77 ms before, 67 ms;
+    docs/performance.md, Performance IV)."""
     sizes = [i.size for i in items]
-    order = sorted(range(len(items)), key=lambda n: (sizes[n], _module_of(items[n].key)))
+    order = sorted(range(len(items)), key=lambda n: (-sizes[n], _module_of(items[n].key), n))
     return order, _batches(order, [sizes[n] for n in order], parts=parts)
 
 
