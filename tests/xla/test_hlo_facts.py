@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -377,9 +378,20 @@ def test_public_protobuf_route_reads_the_same(real_modules: list[bytes]) -> None
             patch.setitem(sys.modules, "google._upb", None)  # its import fails
             public = read_all()
             assert "Module" in made_public
+        with pytest.MonkeyPatch.context() as patch:  # a upb whose private API changed
+            import google._upb
+
+            patch.setattr(message_factory, "GetMessageClass", counted)
+            made_public.clear()
+            _forget_view_classes()
+            changed = types.SimpleNamespace(DescriptorPool=google._upb._message.DescriptorPool)
+            patch.setattr(google._upb, "_message", changed)  # no MessageMeta
+            changed_api = read_all()
+            assert "Module" in made_public
     finally:
         _forget_view_classes()
     assert public == direct
+    assert changed_api == direct
     assert sum(isinstance(found, str) for found in direct) > 20
 
 

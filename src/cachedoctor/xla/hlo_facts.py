@@ -174,12 +174,28 @@ def _class_maker() -> Callable[[str], Any]:
     it: the public route (``descriptor_pool``, ``message_factory``) imports protobuf's pure
     Python message machinery first, ~10 ms of every first scan of a fresh process spent on code
     a view never runs (docs/performance.md, "Performance IV"). Elsewhere (protobuf's C++ or
-    pure Python implementation), the public route."""
+    pure Python implementation, or a upb whose private API is not what it was), the public
+    route."""
+    direct = _upb_class_maker()
+    if direct is not None:
+        return direct
+    from google.protobuf import descriptor_pool, message_factory
+
+    public = descriptor_pool.DescriptorPool()
+    public.AddSerializedFile(view_file_descriptor())
+
+    def public_class(name: str) -> Any:
+        found = public.FindMessageTypeByName(f"{_PACKAGE}.{name}")
+        return message_factory.GetMessageClass(found)
+
+    return functools.cache(public_class)
+
+
+def _upb_class_maker() -> Callable[[str], Any] | None:
+    """``_class_maker``'s direct route, or None where upb is absent or does not take the calls
+    protobuf's own ``message_factory`` makes of it (checked by making the module's class)."""
     try:
         from google._upb import _message as upb
-    except ImportError:
-        upb = None
-    if upb is not None and hasattr(upb, "MessageMeta"):
         from google.protobuf import message
 
         pool = upb.DescriptorPool()
@@ -191,17 +207,11 @@ def _class_maker() -> Callable[[str], Any]:
                 name, (message.Message,), {"DESCRIPTOR": found, "__module__": None}
             )
 
-        return functools.cache(upb_class)
-    from google.protobuf import descriptor_pool, message_factory
-
-    public = descriptor_pool.DescriptorPool()
-    public.AddSerializedFile(view_file_descriptor())
-
-    def public_class(name: str) -> Any:
-        found = public.FindMessageTypeByName(f"{_PACKAGE}.{name}")
-        return message_factory.GetMessageClass(found)
-
-    return functools.cache(public_class)
+        made = functools.cache(upb_class)
+        made("Module").FromString(b"")
+    except Exception:  # ImportError, AttributeError, TypeError: the public route then
+        return None
+    return made
 
 
 # FieldDescriptorProto's label and type values (google/protobuf/descriptor.proto)
