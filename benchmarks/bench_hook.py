@@ -350,6 +350,20 @@ print("SHARE " + json.dumps({
 """
 
 
+def _run_many(
+    harness: str, modules: int, cache: str, mode: str, python: str
+) -> subprocess.CompletedProcess[str]:
+    """The many-module program under ``harness`` (a script given the program's text and
+    argv), as a user starts it: ``mode`` "off" without activation, else that hook mode."""
+    return subprocess.run(
+        [python, "-c", harness, MANY_MODULES, str(modules)],
+        env=_user_env(cache, None if mode == "off" else mode),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+
 def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
     """The hook's own CPU in a hooked warm start (medians of ``runs`` processes): activation,
     and its keys beyond JAX's, both as replayed (each lookup's arguments 20 times, the best:
@@ -360,13 +374,7 @@ def hook_share(modules: int, runs: int, python: str) -> dict[str, float]:
     with _caches("local") as caches:
         for i in range(runs + 1):  # the first round warms both caches
             for mode in rows:
-                out = subprocess.run(
-                    [python, "-c", _SHARE, MANY_MODULES, str(modules)],
-                    env=_user_env(caches[mode], None if mode == "off" else mode),
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
+                out = _run_many(_SHARE, modules, caches[mode], mode, python)
                 if i:
                     line = next(x for x in out.stdout.splitlines() if x.startswith("SHARE "))
                     rows[mode].append(json.loads(line[6:]))
@@ -417,13 +425,7 @@ def phases(modules: int, runs: int, python: str) -> dict[str, dict[str, float]]:
         for i in range(runs + 1):  # the first round warms both caches
             for mode in found:
                 c0 = _child_cpu()
-                out = subprocess.run(
-                    [python, "-c", _PHASES, MANY_MODULES, str(modules)],
-                    env=_user_env(caches[mode], None if mode == "off" else mode),
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
+                out = _run_many(_PHASES, modules, caches[mode], mode, python)
                 total = _child_cpu() - c0
                 line = next(x for x in out.stderr.splitlines() if x.startswith("PHASES "))
                 parts = [float(x) for x in line.split()[1:]]

@@ -310,12 +310,12 @@ def test_asking_whether_jax_is_installed_does_not_disarm_activation(tmp_path: Pa
 
 
 _WARM = r"""
-import sys, jax, jax.numpy as jnp
+import json, sys, jax, jax.numpy as jnp
 from cachedoctor.stablekeys import hook
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.jit(lambda v: jnp.sin(v) * 2)(jnp.arange(4.0)).block_until_ready()
 print("HOOK", hook.installed_mode(), hook.stats()["keys"])
-print("IMPORTED", sorted(m for m in sys.modules if m.startswith("cachedoctor.")))
+print("IMPORTED " + json.dumps(sorted(m for m in sys.modules if m.startswith("cachedoctor."))))
 """
 
 
@@ -338,7 +338,7 @@ def test_a_hooked_start_on_a_local_cache_imports_only_what_a_lookup_needs(tmp_pa
         assert proc.returncode == 0, proc.stderr
         assert "HOOK stable 2" in proc.stdout, proc.stdout + proc.stderr  # two lookups each
         line = next(x for x in proc.stdout.splitlines() if x.startswith("IMPORTED "))
-        seen[start] = set(json.loads(line.removeprefix("IMPORTED ").replace("'", '"')))
+        seen[start] = set(json.loads(line.removeprefix("IMPORTED ")))
     assert "cachedoctor.stablekeys.processes" in seen["cold"]  # the misses' manifests
     assert "cachedoctor.stablekeys.keys" in seen["warm"]  # the hook made the keys
     unneeded = {"cachedoctor.storage.backends", "cachedoctor.stablekeys.processes"}

@@ -1,13 +1,12 @@
 """The entry files of JAX's cache dir as this process names it: whether one exists after a
 write, and one's identity after a load JAX failed (the stats recorder's only I/O before exit);
-its place in a multi-process job; and, for a bucket cache dir, whether this process reaches it
-through JAX's own filesystem. What the hook asks on every lookup, without importing more.
+and its place in a multi-process job (what the hook asks on every lookup: here, so that a
+single process never imports the comparison of a job's processes).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from cachedoctor.storage.location import Location
 
@@ -57,31 +56,3 @@ def file_identity(key: str) -> dict[str, int] | None:
     except OSError:
         return None
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-
-
-_SHARE_JAX_FILESYSTEM = False
-
-
-def share_jax_filesystem() -> None:
-    """In a JAX process (the hook, stats recording): reach buckets through the filesystem
-    instance JAX itself uses (``etils.epath``'s fsspec one) rather than a client of our own,
-    which costs ~100 ms of CPU to create. That instance keeps its library's own retries, so our
-    retry loop makes one attempt: a bucket that keeps failing gives a miss, not a stall. Kept
-    here, not beside the manifests' stores, so that the hook says it without importing them."""
-    global _SHARE_JAX_FILESYSTEM
-    _SHARE_JAX_FILESYSTEM = True
-
-
-def jax_filesystem(url: str) -> Any:
-    """The fsspec filesystem JAX reaches ``url`` with, when this process shares it (None
-    otherwise, or where JAX uses another backend)."""
-    if not _SHARE_JAX_FILESYSTEM:
-        return None
-    try:
-        import fsspec
-        from jax._src import path as jax_path
-
-        fs = getattr(jax_path.Path(url), "_backend").fs(url)  # noqa: B009 - etils, untyped
-        return fs if isinstance(fs, fsspec.AbstractFileSystem) else None
-    except Exception:
-        return None

@@ -110,9 +110,9 @@ def install(
         except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
             _state.last_error = f"replay unavailable: {exc}"
             logger.info("custom_partitioning replay unavailable: %s", exc)
-        from cachedoctor.stablekeys import entry_files
+        from cachedoctor.stablekeys import manifest
 
-        entry_files.share_jax_filesystem()  # the manifests' stores wait for a miss to import
+        manifest.share_jax_filesystem()
         _state.mode, _state.record_ir = mode, record_ir
         _state.manifests, _state.migrate = manifests, migrate
         if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
-from cachedoctor.stablekeys import entry_files
 from cachedoctor.stablekeys.keys import (
     CP_PREFIX,
     HASHER_VERSION,
@@ -140,6 +139,28 @@ def _local_folder(cache_dir: str | os.PathLike[str], *, create: bool = False) ->
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
+_SHARE_JAX_FILESYSTEM = False
+
+
+def share_jax_filesystem() -> None:
+    """In a JAX process (the hook, stats recording): reach buckets through the filesystem
+    instance JAX itself uses (``etils.epath``'s fsspec one) rather than a client of our own,
+    which costs ~100 ms of CPU to create. That instance keeps its library's own retries, so our
+    retry loop makes one attempt: a bucket that keeps failing gives a miss, not a stall."""
+    global _SHARE_JAX_FILESYSTEM
+    _SHARE_JAX_FILESYSTEM = True
+
+
+def _jax_filesystem(url: str) -> Any:
+    """The fsspec filesystem JAX reaches ``url`` with, or None (JAX uses another backend)."""
+    try:
+        import fsspec
+        from jax._src import path as jax_path
+
+        fs = getattr(jax_path.Path(url), "_backend").fs(url)  # noqa: B009 - etils, untyped
+        return fs if isinstance(fs, fsspec.AbstractFileSystem) else None
+    except Exception:
+        return None
 
 
 def _store_for(where: Location) -> Store | None:
@@ -151,7 +172,7 @@ def _store_for(where: Location) -> Store | None:
 
     with _STORES_LOCK:
         if url not in _STORES:
-            shared = entry_files.jax_filesystem(url)
+            shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None
             _STORES[url] = (
                 stores.open_store(url)
                 if shared is None

@@ -82,8 +82,7 @@ def write_record() -> str | None:
         data = json.dumps(record, sort_keys=True).encode()
         folder = where.local_path
         if folder is None:  # a bucket
-            from cachedoctor.stablekeys.entry_files import share_jax_filesystem
-            from cachedoctor.stablekeys.manifest import store_for
+            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
 
             share_jax_filesystem()
             store = store_for(where)  # JAX's own filesystem (the hook's store): no client
