@@ -507,11 +507,20 @@ def main() -> None:
         help="only the many-module start, phase by phase, RUNS processes each side",
     )
     parser.add_argument(
+        "--share",
+        type=int,
+        metavar="RUNS",
+        help="only the hook's own CPU in a hooked start (activation, keys live and replayed)",
+    )
+    parser.add_argument(
         "--store", choices=("local", "s3"), default="local", help="where the many-module cache is"
     )
     args = parser.parse_args()
     if args.phases:
         _print_phases(phases(args.modules, args.phases, args.python))
+        return
+    if args.share:
+        _print_share(hook_share(args.modules, args.share, args.python))
         return
     if args.many_only:
         _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store))

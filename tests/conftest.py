@@ -18,7 +18,7 @@ import pytest
 from cachedoctor.cache import model, parallel, reader
 from cachedoctor.core.scan import memo as scanmemo
 from cachedoctor.core.scan.report import ScanReport
-from cachedoctor.stablekeys import manifest
+from cachedoctor.stablekeys import entry_files, manifest
 from cachedoctor.xla import hlo_facts
 from tests.support import gold, otherjax, sessioncache
 from tests.support.buckets import Servers, running_servers
@@ -46,7 +46,7 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # instance (cached by fsspec, bound to the endpoint of its day): a later test's servers
     # listen elsewhere (a module fixture set up again on this worker), so each test starts anew
     monkeypatch.setattr(manifest, "_STORES", {})
-    monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
+    monkeypatch.setattr(entry_files, "_SHARE_JAX_FILESYSTEM", False)
 
 
 @pytest.fixture(autouse=True)

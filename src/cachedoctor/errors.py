@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import errno
 import os
+from typing import NamedTuple
 
 
 class ExitCode(enum.IntEnum):
@@ -73,8 +73,7 @@ _REASONS: dict[int, tuple[str, str]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class _Kind:
+class _Kind(NamedTuple):
     noun: str  # "no such {noun}: PATH"
     label: str  # "cannot read {label}PATH: …"
     missing: str  # the slug of ENOENT on a read

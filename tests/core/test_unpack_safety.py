@@ -67,8 +67,8 @@ def _fails_at(monkeypatch: pytest.MonkeyPatch, victim: str, code: int) -> None:
         finally:
             writing.pop()
 
-    def write_temp(self: Any, tmp: str, data: Any, mode: int) -> None:
-        real_temp(self, tmp, data, mode)
+    def write_temp(self: Any, tmp: str, data: Any, mode: int, **kwargs: Any) -> None:
+        real_temp(self, tmp, data, mode, **kwargs)
         if writing and writing[-1] == victim:
             raise OSError(code, os.strerror(code))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.stablekeys import manifest
+from cachedoctor.stablekeys import entry_files, manifest
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.retry import bounded_map
 from tests.support.buckets import Proxy, Servers, serve
@@ -176,8 +176,8 @@ def test_the_hook_reaches_a_bucket_through_jax_s_own_filesystem(
     first: Any = manifest.store_for(Location.parse(url))
     assert first.fs is not jax_fs.fs(url)
     monkeypatch.setattr(manifest, "_STORES", {})
-    monkeypatch.setattr(manifest, "_SHARE_JAX_FILESYSTEM", False)
-    manifest.share_jax_filesystem()
+    monkeypatch.setattr(entry_files, "_SHARE_JAX_FILESYSTEM", False)
+    entry_files.share_jax_filesystem()
     store: Any = manifest.store_for(Location.parse(url))
     assert store.fs is jax_fs.fs(url)
     store.write_atomic("cachedoctor-manifests/m-0.json", b"{}", create=True)

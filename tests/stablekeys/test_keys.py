@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cachedoctor.stablekeys import keys, replay
+from cachedoctor.stablekeys import keys, replay, splithash
 
 pytest.importorskip("jax")
 
@@ -225,6 +225,63 @@ def test_a_plain_module_keys_like_jax() -> None:
     ]
 
 
+def test_a_module_is_walked_only_when_the_bytecode_jax_hashed_names_a_canonicalised_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hit on a plain module costs JAX's key code and a few digests: the module is not walked
+    for custom calls when the bytecode JAX hashed names none. A module with a custom_partitioning
+    call is walked and canonicalised (its pointer never reaches the key), and so is one whose
+    hashed computation is not bytecode we can read (here: made to look so)."""
+
+    walks: list[Any] = []
+    real_walk = keys._custom_calls_of
+
+    def counted(module: Any, targets: tuple[str, ...]) -> Any:
+        walks.append(module)
+        return real_walk(module, targets)
+
+    monkeypatch.setattr(keys, "_custom_calls_of", counted)
+    devices, options, backend = _target()
+    plain = keys.stable_key(_lowered(double), devices, options, backend)
+    assert walks == [] and plain.volatile == []
+    first = keys.stable_key(_cp_module("1234"), devices, options, backend)
+    # walked: its pointer found (no callbacks registered here, so kept: a miss, never a hit)
+    assert walks and [v.raw for v in first.volatile] == ["1234"] and not first.sound
+    monkeypatch.setattr(keys, "MLIR_BYTECODE_MAGIC", b"not bytecode")
+    walks.clear()
+    again = keys.stable_key(_lowered(double), devices, options, backend)
+    assert walks and again.key == plain.key
+
+
+@pytest.mark.parametrize(
+    ("computation", "plain"),
+    [
+        (b"ML\xefR\x00 stablehlo.add", True),
+        (b"ML\xefR\x00 stablehlo.custom_call CustomSPMDPartitioning", False),
+        (b"ML\xefR\x00 stablehlo.custom_call tpu_custom_call", False),
+        (b"module @jit_f { CustomSPMD }", False),  # text, not bytecode: walked
+        (None, False),  # hashed in several pieces: walked
+    ],
+)
+def test_which_hashed_computations_skip_the_walk(computation: bytes | None, plain: bool) -> None:
+    assert keys._plain(computation) is plain
+
+
+def test_the_split_hash_keeps_the_computation_it_hashed_in_one_piece() -> None:
+    split = keys._SplitHash()
+    split.update(b"ML\xefR module")
+    split.mark("computation")
+    split.update(b"0.4")
+    split.mark("jax_lib version")
+    assert split.computation == b"ML\xefR module"
+    assert split.total_hexdigest() == hashlib.sha256(b"ML\xefR module0.4").hexdigest()
+    pieces = keys._SplitHash()
+    pieces.update(b"ML\xefR a")
+    pieces.update(b"b")
+    pieces.mark("computation")
+    assert pieces.computation is None
+
+
 def test_cache_dir_paths_are_relative_to_the_cache_dir(tmp_path: Path) -> None:
     devices, _, backend = _target()
     module = _lowered(double)
@@ -410,12 +467,12 @@ def test_changed_internals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
 
     def fails(message: str) -> None:
-        keys._checked.clear()
+        splithash._checked.clear()
         with pytest.raises(keys.InternalsChanged) as info:
             keys.check_internals()
         assert str(info.value) == message
         monkeypatch.undo()
-        keys._checked.clear()
+        splithash._checked.clear()
 
     monkeypatch.setattr(ck, "get", lambda *a: 0)
     fails("jax._src.cache_key.get no longer hashes through hashlib.sha256")
@@ -596,7 +653,7 @@ def test_entry_points_are_checked_before_wrapping(monkeypatch: pytest.MonkeyPatc
 def test_split_hash_keeps_small_components_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Components up to the limit keep their bytes (for offline checks), larger ones only the
     digest; the count starts afresh with each component."""
-    monkeypatch.setattr(keys, "_RAW_COMPONENT_LIMIT", 16)
+    monkeypatch.setattr(splithash, "_RAW_COMPONENT_LIMIT", 16)
     split = keys._SplitHash()
     split.update(b"a" * 10)
     split.update(b"b" * 6)
@@ -621,6 +678,6 @@ def test_split_hash_keeps_small_components_whole(monkeypatch: pytest.MonkeyPatch
         ]
     }
     assert (
-        split.total.hexdigest()
+        split.total_hexdigest()
         == hashlib.sha256(b"a" * 10 + b"b" * 6 + b"c" * 16 + b"d" * 17 + b"e").hexdigest()
     )

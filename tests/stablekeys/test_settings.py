@@ -324,7 +324,9 @@ def test_a_hooked_start_on_a_local_cache_imports_only_what_a_lookup_needs(tmp_pa
     """A warm start with the hook pays for each module it imports (docs/performance.md,
     Performance IV): on a local cache dir in a single process, the bucket registry is never
     imported, and the module that compares a job's processes (a miss's manifest names the
-    process) not on a warm start."""
+    process) not on a warm start; nor, on a warm start, the manifests' module (the index lists
+    a local cache without it: a warm start writes no manifest) or the file identities a prune
+    plan checks (``storage.fileid``)."""
     env = {
         **_env(tmp_path / "none.toml", CACHEDOCTOR_HOOK="stable"),
         "JAX_PLATFORMS": "cpu",
@@ -340,7 +342,14 @@ def test_a_hooked_start_on_a_local_cache_imports_only_what_a_lookup_needs(tmp_pa
         line = next(x for x in proc.stdout.splitlines() if x.startswith("IMPORTED "))
         seen[start] = set(json.loads(line.removeprefix("IMPORTED ")))
     assert "cachedoctor.stablekeys.processes" in seen["cold"]  # the misses' manifests
+    assert "cachedoctor.stablekeys.manifest" in seen["cold"]  # ... written
     assert "cachedoctor.stablekeys.keys" in seen["warm"]  # the hook made the keys
-    unneeded = {"cachedoctor.storage.backends", "cachedoctor.stablekeys.processes"}
+    assert "cachedoctor.stablekeys.manifest_index" in seen["warm"]  # and asked the index
+    unneeded = {
+        "cachedoctor.storage.backends",
+        "cachedoctor.stablekeys.processes",
+        "cachedoctor.stablekeys.manifest",
+        "cachedoctor.storage.fileid",
+    }
     assert unneeded.isdisjoint(seen["warm"])
     assert "cachedoctor.storage.backends" not in seen["cold"]

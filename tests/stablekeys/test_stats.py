@@ -84,3 +84,31 @@ def test_a_recording_problem_is_one_stderr_line_not_a_warning(tmp_path: Path) ->
     assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr[-3000:]
     said = [x for x in proc.stderr.splitlines() if x.startswith("cachedoctor: stats recording")]
     assert len(said) == 1 and "Warning" not in proc.stderr, proc.stderr
+
+
+def test_the_record_is_written_whole_without_waiting_on_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's exit does not wait on an fsync for its record (JAX writes its own entries
+    without one); the record still appears whole, under its final name only. Other writes
+    through ``write_new`` keep their fsync."""
+    import os
+
+    from cachedoctor.stablekeys import stats_record
+    from cachedoctor.storage.fsops import CacheDir
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    written = stats_record._write_local(str(tmp_path), "cachedoctor-stats/r.json", b'{"a": 1}')
+    assert synced == []
+    assert Path(written).read_bytes() == b'{"a": 1}'
+    assert os.listdir(tmp_path / "cachedoctor-stats") == ["r.json"]  # no temp file left
+    with CacheDir.open(tmp_path) as folder:
+        assert folder.write_new("other", b"x")
+    assert len(synced) == 1

@@ -18,7 +18,7 @@ import pytest
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.storage import backends, stores, urls
 from cachedoctor.storage.backends import Failure, Op
-from cachedoctor.storage.fsops import FileId
+from cachedoctor.storage.fileid import FileId
 from cachedoctor.storage.location import Location
 from cachedoctor.storage.model import DeleteOutcome, MissingExtraError
 from cachedoctor.storage.remote_store import RemoteStore

@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachedoctor.stablekeys import readonly
+from cachedoctor.stablekeys import keys, misskeys, readonly
+from cachedoctor.stablekeys.entry_files import current_process
 from cachedoctor.stablekeys.hook_replay import (
     _MAX_PROCESS_CHECKS,
     _autotune_mode,
@@ -90,8 +91,6 @@ def install(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    from cachedoctor.stablekeys import keys
-
     with _lock:
         try:
             keys.check_internals()
@@ -110,9 +109,9 @@ def install(
         except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
             _state.last_error = f"replay unavailable: {exc}"
             logger.info("custom_partitioning replay unavailable: %s", exc)
-        from cachedoctor.stablekeys import manifest
+        from cachedoctor.stablekeys.entry_files import share_jax_filesystem
 
-        manifest.share_jax_filesystem()
+        share_jax_filesystem()
         _state.mode, _state.record_ir = mode, record_ir
         _state.manifests, _state.migrate = manifests, migrate
         if getattr(cc.get_cache_key, "__cachedoctor_original__", None) is None:
@@ -237,9 +236,7 @@ def _cache_location() -> Location | None:
     """JAX's cache dir as one Location (a folder, or a ``gs://`` / ``s3://`` bucket whose
     manifests are objects), or None: unset, or a ``file://`` or other URL (no manifests there,
     as ever)."""
-    from jax._src import config
-
-    value = config.compilation_cache_dir.value
+    value = keys.jax_module("config").compilation_cache_dir.value
     if not value:
         return None
     known = _state.location
@@ -263,8 +260,6 @@ def _get_cache_key(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> str | None:
-    from cachedoctor.stablekeys import keys, misskeys
-
     mode = _state.mode
     if mode is None or _ignores_everything(args, kwargs):
         return None
@@ -339,8 +334,6 @@ def _explain_process_key(cache_dir: Location, result: Any) -> None:
     JAX hashes per process (:mod:`.processes`): the run's own explanation of its misses. Only
     the first lookups of such a process are compared (each module's manifests, from the index).
     """
-    from cachedoctor.stablekeys.entry_files import current_process
-
     if _state.process_checks >= _MAX_PROCESS_CHECKS:
         return
     process = current_process()
@@ -362,9 +355,13 @@ def _has_partitioning(result: Any) -> bool:
 
 
 def _manifest_exists(cache_dir: Location, key: str) -> bool:
-    """Whether ``key`` has a manifest, from the index (no request per lookup)."""
+    """Whether ``key`` has a manifest, from the index (no request per lookup; the index of the
+    cache dir's Location kept, since ``_cache_location`` hands out the same one)."""
     try:
-        return bool(_index_for(cache_dir).has(key))
+        known = _state.index
+        if known is None or known[0] is not cache_dir:
+            known = _state.index = (cache_dir, _index_for(cache_dir))
+        return bool(known[1].has(key))
     except Exception:  # a bucket that cannot be reached: _record will count the error
         return False
 

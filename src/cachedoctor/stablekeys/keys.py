@@ -12,33 +12,75 @@ canonicalised inputs, with exactly three canonicalisations:
 2. compile-option paths derived from the cache directory (the per-fusion autotune dir and the
    kernel cache file) become relative to the cache directory;
 3. each Pallas TPU kernel (a ``tpu_custom_call``) has its Mosaic body's debug information
-   stripped, exactly as jax 0.11 does before hashing (``_strip_mosaic_debug_info``): up to jax
-   0.10 the body's source paths and line numbers are in the key, so the same kernel run from
-   another folder, or a line lower, never hits. Where JAX strips them itself, nothing is done
-   here; where it cannot be done (no Mosaic dialect, a body that does not parse),
-   :class:`KernelsNotStripped` makes the hook keep JAX's own key and say so.
+   stripped, exactly as jax 0.11 does before hashing
+   (``_strip_mosaic_debug_info``): up to jax 0.10 the body's source paths and line numbers are
+   in the key, so the same kernel run from another folder, or a line lower, never hits. Where
+   JAX strips them itself, nothing is done here; where it cannot be done (no Mosaic dialect, a
+   body that does not parse), :class:`KernelsNotStripped` makes the hook keep JAX's own key and
+   say so.
 
 JAX feeds every key component into one SHA-256. We run the same code with a recording hash that
 keeps one digest per component; the stable digest is a SHA-256 over the hasher version and those
 component digests. That is what lets :func:`combine` recompute a key from a manifest offline.
-Keys keep JAX's format ``<module>-<64 hex>``.
+Keys keep JAX's format ``<module>-<64 hex>``. A module is walked for those custom calls only
+when the bytecode JAX hashed names one (:func:`stable_key`): a hit on a plain module costs JAX's
+own key code and a few digests.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
 import sys
 import types
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachedoctor.stablekeys import replay
+from cachedoctor.stablekeys.splithash import (
+    CHUNK_LIMIT as CHUNK_LIMIT,
+)
+from cachedoctor.stablekeys.splithash import (
+    HASHER_VERSION as HASHER_VERSION,
+)
+from cachedoctor.stablekeys.splithash import (
+    InternalsChanged as InternalsChanged,
+)
+from cachedoctor.stablekeys.splithash import (
+    _jax_key_functions as _jax_key_functions,
+)
+from cachedoctor.stablekeys.splithash import (
+    _SplitHash as _SplitHash,
+)
+from cachedoctor.stablekeys.splithash import (
+    check_internals as check_internals,
+)
+from cachedoctor.stablekeys.splithash import (
+    combine as combine,
+)
+from cachedoctor.stablekeys.splithash import (
+    component_chunks as component_chunks,
+)
+from cachedoctor.stablekeys.splithash import (
+    component_data as component_data,
+)
+from cachedoctor.stablekeys.splithash import (
+    jax_cache_key_get as jax_cache_key_get,
+)
+from cachedoctor.stablekeys.splithash import (
+    jax_get_cache_key as jax_get_cache_key,
+)
+from cachedoctor.stablekeys.splithash import (
+    jax_key_components as jax_key_components,
+)
+from cachedoctor.stablekeys.splithash import (
+    jax_module as jax_module,
+)
+from cachedoctor.stablekeys.splithash import (
+    recording_get_cache_key as recording_get_cache_key,
+)
+from cachedoctor.storage.urls import jax_spelling
 
-HASHER_VERSION = 2  # 2: custom_partitioning keyed by replay (1: static fingerprints)
 CACHE_DIR_PLACEHOLDER = "<cachedoctor:cache_dir>"
 CP_TARGET = "CustomSPMDPartitioning"
 CP_PREFIX = f"cachedoctor-cp-v{HASHER_VERSION}:"
@@ -46,21 +88,17 @@ CP_REPLAY = CP_PREFIX + "replay"  # the key is decided by replaying the recorded
 REPLAY_COMPONENT = "custom_partitioning_replay"  # the digest that tells replayed entries apart
 # DebugOptions fields that JAX fills with paths under the cache directory.
 CACHE_DIR_FIELDS = ("xla_gpu_per_fusion_autotune_cache_dir", "xla_gpu_kernel_cache_file")
-_RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
-CHUNK_LIMIT = 1 << 16  # a missed key's record keeps the hashed pieces of components this small
-
-
-class InternalsChanged(Exception):
-    """The installed JAX does not look like the versions this hasher was written against."""
 
 
 class KernelsNotStripped(InternalsChanged):
     """A Pallas TPU kernel's debug information could not be stripped (canonicalisation 3)."""
 
 
-@dataclass(frozen=True)
-class VolatileField:
-    """A value that differs between processes or machines, and what the hasher did with it."""
+class VolatileField(NamedTuple):
+    """A value that differs between processes or machines, and what the hasher did with it.
+
+    (A named tuple, not a dataclass: ``@dataclass`` costs ~0.4 ms at import, in every hooked
+    process's start.)"""
 
     field: str
     raw: str
@@ -68,23 +106,78 @@ class VolatileField:
     reason: str | None = None  # set when the value could not be canonicalised (kept raw)
 
 
-@dataclass
 class KeyResult:
-    """Everything the hasher learnt while computing one stable key."""
+    """Everything the hasher learnt while computing one stable key.
 
-    key: str
-    module_name: str
-    components: dict[str, str]  # component name -> hex digest, in JAX's hashing order
-    jax_equivalent_key: str  # JAX's formula over the canonical inputs
-    volatile: list[VolatileField] = field(default_factory=list)
-    canonical_ir: str | None = None
-    xla_flags: list[str] = field(default_factory=list)
-    cache_dir: str | None = None
-    # (index, pointer) of the custom_partitioning calls whose key the hook decides by replay;
-    # ``key`` is then the base key that the replayed entries share
-    to_replay: list[tuple[int, bytes]] = field(default_factory=list)
-    # component name -> each piece hashed, for the small components (up to 1 MiB)
-    component_pieces: dict[str, list[bytes]] = field(default_factory=dict)
+    JAX's own key over the canonical inputs (``jax_equivalent_key``) and the XLA flags JAX
+    hashed (``xla_flags``) are worked out when first asked for: a hit never asks. (A plain
+    class for that, and for the start-up cost of ``@dataclass``.)"""
+
+    __slots__ = (
+        "_jax_key",
+        "_split",
+        "_xla_flags",
+        "cache_dir",
+        "canonical_ir",
+        "component_pieces",
+        "components",
+        "key",
+        "module_name",
+        "to_replay",
+        "volatile",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        module_name: str,
+        components: dict[str, str],  # component name -> hex digest, in JAX's hashing order
+        jax_equivalent_key: str | None = None,  # JAX's formula over the canonical inputs
+        volatile: list[VolatileField] | None = None,
+        canonical_ir: str | None = None,
+        xla_flags: list[str] | None = None,
+        cache_dir: str | None = None,
+        # (index, pointer) of the custom_partitioning calls whose key the hook decides by
+        # replay; ``key`` is then the base key that the replayed entries share
+        to_replay: list[tuple[int, bytes]] | None = None,
+        # component name -> each piece hashed, for the small components (up to 1 MiB)
+        component_pieces: dict[str, list[bytes]] | None = None,
+        *,
+        split: _SplitHash | None = None,  # where jax_equivalent_key comes from, when not given
+    ) -> None:
+        if jax_equivalent_key is None and split is None:
+            raise TypeError("KeyResult needs jax_equivalent_key or the split hash it comes from")
+        self.key = key
+        self.module_name = module_name
+        self.components = components
+        self._jax_key = jax_equivalent_key
+        self.volatile = [] if volatile is None else volatile
+        self.canonical_ir = canonical_ir
+        self._xla_flags = xla_flags
+        self.cache_dir = cache_dir
+        self.to_replay = [] if to_replay is None else to_replay
+        self.component_pieces = {} if component_pieces is None else component_pieces
+        self._split = split
+
+    def __repr__(self) -> str:
+        return f"KeyResult(key={self.key!r}, volatile={self.volatile!r})"
+
+    @property
+    def jax_equivalent_key(self) -> str:
+        """JAX's own formula (one SHA-256 over every component) on the canonical inputs."""
+        if self._jax_key is None:
+            assert self._split is not None
+            self._jax_key = f"{self.module_name}-{self._split.total_hexdigest()}"
+            self._split = None  # its pieces (the module's bytecode among them) can go
+        return self._jax_key
+
+    @property
+    def xla_flags(self) -> list[str]:
+        """The XLA flags JAX hashes into the key (:func:`hashed_xla_flags`), read when first
+        asked for: a miss's manifest and record ask, in the same compile."""
+        if self._xla_flags is None:
+            self._xla_flags = hashed_xla_flags()
+        return self._xla_flags
 
     @property
     def component_data(self) -> dict[str, str]:
@@ -108,14 +201,6 @@ class KeyResult:
         return all(v.reason is None for v in self.volatile)
 
 
-def combine(components: Sequence[tuple[str, str]], hasher_version: int = HASHER_VERSION) -> str:
-    """The stable digest (64 hex) from ``(component name, hex digest)`` pairs."""
-    h = hashlib.sha256(f"cachedoctor-stable-key\x00v{hasher_version}\x00".encode())
-    for name, digest in components:
-        h.update(name.encode() + b"\x00" + bytes.fromhex(digest))
-    return h.hexdigest()
-
-
 def replayed_key(result: KeyResult, replay_digest: str) -> str:
     """The key of one replay-verified variant of a module: the base key's components plus
     :data:`REPLAY_COMPONENT` (so :func:`combine` recomputes it from the manifest offline)."""
@@ -123,180 +208,24 @@ def replayed_key(result: KeyResult, replay_digest: str) -> str:
     return f"{result.module_name}-{combine(pairs)}"
 
 
-class _SplitHash:
-    """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part.
-
-    The hashed pieces of the small components are kept as they came; their base64 text
-    (manifests) and piece lists (a missed key's record) are made only when asked for, which a
-    hit never does."""
-
-    def __init__(self) -> None:
-        self.total = hashlib.sha256()
-        self._cur = hashlib.sha256()
-        self._raw: list[bytes] = []
-        self._raw_len = 0
-        self.components: list[tuple[str, str]] = []
-        self.pieces: dict[str, list[bytes]] = {}  # each update() of a small component, in order
-
-    def update(self, data: bytes) -> None:
-        self.total.update(data)
-        self._cur.update(data)
-        self._raw_len += len(data)
-        if self._raw_len <= _RAW_COMPONENT_LIMIT:
-            self._raw.append(bytes(data))
-
-    def mark(self, name: str) -> None:
-        self.components.append((name, self._cur.hexdigest()))
-        if name != "computation" and self._raw_len <= _RAW_COMPONENT_LIMIT:
-            self.pieces[name] = self._raw
-        self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
-
-    @property
-    def data(self) -> dict[str, str]:
-        """Component name -> base64 of its hashed bytes, for components up to 1 MiB."""
-        return component_data(self.pieces)
-
-    @property
-    def chunks(self) -> dict[str, list[bytes]]:
-        """Component name -> each piece hashed, for components under :data:`CHUNK_LIMIT`."""
-        return component_chunks(self.pieces)
-
-    def digest(self) -> bytes:
-        return bytes.fromhex(combine(self.components))
+# Names whose calls the hasher canonicalises (see the module docstring): a module whose
+# hashed bytecode holds neither is keyed without walking it.
+CP_TARGET_BYTES = CP_TARGET.encode()
+MOSAIC_TARGET = "tpu_custom_call"
+MOSAIC_TARGET_BYTES = MOSAIC_TARGET.encode()
+MLIR_BYTECODE_MAGIC = b"ML\xefR"
 
 
-def component_data(pieces: dict[str, list[bytes]]) -> dict[str, str]:
-    return {name: base64.b64encode(b"".join(p)).decode() for name, p in pieces.items()}
-
-
-def component_chunks(pieces: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
-    return {name: list(p) for name, p in pieces.items() if sum(map(len, p)) <= CHUNK_LIMIT}
-
-
-class _ModuleProxy:
-    """A module stand-in that overrides a few attributes and forwards the rest."""
-
-    def __init__(self, real: types.ModuleType, **overrides: Any) -> None:
-        self._real = real
-        self.__dict__.update(overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-def _rebind(fn: Any, new_globals: dict[str, Any]) -> Any:
-    clone = types.FunctionType(
-        fn.__code__, new_globals, fn.__name__, fn.__defaults__, fn.__closure__
+def _plain(computation: bytes | None) -> bool:
+    """Whether the computation JAX hashed is MLIR bytecode naming none of the custom calls the
+    hasher canonicalises: then the module need not be walked (strings are stored verbatim in
+    bytecode). Anything else (several pieces, another encoding) is walked."""
+    return (
+        computation is not None
+        and computation.startswith(MLIR_BYTECODE_MAGIC)
+        and CP_TARGET_BYTES not in computation
+        and MOSAIC_TARGET_BYTES not in computation
     )
-    clone.__kwdefaults__ = fn.__kwdefaults__
-    return clone
-
-
-def jax_get_cache_key() -> Any:
-    """JAX's own ``compilation_cache.get_cache_key``, even while the hook has wrapped it."""
-    from jax._src import compilation_cache as cc
-
-    fn = cc.get_cache_key
-    return getattr(fn, "__cachedoctor_original__", fn)
-
-
-def jax_cache_key_get() -> Any:
-    """JAX's own ``cache_key.get``, even while the stats recorder has wrapped it
-    (:mod:`.misskeys`)."""
-    from jax._src import cache_key as ck
-
-    fn = ck.get
-    return getattr(fn, "__cachedoctor_misskeys_original__", fn)
-
-
-def jax_key_components(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, _SplitHash]:
-    """JAX's own key for ``cache_key.get(*args, **kwargs)``, computed by JAX's code with a hash
-    that keeps one digest (and the hashed pieces of the small ones) per component."""
-    from jax._src import cache_key as ck
-
-    holder: dict[str, _SplitHash] = {}
-
-    def sha256() -> _SplitHash:
-        holder["hash"] = split = _SplitHash()
-        return split
-
-    get_globals = dict(ck.__dict__)
-    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
-    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
-    combined = str(_rebind(jax_cache_key_get(), get_globals)(*args, **kwargs))
-    if "hash" not in holder:
-        raise InternalsChanged("cache_key.get did not hash through the recording hash")
-    split = holder["hash"]  # its digest() is the stable combination: JAX's is the running total
-    return f"{combined.rsplit('-', 1)[0]}-{split.total.hexdigest()}", split
-
-
-_checked: set[tuple[int, int]] = set()
-
-
-def check_internals() -> None:
-    """Raise :class:`InternalsChanged` unless JAX's key code has the shape we rely on.
-
-    The result is remembered per pair of JAX functions, so the per-compile cost is a lookup.
-    """
-    try:
-        ident = (id(jax_cache_key_get()), id(jax_get_cache_key()))
-    except Exception:  # pragma: no cover - reported by the full check below
-        ident = (0, 0)
-    if ident in _checked:
-        return
-    _check_internals()
-    _checked.add(ident)
-
-
-def _check_internals() -> None:
-    try:
-        from jax._src import cache_key  # noqa: F401 - JAX's key module must import
-        from jax._src import custom_partitioning as cp
-    except Exception as exc:  # pragma: no cover - depends on the installed jax
-        raise InternalsChanged(f"cannot import JAX's key modules: {exc}") from exc
-    names = getattr(getattr(jax_cache_key_get(), "__code__", None), "co_names", ())
-    if "hashlib" not in names or "_log_cache_key_hash" not in names:
-        raise InternalsChanged("jax._src.cache_key.get no longer hashes through hashlib.sha256")
-    get_cache_key = jax_get_cache_key()
-    if "cache_key" not in getattr(getattr(get_cache_key, "__code__", None), "co_names", ()):
-        raise InternalsChanged("compilation_cache.get_cache_key no longer calls cache_key.get")
-    import inspect
-
-    params = list(inspect.signature(get_cache_key).parameters)
-    if params[:4] != ["module", "devices", "compile_options", "backend"] or len(params) != 5:
-        raise InternalsChanged(f"unexpected get_cache_key signature {params}")
-    if not hasattr(cp, "_sharding_callbacks"):
-        raise InternalsChanged("jax._src.custom_partitioning._sharding_callbacks is gone")
-
-
-def recording_get_cache_key() -> tuple[Any, dict[str, Any]]:
-    """JAX's ``compilation_cache.get_cache_key``, rebound so that its key's components are kept:
-    after a call, ``holder["hash"]`` is the :class:`_SplitHash` it hashed into."""
-    return _jax_key_functions()
-
-
-def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
-    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``.
-
-    Rebound on every call, from JAX's module globals as they are then: a program (JAX's own
-    tests do) may replace a function of ``cache_key`` at any time, and the key must follow."""
-    from jax._src import cache_key as ck
-
-    holder: dict[str, Any] = {}
-
-    def sha256() -> _SplitHash:
-        split = _SplitHash()
-        holder["hash"] = split
-        return split
-
-    get_globals = dict(ck.__dict__)
-    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
-    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
-    get = _rebind(jax_cache_key_get(), get_globals)
-    original = jax_get_cache_key()
-    cc_globals = dict(original.__globals__)
-    cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
-    return _rebind(original, cc_globals), holder
 
 
 # -- canonicalisation 1: custom_partitioning backend_config ------------------------------------
@@ -387,14 +316,10 @@ def canonical_module(module: Any) -> tuple[Any, list[VolatileField], list[tuple[
 
 # -- canonicalisation 3: Mosaic kernels' debug information -------------------------------------
 
-MOSAIC_TARGET = "tpu_custom_call"
-
 
 def jax_strips_kernels() -> bool:
     """Whether the installed JAX strips Mosaic debug information before hashing (0.11 on)."""
-    from jax._src import cache_key as ck
-
-    return hasattr(ck, "_strip_mosaic_debug_info")
+    return hasattr(jax_module("cache_key"), "_strip_mosaic_debug_info")
 
 
 def _mosaic_ops(module: Any) -> list[Any]:
@@ -464,21 +389,24 @@ def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
 
 
+_SPELLINGS: dict[str, str] = {}
+
+
 def canonical_path(value: str, cache_dir: str | None) -> str:
     """``value`` with a leading cache directory replaced by :data:`CACHE_DIR_PLACEHOLDER`."""
     if not cache_dir or not value:
         return value
-    from cachedoctor.storage.urls import jax_spelling
-
-    base = jax_spelling(cache_dir)
+    base = _SPELLINGS.get(cache_dir)  # asked on every lookup (jax <= 0.10 sets the path)
+    if base is None:
+        base = _SPELLINGS[cache_dir] = jax_spelling(cache_dir)
     if value == base or value.startswith(base.rstrip("/") + "/"):
         return CACHE_DIR_PLACEHOLDER + value[len(base) :]
     return value
 
 
-@contextlib.contextmanager
-def canonical_options(options: Any, cache_dir: str | None) -> Iterator[list[VolatileField]]:
-    """Within the block, ``options`` has its cache-dir paths made relative; restored on exit.
+def canonicalise_options(options: Any, cache_dir: str | None) -> list[VolatileField]:
+    """Make ``options``'s cache-dir paths relative, in place; :func:`restore_options` puts
+    them back (call it in a ``finally``).
 
     The fields are set on ``options`` itself rather than on a copy: a copy (a protobuf
     round trip) cost about a quarter of JAX's whole key, on every lookup, since jax <= 0.10
@@ -493,20 +421,28 @@ def canonical_options(options: Any, cache_dir: str | None) -> Iterator[list[Vola
         if isinstance(value, str) and value:
             canonical = canonical_path(value, cache_dir)
             if canonical != value:
-                changes.append((name, value, canonical))
-    try:
-        for name, _, canonical in changes:
-            setattr(debug, name, canonical)
-        yield [VolatileField(f"debug_options.{n}", v, c) for n, v, c in changes]
-    finally:
-        for name, value, _ in changes:
-            setattr(debug, name, value)
+                changes.append(VolatileField(f"debug_options.{name}", value, canonical))
+    for i, change in enumerate(changes):
+        try:
+            setattr(debug, change.field.partition(".")[2], change.canonical)
+        except BaseException:
+            restore_options(options, changes[:i])
+            raise
+    return changes
+
+
+def restore_options(options: Any, changes: list[VolatileField]) -> None:
+    """Undo :func:`canonicalise_options`."""
+    if changes:
+        debug = options.executable_build_options.debug_options
+        for change in changes:
+            setattr(debug, change.field.partition(".")[2], change.raw)
 
 
 def hashed_xla_flags() -> list[str]:
     """The XLA flags JAX hashes into the key (same sources and exclusions as JAX); worked out
     again only when one of its sources changed since the last lookup."""
-    from jax._src import cache_key as ck
+    ck = jax_module("cache_key")
 
     sources = (
         os.environ.get("XLA_FLAGS", ""),
@@ -532,8 +468,7 @@ _flags_memo: dict[str, Any] = {}
 
 
 def _module_name(module: Any) -> str:
-    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
-
+    ir = jax_module("lib.mlir").ir  # the stats recorder asks on every compile
     return str(ir.StringAttr(module.operation.attributes["sym_name"]).value)
 
 
@@ -559,29 +494,47 @@ def stable_key(
 
     ``cache_dir`` defaults to ``jax_compilation_cache_dir``. Raises :class:`InternalsChanged`
     when JAX's key code is not what this hasher expects.
+
+    JAX's key code runs on the module as given first: when the bytecode it hashed names no
+    custom call that the hasher canonicalises (the common case), that is the stable key, and
+    the module is never walked. Otherwise (or when the hashed computation is not MLIR
+    bytecode) the module is canonicalised and, if that changed it, hashed again.
     """
     check_internals()
     if cache_dir is None:
-        from jax._src import config
-
-        cache_dir = config.compilation_cache_dir.value
-    canon_module, volatile, to_replay = canonical_module(module)
-    get_cache_key, holder = _jax_key_functions()
-    with canonical_options(compile_options, cache_dir) as opt_volatile:
-        key = get_cache_key(canon_module, devices, compile_options, backend)
-    split: _SplitHash | None = holder.get("hash")
-    if split is None or not split.components:
-        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+        cache_dir = jax_module("config").compilation_cache_dir.value
+    opt_volatile = canonicalise_options(compile_options, cache_dir)
+    try:
+        canon_module = module
+        volatile: list[VolatileField] = []
+        to_replay: list[tuple[int, bytes]] = []
+        key, split = _hashed(module, devices, compile_options, backend)
+        if not _plain(split.computation):
+            canon_module, volatile, to_replay = canonical_module(module)
+            if canon_module is not module:
+                key, split = _hashed(canon_module, devices, compile_options, backend)
+    finally:
+        restore_options(compile_options, opt_volatile)
     module_name = key.rsplit("-", 1)[0]
     return KeyResult(
         key=key,
         module_name=module_name,
         components=dict(split.components),
         component_pieces=split.pieces,
-        jax_equivalent_key=f"{module_name}-{split.total.hexdigest()}",
         volatile=volatile + opt_volatile,
         canonical_ir=module_text(canon_module) if record_ir else None,
-        xla_flags=hashed_xla_flags(),
         cache_dir=cache_dir,
         to_replay=to_replay,
+        split=split,
     )
+
+
+def _hashed(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str, _SplitHash]:
+    """JAX's ``get_cache_key`` on these inputs, hashed into a :class:`_SplitHash`: the stable
+    key (the split hash's digest) and the split hash."""
+    get_cache_key, holder = _jax_key_functions()
+    key = get_cache_key(module, devices, options, backend)
+    split: _SplitHash | None = holder.get("hash")
+    if split is None or not split.components:
+        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+    return str(key), split

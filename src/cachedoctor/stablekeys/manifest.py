@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
+from cachedoctor.stablekeys.entry_files import shares_jax_filesystem
 from cachedoctor.stablekeys.keys import (
     CP_PREFIX,
     HASHER_VERSION,
@@ -42,8 +43,12 @@ from cachedoctor.stablekeys.keys import (
     combine,
     replayed_key,
 )
+from cachedoctor.stablekeys.manifest_folder import (
+    local_manifest_keys,
+    manifest_keys_of,
+    open_manifest_folder,
+)
 from cachedoctor.storage.files import open_regular
-from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
 if TYPE_CHECKING:
@@ -123,32 +128,10 @@ def manifest_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
     return manifest_dir(cache_dir) / f"{key}{MANIFEST_SUFFIX}"
 
 
-@contextlib.contextmanager
-def _local_folder(cache_dir: str | os.PathLike[str], *, create: bool = False) -> Iterator[CacheDir]:
-    """The manifests folder of a local cache dir, open: read and written relative to it, never
-    through a link planted at ``cachedoctor-manifests/`` or at a manifest (``CacheDir``).
-    FileNotFoundError when absent (made with ``create``); OSError ELOOP where a link stands."""
-    if create:  # the hook may write before JAX has made the cache dir (the user's to name)
-        with contextlib.suppress(FileExistsError):  # a file there: the open says ENOTDIR
-            os.makedirs(cache_dir, exist_ok=True)
-    with CacheDir.open(cache_dir) as root, root.walk(MANIFEST_DIRNAME, create=create) as folder:
-        yield folder
-
-
 # --- gs:// and s3:// cache dirs ----------------------------------------------------------------
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
-_SHARE_JAX_FILESYSTEM = False
-
-
-def share_jax_filesystem() -> None:
-    """In a JAX process (the hook, stats recording): reach buckets through the filesystem
-    instance JAX itself uses (``etils.epath``'s fsspec one) rather than a client of our own,
-    which costs ~100 ms of CPU to create. That instance keeps its library's own retries, so our
-    retry loop makes one attempt: a bucket that keeps failing gives a miss, not a stall."""
-    global _SHARE_JAX_FILESYSTEM
-    _SHARE_JAX_FILESYSTEM = True
 
 
 def _jax_filesystem(url: str) -> Any:
@@ -172,7 +155,7 @@ def _store_for(where: Location) -> Store | None:
 
     with _STORES_LOCK:
         if url not in _STORES:
-            shared = _jax_filesystem(url) if _SHARE_JAX_FILESYSTEM else None
+            shared = _jax_filesystem(url) if shares_jax_filesystem() else None
             _STORES[url] = (
                 stores.open_store(url)
                 if shared is None
@@ -208,19 +191,10 @@ def manifest_keys(cache_dir: Location) -> set[str]:
         if store is not None:
             names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
         else:
-            with _local_folder(cache_dir.spelling) as folder:
-                names = folder.listdir()
+            return local_manifest_keys(cache_dir.spelling)
     except (FileNotFoundError, NotADirectoryError):
         return set()
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        return set()  # a link where the folder should be: not ours to read
-    return {
-        n[: -len(MANIFEST_SUFFIX)]
-        for n in names
-        if n.endswith(MANIFEST_SUFFIX) and not n.startswith(".")
-    }
+    return manifest_keys_of(names)
 
 
 def read_manifests(cache_dir: Location, keys: Iterable[str]) -> list[Manifest]:
@@ -304,7 +278,7 @@ def from_key_result(
         module_name=result.module_name,
         hasher_version=HASHER_VERSION,
         components=components,
-        volatile=[asdict(v) for v in result.volatile],
+        volatile=[v._asdict() for v in result.volatile],
         sound=result.sound,
         xla_flags=list(result.xla_flags),
         cache_dir=result.cache_dir,
@@ -363,7 +337,7 @@ def key_mode_summary(manifests: Iterable[Manifest]) -> dict[str, Any]:
 def _atomic_write(cache_dir: str | os.PathLike[str], name: str, data: bytes, create: bool) -> None:
     """Write ``cachedoctor-manifests/<name>`` whole (``create``: only if absent, else
     FileExistsError); the folder is made when absent, and no link on the way is followed."""
-    with _local_folder(cache_dir, create=True) as folder:
+    with open_manifest_folder(cache_dir, create=True) as folder:
         if create:
             if not folder.write_new(name, data, mode=0o644 & ~_umask()):
                 raise FileExistsError(errno.EEXIST, "File exists", os.path.join(folder.path, name))
@@ -430,7 +404,7 @@ def load_manifest(cache_dir: Location, key: str) -> Manifest | None:
 def _read_regular(cache_dir: str | os.PathLike[str], name: str) -> bytes:
     """A manifest's bytes; a FIFO or device named like one is refused, never waited on, and a
     link at the folder or the file is never followed (OSError)."""
-    with _local_folder(cache_dir) as folder, open_regular(name, dir_fd=folder.fd) as fh:
+    with open_manifest_folder(cache_dir) as folder, open_regular(name, dir_fd=folder.fd) as fh:
         return fh.read()
 
 
@@ -451,7 +425,7 @@ def iter_manifests(cache_dir: Location) -> Iterator[Manifest]:
         yield from _iter_objects(store)
         return
     try:
-        with _local_folder(cache_dir.spelling) as folder:
+        with open_manifest_folder(cache_dir.spelling) as folder:
             names = folder.listdir()
     except OSError:  # none, or a link or a file where the folder should be: nothing of ours
         return

@@ -12,6 +12,9 @@ since this one started.
 
 Nothing here decides a key: a manifest the index does not know only costs a miss (a new
 variant), never a wrong hit, since replay checks every candidate against the current callbacks.
+
+A local cache dir is listed here, without the manifests' module: a warm start, which writes
+no manifest, never imports it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from cachedoctor.stablekeys import manifest as mf
+from cachedoctor.stablekeys.manifest_folder import local_manifest_keys
 
 if TYPE_CHECKING:
+    from cachedoctor.stablekeys import manifest as mf
     from cachedoctor.storage.location import Location
 
 
@@ -51,7 +55,12 @@ class ManifestIndex:
     def _list(self) -> set[str]:
         self.listings += 1
         try:
-            found = mf.manifest_keys(self.cache_dir)
+            if self.cache_dir.local_path is not None:
+                found = local_manifest_keys(self.cache_dir.spelling)
+            else:
+                from cachedoctor.stablekeys import manifest as mf
+
+                found = mf.manifest_keys(self.cache_dir)
         except Exception as exc:  # unreachable bucket, no permission: nothing known, a miss
             self.error = f"{type(exc).__name__}: {exc}"
             return set()
@@ -83,7 +92,11 @@ class ManifestIndex:
 
     def _add_read(self, module_name: str, keys: list[str]) -> list[mf.Manifest]:
         """Read ``keys`` and keep them under the module; returns those not known before."""
-        found = mf.read_manifests(self.cache_dir, keys) if keys else []
+        found: list[mf.Manifest] = []
+        if keys:
+            from cachedoctor.stablekeys import manifest as mf
+
+            found = mf.read_manifests(self.cache_dir, keys)
         with self._lock:
             self.reads += len(keys)
             self._read.update(keys)

@@ -26,7 +26,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachedoctor.errors import CachedoctorError, NoCacheDirError, path_error
 from cachedoctor.storage.files import write_atomic
@@ -47,9 +47,9 @@ XLA_CACHE_CHOICES = {
 HOOK_CHOICES = ("stable", "observe", "stats", "off")
 
 
-@dataclass(frozen=True)
-class Option:
-    """One setting: its key in the file, the jax config name and the environment variable."""
+class Option(NamedTuple):
+    """One setting: its key in the file, the jax config name and the environment variable.
+    (Named tuples, not dataclasses, on the start-up path: ``@dataclass`` costs ~0.4 ms.)"""
 
     key: str
     jax_name: str | None

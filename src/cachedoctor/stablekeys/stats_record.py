@@ -61,7 +61,10 @@ def _write_local(cache_dir: str, name: str, data: bytes) -> str:
     with contextlib.suppress(FileExistsError):  # made by JAX, usually; a file there: ENOTDIR
         os.makedirs(cache_dir, exist_ok=True)
     with CacheDir.open(cache_dir) as root, root.walk(folder_name, create=True) as folder:
-        if not folder.write_new(base, data, mode=0o600):
+        # no fsync: JAX writes its own entries without one, and each process's exit would wait
+        # on the disk (an NFS cache: milliseconds); a record a power cut leaves empty is read
+        # as a damaged record, a finding
+        if not folder.write_new(base, data, mode=0o600, durable=False):
             raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
     return os.path.join(cache_dir, name)
 
@@ -82,7 +85,8 @@ def write_record() -> str | None:
         data = json.dumps(record, sort_keys=True).encode()
         folder = where.local_path
         if folder is None:  # a bucket
-            from cachedoctor.stablekeys.manifest import share_jax_filesystem, store_for
+            from cachedoctor.stablekeys.entry_files import share_jax_filesystem
+            from cachedoctor.stablekeys.manifest import store_for
 
             share_jax_filesystem()
             store = store_for(where)  # JAX's own filesystem (the hook's store): no client

@@ -23,11 +23,13 @@ import shutil
 import stat
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from cachedoctor.layout import LOCKFILE, OWN_LOCKFILE, TEMP_PREFIX
 from cachedoctor.storage.files import open_regular
+
+if TYPE_CHECKING:
+    from cachedoctor.storage.fileid import FileId, Stat
 
 LOCK_POLL_S = 0.05
 COPY_CHUNK = 1 << 20  # what a copy holds of a file at a time
@@ -36,21 +38,6 @@ _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}  # no ha
 
 class LockTimeout(OSError):
     """JAX's lock could not be taken in time (a JAX process holds it for long)."""
-
-
-class Stat(Protocol):
-    """What the planners read of a file: an ``os.stat_result``, or an object's ``ObjectStat``."""
-
-    @property
-    def st_mode(self) -> int: ...
-    @property
-    def st_ino(self) -> int: ...
-    @property
-    def st_size(self) -> int: ...
-    @property
-    def st_mtime_ns(self) -> int: ...
-    @property
-    def st_uid(self) -> int: ...
 
 
 class Folder(Protocol):
@@ -74,39 +61,12 @@ class Folder(Protocol):
     def remember(self, items: Iterable[tuple[str, int, int, str | None, bool]]) -> None: ...
     def lock(self, timeout: float = 30.0) -> contextlib.AbstractContextManager[bool]: ...
     def unlink_if(self, expected: FileId | None, name: str | None = None) -> str: ...
-    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool: ...
+    def write_new(
+        self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644, *, durable: bool = True
+    ) -> bool: ...
     def link_noreplace(self, src: str, dst: str) -> bool: ...
     def chmod_nofollow(self, name: str, clear_bits: int, expected: FileId | None = None) -> str: ...
     def fsync(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class FileId:
-    """What a file was when a plan was made: a removal is refused when any of it changed.
-
-    ``version`` is an object's GCS generation or S3 ETag (None for a local file): on a bucket
-    it alone decides, and the server enforces it on the delete.
-    """
-
-    name: str
-    ino: int
-    size: int
-    mtime_ns: int
-    version: str | None = None
-    # a removal that rests on the access time the plan saw (not read since the write, or last
-    # read that long ago): a read since the plan, which moves the access time, cancels it
-    atime_ns: int | None = None
-
-    @classmethod
-    def of(cls, name: str, st: Stat) -> FileId:
-        return cls(name, st.st_ino, st.st_size, st.st_mtime_ns, getattr(st, "version", None))
-
-    def matches(self, st: Stat) -> bool:
-        if self.version is not None:
-            return getattr(st, "version", None) == self.version
-        if self.atime_ns is not None and getattr(st, "st_atime_ns", 0) > self.atime_ns:
-            return False
-        return (st.st_ino, st.st_size, st.st_mtime_ns) == (self.ino, self.size, self.mtime_ns)
 
 
 class CacheDir:
@@ -290,16 +250,19 @@ class CacheDir:
             return "missing"
         return "removed"
 
-    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool:
+    def write_new(
+        self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644, *, durable: bool = True
+    ) -> bool:
         """Create ``name`` atomically: temp file in this folder, fsync, then link it into place.
         ``data``: the bytes, or a local file whose bytes are copied a chunk at a time (never
-        held whole: a bundle's member may be gigabytes).
+        held whole: a bundle's member may be gigabytes). ``durable=False`` skips the fsync:
+        still never seen half-written, but a power cut may leave it empty.
 
         An existing file wins (returns False): a concurrent writer's file is never overwritten.
         """
         tmp = self._temp_name()
         try:
-            self._write_temp(tmp, data, mode)
+            self._write_temp(tmp, data, mode, durable=durable)
             return self._publish(tmp, name)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -360,7 +323,9 @@ class CacheDir:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         return os.fdopen(os.open(tmp, flags, mode, dir_fd=self.fd), "wb")
 
-    def _write_temp(self, tmp: str, data: bytes | os.PathLike[str], mode: int) -> None:
+    def _write_temp(
+        self, tmp: str, data: bytes | os.PathLike[str], mode: int, *, durable: bool = True
+    ) -> None:
         with self._open_temp(tmp, mode) as fh:
             if isinstance(data, bytes | bytearray | memoryview):
                 fh.write(data)
@@ -368,7 +333,8 @@ class CacheDir:
                 with open_regular(data) as source:
                     shutil.copyfileobj(source, fh, COPY_CHUNK)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
 
     def _link_no_clobber(self, src: str, dst: str) -> bool | None:
         """Hard-link ``src`` as ``dst`` unless ``dst`` exists (False); None: no hard links here."""

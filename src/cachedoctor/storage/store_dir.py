@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cachedoctor.storage.fsops import FileId
+from cachedoctor.storage.fileid import FileId
 
 if TYPE_CHECKING:
     from cachedoctor.storage.stores import Store
@@ -139,7 +139,9 @@ class StoreDir:
         self._seen.pop(name, None)
         return _OUTCOME[result.outcome.value]
 
-    def write_new(self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644) -> bool:
+    def write_new(
+        self, name: str, data: bytes | os.PathLike[str], mode: int = 0o644, *, durable: bool = True
+    ) -> bool:  # an object is durable once written: ``durable`` changes nothing here
         if self.store.stat(self._name(name)) is not None:
             return False
         self.store.write_atomic(self._name(name), data)

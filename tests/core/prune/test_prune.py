@@ -531,7 +531,7 @@ def test_renderers_show_rules_outcomes_skips_and_conflicts() -> None:
 
     from cachedoctor.core.prune.actions import Action, ApplyReport, Outcome, Plan, Skip
     from cachedoctor.render.plan import plan_document, render_plan
-    from cachedoctor.storage.fsops import FileId
+    from cachedoctor.storage.fileid import FileId
 
     key = "jit_f-" + "ab" * 32
     remove = Action(

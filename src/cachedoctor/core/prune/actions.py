@@ -29,7 +29,8 @@ from cachedoctor.cache.listdir import DirItem, FileKind
 from cachedoctor.errors import path_error
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.plaindata import ToDict
-from cachedoctor.storage.fsops import CacheDir, FileId, Folder
+from cachedoctor.storage.fileid import FileId
+from cachedoctor.storage.fsops import CacheDir, Folder
 from cachedoctor.storage.location import Location
 
 SCHEMA_VERSION = 1

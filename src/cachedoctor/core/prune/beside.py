@@ -21,7 +21,8 @@ from cachedoctor.core.scan.build import tree_size
 from cachedoctor.errors import count
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, STATS_DIRNAME
 from cachedoctor.storage import fsops
-from cachedoctor.storage.fsops import FileId, Folder
+from cachedoctor.storage.fileid import FileId
+from cachedoctor.storage.fsops import Folder
 from cachedoctor.units import format_age, format_bytes
 from cachedoctor.xla import subcaches
 

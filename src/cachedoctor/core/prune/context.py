@@ -38,7 +38,8 @@ from cachedoctor.core.usage.model import Record
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, STATS_DIRNAME
 from cachedoctor.stablekeys.manifest import Manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import FileId, Folder, Stat
+from cachedoctor.storage.fileid import FileId, Stat
+from cachedoctor.storage.fsops import Folder
 
 if TYPE_CHECKING:
     from cachedoctor.core.prune.options import PruneOptions

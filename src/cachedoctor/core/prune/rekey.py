@@ -47,7 +47,8 @@ from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys import keys, manifest
 from cachedoctor.storage import mounts
-from cachedoctor.storage.fsops import CacheDir, FileId, Folder
+from cachedoctor.storage.fileid import FileId
+from cachedoctor.storage.fsops import CacheDir, Folder
 from cachedoctor.storage.location import Location
 
 

@@ -1,0 +1,226 @@
+"""JAX's own key code, run with a hash that keeps one digest per component.
+
+JAX's ``cache_key.get`` feeds every component of a key into one SHA-256. Here the same code
+(the installed JAX's, rebound on each call) hashes into a :class:`_SplitHash` instead: one
+digest per component, and the stable digest (:func:`combine`) over them. :mod:`.keys` builds
+the stable key on it; ``misskeys`` and ``here`` read a key's components with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import sys
+import types
+from collections.abc import Sequence
+from typing import Any
+
+HASHER_VERSION = 2  # 2: custom_partitioning keyed by replay (1: static fingerprints)
+_RAW_COMPONENT_LIMIT = 1 << 20  # keep raw bytes of small components (not the module) in manifests
+CHUNK_LIMIT = 1 << 16  # a missed key's record keeps the hashed pieces of components this small
+
+
+class InternalsChanged(Exception):
+    """The installed JAX does not look like the versions this hasher was written against."""
+
+
+def combine(components: Sequence[tuple[str, str]], hasher_version: int = HASHER_VERSION) -> str:
+    """The stable digest (64 hex) from ``(component name, hex digest)`` pairs."""
+    h = hashlib.sha256(f"cachedoctor-stable-key\x00v{hasher_version}\x00".encode())
+    for name, digest in components:
+        h.update(name.encode() + b"\x00" + bytes.fromhex(digest))
+    return h.hexdigest()
+
+
+class _SplitHash:
+    """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part.
+
+    The hashed pieces are kept as they came (references: JAX hashes ``bytes``), so what a hit
+    never needs is made only when asked for: JAX's own running digest (:meth:`total_hexdigest`),
+    the small components' base64 text (manifests) and piece lists (a missed key's record). The
+    computation's bytes are kept as :attr:`computation` (when hashed in one piece)."""
+
+    def __init__(self) -> None:
+        self._cur = hashlib.sha256()
+        self._raw: list[bytes] = []
+        self._raw_len = 0
+        self._all: list[bytes] = []  # every piece, in order: JAX's own digest, when asked
+        self.components: list[tuple[str, str]] = []
+        self.pieces: dict[str, list[bytes]] = {}  # each update() of a small component, in order
+        self.computation: bytes | None = None  # the module's bytes, hashed in one piece
+
+    def update(self, data: bytes) -> None:
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._cur.update(data)
+        self._all.append(data)
+        self._raw.append(data)
+        self._raw_len += len(data)
+
+    def mark(self, name: str) -> None:
+        self.components.append((name, self._cur.hexdigest()))
+        if name == "computation":
+            self.computation = self._raw[0] if len(self._raw) == 1 else None
+        elif self._raw_len <= _RAW_COMPONENT_LIMIT:
+            self.pieces[name] = self._raw
+        self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
+
+    def total_hexdigest(self) -> str:
+        """JAX's own digest: one SHA-256 over everything hashed, in order."""
+        total = hashlib.sha256()
+        for data in self._all:
+            total.update(data)
+        return total.hexdigest()
+
+    @property
+    def data(self) -> dict[str, str]:
+        """Component name -> base64 of its hashed bytes, for components up to 1 MiB."""
+        return component_data(self.pieces)
+
+    @property
+    def chunks(self) -> dict[str, list[bytes]]:
+        """Component name -> each piece hashed, for components under :data:`CHUNK_LIMIT`."""
+        return component_chunks(self.pieces)
+
+    def digest(self) -> bytes:
+        return bytes.fromhex(combine(self.components))
+
+
+def component_data(pieces: dict[str, list[bytes]]) -> dict[str, str]:
+    return {name: base64.b64encode(b"".join(p)).decode() for name, p in pieces.items()}
+
+
+def component_chunks(pieces: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
+    return {name: list(p) for name, p in pieces.items() if sum(map(len, p)) <= CHUNK_LIMIT}
+
+
+class _ModuleProxy:
+    """A module stand-in that overrides a few attributes and forwards the rest."""
+
+    def __init__(self, real: types.ModuleType, **overrides: Any) -> None:
+        self._real = real
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _rebind(fn: Any, new_globals: dict[str, Any]) -> Any:
+    clone = types.FunctionType(
+        fn.__code__, new_globals, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+def jax_module(name: str) -> Any:
+    """``jax._src.<name>``, from ``sys.modules`` once imported: the hook asks on every lookup,
+    and an import statement in a function calls into importlib each time."""
+    module = sys.modules.get(f"jax._src.{name}")
+    if module is None:
+        module = importlib.import_module(f"jax._src.{name}")
+    return module
+
+
+def jax_get_cache_key() -> Any:
+    """JAX's own ``compilation_cache.get_cache_key``, even while the hook has wrapped it."""
+    fn = jax_module("compilation_cache").get_cache_key
+    return getattr(fn, "__cachedoctor_original__", fn)
+
+
+def jax_cache_key_get() -> Any:
+    """JAX's own ``cache_key.get``, even while the stats recorder has wrapped it
+    (:mod:`.misskeys`)."""
+    fn = jax_module("cache_key").get
+    return getattr(fn, "__cachedoctor_misskeys_original__", fn)
+
+
+def jax_key_components(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, _SplitHash]:
+    """JAX's own key for ``cache_key.get(*args, **kwargs)``, computed by JAX's code with a hash
+    that keeps one digest (and the hashed pieces of the small ones) per component."""
+    from jax._src import cache_key as ck
+
+    holder: dict[str, _SplitHash] = {}
+
+    def sha256() -> _SplitHash:
+        holder["hash"] = split = _SplitHash()
+        return split
+
+    get_globals = dict(ck.__dict__)
+    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
+    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
+    combined = str(_rebind(jax_cache_key_get(), get_globals)(*args, **kwargs))
+    if "hash" not in holder:
+        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+    split = holder["hash"]  # its digest() is the stable combination: JAX's is the running total
+    return f"{combined.rsplit('-', 1)[0]}-{split.total_hexdigest()}", split
+
+
+_checked: set[tuple[int, int]] = set()
+
+
+def check_internals() -> None:
+    """Raise :class:`InternalsChanged` unless JAX's key code has the shape we rely on.
+
+    The result is remembered per pair of JAX functions, so the per-compile cost is a lookup.
+    """
+    try:
+        ident = (id(jax_cache_key_get()), id(jax_get_cache_key()))
+    except Exception:  # pragma: no cover - reported by the full check below
+        ident = (0, 0)
+    if ident in _checked:
+        return
+    _check_internals()
+    _checked.add(ident)
+
+
+def _check_internals() -> None:
+    try:
+        from jax._src import cache_key  # noqa: F401 - JAX's key module must import
+        from jax._src import custom_partitioning as cp
+    except Exception as exc:  # pragma: no cover - depends on the installed jax
+        raise InternalsChanged(f"cannot import JAX's key modules: {exc}") from exc
+    names = getattr(getattr(jax_cache_key_get(), "__code__", None), "co_names", ())
+    if "hashlib" not in names or "_log_cache_key_hash" not in names:
+        raise InternalsChanged("jax._src.cache_key.get no longer hashes through hashlib.sha256")
+    get_cache_key = jax_get_cache_key()
+    if "cache_key" not in getattr(getattr(get_cache_key, "__code__", None), "co_names", ()):
+        raise InternalsChanged("compilation_cache.get_cache_key no longer calls cache_key.get")
+    import inspect
+
+    params = list(inspect.signature(get_cache_key).parameters)
+    if params[:4] != ["module", "devices", "compile_options", "backend"] or len(params) != 5:
+        raise InternalsChanged(f"unexpected get_cache_key signature {params}")
+    if not hasattr(cp, "_sharding_callbacks"):
+        raise InternalsChanged("jax._src.custom_partitioning._sharding_callbacks is gone")
+
+
+def recording_get_cache_key() -> tuple[Any, dict[str, Any]]:
+    """JAX's ``compilation_cache.get_cache_key``, rebound so that its key's components are kept:
+    after a call, ``holder["hash"]`` is the :class:`_SplitHash` it hashed into."""
+    return _jax_key_functions()
+
+
+def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
+    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``.
+
+    Rebound on every call, from JAX's module globals as they are then: a program (JAX's own
+    tests do) may replace a function of ``cache_key`` at any time, and the key must follow."""
+    ck = jax_module("cache_key")
+
+    holder: dict[str, Any] = {}
+
+    def sha256() -> _SplitHash:
+        split = _SplitHash()
+        holder["hash"] = split
+        return split
+
+    get_globals = dict(ck.__dict__)
+    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
+    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
+    get = _rebind(jax_cache_key_get(), get_globals)
+    original = jax_get_cache_key()
+    cc_globals = dict(original.__globals__)
+    cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
+    return _rebind(original, cc_globals), holder
