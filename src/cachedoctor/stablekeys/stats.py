@@ -66,8 +66,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import os
-import socket
 import sys
 import threading
 import time
@@ -75,7 +73,6 @@ from collections.abc import Callable
 from typing import Any
 
 from cachedoctor.stablekeys import entry_files, misskeys, readonly
-from cachedoctor.stablekeys.entry_files import jax_cache_dir
 
 # The recorder's own clocks, bound once at import where a program's mocks cannot reach them:
 # JAX's compilation_cache_test patches time.monotonic with ten values for two compiles, and
@@ -149,11 +146,14 @@ CONFIG_NAMES = {
 class _Call:
     """One compile_or_get_cached call on this thread: its module and what the events said.
 
-    (Plain classes here: ``@dataclass`` costs ~0.4 ms at import, in every recording process's
-    start.)"""
+    The events' counts wait here until the compile returns (one lock, then), and the module's
+    name is read from the key JAX looked up (``<module>-<hex>``, its ``sym_name``), from the
+    MLIR module only when there was no lookup. (Plain classes here: ``@dataclass`` costs
+    ~0.4 ms at import, in every recording process's start.)"""
 
-    def __init__(self, module: str, host_callbacks: bool = False) -> None:
-        self.module = module
+    def __init__(self, computation: Any, host_callbacks: bool = False) -> None:
+        self._computation = computation
+        self._module: str | None = None
         self.host_callbacks = host_callbacks
         self.requested = False
         self.hit = False
@@ -162,6 +162,18 @@ class _Call:
         self.put_key: str | None = None  # JAX called put_executable_and_time with this key
         self.put_failed = False  # ... and it raised
         self.missed: dict[str, Any] | None = None  # what went into the missed key (misskeys)
+        self.added: dict[str, float] = {}  # counters the events added, counted at the end
+
+    @property
+    def module(self) -> str:
+        if self._module is None:
+            key = self.get_key or self.put_key
+            if key is not None and "-" in key:
+                self._module = key.rsplit("-", 1)[0]
+            else:
+                self._module = _sym_name(self._computation)
+            self._computation = None
+        return self._module
 
 
 class _Recorder:
@@ -236,17 +248,18 @@ def _current() -> _Call | None:
 
 def _add(name: str, amount: float) -> None:
     call = _current()
-    if call is not None:
-        if name == "requests":
-            call.requested = True
-        elif name == "hits":
-            call.hit = True
-        elif name == "writes":  # its outcome is counted when the compile returns
-            call.write_event = True
-            return
-    with _lock:
-        counters = _counters(call.module if call is not None else UNKNOWN_MODULE)
-        counters[name] += amount
+    if call is None:
+        with _lock:
+            _counters(UNKNOWN_MODULE)[name] += amount
+        return
+    if name == "requests":
+        call.requested = True
+    elif name == "hits":
+        call.hit = True
+    elif name == "writes":  # its outcome is counted when the compile returns
+        call.write_event = True
+        return
+    call.added[name] = call.added.get(name, 0) + amount
 
 
 def _on_event(event: str, **kwargs: Any) -> None:
@@ -270,9 +283,13 @@ def _on_duration(event: str, duration_secs: float, **kwargs: Any) -> None:
 _SYM_NAME: list[Callable[[Any], str] | None] = [None]
 
 
-def _module_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def _computation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The MLIR module of a ``compile_or_get_cached`` call."""
+    return kwargs.get("computation", args[1] if len(args) > 1 else None)
+
+
+def _sym_name(computation: Any) -> str:
     """The MLIR module's ``sym_name``: the name JAX puts before the hash in the cache key."""
-    computation = kwargs.get("computation", args[1] if len(args) > 1 else None)
     try:
         sym_name = _SYM_NAME[0]
         if sym_name is None:  # keys, imported at the first compile: recording stays light
@@ -308,7 +325,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     at = _host_callbacks_at(original)
 
     def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
-        call = _Call(_module_name(args, kwargs), _has_host_callbacks(at, args, kwargs))
+        call = _Call(_computation(args, kwargs), _has_host_callbacks(at, args, kwargs))
         outer = _current()
         _local.call = call
         start = _monotonic()
@@ -320,7 +337,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _local.call = outer
             misskeys.forget()
-            if call.requested:
+            if call.requested or call.added:
                 try:
                     _finish(call, start, compiled)
                 except Exception as exc:
@@ -335,21 +352,26 @@ def _finish(call: _Call, start: float, compiled: bool) -> None:
     """Count a compile that asked the cache: a miss's outcome, and the key's lookup, hit or
     write."""
     outcome = None
-    if not call.hit:
+    if not call.hit and call.requested:
         outcome = _outcome(call) if compiled else None
+    module = call.module
     with _lock:
+        counters = _counters(module)
+        for name, amount in call.added.items():
+            counters[name] += amount
+        if not call.requested:
+            return
         if not call.hit:
-            counters = _counters(call.module)
             counters["misses"] += 1
             counters["compile_secs"] += _monotonic() - start
             if outcome is not None:
                 counters[outcome] += 1
         if call.get_key is not None:
-            _count_key(call.module, call.get_key, "lookups")
+            _count_key(module, call.get_key, "lookups")
             if call.hit:
-                _count_key(call.module, call.get_key, "hits")
+                _count_key(module, call.get_key, "hits")
         if outcome == "writes" and call.put_key is not None:
-            _count_key(call.module, call.put_key, "writes")
+            _count_key(module, call.put_key, "writes")
         if not call.hit and call.missed is not None and call.get_key is not None:
             _keep_missed(call, outcome)
     if not call.hit and _miss_observers:
@@ -560,41 +582,3 @@ def _at_exit(fn: Callable[[], object]) -> None:
         register(fn)
     except RuntimeError:
         atexit.register(fn)
-
-
-def snapshot() -> dict[str, Any] | None:
-    """This process's record so far (None when not recording)."""
-    recorder = _recorder
-    if recorder is None:
-        return None
-    with _lock:
-        modules: dict[str, dict[str, Any]] = {}
-        for name, c in recorder.modules.items():
-            modules[name] = dict(c)
-            keys = recorder.keys.get(name)
-            if keys:
-                modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
-        missed = {key: dict(doc) for key, doc in recorder.missed.items()}
-        load_failures = {key: dict(doc) for key, doc in recorder.load_failures.items()}
-    import jax
-
-    return {
-        "format": RECORD_FORMAT,
-        "missed": missed,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "start": recorder.started,
-        "end": _wall(),
-        "jax": str(getattr(jax, "__version__", "")),
-        "hook": recorder.mode,
-        "config": {name: _config_value(name) for name in CONFIG_NAMES},
-        "modules": modules,
-        **({"load_failures": load_failures} if load_failures else {}),
-        **({"read_only": True, "cache_dir": _cache_named()} if readonly.active() else {}),
-    }
-
-
-def _cache_named() -> str | None:
-    """The cache a read-only record is of, as ``readonly.cache_identity`` names it."""
-    folder = jax_cache_dir()
-    return None if folder is None else readonly.cache_identity(folder)

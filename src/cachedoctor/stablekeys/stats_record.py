@@ -1,4 +1,5 @@
-"""Where a process's stats record goes, and writing it at exit (``stats.py`` records it).
+"""A process's stats record: what it holds (:func:`snapshot`), where it goes, and writing it at
+exit (``stats.py`` counts what goes in).
 
 The record goes into ``cachedoctor-stats/`` of the cache dir, or, when the cache is used
 read-only (``readonly.py``), of the records folder the user chose: never into a read-only cache.
@@ -10,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import socket
 import time
 import uuid
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 from cachedoctor.layout import STATS_DIRNAME
 from cachedoctor.stablekeys import readonly, stats
 from cachedoctor.stablekeys.entry_files import jax_cache_dir
-from cachedoctor.stablekeys.stats import RECORD_SUFFIX, snapshot, warn_once
+from cachedoctor.stablekeys.stats import RECORD_SUFFIX, warn_once
 from cachedoctor.storage.fsops import CacheDir
 from cachedoctor.storage.location import Location
 
@@ -99,3 +101,42 @@ def write_record() -> str | None:
     except Exception as exc:
         warn_once(f"could not write the stats record ({type(exc).__name__}: {exc})")
         return None
+
+
+def snapshot() -> dict[str, Any] | None:
+    """This process's record so far (None when not recording): the recorder's counts (``stats``)
+    and what the process was."""
+    recorder = stats._recorder
+    if recorder is None:
+        return None
+    with stats._lock:
+        modules: dict[str, dict[str, Any]] = {}
+        for name, c in recorder.modules.items():
+            modules[name] = dict(c)
+            keys = recorder.keys.get(name)
+            if keys:
+                modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
+        missed = {key: dict(doc) for key, doc in recorder.missed.items()}
+        load_failures = {key: dict(doc) for key, doc in recorder.load_failures.items()}
+    import jax
+
+    return {
+        "format": stats.RECORD_FORMAT,
+        "missed": missed,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": recorder.started,
+        "end": stats._wall(),
+        "jax": str(getattr(jax, "__version__", "")),
+        "hook": recorder.mode,
+        "config": {name: stats._config_value(name) for name in stats.CONFIG_NAMES},
+        "modules": modules,
+        **({"load_failures": load_failures} if load_failures else {}),
+        **({"read_only": True, "cache_dir": _cache_named()} if readonly.active() else {}),
+    }
+
+
+def _cache_named() -> str | None:
+    """The cache a read-only record is of, as ``readonly.cache_identity`` names it."""
+    folder = jax_cache_dir()
+    return None if folder is None else readonly.cache_identity(folder)
