@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import sys
 import threading
 import types
 from pathlib import Path
@@ -138,13 +139,10 @@ def test_stable_key_leaves_jax_compile_options_as_they_were(monkeypatch) -> None
     outside = keys.stable_key(*moved, cache_dir="/c/dir").key
     assert (outside != result.key) == jax_hashes_the_path
 
-    def failing_key_functions() -> tuple[object, dict[str, object]]:
-        def get_cache_key(*args: object) -> str:
-            raise RuntimeError("simulated failure inside JAX's key code")
+    def failing_jax_key(*args: object) -> tuple[str, object]:
+        raise RuntimeError("simulated failure inside JAX's key code")
 
-        return get_cache_key, {}
-
-    monkeypatch.setattr(keys, "_jax_key_functions", failing_key_functions)
+    monkeypatch.setattr(keys, "jax_key", failing_jax_key)
     with pytest.raises(RuntimeError, match="simulated"):
         keys.stable_key(module, devices, options, backend, cache_dir=cache_dir)
     assert options.SerializeAsString() == before
@@ -280,6 +278,55 @@ def test_the_split_hash_keeps_the_computation_it_hashed_in_one_piece() -> None:
     pieces.update(b"b")
     pieces.mark("computation")
     assert pieces.computation is None
+
+
+def test_the_kept_key_functions_follow_a_program_that_replaces_jax_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rebound key functions are kept between lookups only while JAX's are the same
+    objects: a program that replaces a function JAX's key code calls (JAX's own tests do) gets
+    keys from the replacement at once, and its own keys again once it is put back."""
+    from jax._src import cache_key as ck
+
+    devices, options, backend = _target()
+    module = _lowered(double)
+    before = keys.stable_key(module, devices, options, backend).key
+    real = ck._hash_xla_flags
+
+    def salted(hash_obj: Any, *args: Any, **kwargs: Any) -> None:
+        hash_obj.update(b"salt")
+        real(hash_obj, *args, **kwargs)
+
+    monkeypatch.setattr(ck, "_hash_xla_flags", salted)
+    salted_key = keys.stable_key(module, devices, options, backend).key
+    fresh, holder = keys.recording_get_cache_key()  # rebound afresh: the reference
+    fresh(module, devices, options, backend)
+    assert salted_key != before
+    assert salted_key == f"jit_double-{keys.combine(holder['hash'].components)}"
+    monkeypatch.setattr(ck, "_hash_xla_flags", real)
+    assert keys.stable_key(module, devices, options, backend).key == before
+
+
+def test_keys_computed_on_several_threads_at_once_are_each_their_own() -> None:
+    """The kept functions are shared; each thread's key hashes into its own split hash."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    devices, options, backend = _target()
+    modules = [_lowered(fn) for fn in (double, lambda x: x * 3, lambda x: x + 1, lambda x: -x)]
+    alone = [keys.stable_key(m, devices, options, backend).key for m in modules]
+
+    def key_of(i: int) -> str:
+        _, own_options, _ = _target()
+        return keys.stable_key(modules[i % 4], devices, own_options, backend).key
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns inside each other's keys
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(key_of, range(256)))
+    finally:
+        sys.setswitchinterval(switching)
+    assert together == [alone[i % 4] for i in range(256)]
 
 
 def test_cache_dir_paths_are_relative_to_the_cache_dir(tmp_path: Path) -> None:

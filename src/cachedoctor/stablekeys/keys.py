@@ -71,6 +71,9 @@ from cachedoctor.stablekeys.splithash import (
     jax_get_cache_key as jax_get_cache_key,
 )
 from cachedoctor.stablekeys.splithash import (
+    jax_key as jax_key,
+)
+from cachedoctor.stablekeys.splithash import (
     jax_key_components as jax_key_components,
 )
 from cachedoctor.stablekeys.splithash import (
@@ -508,11 +511,11 @@ def stable_key(
         canon_module = module
         volatile: list[VolatileField] = []
         to_replay: list[tuple[int, bytes]] = []
-        key, split = _hashed(module, devices, compile_options, backend)
+        key, split = jax_key(module, devices, compile_options, backend)
         if not _plain(split.computation):
             canon_module, volatile, to_replay = canonical_module(module)
             if canon_module is not module:
-                key, split = _hashed(canon_module, devices, compile_options, backend)
+                key, split = jax_key(canon_module, devices, compile_options, backend)
     finally:
         restore_options(compile_options, opt_volatile)
     module_name = key.rsplit("-", 1)[0]
@@ -527,14 +530,3 @@ def stable_key(
         to_replay=to_replay,
         split=split,
     )
-
-
-def _hashed(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str, _SplitHash]:
-    """JAX's ``get_cache_key`` on these inputs, hashed into a :class:`_SplitHash`: the stable
-    key (the split hash's digest) and the split hash."""
-    get_cache_key, holder = _jax_key_functions()
-    key = get_cache_key(module, devices, options, backend)
-    split: _SplitHash | None = holder.get("hash")
-    if split is None or not split.components:
-        raise InternalsChanged("cache_key.get did not hash through the recording hash")
-    return str(key), split

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import importlib
 import sys
+import threading
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -224,3 +225,79 @@ def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
     cc_globals = dict(original.__globals__)
     cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
     return _rebind(original, cc_globals), holder
+
+
+# -- the rebound functions, kept: a hit's key rebinds nothing -----------------------------------
+
+_local = threading.local()  # .split: the _SplitHash the kept functions last hashed into
+
+
+def _thread_sha256() -> _SplitHash:
+    split = _SplitHash()
+    _local.split = split
+    return split
+
+
+def _mark(hash_obj: _SplitHash, name: str, hashfn: Any) -> None:
+    hash_obj.mark(name)
+
+
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+    """The names a function's code may read as globals: its own and its nested functions'."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.update(_global_names(const))
+    return tuple(sorted(names))
+
+
+def _identities(namespace: dict[str, Any], names: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(map(id, map(namespace.get, names)))
+
+
+# (cache_key.get, get_cache_key, the names each reads, their objects' ids, the rebound function)
+_KEPT: list[Any] = [None]
+
+
+def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str, _SplitHash]:
+    """JAX's ``get_cache_key`` on these inputs, hashed into a :class:`_SplitHash` (as
+    :func:`_jax_key_functions` rebinds it): the stable key and the split hash.
+
+    The rebound functions are kept while JAX's two functions, and every global their code
+    reads, are the objects they were rebound from (checked on each call by identity): a
+    program that replaces one (JAX's own tests do) gets them rebound afresh. The split hash
+    each call makes is this thread's."""
+    ck = jax_module("cache_key")
+    get, original = jax_cache_key_get(), jax_get_cache_key()
+    kept = _KEPT[0]
+    if (
+        kept is None
+        or kept[0] is not get
+        or kept[1] is not original
+        or kept[4] != _identities(ck.__dict__, kept[2])
+        or kept[5] != _identities(original.__globals__, kept[3])
+    ):
+        get_globals = dict(ck.__dict__)
+        get_globals["hashlib"] = types.SimpleNamespace(sha256=_thread_sha256)
+        get_globals["_log_cache_key_hash"] = _mark
+        cc_globals = dict(original.__globals__)
+        cc_globals["cache_key"] = _ModuleProxy(ck, get=_rebind(get, get_globals))
+        get_names, cc_names = _global_names(get.__code__), _global_names(original.__code__)
+        kept = _KEPT[0] = (
+            get,
+            original,
+            get_names,
+            cc_names,
+            _identities(ck.__dict__, get_names),
+            _identities(original.__globals__, cc_names),
+            _rebind(original, cc_globals),
+        )
+    _local.split = None
+    try:
+        key = kept[6](module, devices, options, backend)
+        split: _SplitHash | None = _local.split
+    finally:
+        _local.split = None
+    if split is None or not split.components:
+        raise InternalsChanged("cache_key.get did not hash through the recording hash")
+    return str(key), split
