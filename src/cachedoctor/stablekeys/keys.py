@@ -496,14 +496,14 @@ def stable_key(
     """Compute the stable key of one compilation (same arguments as JAX's ``get_cache_key``).
 
     ``cache_dir`` defaults to ``jax_compilation_cache_dir``. Raises :class:`InternalsChanged`
-    when JAX's key code is not what this hasher expects.
+    when JAX's key code is not what this hasher expects (checked by :func:`jax_key` whenever
+    it rebinds JAX's functions).
 
     JAX's key code runs on the module as given first: when the bytecode it hashed names no
     custom call that the hasher canonicalises (the common case), that is the stable key, and
     the module is never walked. Otherwise (or when the hashed computation is not MLIR
     bytecode) the module is canonicalised and, if that changed it, hashed again.
     """
-    check_internals()
     if cache_dir is None:
         cache_dir = jax_module("config").compilation_cache_dir.value
     opt_volatile = canonicalise_options(compile_options, cache_dir)

@@ -277,6 +277,7 @@ def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str,
         or kept[4] != _identities(ck.__dict__, kept[2])
         or kept[5] != _identities(original.__globals__, kept[3])
     ):
+        check_internals()  # new functions: their shape is checked before they are rebound
         get_globals = dict(ck.__dict__)
         get_globals["hashlib"] = types.SimpleNamespace(sha256=_thread_sha256)
         get_globals["_log_cache_key_hash"] = _mark
