@@ -19,6 +19,8 @@
     python benchmarks/bench_hook.py [--repeat 50] [--starts 10] [--python PATH]
     python benchmarks/bench_hook.py --many-only [--modules 100] [--pairs 15] [--store s3]
     python benchmarks/bench_hook.py --phases RUNS [--modules 120]   # where a hooked start goes
+    python benchmarks/bench_hook.py --share RUNS [--modules 120]    # the hook's own CPU in it
+    ... --many-only --mode stats|off   # the recorder alone against JAX alone; off: an A/A run
 
 4. ``--phases``: the same start, with the process's CPU taken at the end of each phase (the
    interpreter's start, ``import jax`` with the activation, the loop, the exit handlers with the
@@ -254,14 +256,18 @@ def _spread(ratios: list[float]) -> dict[str, float]:
     return {"median": median, "q1": q1, "q3": q3, "min": min(ratios), "max": max(ratios)}
 
 
-def warm_start_many(modules: int, pairs: int, python: str, store: str = "local") -> dict[str, Any]:
+def warm_start_many(
+    modules: int, pairs: int, python: str, store: str = "local", mode: str = "stable"
+) -> dict[str, Any]:
     """Whole processes jitting ``modules`` functions on a warm cache, hook on and off alternating.
 
+    ``mode``: the ``CACHEDOCTOR_HOOK`` of the "on" side (``stats``: the recorder alone;
+    ``off``: JAX alone on both sides, an A/A run that shows what the pair order alone does).
     Every compile must be a hit: a miss writes an entry (the program caches every compile), so
     the number of entries is checked unchanged after the timed runs.
     """
     runs: dict[str, list[tuple[float, float]]] = {"off": [], "stable": []}
-    hooks = {"off": None, "stable": "stable"}
+    hooks = {"off": None, "stable": None if mode == "off" else mode}
     with _caches(store) as caches:
 
         def start(mode: str) -> tuple[float, float]:
@@ -282,7 +288,7 @@ def warm_start_many(modules: int, pairs: int, python: str, store: str = "local")
                 runs[mode].append(start(mode))
         if {mode: _entries(cache) for mode, cache in caches.items()} != entries:
             raise SystemExit("a timed run missed the cache (it wrote an entry): not a warm start")
-    result: dict[str, Any] = {"modules": modules, "pairs": pairs, "store": store}
+    result: dict[str, Any] = {"modules": modules, "pairs": pairs, "store": store, "mode": mode}
     for i, what in enumerate(("wall", "cpu")):
         off = [r[i] for r in runs["off"]]
         on = [r[i] for r in runs["stable"]]
@@ -418,25 +424,29 @@ marks["loop"] = pt()
 PHASE_NAMES = ("start", "import jax", "loop", "exit handlers", "teardown")
 
 
-def phases(modules: int, runs: int, python: str) -> dict[str, dict[str, float]]:
-    """Medians of each phase's CPU, hook on and off, ``runs`` alternating processes each."""
+def phases(
+    modules: int, runs: int, python: str, mode: str = "stable"
+) -> dict[str, dict[str, float]]:
+    """Medians of each phase's CPU, hook on (``mode``) and off, ``runs`` alternating processes
+    each."""
     found: dict[str, list[list[float]]] = {"off": [], "stable": []}
     with _caches("local") as caches:
         for i in range(runs + 1):  # the first round warms both caches
-            for mode in found:
+            for side in found:
                 c0 = _child_cpu()
-                out = _run_many(_PHASES, modules, caches[mode], mode, python)
+                hook = "off" if side == "off" else mode
+                out = _run_many(_PHASES, modules, caches[side], hook, python)
                 total = _child_cpu() - c0
                 line = next(x for x in out.stderr.splitlines() if x.startswith("PHASES "))
                 parts = [float(x) for x in line.split()[1:]]
                 if i:
-                    found[mode].append([*parts, total - sum(parts)])
+                    found[side].append([*parts, total - sum(parts)])
     return {
-        mode: {
+        side: {
             name: statistics.median(col)
             for name, col in zip(PHASE_NAMES, zip(*rows, strict=True), strict=True)
         }
-        for mode, rows in found.items()
+        for side, rows in found.items()
     }
 
 
@@ -461,7 +471,7 @@ def _print_many(result: dict[str, Any]) -> None:
     print(
         f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs, "
         f"cache {'in an S3 bucket (moto)' if result['store'] == 's3' else 'local'} "
-        "(hook on: CACHEDOCTOR_HOOK=stable; off: no activation)"
+        f"(on: CACHEDOCTOR_HOOK={result.get('mode', 'stable')}; off: no activation)"
     )
     for what in ("wall", "cpu"):
         r = result[what]
@@ -507,6 +517,12 @@ def main() -> None:
         help="only the many-module start, phase by phase, RUNS processes each side",
     )
     parser.add_argument(
+        "--mode",
+        choices=("stable", "observe", "stats", "off"),
+        default="stable",
+        help="the CACHEDOCTOR_HOOK of the 'on' side of --many-only and --phases (off: A/A)",
+    )
+    parser.add_argument(
         "--share",
         type=int,
         metavar="RUNS",
@@ -517,14 +533,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.phases:
-        _print_phases(phases(args.modules, args.phases, args.python))
+        _print_phases(phases(args.modules, args.phases, args.python, args.mode))
         return
     if args.share:
         _print_share(hook_share(args.modules, args.share, args.python))
         return
     if args.many_only:
-        _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store))
-        if args.store == "local":
+        _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store, args.mode))
+        if args.store == "local" and args.mode == "stable":
             _print_share(hook_share(args.modules, 5, args.python))
         return
     print(
