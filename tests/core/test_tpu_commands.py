@@ -149,7 +149,7 @@ def test_the_hook_made_one_entry_per_kernel_on_the_tpu(tmp_path: Path) -> None:
     """What the stable hook did on the TPU (jax 0.10.2): the program run from folder a, from b
     and a line lower shared one entry per kernel and hit; the changed kernel missed, and its
     result is the new body's. Each entry's key is recomputed offline from its manifest."""
-    from cachedoctor.stablekeys import keys, manifest
+    from cachedoctor.stablekeys import manifest, splithash
 
     runs = tpu.verify_results()["moved-stable"]["runs"]
     for name in ("b", "a-comment", "a-again"):
@@ -169,7 +169,7 @@ def test_the_hook_made_one_entry_per_kernel_on_the_tpu(tmp_path: Path) -> None:
     for m in found:
         assert m.mode == "stable"
         pairs = [(c["name"], c["digest"]) for c in m.components]
-        assert m.key.rsplit("-", 1)[1] == keys.combine(pairs, m.hasher_version)
+        assert m.key.rsplit("-", 1)[1] == splithash.combine(pairs, m.hasher_version)
         if m.module_name in ("jit_add", "jit_matmul"):  # the strip, as recorded on the TPU
             assert any(v["field"] == "tpu_custom_call[0].body" for v in m.volatile)
     code, out, _ = invoke("scan", "--json", str(folder))

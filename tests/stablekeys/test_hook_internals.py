@@ -9,7 +9,7 @@ import pytest
 from jax._src import cache_key as ck
 from jax._src import compilation_cache as cc
 
-from cachedoctor.stablekeys import hook, hook_replay, keys
+from cachedoctor.stablekeys import hook, hook_replay, splithash
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +54,8 @@ def test_unknown_signature_says_so_once_and_leaves_jax_alone(monkeypatch, capsys
 
 def test_key_function_not_hashing_through_hashlib_is_refused(monkeypatch, capsys) -> None:
     monkeypatch.setattr(ck, "get", lambda *a, **k: "m-" + "0" * 64)
-    with pytest.raises(keys.InternalsChanged):
-        keys.check_internals()
+    with pytest.raises(splithash.InternalsChanged):
+        splithash.check_internals()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert hook.install("stable") is False

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor import layout
-from cachedoctor.stablekeys import keys, manifest
+from cachedoctor.stablekeys import keys, manifest, splithash
 from cachedoctor.storage.location import Location
 
 
@@ -19,7 +19,7 @@ def _result(module: str = "jit_f", compile_options: bytes = b"opts") -> keys.Key
         "computation": hashlib.sha256(b"module").hexdigest(),
         "compile_options": hashlib.sha256(compile_options).hexdigest(),
     }
-    digest = keys.combine(list(comps.items()))
+    digest = splithash.combine(list(comps.items()))
     return keys.KeyResult(
         key=f"{module}-{digest}",
         module_name=module,
@@ -40,7 +40,7 @@ def test_round_trip_and_recompute(tmp_path: Path) -> None:
     loaded = manifest.load_manifest(Location.parse(tmp_path), r.key)
     assert loaded is not None and loaded.has_ir and loaded.volatile[0]["raw"] == "1234"
     assert manifest.recompute_key(loaded) == r.key
-    assert manifest.recompute_key(loaded, hasher_version=keys.HASHER_VERSION + 1) != r.key
+    assert manifest.recompute_key(loaded, hasher_version=splithash.HASHER_VERSION + 1) != r.key
     assert manifest.load_ir(Location.parse(tmp_path), r.key) == "module @jit_f {}"
     assert [x.key for x in manifest.iter_manifests(Location.parse(tmp_path))] == [r.key]
     assert manifest.load_manifest(Location.parse(tmp_path), "jit_g-" + "1" * 64) is None

@@ -104,10 +104,10 @@ def _options(devices: list[Any], backend: Any) -> Any:
 def _key_for(count: int, devices: list[Any], backend: Any, module: Any) -> HereKey:
     import numpy as np
 
-    from cachedoctor.stablekeys import keys, misskeys
+    from cachedoctor.stablekeys import misskeys, splithash
 
     chosen = devices[:count]
-    get_cache_key, holder = keys.recording_get_cache_key()
+    get_cache_key, holder = splithash.recording_get_cache_key()
     get_cache_key(module, np.array(chosen), _options(chosen, backend), backend)
     split = holder.get("hash")
     if split is None:
@@ -129,9 +129,9 @@ def probe(cache_dir: str, counts: Iterable[int]) -> Here:
         import jaxlib
         from jax._src import config, xla_bridge
 
-        from cachedoctor.stablekeys import keys, misskeys
+        from cachedoctor.stablekeys import misskeys, splithash
 
-        keys.check_internals()
+        splithash.check_internals()
     except Exception as exc:  # ImportError, InternalsChanged, a backend that fails to start
         raise ProbeError(f"cannot ask JAX what it would hash here: {exc}") from exc
     try:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachedoctor.stablekeys import keys, misskeys, readonly
+from cachedoctor.stablekeys import keys, misskeys, readonly, splithash
 from cachedoctor.stablekeys.entry_files import current_process
 from cachedoctor.stablekeys.hook_replay import (
     _MAX_PROCESS_CHECKS,
@@ -70,7 +70,7 @@ def _check_compiler_calls_through_module() -> None:
 
     from jax._src import compiler
 
-    from cachedoctor.stablekeys.keys import InternalsChanged
+    from cachedoctor.stablekeys.splithash import InternalsChanged
 
     for obj in vars(compiler).values():
         code = getattr(obj, "__code__", None)
@@ -93,7 +93,7 @@ def install(
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     with _lock:
         try:
-            keys.check_internals()
+            splithash.check_internals()
             _check_compiler_calls_through_module()
         except Exception as exc:
             _state.last_error = str(exc)
@@ -236,7 +236,7 @@ def _cache_location() -> Location | None:
     """JAX's cache dir as one Location (a folder, or a ``gs://`` / ``s3://`` bucket whose
     manifests are objects), or None: unset, or a ``file://`` or other URL (no manifests there,
     as ever)."""
-    value = keys.jax_module("config").compilation_cache_dir.value
+    value = splithash.jax_module("config").compilation_cache_dir.value
     if not value:
         return None
     known = _state.location

@@ -38,49 +38,14 @@ from typing import Any, NamedTuple
 
 from cachedoctor.stablekeys import replay
 from cachedoctor.stablekeys.splithash import (
-    CHUNK_LIMIT as CHUNK_LIMIT,
-)
-from cachedoctor.stablekeys.splithash import (
-    HASHER_VERSION as HASHER_VERSION,
-)
-from cachedoctor.stablekeys.splithash import (
-    InternalsChanged as InternalsChanged,
-)
-from cachedoctor.stablekeys.splithash import (
-    _jax_key_functions as _jax_key_functions,
-)
-from cachedoctor.stablekeys.splithash import (
-    _SplitHash as _SplitHash,
-)
-from cachedoctor.stablekeys.splithash import (
-    check_internals as check_internals,
-)
-from cachedoctor.stablekeys.splithash import (
-    combine as combine,
-)
-from cachedoctor.stablekeys.splithash import (
-    component_chunks as component_chunks,
-)
-from cachedoctor.stablekeys.splithash import (
-    component_data as component_data,
-)
-from cachedoctor.stablekeys.splithash import (
-    jax_cache_key_get as jax_cache_key_get,
-)
-from cachedoctor.stablekeys.splithash import (
-    jax_get_cache_key as jax_get_cache_key,
-)
-from cachedoctor.stablekeys.splithash import (
-    jax_key as jax_key,
-)
-from cachedoctor.stablekeys.splithash import (
-    jax_key_components as jax_key_components,
-)
-from cachedoctor.stablekeys.splithash import (
-    jax_module as jax_module,
-)
-from cachedoctor.stablekeys.splithash import (
-    recording_get_cache_key as recording_get_cache_key,
+    HASHER_VERSION,
+    InternalsChanged,
+    _SplitHash,
+    combine,
+    component_chunks,
+    component_data,
+    jax_key,
+    jax_module,
 )
 from cachedoctor.storage.urls import jax_spelling
 

@@ -35,19 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layout import MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
 from cachedoctor.stablekeys.entry_files import shares_jax_filesystem
-from cachedoctor.stablekeys.keys import (
-    CP_PREFIX,
-    HASHER_VERSION,
-    REPLAY_COMPONENT,
-    KeyResult,
-    combine,
-    replayed_key,
-)
+from cachedoctor.stablekeys.keys import CP_PREFIX, REPLAY_COMPONENT, KeyResult, replayed_key
 from cachedoctor.stablekeys.manifest_folder import (
     local_manifest_keys,
     manifest_keys_of,
     open_manifest_folder,
 )
+from cachedoctor.stablekeys.splithash import HASHER_VERSION, combine
 from cachedoctor.storage.files import open_regular
 from cachedoctor.storage.location import Location
 

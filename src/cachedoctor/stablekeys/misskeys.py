@@ -10,7 +10,8 @@ what its two values were.
 
 Cost: on every lookup, one wrapper call that keeps a reference to JAX's arguments of
 ``cache_key.get`` (no hashing, no copy); on a miss only (a compile follows, which costs far
-more), JAX's key code runs once more with a recording hash (:func:`keys.jax_key_components`).
+more), JAX's key code runs once more with a recording hash
+(:func:`splithash.jax_key_components`).
 The key so computed must be the key JAX looked up, else nothing is recorded: under the stable
 hook the key looked up is the stable key, whose components the hook hands over
 (:func:`note_stable`).
@@ -138,7 +139,7 @@ def _without_pointers(
     the digest JAX gives it with its pointer flag on (:func:`_pointers_removed`)."""
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
-    from cachedoctor.stablekeys import keys
+    from cachedoctor.stablekeys import keys, splithash
 
     module = kwargs.get("module", args[0] if args else None)
     if module is None:
@@ -154,9 +155,9 @@ def _without_pointers(
             op.attributes["backend_config"] = ir.StringAttr.get("cachedoctor:pointer")
         view = getattr(clone, "opview", clone)
         if "module" in kwargs:
-            _, split = keys.jax_key_components(args, {**kwargs, "module": view})
+            _, split = splithash.jax_key_components(args, {**kwargs, "module": view})
         else:
-            _, split = keys.jax_key_components((view, *args[1:]), kwargs)
+            _, split = splithash.jax_key_components((view, *args[1:]), kwargs)
     try:
         removed = _pointers_removed(args, kwargs)
     except Exception:  # the placeholder's digest still tells a pointer change
@@ -170,7 +171,7 @@ def _pointers_removed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
     this JAX has no such removal)."""
     from jax._src import cache_key as ck
 
-    from cachedoctor.stablekeys import keys
+    from cachedoctor.stablekeys import splithash
 
     removed = getattr(getattr(ck, "IgnoreCallbacks", None), "CUSTOM_PARTITIONING", None)
     if removed is None:
@@ -179,7 +180,7 @@ def _pointers_removed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
         args, kwargs = (*args[:5], removed, *args[6:]), kwargs
     else:
         kwargs = {**kwargs, "ignore_callbacks": removed}
-    _, split = keys.jax_key_components(args, kwargs)
+    _, split = splithash.jax_key_components(args, kwargs)
     return dict(split.components)["computation"]
 
 
@@ -205,9 +206,9 @@ def describe_miss(looked_up: str) -> dict[str, Any] | None:
             return None
         args, kwargs = inputs
         try:
-            from cachedoctor.stablekeys import keys
+            from cachedoctor.stablekeys import splithash
 
-            key, split = keys.jax_key_components(args, kwargs)
+            key, split = splithash.jax_key_components(args, kwargs)
         except Exception:
             return None
         if key != looked_up:

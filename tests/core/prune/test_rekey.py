@@ -232,9 +232,9 @@ def test_real_hasher_moves_an_entry_recorded_under_an_outdated_key(tmp_path: Pat
 
 V2_RUNNER = """
 import runpy, sys
-import cachedoctor.stablekeys.keys as keys
-keys.HASHER_VERSION += 1  # what a hasher upgrade does: a new combination step
-keys.combine.__defaults__ = (keys.HASHER_VERSION,)
+import cachedoctor.stablekeys.splithash as splithash
+splithash.HASHER_VERSION += 1  # what a hasher upgrade does: a new combination step
+splithash.combine.__defaults__ = (splithash.HASHER_VERSION,)
 from cachedoctor.stablekeys import hook
 assert hook.install("stable")
 prog = sys.argv[1]
@@ -249,7 +249,7 @@ def test_after_a_hasher_upgrade_rekey_makes_the_hook_hit_again(
 ) -> None:
     """Real manifests from the real hook; after rekey, a hook with the new hasher hits them."""
     from cachedoctor.programs import program_path
-    from cachedoctor.stablekeys import keys as stable  # type: ignore[attr-defined,unused-ignore]
+    from cachedoctor.stablekeys import splithash as stable
     from tests.support.hookrun import Run, base_env
     from tests.support.hookrun import run_program as run_hooked
 

@@ -45,7 +45,7 @@ from cachedoctor.core.scan.report import lru_evidence
 from cachedoctor.core.usage.lookups import EntryUse, entry_use
 from cachedoctor.errors import CachedoctorError
 from cachedoctor.layout import LOCKFILE, MANIFEST_DIRNAME, MANIFEST_IR_SUFFIX, MANIFEST_SUFFIX
-from cachedoctor.stablekeys import keys, manifest
+from cachedoctor.stablekeys import manifest, splithash
 from cachedoctor.storage import mounts
 from cachedoctor.storage.fileid import FileId
 from cachedoctor.storage.fsops import CacheDir, Folder
@@ -66,7 +66,7 @@ class _StableHasher:
     """The stable hasher of this installation, as rekey uses it."""
 
     def __init__(self) -> None:
-        self.version: int = int(keys.HASHER_VERSION)
+        self.version: int = int(splithash.HASHER_VERSION)
 
     def recompute(self, data: dict[str, Any]) -> str:
         try:
