@@ -107,11 +107,10 @@ def _key_for(count: int, devices: list[Any], backend: Any, module: Any) -> HereK
     from cachedoctor.stablekeys import misskeys, splithash
 
     chosen = devices[:count]
-    get_cache_key, holder = splithash.recording_get_cache_key()
-    get_cache_key(module, np.array(chosen), _options(chosen, backend), backend)
-    split = holder.get("hash")
-    if split is None:
-        raise ProbeError("JAX's key code did not hash through cachedoctor's recording hash")
+    try:
+        _, split = splithash.jax_key(module, np.array(chosen), _options(chosen, backend), backend)
+    except splithash.InternalsChanged as exc:
+        raise ProbeError(f"JAX's key code did not hash through cachedoctor's: {exc}") from exc
     return HereKey(count, dict(split.components), misskeys.shown_values(split.chunks))
 
 

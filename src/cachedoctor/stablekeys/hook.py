@@ -355,13 +355,9 @@ def _has_partitioning(result: Any) -> bool:
 
 
 def _manifest_exists(cache_dir: Location, key: str) -> bool:
-    """Whether ``key`` has a manifest, from the index (no request per lookup; the index of the
-    cache dir's Location kept, since ``_cache_location`` hands out the same one)."""
+    """Whether ``key`` has a manifest, from the index (no request per lookup)."""
     try:
-        known = _state.index
-        if known is None or known[0] is not cache_dir:
-            known = _state.index = (cache_dir, _index_for(cache_dir))
-        return bool(known[1].has(key))
+        return bool(_index_for(cache_dir).has(key))
     except Exception:  # a bucket that cannot be reached: _record will count the error
         return False
 

@@ -65,7 +65,6 @@ class _State:
         self.process_checks = 0  # lookups compared with process 0's manifests (bounded)
         # JAX's cache-dir setting and its Location (None: not one the hook writes manifests in)
         self.location: tuple[object, Location | None] | None = None
-        self.index: tuple[Location, Any] | None = None  # the index of that Location
         # key -> (hasher result, replay digest, pointers, backend, autotune mode, whether JAX's
         # key holds the pointer) until JAX stores the entry
         self.pending: dict[
@@ -313,14 +312,6 @@ def _autotune_mode(options: Any) -> str | None:
 
 
 def _index_for(cache_dir: Location) -> Any:
-    """The process's manifest index of ``cache_dir`` (its module imported at the first
-    lookup, then kept: this is asked on every lookup)."""
-    found = _INDEX_FOR[0]
-    if found is None:
-        from cachedoctor.stablekeys.manifest_index import index_for
+    from cachedoctor.stablekeys.manifest_index import index_for
 
-        found = _INDEX_FOR[0] = index_for
-    return found(cache_dir)
-
-
-_INDEX_FOR: list[Callable[[Location], Any] | None] = [None]
+    return index_for(cache_dir)

@@ -357,16 +357,11 @@ def _strip_kernels(module: Any, context: Any) -> list[VolatileField]:
 # -- canonicalisation 2: cache-dir-derived paths ------------------------------------------------
 
 
-_SPELLINGS: dict[str, str] = {}
-
-
 def canonical_path(value: str, cache_dir: str | None) -> str:
     """``value`` with a leading cache directory replaced by :data:`CACHE_DIR_PLACEHOLDER`."""
     if not cache_dir or not value:
         return value
-    base = _SPELLINGS.get(cache_dir)  # asked on every lookup (jax <= 0.10 sets the path)
-    if base is None:
-        base = _SPELLINGS[cache_dir] = jax_spelling(cache_dir)
+    base = jax_spelling(cache_dir)
     if value == base or value.startswith(base.rstrip("/") + "/"):
         return CACHE_DIR_PLACEHOLDER + value[len(base) :]
     return value

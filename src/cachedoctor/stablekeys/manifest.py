@@ -181,11 +181,10 @@ def _read_object(store: Store, name: str) -> bytes | None:
 def manifest_keys(cache_dir: Location) -> set[str]:
     """The keys that have a manifest: one listing of the manifests folder (empty: none yet)."""
     store = _store_for(cache_dir)
+    if store is None:
+        return local_manifest_keys(cache_dir.spelling)
     try:
-        if store is not None:
-            names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
-        else:
-            return local_manifest_keys(cache_dir.spelling)
+        names = [i.name for i in store.list(MANIFEST_DIRNAME) if not i.is_dir]
     except (FileNotFoundError, NotADirectoryError):
         return set()
     return manifest_keys_of(names)

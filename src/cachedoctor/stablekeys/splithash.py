@@ -1,9 +1,10 @@
 """JAX's own key code, run with a hash that keeps one digest per component.
 
 JAX's ``cache_key.get`` feeds every component of a key into one SHA-256. Here the same code
-(the installed JAX's, rebound on each call) hashes into a :class:`_SplitHash` instead: one
-digest per component, and the stable digest (:func:`combine`) over them. :mod:`.keys` builds
-the stable key on it; ``misskeys`` and ``here`` read a key's components with it.
+(the installed JAX's, rebound once and kept while JAX's functions stay the same) hashes into a
+:class:`_SplitHash` instead: one digest per component, and the stable digest (:func:`combine`)
+over them. :mod:`.keys` builds the stable key on it; ``misskeys`` and ``here`` read a key's
+components with it.
 """
 
 from __future__ import annotations
@@ -137,27 +138,6 @@ def jax_cache_key_get() -> Any:
     return getattr(fn, "__cachedoctor_misskeys_original__", fn)
 
 
-def jax_key_components(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, _SplitHash]:
-    """JAX's own key for ``cache_key.get(*args, **kwargs)``, computed by JAX's code with a hash
-    that keeps one digest (and the hashed pieces of the small ones) per component."""
-    from jax._src import cache_key as ck
-
-    holder: dict[str, _SplitHash] = {}
-
-    def sha256() -> _SplitHash:
-        holder["hash"] = split = _SplitHash()
-        return split
-
-    get_globals = dict(ck.__dict__)
-    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
-    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
-    combined = str(_rebind(jax_cache_key_get(), get_globals)(*args, **kwargs))
-    if "hash" not in holder:
-        raise InternalsChanged("cache_key.get did not hash through the recording hash")
-    split = holder["hash"]  # its digest() is the stable combination: JAX's is the running total
-    return f"{combined.rsplit('-', 1)[0]}-{split.total_hexdigest()}", split
-
-
 _checked: set[tuple[int, int]] = set()
 
 
@@ -197,36 +177,6 @@ def _check_internals() -> None:
         raise InternalsChanged("jax._src.custom_partitioning._sharding_callbacks is gone")
 
 
-def recording_get_cache_key() -> tuple[Any, dict[str, Any]]:
-    """JAX's ``compilation_cache.get_cache_key``, rebound so that its key's components are kept:
-    after a call, ``holder["hash"]`` is the :class:`_SplitHash` it hashed into."""
-    return _jax_key_functions()
-
-
-def _jax_key_functions() -> tuple[Any, dict[str, Any]]:
-    """JAX's ``get_cache_key`` rebound so that ``cache_key.get`` hashes into a ``_SplitHash``.
-
-    Rebound on every call, from JAX's module globals as they are then: a program (JAX's own
-    tests do) may replace a function of ``cache_key`` at any time, and the key must follow."""
-    ck = jax_module("cache_key")
-
-    holder: dict[str, Any] = {}
-
-    def sha256() -> _SplitHash:
-        split = _SplitHash()
-        holder["hash"] = split
-        return split
-
-    get_globals = dict(ck.__dict__)
-    get_globals["hashlib"] = types.SimpleNamespace(sha256=sha256)
-    get_globals["_log_cache_key_hash"] = lambda hash_obj, name, hashfn: hash_obj.mark(name)
-    get = _rebind(jax_cache_key_get(), get_globals)
-    original = jax_get_cache_key()
-    cc_globals = dict(original.__globals__)
-    cc_globals["cache_key"] = _ModuleProxy(ck, get=get)
-    return _rebind(original, cc_globals), holder
-
-
 # -- the rebound functions, kept: a hit's key rebinds nothing -----------------------------------
 
 _local = threading.local()  # .split: the _SplitHash the kept functions last hashed into
@@ -259,14 +209,14 @@ def _identities(namespace: dict[str, Any], names: tuple[str, ...]) -> tuple[int,
 _KEPT: list[Any] = [None]
 
 
-def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str, _SplitHash]:
-    """JAX's ``get_cache_key`` on these inputs, hashed into a :class:`_SplitHash` (as
-    :func:`_jax_key_functions` rebinds it): the stable key and the split hash.
+def _kept_functions() -> tuple[Any, Any]:
+    """JAX's ``cache_key.get`` and ``get_cache_key``, rebound so that ``cache_key.get`` hashes
+    into this thread's :class:`_SplitHash`.
 
-    The rebound functions are kept while JAX's two functions, and every global their code
-    reads, are the objects they were rebound from (checked on each call by identity): a
-    program that replaces one (JAX's own tests do) gets them rebound afresh. The split hash
-    each call makes is this thread's."""
+    They are kept while JAX's two functions, and every global their code reads, are the objects
+    they were rebound from (checked on each call by identity): a program that replaces one
+    (JAX's own tests do) gets them rebound afresh, and the key follows. JAX's internals are
+    checked whenever they are rebound."""
     ck = jax_module("cache_key")
     get, original = jax_cache_key_get(), jax_get_cache_key()
     kept = _KEPT[0]
@@ -281,8 +231,9 @@ def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str,
         get_globals = dict(ck.__dict__)
         get_globals["hashlib"] = types.SimpleNamespace(sha256=_thread_sha256)
         get_globals["_log_cache_key_hash"] = _mark
+        rebound_get = _rebind(get, get_globals)
         cc_globals = dict(original.__globals__)
-        cc_globals["cache_key"] = _ModuleProxy(ck, get=_rebind(get, get_globals))
+        cc_globals["cache_key"] = _ModuleProxy(ck, get=rebound_get)
         get_names, cc_names = _global_names(get.__code__), _global_names(original.__code__)
         kept = _KEPT[0] = (
             get,
@@ -291,14 +242,33 @@ def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str,
             cc_names,
             _identities(ck.__dict__, get_names),
             _identities(original.__globals__, cc_names),
+            rebound_get,
             _rebind(original, cc_globals),
         )
+    return kept[6], kept[7]
+
+
+def _split_by(fn: Any, *args: Any, **kwargs: Any) -> tuple[str, _SplitHash]:
+    """``fn``'s key and the split hash it hashed into, on this thread."""
     _local.split = None
     try:
-        key = kept[6](module, devices, options, backend)
+        key = fn(*args, **kwargs)
         split: _SplitHash | None = _local.split
     finally:
         _local.split = None
     if split is None or not split.components:
         raise InternalsChanged("cache_key.get did not hash through the recording hash")
     return str(key), split
+
+
+def jax_key(module: Any, devices: Any, options: Any, backend: Any) -> tuple[str, _SplitHash]:
+    """JAX's ``compilation_cache.get_cache_key`` on these inputs, hashed into a split hash: the
+    stable key (the split hash's digest) and the split hash."""
+    return _split_by(_kept_functions()[1], module, devices, options, backend)
+
+
+def jax_key_components(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, _SplitHash]:
+    """JAX's own key for ``cache_key.get(*args, **kwargs)`` (its running digest over every
+    component) and the split hash, computed by JAX's code."""
+    combined, split = _split_by(_kept_functions()[0], *args, **kwargs)
+    return f"{combined.rsplit('-', 1)[0]}-{split.total_hexdigest()}", split

@@ -114,24 +114,12 @@ TIMED_EVENTS = {
 # Each miss's outcome (see the module docstring); records before these existed lack them and
 # count JAX's write event as ``writes``.
 OUTCOMES = (
-    "writes",
-    "write_failures",
-    "writes_lost",
-    "refused_process",
-    "refused_host_callbacks",
-    "refused_compile_time",
-    "refused_size",
-    "refused_read_only",
-)
+    "writes", "write_failures", "writes_lost", "refused_process", "refused_host_callbacks",
+    "refused_compile_time", "refused_size", "refused_read_only",
+)  # fmt: skip
 COUNTERS = (
-    "requests",
-    "hits",
-    "misses",
-    *OUTCOMES,
-    "compile_secs",
-    "saved_secs",
-    "retrieval_secs",
-)
+    "requests", "hits", "misses", *OUTCOMES, "compile_secs", "saved_secs", "retrieval_secs",
+)  # fmt: skip
 # The settings in force at exit, by JAX's config name (evidence for the refusals)
 CONFIG_NAMES = {
     "min_compile_time_secs": "persistent_cache_min_compile_time_secs",
@@ -582,3 +570,30 @@ def _at_exit(fn: Callable[[], object]) -> None:
         register(fn)
     except RuntimeError:
         atexit.register(fn)
+
+
+def recorded() -> dict[str, Any] | None:
+    """This process's counts so far, copied under the lock (None when not recording), with
+    the recorder's mode and start, the time now and the cache settings in force: what
+    ``stats_record.snapshot`` makes the record of."""
+    recorder = _recorder
+    if recorder is None:
+        return None
+    with _lock:
+        modules: dict[str, dict[str, Any]] = {}
+        for name, c in recorder.modules.items():
+            modules[name] = dict(c)
+            keys = recorder.keys.get(name)
+            if keys:
+                modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
+        missed = {key: dict(doc) for key, doc in recorder.missed.items()}
+        load_failures = {key: dict(doc) for key, doc in recorder.load_failures.items()}
+    return {
+        "mode": recorder.mode,
+        "start": recorder.started,
+        "end": _wall(),
+        "config": {name: _config_value(name) for name in CONFIG_NAMES},
+        "modules": modules,
+        "missed": missed,
+        "load_failures": load_failures,
+    }

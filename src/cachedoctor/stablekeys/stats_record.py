@@ -106,31 +106,23 @@ def write_record() -> str | None:
 def snapshot() -> dict[str, Any] | None:
     """This process's record so far (None when not recording): the recorder's counts (``stats``)
     and what the process was."""
-    recorder = stats._recorder
-    if recorder is None:
+    counts = stats.recorded()
+    if counts is None:
         return None
-    with stats._lock:
-        modules: dict[str, dict[str, Any]] = {}
-        for name, c in recorder.modules.items():
-            modules[name] = dict(c)
-            keys = recorder.keys.get(name)
-            if keys:
-                modules[name]["keys"] = {key: dict(n) for key, n in keys.items()}
-        missed = {key: dict(doc) for key, doc in recorder.missed.items()}
-        load_failures = {key: dict(doc) for key, doc in recorder.load_failures.items()}
     import jax
 
+    load_failures = counts["load_failures"]
     return {
         "format": stats.RECORD_FORMAT,
-        "missed": missed,
+        "missed": counts["missed"],
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "start": recorder.started,
-        "end": stats._wall(),
+        "start": counts["start"],
+        "end": counts["end"],
         "jax": str(getattr(jax, "__version__", "")),
-        "hook": recorder.mode,
-        "config": {name: stats._config_value(name) for name in stats.CONFIG_NAMES},
-        "modules": modules,
+        "hook": counts["mode"],
+        "config": counts["config"],
+        "modules": counts["modules"],
         **({"load_failures": load_failures} if load_failures else {}),
         **({"read_only": True, "cache_dir": _cache_named()} if readonly.active() else {}),
     }
