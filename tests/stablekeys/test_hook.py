@@ -143,9 +143,35 @@ def test_warm_cache_migrates_without_recompiling(tmp_path: Path) -> None:
     # both worlds keep hitting: the hook on stable keys, plain JAX on its own
     again = run_program("plain", tmp_path, mode="stable")
     assert again.misses == [] and again.stats["migrated"] == 0
+    # warm keys (manifests known) leave their entries to JAX's lookup: no stat of the hook's
+    assert run.stats["entry_checks"] >= len(jax_keys) and again.stats["entry_checks"] == 0
     without = run_program("plain", tmp_path, mode="none")
     assert without.misses == []
     assert sorted(entries(tmp_path)) == sorted(jax_keys + stable_keys)
+
+
+def test_an_entry_gone_from_under_its_manifest_is_re_keyed_on_jax_s_miss(tmp_path: Path) -> None:
+    """A warm key (its manifest known) is left to JAX's own lookup; when that misses (the entry
+    was evicted, and a process without the hook wrote JAX's own), the hook still re-keys it."""
+    run_program("plain", tmp_path, mode="stable")
+    stable_keys = entries(tmp_path)
+    for key in stable_keys:
+        assert manifest.load_manifest(Location.parse(tmp_path), key) is not None
+        (tmp_path / f"{key}-cache").unlink()
+    run_program("plain", tmp_path, mode="none")
+    jax_keys = entries(tmp_path)
+    assert jax_keys and not set(jax_keys) & set(stable_keys)
+
+    run = run_program("plain", tmp_path, mode="stable")
+    assert run.misses == [], run.stderr[-2000:]  # read again after the re-keying: JAX's hit
+    assert run.stats["migrated"] == len(stable_keys)
+    assert sorted(entries(tmp_path)) == sorted(jax_keys + stable_keys)
+    for key in stable_keys:
+        m = manifest.load_manifest(Location.parse(tmp_path), key)
+        assert m is not None and m.migrated_from in jax_keys
+        assert (tmp_path / f"{key}-cache").read_bytes() == (
+            tmp_path / f"{m.migrated_from}-cache"
+        ).read_bytes()
 
 
 def test_observe_mode_keeps_jax_keys(tmp_path: Path) -> None:

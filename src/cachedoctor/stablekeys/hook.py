@@ -9,7 +9,10 @@ Modes:
 - ``stable``: JAX stores and looks up entries under the stable key. On a miss, when the entry under
   JAX's own key exists (a cache warmed without the hook), it is re-keyed: hard-linked (or copied)
   under the stable key through a temp name and ``os.replace``, with its ``-atime`` file, so
-  processes without the hook keep hitting their entry and nothing is recompiled.
+  processes without the hook keep hitting their entry and nothing is recompiled. A key whose
+  manifest is known (a warm cache) is not checked for its entry here: JAX's own lookup does
+  that, and on its miss the hook re-keys and JAX's read is made again (the hook also wraps
+  ``compilation_cache.get_executable_and_time``), so a hit costs no ``stat`` of ours.
 - ``observe``: JAX's keys are kept; the manifest records what the stable key would have been.
 
 A module with custom_partitioning calls is keyed by replay (:mod:`.replay`): a recorded variant
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +58,12 @@ if TYPE_CHECKING:
 __all__ = ["install", "installed_mode", "rekey_entry", "run_script", "stats", "uninstall"]
 
 MODES = ("stable", "observe")
+
+# .lookup: (key, what to do if JAX's own lookup of that key misses) for this thread's last key
+# whose entry was left to JAX's lookup (:func:`_await_lookup`). Dropped at that lookup; a key
+# JAX never looks up this way (PGLE's ``_is_executable_in_cache``) keeps its module alive until
+# the thread's next such key, and is never re-keyed: a miss, as ever, never a wrong hit.
+_awaiting = threading.local()
 
 
 def _warn_once(message: str) -> None:
@@ -109,6 +119,12 @@ def install(
         except Exception as exc:  # custom_partitioning keys then keep their pointer (a miss)
             _state.last_error = f"replay unavailable: {exc}"
             logger.info("custom_partitioning replay unavailable: %s", exc)
+        try:
+            _wrap_get(cc)
+            _state.await_lookups = True
+        except Exception as exc:  # each key's entry is then looked for here (a stat)
+            _state.await_lookups = False
+            logger.info("JAX's lookup not wrapped: %s", exc)
         from cachedoctor.stablekeys.entry_files import share_jax_filesystem
 
         share_jax_filesystem()
@@ -181,6 +197,38 @@ def _wrap_put(cc: Any) -> None:
     cc.put_executable_and_time = put_executable_and_time
 
 
+def _wrap_get(cc: Any) -> None:
+    """On JAX's miss of a key left to its lookup (:func:`_await_lookup`), re-key JAX's own entry
+    and let JAX read again: the stat a hit would otherwise cost is JAX's own read."""
+    if getattr(cc.get_executable_and_time, "__cachedoctor_original__", None) is not None:
+        return
+    original = cc.get_executable_and_time
+    from jax._src import compiler
+
+    code = getattr(getattr(compiler, "_cache_read", None), "__code__", None)
+    if code is None or "get_executable_and_time" not in code.co_names:
+        raise RuntimeError("jax._src.compiler does not call get_executable_and_time")
+
+    def get_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        found = original(cache_key, *args, **kwargs)
+        awaited = getattr(_awaiting, "lookup", None)
+        if awaited is None or awaited[0] != cache_key:
+            return found
+        _awaiting.lookup = None
+        if isinstance(found, tuple) and found and found[0] is None:
+            try:
+                if awaited[1]():  # JAX's own entry, now under this key too
+                    return original(cache_key, *args, **kwargs)
+            except Exception as exc:  # never break JAX: the miss stands, JAX compiles
+                _state.last_error = f"re-keying on a miss: {type(exc).__name__}: {exc}"
+                logger.debug("re-keying on a miss failed", exc_info=True)
+        return found
+
+    get_executable_and_time.__cachedoctor_original__ = original  # type: ignore[attr-defined]
+    get_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
+    cc.get_executable_and_time = get_executable_and_time
+
+
 def uninstall() -> bool:
     """Restore JAX's own ``get_cache_key``; returns whether the hook was installed."""
     import sys
@@ -192,9 +240,10 @@ def uninstall() -> bool:
         if cc is None or original is None:
             return False
         cc.get_cache_key = original  # type: ignore[attr-defined]
-        put = getattr(cc.put_executable_and_time, "__cachedoctor_original__", None)
-        if put is not None:
-            cc.put_executable_and_time = put  # type: ignore[attr-defined]
+        for name in ("put_executable_and_time", "get_executable_and_time"):
+            wrapped = getattr(getattr(cc, name, None), "__cachedoctor_original__", None)
+            if wrapped is not None:
+                setattr(cc, name, wrapped)
         return True
 
 
@@ -265,26 +314,7 @@ def _get_cache_key(
         return None
     cache_dir = _cache_location()
     if mode == "observe":
-        own_key = str(original(module, devices, options, backend, *args, **kwargs))
-        with contextlib.suppress(Exception):
-            result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
-            _state.stats["keys"] += 1
-            # JAX's own key holds the pointer unless its removal flag stripped it: usage
-            # evidence (core/usage/lookups) that no later run computes this key
-            pointer = _has_partitioning(result) and not _strips_partitioning(args, kwargs)
-            if result.to_replay and cache_dir is not None:
-                # the manifest waits for the partitioner calls of this compile (see _pending)
-                _expect_calls(own_key, result, None, backend, options, jax_key_pointer=pointer)
-            # once per key, as in stable mode: a module JAX never stores (host callbacks)
-            # must not rewrite its manifest on every run
-            elif (
-                cache_dir is not None
-                and _state.manifests
-                and not _manifest_exists(cache_dir, own_key)
-            ):
-                _record(cache_dir, result, mode, own_key, own_key, backend, None, options, pointer)
-        return own_key
-
+        return _observed_key(cache_dir, (original, module, devices, options, backend, args, kwargs))
     result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
     _state.stats["keys"] += 1
     misskeys.note_stable(result.key, result, devices)  # a recorded miss names its components
@@ -300,33 +330,97 @@ def _get_cache_key(
             f"{result.module_name}: keeping a raw pointer in the key ({why}): it recompiles on"
             " every run (a miss, never a stale hit)",
         )
-    jax_key: str | None = None
-    migrated_from = None
-    if cache_dir is not None and not cache_dir.can_rename:
+    jax_call = (original, module, devices, options, backend, args, kwargs)
+    if cache_dir is None:
+        pass
+    elif not cache_dir.can_rename:
         # a bucket: no re-keying (no rename or link), manifests only
         if _state.manifests and not _manifest_exists(cache_dir, result.key):
-            _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
-    elif cache_dir is not None and not _has_entry(cache_dir, result.key):
+            _record(cache_dir, result, mode, result.key, None, backend, None, options)
+    elif (
+        _state.await_lookups
+        and _state.manifests
+        and not readonly.active()
+        and _manifest_exists(cache_dir, result.key)
+    ):
+        # a key seen before (a warm cache): whether its entry is there is JAX's lookup's to say
+        if _state.migrate and result.sound:
+            _await_lookup(cache_dir, result, mode, jax_call)
+    elif not _has_entry(cache_dir, result.key):
+        jax_key = migrated_from = None
         if (_state.migrate or readonly.active()) and result.sound:
             # An entry that JAX wrote with its own key for this very compilation?
-            if not result.changed:
-                jax_key = result.jax_equivalent_key
-            elif not (_strips_partitioning(args, kwargs) and _has_partitioning(result)):
-                # (never import an entry keyed with the pointer REMOVED: it may be stale)
-                jax_key = str(original(module, devices, options, backend, *args, **kwargs))
+            jax_key = _importable_jax_key(result, jax_call)
             if readonly.active():  # JAX's own entry is read where it is, not re-keyed
                 return jax_key if jax_key and _has_entry(cache_dir, jax_key) else result.key
-            if jax_key is not None and _rekey_entry(Path(cache_dir.spelling), jax_key, result.key):
+            if jax_key is not None and _rekeyed(cache_dir, jax_key, result.key):
                 migrated_from = jax_key
-                _state.stats["migrated"] += 1
-                logger.info("re-keyed %s as %s", jax_key, result.key)
         # JAX may still decide not to write this entry (too small or too fast to compile):
         # write its manifest once, not on every miss
         if _state.manifests and (migrated_from or not _manifest_exists(cache_dir, result.key)):
             _record(cache_dir, result, mode, result.key, jax_key, backend, migrated_from, options)
-    elif cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, result.key):
-        _record(cache_dir, result, mode, result.key, jax_key, backend, None, options)
+    elif _state.manifests and not _manifest_exists(cache_dir, result.key):
+        _record(cache_dir, result, mode, result.key, None, backend, None, options)
     return result.key
+
+
+def _observed_key(cache_dir: Location | None, jax_call: tuple[Any, ...]) -> str:
+    """``observe``: JAX's own key, with the stable key recorded beside it."""
+    original, module, devices, options, backend, args, kwargs = jax_call
+    own_key = str(original(module, devices, options, backend, *args, **kwargs))
+    with contextlib.suppress(Exception):
+        result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
+        _state.stats["keys"] += 1
+        # JAX's own key holds the pointer unless its removal flag stripped it: usage
+        # evidence (core/usage/lookups) that no later run computes this key
+        pointer = _has_partitioning(result) and not _strips_partitioning(args, kwargs)
+        if result.to_replay and cache_dir is not None:
+            # the manifest waits for the partitioner calls of this compile (see _pending)
+            _expect_calls(own_key, result, None, backend, options, jax_key_pointer=pointer)
+        # once per key, as in stable mode: a module JAX never stores (host callbacks)
+        # must not rewrite its manifest on every run
+        elif (
+            cache_dir is not None and _state.manifests and not _manifest_exists(cache_dir, own_key)
+        ):
+            _record(cache_dir, result, "observe", own_key, own_key, backend, None, options, pointer)
+    return own_key
+
+
+def _importable_jax_key(result: Any, jax_call: tuple[Any, ...]) -> str | None:
+    """JAX's own key for this compilation, under which a cache warmed without the hook holds
+    its entry; None when that entry must not be imported."""
+    if not result.changed:
+        return str(result.jax_equivalent_key)
+    original, module, devices, options, backend, args, kwargs = jax_call
+    if _strips_partitioning(args, kwargs) and _has_partitioning(result):
+        return None  # never import an entry keyed with the pointer REMOVED: it may be stale
+    return str(original(module, devices, options, backend, *args, **kwargs))
+
+
+def _rekeyed(cache_dir: Location, jax_key: str, key: str) -> bool:
+    """Re-key JAX's entry ``jax_key`` as ``key`` (see :mod:`.rekey`); whether it was there."""
+    if not _rekey_entry(Path(cache_dir.spelling), jax_key, key):
+        return False
+    _state.stats["migrated"] += 1
+    logger.info("re-keyed %s as %s", jax_key, key)
+    return True
+
+
+def _await_lookup(cache_dir: Location, result: Any, mode: str, jax_call: tuple[Any, ...]) -> None:
+    """Leave the entry's presence to JAX's own lookup of ``result.key``, on this thread: if it
+    misses, JAX's entry for this compilation is re-keyed (its manifest noting where from) and
+    JAX reads again (:func:`_wrap_get`). JAX has not handed the options to the compiler yet,
+    so its key is computed from them as it hashed them."""
+
+    def on_miss() -> bool:
+        jax_key = _importable_jax_key(result, jax_call)
+        if jax_key is None or not _rekeyed(cache_dir, jax_key, result.key):
+            return False
+        options, backend = jax_call[3], jax_call[4]
+        _record(cache_dir, result, mode, result.key, jax_key, backend, jax_key, options)
+        return True
+
+    _awaiting.lookup = (result.key, on_miss)
 
 
 def _explain_process_key(cache_dir: Location, result: Any) -> None:

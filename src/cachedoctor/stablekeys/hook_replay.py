@@ -46,6 +46,8 @@ class _State:
         self.record_ir = False
         self.manifests = True
         self.migrate = True
+        # JAX's lookup is wrapped: a key with a manifest leaves its entry to it (hook._wrap_get)
+        self.await_lookups = False
         self.warned = False
         self.stats: dict[str, int] = {
             "keys": 0,
@@ -57,6 +59,7 @@ class _State:
             "replay_misses": 0,  # candidates whose calls did not reproduce
             "recorded": 0,  # replay manifests written after a compile
             "per_process_keys": 0,  # keys found to differ from process 0's only per process
+            "entry_checks": 0,  # entries the hook looked for itself (a warm key: JAX's lookup)
         }
         self.last_error: str | None = None
         self.last_replay_miss: str | None = None
@@ -104,7 +107,10 @@ def _shown(where: Location | None) -> str:
 def _has_entry(where: Location, key: str) -> bool:
     """Whether the entry ``key`` is in the folder (one ``stat``); a bucket: False, no request."""
     folder = where.local_path
-    return folder is not None and os.path.exists(os.path.join(folder, f"{key}-cache"))
+    if folder is None:
+        return False
+    _state.stats["entry_checks"] += 1
+    return os.path.exists(os.path.join(folder, f"{key}-cache"))
 
 
 def _warn_about_jax_flag() -> None:
