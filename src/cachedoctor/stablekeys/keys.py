@@ -82,13 +82,13 @@ class KeyResult:
     class for that, and for the start-up cost of ``@dataclass``.)"""
 
     __slots__ = (
+        "_component_pieces",
+        "_components",
         "_jax_key",
         "_split",
         "_xla_flags",
         "cache_dir",
         "canonical_ir",
-        "component_pieces",
-        "components",
         "key",
         "module_name",
         "to_replay",
@@ -99,7 +99,8 @@ class KeyResult:
         self,
         key: str,
         module_name: str,
-        components: dict[str, str],  # component name -> hex digest, in JAX's hashing order
+        # component name -> hex digest, in JAX's hashing order (from ``split`` when not given)
+        components: dict[str, str] | None = None,
         jax_equivalent_key: str | None = None,  # JAX's formula over the canonical inputs
         volatile: list[VolatileField] | None = None,
         canonical_ir: str | None = None,
@@ -111,24 +112,42 @@ class KeyResult:
         # component name -> each piece hashed, for the small components (up to 1 MiB)
         component_pieces: dict[str, list[bytes]] | None = None,
         *,
-        split: _SplitHash | None = None,  # where jax_equivalent_key comes from, when not given
+        split: _SplitHash | None = None,  # where what is not given comes from
     ) -> None:
-        if jax_equivalent_key is None and split is None:
-            raise TypeError("KeyResult needs jax_equivalent_key or the split hash it comes from")
+        if split is None and (jax_equivalent_key is None or components is None):
+            raise TypeError("KeyResult needs the split hash, or its key and components")
         self.key = key
         self.module_name = module_name
-        self.components = components
+        self._components = components
         self._jax_key = jax_equivalent_key
         self.volatile = [] if volatile is None else volatile
         self.canonical_ir = canonical_ir
         self._xla_flags = xla_flags
         self.cache_dir = cache_dir
         self.to_replay = [] if to_replay is None else to_replay
-        self.component_pieces = {} if component_pieces is None else component_pieces
+        if split is None and component_pieces is None:
+            component_pieces = {}
+        self._component_pieces = component_pieces
         self._split = split
 
     def __repr__(self) -> str:
         return f"KeyResult(key={self.key!r}, volatile={self.volatile!r})"
+
+    @property
+    def components(self) -> dict[str, str]:
+        """Component name -> hex digest, in JAX's hashing order."""
+        if self._components is None:
+            assert self._split is not None
+            self._components = dict(self._split.components)
+        return self._components
+
+    @property
+    def component_pieces(self) -> dict[str, list[bytes]]:
+        """Component name -> each piece hashed, for the small components (up to 1 MiB)."""
+        if self._component_pieces is None:
+            assert self._split is not None
+            self._component_pieces = self._split.pieces
+        return self._component_pieces
 
     @property
     def jax_equivalent_key(self) -> str:
@@ -136,7 +155,6 @@ class KeyResult:
         if self._jax_key is None:
             assert self._split is not None
             self._jax_key = f"{self.module_name}-{self._split.total_hexdigest()}"
-            self._split = None  # its pieces (the module's bytecode among them) can go
         return self._jax_key
 
     @property
@@ -482,8 +500,6 @@ def stable_key(
     return KeyResult(
         key=key,
         module_name=module_name,
-        components=dict(split.components),
-        component_pieces=split.pieces,
         volatile=volatile + opt_volatile,
         canonical_ir=module_text(canon_module) if record_ir else None,
         cache_dir=cache_dir,

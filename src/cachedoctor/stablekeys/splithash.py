@@ -15,7 +15,7 @@ import importlib
 import sys
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 HASHER_VERSION = 2  # 2: custom_partitioning keyed by replay (1: static fingerprints)
@@ -38,40 +38,68 @@ def combine(components: Sequence[tuple[str, str]], hasher_version: int = HASHER_
 class _SplitHash:
     """Stands in for ``hashlib.sha256()`` inside JAX's ``cache_key.get``: one digest per part.
 
-    The hashed pieces are kept as they came (references: JAX hashes ``bytes``), so what a hit
-    never needs is made only when asked for: JAX's own running digest (:meth:`total_hexdigest`),
-    the small components' base64 text (manifests) and piece lists (a missed key's record). The
-    computation's bytes are kept as :attr:`computation` (when hashed in one piece)."""
+    JAX's updates and its per-component log calls only note the pieces (references: JAX hashes
+    ``bytes``) and where each component ends; the components' digests are made in one loop when
+    JAX asks for its digest. What a hit never needs is made only when asked for: JAX's own
+    running digest (:meth:`total_hexdigest`), the small components' base64 text (manifests) and
+    piece lists (a missed key's record). (A live lookup's every instruction runs with JAX's
+    work between them, a few times slower than in a loop: the fewer per update, the better.)"""
+
+    __slots__ = ("_components", "_ends", "_pieces")
 
     def __init__(self) -> None:
-        self._cur = hashlib.sha256()
-        self._raw: list[bytes] = []
-        self._raw_len = 0
-        self._all: list[bytes] = []  # every piece, in order: JAX's own digest, when asked
-        self.components: list[tuple[str, str]] = []
-        self.pieces: dict[str, list[bytes]] = {}  # each update() of a small component, in order
-        self.computation: bytes | None = None  # the module's bytes, hashed in one piece
+        self._pieces: list[bytes] = []  # every piece hashed, in order
+        self._ends: list[tuple[str, int]] = []  # (component, pieces hashed when it ended)
+        self._components: list[tuple[str, str]] | None = None
 
     def update(self, data: bytes) -> None:
-        if type(data) is not bytes:
-            data = bytes(data)
-        self._cur.update(data)
-        self._all.append(data)
-        self._raw.append(data)
-        self._raw_len += len(data)
+        self._pieces.append(data if type(data) is bytes else bytes(data))
 
-    def mark(self, name: str) -> None:
-        self.components.append((name, self._cur.hexdigest()))
-        if name == "computation":
-            self.computation = self._raw[0] if len(self._raw) == 1 else None
-        elif self._raw_len <= _RAW_COMPONENT_LIMIT:
-            self.pieces[name] = self._raw
-        self._cur, self._raw, self._raw_len = hashlib.sha256(), [], 0
+    def mark(self, name: str, hashfn: object = None) -> None:
+        """The end of component ``name`` (JAX's ``_log_cache_key_hash(hash_obj, name, fn)``)."""
+        self._ends.append((name, len(self._pieces)))
+
+    def _segments(self) -> Iterator[tuple[str, list[bytes]]]:
+        pieces, start = self._pieces, 0
+        for name, end in self._ends:
+            yield name, pieces[start:end]
+            start = end
+
+    @property
+    def components(self) -> list[tuple[str, str]]:
+        """(component name, hex SHA-256 of its pieces), in JAX's order."""
+        found = self._components
+        if found is None:
+            found = []
+            for name, segment in self._segments():
+                h = hashlib.sha256()
+                for data in segment:
+                    h.update(data)
+                found.append((name, h.hexdigest()))
+            self._components = found
+        return found
+
+    @property
+    def computation(self) -> bytes | None:
+        """The module's bytes, when JAX hashed them in one piece."""
+        for name, segment in self._segments():
+            if name == "computation":
+                return segment[0] if len(segment) == 1 else None
+        return None
+
+    @property
+    def pieces(self) -> dict[str, list[bytes]]:
+        """Each update() of the components up to 1 MiB but the computation, in order."""
+        return {
+            name: segment
+            for name, segment in self._segments()
+            if name != "computation" and sum(map(len, segment)) <= _RAW_COMPONENT_LIMIT
+        }
 
     def total_hexdigest(self) -> str:
         """JAX's own digest: one SHA-256 over everything hashed, in order."""
         total = hashlib.sha256()
-        for data in self._all:
+        for data in self._pieces:
             total.update(data)
         return total.hexdigest()
 
@@ -188,10 +216,6 @@ def _thread_sha256() -> _SplitHash:
     return split
 
 
-def _mark(hash_obj: _SplitHash, name: str, hashfn: Any) -> None:
-    hash_obj.mark(name)
-
-
 def _global_names(code: types.CodeType) -> tuple[str, ...]:
     """The names a function's code may read as globals: its own and its nested functions'."""
     names = set(code.co_names)
@@ -230,7 +254,7 @@ def _kept_functions() -> tuple[Any, Any]:
         check_internals()  # new functions: their shape is checked before they are rebound
         get_globals = dict(ck.__dict__)
         get_globals["hashlib"] = types.SimpleNamespace(sha256=_thread_sha256)
-        get_globals["_log_cache_key_hash"] = _mark
+        get_globals["_log_cache_key_hash"] = _SplitHash.mark
         rebound_get = _rebind(get, get_globals)
         cc_globals = dict(original.__globals__)
         cc_globals["cache_key"] = _ModuleProxy(ck, get=rebound_get)
@@ -256,7 +280,7 @@ def _split_by(fn: Any, *args: Any, **kwargs: Any) -> tuple[str, _SplitHash]:
         split: _SplitHash | None = _local.split
     finally:
         _local.split = None
-    if split is None or not split.components:
+    if split is None or not split._ends:
         raise InternalsChanged("cache_key.get did not hash through the recording hash")
     return str(key), split
 

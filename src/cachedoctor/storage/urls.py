@@ -51,6 +51,7 @@ def split_url(url: str) -> tuple[str, str, str]:
 
 
 @functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=16)  # asked on every lookup the hook answers, of one setting
 def jax_spelling(cache_dir: str) -> str:
     """The cache dir as JAX spells the paths it builds under it.
 
