@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from cachedoctor.cli import cli
 from cachedoctor.programs import program_path
 from cachedoctor.stablekeys import activation, settings
+from cachedoctor.stablekeys.resolved import resolve
 from tests.support.hookrun import MISS_RE, entries
 
 
@@ -61,12 +62,12 @@ def test_enable_writes_config_and_disable_removes_it(config: Path, tmp_path: Pat
         "max_size": 1000000,
     }
     assert cache.is_dir()
-    resolved = {r.key: r for r in settings.resolve()}
+    resolved = {r.key: r for r in resolve()}
     assert resolved["cache_dir"].source == "config file"
     assert resolved["min_entry_size_bytes"].source == "JAX default"
     os.environ["JAX_COMPILATION_CACHE_DIR"] = "/elsewhere"
     try:
-        assert {r.key: r for r in settings.resolve()}["cache_dir"].source.startswith("env ")
+        assert {r.key: r for r in resolve()}["cache_dir"].source.startswith("env ")
     finally:
         del os.environ["JAX_COMPILATION_CACHE_DIR"]
     (cache / "jit_f-0-cache").write_bytes(b"entry")

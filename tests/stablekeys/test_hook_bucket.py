@@ -62,6 +62,43 @@ def test_stats_record_reaches_the_bucket(scheme: str, servers: Servers, tmp_path
     assert all(r.modules["jit_g"].requests == 1 for r in records)
 
 
+NAMES_ITS_CACHE = """
+import os
+import jax
+import jax.numpy as jnp
+jax.config.update("jax_compilation_cache_dir", os.environ["NAMED_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+print(jax.jit(lambda x: x * 2.0)(jnp.arange(4.0)))
+"""
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("mode", ["stable", "stats"])
+def test_a_record_reaches_a_bucket_the_program_names_itself(
+    mode: str, servers: Servers, tmp_path: Path
+) -> None:
+    """A program that names its bucket cache with ``jax.config.update``, after the start-up: the
+    record's writer still goes ahead of the thread pools (a local cache never imports them)."""
+    import subprocess
+    import sys
+
+    from cachedoctor.core.usage.records import read_records
+    from cachedoctor.storage import stores
+
+    url = servers.url("s3", f"named/{tmp_path.name}/cache")
+    script = tmp_path / "names_its_cache.py"
+    script.write_text(NAMES_ITS_CACHE)
+    env = base_env(None, CACHEDOCTOR_HOOK=mode, NAMED_CACHE=url, **servers.env)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "could not write the stats record" not in proc.stderr, proc.stderr[-2000:]
+    records, problems = read_records(stores.open_store(url))
+    assert problems == [] and [r.hook for r in records] == [mode]
+
+
 # the seed's custom op jitted at three shapes: three lookups of one module (three base keys)
 SHAPES = """
 import os, sys

@@ -11,7 +11,6 @@ silently run without the cache it was configured for). Set ``CACHEDOCTOR_DISABLE
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -111,7 +110,9 @@ def activate() -> dict[str, object]:
         if mode != "off" and not verify_dir:
             from cachedoctor.stablekeys import stats, stats_record
 
-            state["stats"] = stats.start(mode, stats_record.write_record)
+            state["stats"] = stats.start(mode, stats_record.keep_ahead_of_the_pools)
+            if state["stats"]:
+                stats_record.write_at_exit()
         if mode not in ("off", "stats"):
             from cachedoctor.stablekeys import hook
 
@@ -122,12 +123,21 @@ def activate() -> dict[str, object]:
         named = type(exc).__name__ == "ConfigError"  # already names the file and the line
         errors.append(str(exc) if named else f"{type(exc).__name__}: {exc}")
     if errors:  # said once (STATE makes activation run once): never a silently lost cache
-        with contextlib.suppress(Exception):
-            sys.stderr.write(
-                f"cachedoctor: start-up activation failed: {'; '.join(errors)}; this process "
-                "runs with JAX's own settings for what failed (see `cachedoctor status`)\n"
-            )
+        _say(
+            f"cachedoctor: start-up activation failed: {'; '.join(errors)}; this process "
+            "runs with JAX's own settings for what failed (see `cachedoctor status`)\n"
+        )
     return state
+
+
+def _say(text: str) -> None:
+    """Write to stderr, never raising (a closed stderr must not stop a process). Not
+    ``contextlib.suppress``: the ``.pth`` line imports this module in every Python process of
+    an activated environment, and ``contextlib`` brings ``collections`` and ``functools``."""
+    try:  # noqa: SIM105
+        sys.stderr.write(text)
+    except Exception:
+        pass
 
 
 def _read_only(values: dict[str, object], errors: list[str]) -> dict[str, object]:
@@ -136,8 +146,7 @@ def _read_only(values: dict[str, object], errors: list[str]) -> dict[str, object
 
     said = [settings.read_only_problem(), *readonly.subcache_warnings(_xla_caches(values))]
     for line in filter(None, said):
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"cachedoctor: read-only: {line}\n")
+        _say(f"cachedoctor: read-only: {line}\n")
     try:
         records = settings.records_dir(values)
     except Exception as exc:  # the record goes to the default folder; the cache stays read-only

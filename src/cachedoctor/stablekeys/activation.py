@@ -15,6 +15,7 @@ from typing import Any
 
 from cachedoctor.errors import path_error
 from cachedoctor.stablekeys import settings
+from cachedoctor.stablekeys.resolved import Resolved, resolve
 from cachedoctor.stablekeys.settings import ConfigError
 from cachedoctor.storage.location import Location
 
@@ -50,7 +51,7 @@ class DisableReport:
 class StatusReport:
     config_path: Path
     config_exists: bool
-    settings: list[settings.Resolved]
+    settings: list[Resolved]
     probe: dict[str, Any]  # what a fresh interpreter reports
     roles: list[str]
     warnings: list[Warning_] = field(default_factory=list)
@@ -542,19 +543,19 @@ def status(python: str | None = None) -> StatusReport:
     path = settings.config_path()
     disabled = settings.activation_disabled()
     values = {} if disabled else settings.load(path)
-    resolved = settings.resolve(values)
+    resolved = resolve(values)
     fresh = probe(python)
     jax_cfg = fresh.get("jax_config") or {}
     filled = []
     for r in resolved:
         opt = settings.OPTION_BY_KEY[r.key]
         if r.value is None and opt.jax_name:
-            filled.append(settings.Resolved(r.key, jax_cfg.get(opt.jax_name), r.source))
+            filled.append(Resolved(r.key, jax_cfg.get(opt.jax_name), r.source))
         elif r.value is None and r.key == "hook":
             # start-up activation runs when the file exists, even empty (stable by default),
             # or by CACHEDOCTOR_READ_ONLY alone (stats)
             hook = settings.hook_mode(values) if settings.activates() else "off"
-            filled.append(settings.Resolved(r.key, hook, r.source))
+            filled.append(Resolved(r.key, hook, r.source))
         else:
             filled.append(r)
     warnings = preflight(values, check_jax=False) if values else []

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -479,34 +478,6 @@ def save(values: dict[str, Any], path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, dump(values).encode(), mode=0o644)
     return path
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """An effective value and where it came from."""
-
-    key: str
-    value: Any
-    source: str  # "env NAME", "config file", "JAX default" / "default"
-
-
-def resolve(file_values: dict[str, Any] | None = None) -> list[Resolved]:
-    """Effective settings of this process's environment: env, then config file, then default.
-
-    The default's value is None here; ``status`` asks a fresh interpreter for JAX's actual value.
-    """
-    file_values = load() if file_values is None else file_values
-    out = []
-    for opt in OPTIONS:
-        env = os.environ.get(opt.env)
-        if env is not None:
-            out.append(Resolved(opt.key, env, f"env {opt.env}"))
-        elif opt.key in file_values:
-            out.append(Resolved(opt.key, jax_value(opt.key, file_values[opt.key]), "config file"))
-        else:
-            default = "JAX default" if opt.jax_name else "default"
-            out.append(Resolved(opt.key, None, default))
-    return out
 
 
 def environment(values: dict[str, Any]) -> dict[str, str]:

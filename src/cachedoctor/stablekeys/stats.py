@@ -63,7 +63,6 @@ write to a local cache, and one after a load JAX failed.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import sys
@@ -181,6 +180,7 @@ _listening = False  # JAX's listeners are registered: this process records
 _refuses_host_callbacks = True  # this JAX's _cache_write refuses them (set by start())
 _lock = threading.Lock()
 _local = threading.local()
+_first_request: Callable[[], object] | None = None  # start()'s, until it is called
 # called with each miss as it is counted (the pytest plugin's per-test causes); misses only
 _miss_observers: list[Callable[[dict[str, Any]], object]] = []
 
@@ -339,7 +339,11 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
 def _finish(call: _Call, start: float, compiled: bool) -> None:
     """Count a compile that asked the cache: a miss's outcome, and the key's lookup, hit or
     write."""
+    global _first_request
     outcome = None
+    if _first_request is not None and call.requested:
+        said, _first_request = _first_request, None
+        said()
     if not call.hit and call.requested:
         outcome = _outcome(call) if compiled else None
     module = call.module
@@ -516,11 +520,11 @@ def _note_load_failure(call: _Call | None, key: str, exc: Exception) -> None:
             failures[key] = doc
 
 
-def start(mode: str, write: Callable[[], object]) -> bool:
+def start(mode: str, first_request: Callable[[], object] | None = None) -> bool:
     """Begin recording in this process (idempotent); False, after one warning, when JAX lacks
-    the listener API or ``compile_or_get_cached``. ``write`` writes the record at exit
-    (``stats_record.write_record``)."""
-    global _recorder, _listening, _refuses_host_callbacks
+    the listener API or ``compile_or_get_cached``. ``first_request`` is called once, as the
+    first compile that asks the cache ends (JAX has opened its cache: ``stats_record``)."""
+    global _recorder, _listening, _refuses_host_callbacks, _first_request
     with _lock:
         if _recorder is not None:
             return True
@@ -546,30 +550,8 @@ def start(mode: str, write: Callable[[], object]) -> bool:
     except Exception as exc:
         warn_once(f"this JAX has no usable monitoring API ({type(exc).__name__}: {exc})")
         return False
-    _at_exit(write)
+    _first_request = first_request
     return True
-
-
-def _at_exit(fn: Callable[[], object]) -> None:
-    """Run ``fn`` as the program ends, while thread pools still take work.
-
-    ``atexit`` handlers run after ``concurrent.futures`` has shut every pool down, and a bucket
-    write needs one (aiobotocore opens its connection through ``asyncio.to_thread``: "cannot
-    schedule new futures after shutdown", so no record ever reached S3). Python's hook for
-    that (``threading._register_atexit``, what ``concurrent.futures`` itself uses) runs before
-    the pools stop, in the reverse order of registration: the pools' own hook must be there
-    first (``concurrent.futures.thread`` registers it when imported, which may not have
-    happened yet); without the hook, plain ``atexit``.
-    """
-    import concurrent.futures.thread  # noqa: F401 - registers the pools' exit hook before ours
-
-    register = getattr(threading, "_register_atexit", None)
-    try:
-        if register is None:
-            raise RuntimeError("no threading._register_atexit")
-        register(fn)
-    except RuntimeError:
-        atexit.register(fn)
 
 
 def recorded() -> dict[str, Any] | None:

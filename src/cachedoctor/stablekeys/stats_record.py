@@ -7,13 +7,16 @@ read-only (``readonly.py``), of the records folder the user chose: never into a 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import json
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from cachedoctor.layout import STATS_DIRNAME
@@ -69,6 +72,53 @@ def _write_local(cache_dir: str, name: str, data: bytes) -> str:
         if not folder.write_new(base, data, mode=0o600, durable=False):
             raise FileExistsError(errno.EEXIST, "File exists", os.path.join(cache_dir, name))
     return os.path.join(cache_dir, name)
+
+
+def write_at_exit() -> None:
+    """Write this process's record as the program ends (:func:`write_record`), while thread
+    pools still take work when it goes to a bucket (:func:`keep_ahead_of_the_pools`)."""
+    _at_exit(write_record)
+    keep_ahead_of_the_pools()  # the cache dir as the environment and the config file set it
+
+
+_asked = [False]  # whether the pools' exit hook is known to run after the writer
+
+
+def keep_ahead_of_the_pools() -> None:
+    """A record bound for a bucket is written through thread pools (aiobotocore opens its
+    connection through ``asyncio.to_thread``), which Python shuts down as the program ends:
+    "cannot schedule new futures after shutdown", and no record ever reached S3. Exit hooks
+    (``threading._register_atexit``, which ``concurrent.futures`` uses itself) run in the
+    reverse order of registration, so the writer is registered again after the pools' own
+    hook (made when ``concurrent.futures.thread`` is first imported): it runs first, and
+    writes once. Asked at start-up and at the first compile that asks the cache (JAX opens
+    its cache then, after a program's own ``jax.config.update`` of the cache dir), so a local
+    cache's process never imports the pools."""
+    if _asked[0]:
+        return
+    try:
+        home = _records_home()
+    except Exception:
+        return
+    where = Location.of_setting(home)
+    if where is None or where.url is None:
+        return
+    _asked[0] = True
+    import concurrent.futures.thread  # noqa: F401 - registers the pools' exit hook (once)
+
+    _at_exit(write_record)
+
+
+def _at_exit(fn: Callable[[], object]) -> None:
+    """Run ``fn`` as the program ends, with Python's hook that runs before the thread pools stop
+    when registered after theirs (:func:`keep_ahead_of_the_pools`); else plain ``atexit``."""
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(fn)
+    except RuntimeError:
+        atexit.register(fn)
 
 
 def write_record() -> str | None:
