@@ -21,10 +21,17 @@
     python benchmarks/bench_hook.py --phases RUNS [--modules 120]   # where a hooked start goes
     python benchmarks/bench_hook.py --share RUNS [--modules 120]    # the hook's own CPU in it
     ... --many-only --mode stats|off   # the recorder alone against JAX alone; off: an A/A run
+    ... --many-only --cpus 0           # every timed process on these CPUs (less spread)
 
 4. ``--phases``: the same start, with the process's CPU taken at the end of each phase (the
    interpreter's start, ``import jax`` with the activation, the loop, the exit handlers with the
    stats record, the teardown after them), hook on and off, medians of RUNS processes each.
+
+Within a pair the side that starts first alternates (off first, then on first): a process
+started right after another runs on caches that one left. ``--cpus`` pins every timed
+process (both sides) to those CPUs: XLA's thread pools then cannot spin on an idle core, which
+is most of the spread of a process's CPU time on a 2-core machine (a ratio's denominator is
+then smaller too, which makes the hook's share larger, not smaller).
 """
 
 from __future__ import annotations
@@ -257,7 +264,12 @@ def _spread(ratios: list[float]) -> dict[str, float]:
 
 
 def warm_start_many(
-    modules: int, pairs: int, python: str, store: str = "local", mode: str = "stable"
+    modules: int,
+    pairs: int,
+    python: str,
+    store: str = "local",
+    mode: str = "stable",
+    cpus: set[int] | None = None,
 ) -> dict[str, Any]:
     """Whole processes jitting ``modules`` functions on a warm cache, hook on and off alternating.
 
@@ -270,25 +282,32 @@ def warm_start_many(
     hooks = {"off": None, "stable": None if mode == "off" else mode}
     with _caches(store) as caches:
 
-        def start(mode: str) -> tuple[float, float]:
+        def start(side: str) -> tuple[float, float]:
             t0, c0 = time.perf_counter(), _child_cpu()
             subprocess.run(
                 [python, "-c", MANY_MODULES, str(modules)],
-                env=_user_env(caches[mode], hooks[mode]),
+                env=_user_env(caches[side], hooks[side]),
                 check=True,
                 capture_output=True,
+                preexec_fn=_pinned(cpus),
             )
             return time.perf_counter() - t0, _child_cpu() - c0
 
-        for mode in runs:  # warm the cache for both key schemes (JAX's keys, stable keys)
-            start(mode)
-        entries = {mode: _entries(cache) for mode, cache in caches.items()}
-        for _ in range(pairs):
-            for mode in runs:
-                runs[mode].append(start(mode))
-        if {mode: _entries(cache) for mode, cache in caches.items()} != entries:
+        for side in runs:  # warm the cache for both key schemes (JAX's keys, stable keys)
+            start(side)
+        entries = {side: _entries(cache) for side, cache in caches.items()}
+        for pair in range(pairs):
+            for side in list(runs)[:: 1 if pair % 2 == 0 else -1]:  # who starts first alternates
+                runs[side].append(start(side))
+        if {side: _entries(cache) for side, cache in caches.items()} != entries:
             raise SystemExit("a timed run missed the cache (it wrote an entry): not a warm start")
-    result: dict[str, Any] = {"modules": modules, "pairs": pairs, "store": store, "mode": mode}
+    result: dict[str, Any] = {
+        "modules": modules,
+        "pairs": pairs,
+        "store": store,
+        "mode": mode,
+        "cpus": sorted(cpus) if cpus else None,
+    }
     for i, what in enumerate(("wall", "cpu")):
         off = [r[i] for r in runs["off"]]
         on = [r[i] for r in runs["stable"]]
@@ -356,8 +375,15 @@ print("SHARE " + json.dumps({
 """
 
 
+def _pinned(cpus: set[int] | None) -> Any:
+    """What a timed child runs before the program: its CPUs set to ``cpus`` (None: all)."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def _run_many(
-    harness: str, modules: int, cache: str, mode: str, python: str
+    harness: str, modules: int, cache: str, mode: str, python: str, cpus: set[int] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The many-module program under ``harness`` (a script given the program's text and
     argv), as a user starts it: ``mode`` "off" without activation, else that hook mode."""
@@ -367,6 +393,7 @@ def _run_many(
         check=True,
         capture_output=True,
         text=True,
+        preexec_fn=_pinned(cpus),
     )
 
 
@@ -425,17 +452,17 @@ PHASE_NAMES = ("start", "import jax", "loop", "exit handlers", "teardown")
 
 
 def phases(
-    modules: int, runs: int, python: str, mode: str = "stable"
+    modules: int, runs: int, python: str, mode: str = "stable", cpus: set[int] | None = None
 ) -> dict[str, dict[str, float]]:
     """Medians of each phase's CPU, hook on (``mode``) and off, ``runs`` alternating processes
     each."""
     found: dict[str, list[list[float]]] = {"off": [], "stable": []}
     with _caches("local") as caches:
         for i in range(runs + 1):  # the first round warms both caches
-            for side in found:
+            for side in list(found)[:: 1 if i % 2 == 0 else -1]:
                 c0 = _child_cpu()
                 hook = "off" if side == "off" else mode
-                out = _run_many(_PHASES, modules, caches[side], hook, python)
+                out = _run_many(_PHASES, modules, caches[side], hook, python, cpus)
                 total = _child_cpu() - c0
                 line = next(x for x in out.stderr.splitlines() if x.startswith("PHASES "))
                 parts = [float(x) for x in line.split()[1:]]
@@ -472,6 +499,7 @@ def _print_many(result: dict[str, Any]) -> None:
         f"warm start, {result['modules']} modules, all hits, {result['pairs']} alternating pairs, "
         f"cache {'in an S3 bucket (moto)' if result['store'] == 's3' else 'local'} "
         f"(on: CACHEDOCTOR_HOOK={result.get('mode', 'stable')}; off: no activation)"
+        + (f", pinned to CPUs {result['cpus']}" if result.get("cpus") else "")
     )
     for what in ("wall", "cpu"):
         r = result[what]
@@ -531,15 +559,22 @@ def main() -> None:
     parser.add_argument(
         "--store", choices=("local", "s3"), default="local", help="where the many-module cache is"
     )
+    parser.add_argument(
+        "--cpus",
+        type=lambda text: {int(c) for c in text.split(",")},
+        help="pin the timed processes of --many-only and --phases to these CPUs (e.g. 0)",
+    )
     args = parser.parse_args()
     if args.phases:
-        _print_phases(phases(args.modules, args.phases, args.python, args.mode))
+        _print_phases(phases(args.modules, args.phases, args.python, args.mode, args.cpus))
         return
     if args.share:
         _print_share(hook_share(args.modules, args.share, args.python))
         return
     if args.many_only:
-        _print_many(warm_start_many(args.modules, args.pairs, args.python, args.store, args.mode))
+        _print_many(
+            warm_start_many(args.modules, args.pairs, args.python, args.store, args.mode, args.cpus)
+        )
         if args.store == "local" and args.mode == "stable":
             _print_share(hook_share(args.modules, 5, args.python))
         return

@@ -59,8 +59,8 @@ __all__ = ["install", "installed_mode", "rekey_entry", "run_script", "stats", "u
 
 MODES = ("stable", "observe")
 
-# .lookup: (key, what to do if JAX's own lookup of that key misses) for this thread's last key
-# whose entry was left to JAX's lookup (:func:`_await_lookup`). Dropped at that lookup; a key
+# .lookup: (key, then :func:`_rekey_on_miss`'s other arguments) for this thread's last key whose
+# entry was left to JAX's own lookup (a warm key, its manifest known). Dropped at that lookup; a key
 # JAX never looks up this way (PGLE's ``_is_executable_in_cache``) keeps its module alive until
 # the thread's next such key, and is never re-keyed: a miss, as ever, never a wrong hit.
 _awaiting = threading.local()
@@ -198,7 +198,7 @@ def _wrap_put(cc: Any) -> None:
 
 
 def _wrap_get(cc: Any) -> None:
-    """On JAX's miss of a key left to its lookup (:func:`_await_lookup`), re-key JAX's own entry
+    """On JAX's miss of a key left to its lookup (``_awaiting``), re-key JAX's own entry
     and let JAX read again: the stat a hit would otherwise cost is JAX's own read."""
     if getattr(cc.get_executable_and_time, "__cachedoctor_original__", None) is not None:
         return
@@ -217,7 +217,7 @@ def _wrap_get(cc: Any) -> None:
         _awaiting.lookup = None
         if isinstance(found, tuple) and found and found[0] is None:
             try:
-                if awaited[1]():  # JAX's own entry, now under this key too
+                if _rekey_on_miss(*awaited):  # JAX's own entry, now under this key too
                     return original(cache_key, *args, **kwargs)
             except Exception as exc:  # never break JAX: the miss stands, JAX compiles
                 _state.last_error = f"re-keying on a miss: {type(exc).__name__}: {exc}"
@@ -285,19 +285,24 @@ def _cache_location() -> Location | None:
     """JAX's cache dir as one Location (a folder, or a ``gs://`` / ``s3://`` bucket whose
     manifests are objects), or None: unset, or a ``file://`` or other URL (no manifests there,
     as ever)."""
+    return _cache_setting()[1]
+
+
+def _cache_setting() -> tuple[Any, Location | None]:
+    """JAX's cache-dir setting as it is now, and its :func:`_cache_location`."""
     value = splithash.jax_module("config").compilation_cache_dir.value
     if not value:
-        return None
+        return value, None
     known = _state.location
     if known is not None and known[0] == value:  # parsed once per setting, not per lookup
-        return known[1]
+        return known
     from cachedoctor.storage.location import Location
 
     where = Location.of_setting(str(value))
     if where is not None and "://" in str(value) and where.url is None:
         where = None  # file:///abs: the hook has always left it alone
     _state.location = (value, where)
-    return where
+    return value, where
 
 
 def _get_cache_key(
@@ -312,17 +317,20 @@ def _get_cache_key(
     mode = _state.mode
     if mode is None or _ignores_everything(args, kwargs):
         return None
-    cache_dir = _cache_location()
+    setting, cache_dir = _cache_setting()
     if mode == "observe":
         return _observed_key(cache_dir, (original, module, devices, options, backend, args, kwargs))
-    result = keys.stable_key(module, devices, options, backend, record_ir=_state.record_ir)
+    result = keys.stable_key(
+        module, devices, options, backend, cache_dir=setting or None, record_ir=_state.record_ir
+    )
     _state.stats["keys"] += 1
     misskeys.note_stable(result.key, result, devices)  # a recorded miss names its components
     if cache_dir is not None:
         _explain_process_key(cache_dir, result)
     if result.to_replay:
         return _replayed_key(cache_dir, result, backend, options, devices)
-    if not result.sound:
+    sound = result.sound
+    if not sound:
         _state.stats["unsound"] += 1
         why = "; ".join(v.reason or "" for v in result.volatile if v.reason)
         _say_once(
@@ -344,11 +352,11 @@ def _get_cache_key(
         and _manifest_exists(cache_dir, result.key)
     ):
         # a key seen before (a warm cache): whether its entry is there is JAX's lookup's to say
-        if _state.migrate and result.sound:
-            _await_lookup(cache_dir, result, mode, jax_call)
+        if _state.migrate and sound:
+            _awaiting.lookup = (result.key, cache_dir, result, mode, jax_call)
     elif not _has_entry(cache_dir, result.key):
         jax_key = migrated_from = None
-        if (_state.migrate or readonly.active()) and result.sound:
+        if (_state.migrate or readonly.active()) and sound:
             # An entry that JAX wrote with its own key for this very compilation?
             jax_key = _importable_jax_key(result, jax_call)
             if readonly.active():  # JAX's own entry is read where it is, not re-keyed
@@ -406,21 +414,19 @@ def _rekeyed(cache_dir: Location, jax_key: str, key: str) -> bool:
     return True
 
 
-def _await_lookup(cache_dir: Location, result: Any, mode: str, jax_call: tuple[Any, ...]) -> None:
-    """Leave the entry's presence to JAX's own lookup of ``result.key``, on this thread: if it
-    misses, JAX's entry for this compilation is re-keyed (its manifest noting where from) and
-    JAX reads again (:func:`_wrap_get`). JAX has not handed the options to the compiler yet,
-    so its key is computed from them as it hashed them."""
-
-    def on_miss() -> bool:
-        jax_key = _importable_jax_key(result, jax_call)
-        if jax_key is None or not _rekeyed(cache_dir, jax_key, result.key):
-            return False
-        options, backend = jax_call[3], jax_call[4]
-        _record(cache_dir, result, mode, result.key, jax_key, backend, jax_key, options)
-        return True
-
-    _awaiting.lookup = (result.key, on_miss)
+def _rekey_on_miss(
+    key: str, cache_dir: Location, result: Any, mode: str, jax_call: tuple[Any, ...]
+) -> bool:
+    """JAX's own lookup of ``key``, a key whose entry was left to it (``_awaiting``), missed:
+    re-key JAX's entry for this compilation, its manifest noting where from, so that JAX can
+    read again (:func:`_wrap_get`). JAX has not handed the options to the compiler yet, so its
+    key is computed from them as it hashed them."""
+    jax_key = _importable_jax_key(result, jax_call)
+    if jax_key is None or not _rekeyed(cache_dir, jax_key, key):
+        return False
+    options, backend = jax_call[3], jax_call[4]
+    _record(cache_dir, result, mode, key, jax_key, backend, jax_key, options)
+    return True
 
 
 def _explain_process_key(cache_dir: Location, result: Any) -> None:
