@@ -60,11 +60,11 @@ _CHILD = r"""
 import json, os, runpy, statistics, sys, time
 repeat, prog = int(sys.argv[1]), sys.argv[2]
 from jax._src import compilation_cache as cc
-from cachedoctor.stablekeys import hook, keys
+from cachedoctor.stablekeys import hook, keys, splithash
 hook.install("stable")
 captured = []
 wrapped = cc.get_cache_key
-original = keys.jax_get_cache_key()
+original = splithash.jax_get_cache_key()
 def capture(*args, **kwargs):
     captured.append((args, kwargs))
     return wrapped(*args, **kwargs)

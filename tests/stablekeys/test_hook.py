@@ -126,6 +126,16 @@ def test_copied_cache_hits_at_new_path(seed_ten: tuple[Path, list[Run]], tmp_pat
         assert run.misses == []
 
 
+def _assert_re_keyed(cache: Path, stable_keys: list[str], jax_keys: list[str]) -> None:
+    """Each stable key's manifest names the JAX key it was re-keyed from, with the same bytes."""
+    for key in stable_keys:
+        m = manifest.load_manifest(Location.parse(cache), key)
+        assert m is not None and m.migrated_from in jax_keys
+        assert (cache / f"{key}-cache").read_bytes() == (
+            cache / f"{m.migrated_from}-cache"
+        ).read_bytes()
+
+
 def test_warm_cache_migrates_without_recompiling(tmp_path: Path) -> None:
     run_program("plain", tmp_path, mode="none")
     jax_keys = entries(tmp_path)
@@ -134,12 +144,7 @@ def test_warm_cache_migrates_without_recompiling(tmp_path: Path) -> None:
     assert run.stats["migrated"] == len(jax_keys)
     stable_keys = sorted(set(entries(tmp_path)) - set(jax_keys))
     assert len(stable_keys) == len(jax_keys)
-    for key in stable_keys:
-        m = manifest.load_manifest(Location.parse(tmp_path), key)
-        assert m is not None and m.migrated_from in jax_keys
-        assert (tmp_path / f"{key}-cache").read_bytes() == (
-            tmp_path / f"{m.migrated_from}-cache"
-        ).read_bytes()
+    _assert_re_keyed(tmp_path, stable_keys, jax_keys)
     # both worlds keep hitting: the hook on stable keys, plain JAX on its own
     again = run_program("plain", tmp_path, mode="stable")
     assert again.misses == [] and again.stats["migrated"] == 0
@@ -166,12 +171,7 @@ def test_an_entry_gone_from_under_its_manifest_is_re_keyed_on_jax_s_miss(tmp_pat
     assert run.misses == [], run.stderr[-2000:]  # read again after the re-keying: JAX's hit
     assert run.stats["migrated"] == len(stable_keys)
     assert sorted(entries(tmp_path)) == sorted(jax_keys + stable_keys)
-    for key in stable_keys:
-        m = manifest.load_manifest(Location.parse(tmp_path), key)
-        assert m is not None and m.migrated_from in jax_keys
-        assert (tmp_path / f"{key}-cache").read_bytes() == (
-            tmp_path / f"{m.migrated_from}-cache"
-        ).read_bytes()
+    _assert_re_keyed(tmp_path, stable_keys, jax_keys)
 
 
 def test_observe_mode_keeps_jax_keys(tmp_path: Path) -> None:

@@ -711,7 +711,7 @@ def test_split_hash_keeps_small_components_whole(monkeypatch: pytest.MonkeyPatch
     split.mark("over")
     split.update(b"e")
     split.mark("computation")
-    assert {n: base64.b64decode(d) for n, d in split.data.items()} == {
+    assert {n: base64.b64decode(d) for n, d in splithash.component_data(split.pieces).items()} == {
         "at_limit": b"a" * 10 + b"b" * 6,
         "again_at_limit": b"c" * 16,
     }

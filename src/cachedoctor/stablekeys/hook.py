@@ -162,10 +162,26 @@ def install(
                     return str(original(module, devices, compile_options, backend, *args, **kwargs))
                 return key
 
-            get_cache_key.__cachedoctor_original__ = original  # type: ignore[attr-defined]
-            get_cache_key.__wrapped__ = original  # type: ignore[attr-defined]
-            cc.get_cache_key = get_cache_key
+            _put_in_place(cc, "get_cache_key", get_cache_key, original)
         return True
+
+
+def _put_in_place(cc: Any, name: str, wrapper: Any, original: Any) -> None:
+    """``compilation_cache.<name>`` becomes ``wrapper``, which keeps JAX's own function where
+    :func:`uninstall` (and the hasher, for ``get_cache_key``) finds it."""
+    wrapper.__cachedoctor_original__ = original
+    wrapper.__wrapped__ = original
+    setattr(cc, name, wrapper)
+
+
+def _check_compiler_calls(caller: str, name: str) -> None:
+    """``jax._src.compiler.<caller>`` must reach ``compilation_cache.<name>`` through the module
+    attribute, or wrapping it does nothing."""
+    from jax._src import compiler
+
+    code = getattr(getattr(compiler, caller, None), "__code__", None)
+    if code is None or name not in code.co_names:
+        raise RuntimeError(f"jax._src.compiler does not call {name}")
 
 
 def _wrap_put(cc: Any) -> None:
@@ -173,11 +189,7 @@ def _wrap_put(cc: Any) -> None:
     if getattr(cc.put_executable_and_time, "__cachedoctor_original__", None) is not None:
         return
     original = cc.put_executable_and_time
-    from jax._src import compiler
-
-    code = getattr(getattr(compiler, "_cache_write", None), "__code__", None)
-    if code is None or "put_executable_and_time" not in code.co_names:
-        raise RuntimeError("jax._src.compiler does not call put_executable_and_time")
+    _check_compiler_calls("_cache_write", "put_executable_and_time")
 
     def put_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -192,9 +204,7 @@ def _wrap_put(cc: Any) -> None:
             )
         return original(cache_key, *args, **kwargs)
 
-    put_executable_and_time.__cachedoctor_original__ = original  # type: ignore[attr-defined]
-    put_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
-    cc.put_executable_and_time = put_executable_and_time
+    _put_in_place(cc, "put_executable_and_time", put_executable_and_time, original)
 
 
 def _wrap_get(cc: Any) -> None:
@@ -203,11 +213,7 @@ def _wrap_get(cc: Any) -> None:
     if getattr(cc.get_executable_and_time, "__cachedoctor_original__", None) is not None:
         return
     original = cc.get_executable_and_time
-    from jax._src import compiler
-
-    code = getattr(getattr(compiler, "_cache_read", None), "__code__", None)
-    if code is None or "get_executable_and_time" not in code.co_names:
-        raise RuntimeError("jax._src.compiler does not call get_executable_and_time")
+    _check_compiler_calls("_cache_read", "get_executable_and_time")
 
     def get_executable_and_time(cache_key: Any, *args: Any, **kwargs: Any) -> Any:
         found = original(cache_key, *args, **kwargs)
@@ -224,9 +230,7 @@ def _wrap_get(cc: Any) -> None:
                 logger.debug("re-keying on a miss failed", exc_info=True)
         return found
 
-    get_executable_and_time.__cachedoctor_original__ = original  # type: ignore[attr-defined]
-    get_executable_and_time.__wrapped__ = original  # type: ignore[attr-defined]
-    cc.get_executable_and_time = get_executable_and_time
+    _put_in_place(cc, "get_executable_and_time", get_executable_and_time, original)
 
 
 def uninstall() -> bool:

@@ -104,11 +104,6 @@ class _SplitHash:
         return total.hexdigest()
 
     @property
-    def data(self) -> dict[str, str]:
-        """Component name -> base64 of its hashed bytes, for components up to 1 MiB."""
-        return component_data(self.pieces)
-
-    @property
     def chunks(self) -> dict[str, list[bytes]]:
         """Component name -> each piece hashed, for components under :data:`CHUNK_LIMIT`."""
         return component_chunks(self.pieces)
